@@ -1,0 +1,5 @@
+import sys
+
+from vis_embed.cli import main
+
+sys.exit(main())

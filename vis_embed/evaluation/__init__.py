@@ -1,0 +1,1 @@
+"""Evaluation: retrieval metrics, peer protocols, the benchmark harness and reports."""

@@ -1,0 +1,49 @@
+"""Benchmark taxonomy: which meta-task and split (IND/OOD) each dataset belongs to.
+
+Group keys are spelled exactly as in the VisME paper's Table 1 and in ``results.json``.
+Aggregation rule (how MMEB's published scores are computed): a meta-task score is the
+unweighted mean of its datasets; IND, OOD, per-benchmark and overall scores are unweighted
+means over *datasets*, not over meta-tasks.
+"""
+
+from __future__ import annotations
+
+MMEB_META_TASKS: tuple[str, ...] = ("Cls", "VQA", "Ret", "Grd")
+MVEB_META_TASKS: tuple[str, ...] = ("ID-Rec", "Re-ID", "ID-Grd", "ID-Edit")
+SPLITS: tuple[str, ...] = ("IND", "OOD")
+BENCHMARKS: tuple[str, ...] = ("MMEB", "MVEB")
+# The order group keys are reported in.
+GROUP_KEYS: tuple[str, ...] = (*MMEB_META_TASKS, *MVEB_META_TASKS, *SPLITS, "MMEB", "MVEB", "overall")
+
+# MMEB (VLM2Vec, Jiang et al. 2024): 36 datasets; 20 in-distribution (used for training),
+# 16 out-of-distribution.  Names as in the released MMEB-eval files and VLM2Vec score files.
+MMEB_DATASETS: dict[str, tuple[str, str]] = {
+    # Classification
+    "ImageNet-1K": ("Cls", "IND"), "N24News": ("Cls", "IND"), "HatefulMemes": ("Cls", "IND"),
+    "VOC2007": ("Cls", "IND"), "SUN397": ("Cls", "IND"),
+    "Place365": ("Cls", "OOD"), "ImageNet-A": ("Cls", "OOD"), "ImageNet-R": ("Cls", "OOD"),
+    "ObjectNet": ("Cls", "OOD"), "Country211": ("Cls", "OOD"),
+    # Visual question answering
+    "OK-VQA": ("VQA", "IND"), "A-OKVQA": ("VQA", "IND"), "DocVQA": ("VQA", "IND"),
+    "InfographicsVQA": ("VQA", "IND"), "ChartQA": ("VQA", "IND"), "Visual7W": ("VQA", "IND"),
+    "ScienceQA": ("VQA", "OOD"), "VizWiz": ("VQA", "OOD"), "GQA": ("VQA", "OOD"),
+    "TextVQA": ("VQA", "OOD"),
+    # Retrieval
+    "VisDial": ("Ret", "IND"), "CIRR": ("Ret", "IND"), "VisualNews_t2i": ("Ret", "IND"),
+    "VisualNews_i2t": ("Ret", "IND"), "MSCOCO_t2i": ("Ret", "IND"), "MSCOCO_i2t": ("Ret", "IND"),
+    "NIGHTS": ("Ret", "IND"), "WebQA": ("Ret", "IND"),
+    "OVEN": ("Ret", "OOD"), "FashionIQ": ("Ret", "OOD"), "EDIS": ("Ret", "OOD"),
+    "Wiki-SS-NQ": ("Ret", "OOD"),
+    # Visual grounding
+    "MSCOCO": ("Grd", "IND"),
+    "RefCOCO": ("Grd", "OOD"), "RefCOCO-Matching": ("Grd", "OOD"), "Visual7W-Pointing": ("Grd", "OOD"),
+}
+
+
+def benchmark_of_meta_task(meta_task: str) -> str | None:
+    """``"MMEB"`` / ``"MVEB"`` for a known meta-task, else None."""
+    if meta_task in MMEB_META_TASKS:
+        return "MMEB"
+    if meta_task in MVEB_META_TASKS:
+        return "MVEB"
+    return None

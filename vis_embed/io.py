@@ -1,0 +1,132 @@
+"""Small I/O helpers shared by every package: atomic writes, JSONL reading, fingerprints.
+
+Atomic writes matter because users kill long jobs: a half-written schedule, cache or
+checkpoint must never be mistaken for a complete one.  We write to a temporary sibling and
+``os.replace`` it into place (atomic on POSIX within one filesystem).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from vis_embed.errors import DataError
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` so readers see either the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any, indent: int = 2) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=False) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary file path next to ``path``; rename it into place on success.
+
+    For writers that want a file name (numpy.save, pyarrow.parquet.write_table, savefig).
+    The temporary name keeps ``path``'s suffix so such writers do not append another.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.tmp-", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary directory; on success it replaces ``path`` (e.g. a checkpoint).
+
+    An existing ``path`` is moved aside first and removed only after the new one is in
+    place, so a crash at any point leaves at least one complete directory.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{os.getpid()}"
+        os.replace(path, old)
+    os.replace(tmp, path)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-empty line; errors name file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("file not found", path=path)
+    with path.open("r", encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"malformed JSON ({exc.msg} at column {exc.colno})",
+                                path=path, line=line_number) from None
+            if not isinstance(obj, dict):
+                raise DataError(f"expected a JSON object, got {type(obj).__name__}",
+                                path=path, line=line_number)
+            yield line_number, obj
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    return atomic_write_text(path, text)
+
+
+def fingerprint_files(paths: Iterable[str | Path], chunk_size: int = 1 << 20) -> str:
+    """SHA-256 over the contents (not the names or mtimes) of ``paths``, in the given order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with Path(path).open("rb") as handle:
+            while chunk := handle.read(chunk_size):
+                digest.update(chunk)
+        digest.update(b"\x00")
+    return digest.hexdigest()
+
+
+def fingerprint_json(obj: Any) -> str:
+    """Stable SHA-256 of a JSON-serialisable object (keys sorted)."""
+    payload = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
