@@ -1,0 +1,34 @@
+"""Shared fixtures.  Tiny checkpoints are built once per test session and reused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``tiny_checkpoint(arch="qwen2-vl", seed=0) -> Path`` of a saved tiny random checkpoint."""
+    built: dict[tuple[str, int], Path] = {}
+
+    def get(arch: str = "qwen2-vl", seed: int = 0) -> Path:
+        key = (arch, seed)
+        if key not in built:
+            from vis_embed.model.tiny import build_tiny_checkpoint
+
+            out_dir = tmp_path_factory.mktemp(f"tiny-{arch}-{seed}")
+            built[key] = Path(build_tiny_checkpoint(out_dir, arch=arch, seed=seed))
+        return built[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def shared_reference() -> Path:
+    """``../shared/reference`` beside the repository (published tables and peer score files)."""
+    path = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+    if not path.is_dir():
+        pytest.fail(f"shared reference data not found at {path}")
+    return path
