@@ -1,1 +1,37 @@
-"""data package."""
+"""Record formats, validation and loading for training and evaluation data.
+
+Formats are documented in docs/data.md.  Entry points::
+
+    from vis_embed.data import load_train_config, load_benchmark
+    cfg = load_train_config("train.yaml")   # TrainDataConfig, every row validated
+    bench = load_benchmark("benchmark.yaml")  # Benchmark; spec.load_candidates() / load_gallery()
+"""
+
+from __future__ import annotations
+
+from vis_embed.data.benchmark import (
+    LAYOUTS,
+    Benchmark,
+    CandidateQuery,
+    EvalDatasetSpec,
+    GalleryData,
+    GalleryRow,
+    load_benchmark,
+    load_candidates,
+    load_gallery,
+)
+from vis_embed.data.tables import read_table, write_table
+from vis_embed.data.train import (
+    KINDS,
+    DatasetArrays,
+    TrainDataConfig,
+    TrainDataset,
+    crop_image,
+    load_train_config,
+)
+
+__all__ = [
+    "KINDS", "LAYOUTS", "Benchmark", "CandidateQuery", "DatasetArrays", "EvalDatasetSpec",
+    "GalleryData", "GalleryRow", "TrainDataConfig", "TrainDataset", "crop_image", "load_benchmark",
+    "load_candidates", "load_gallery", "load_train_config", "read_table", "write_table",
+]

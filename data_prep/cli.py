@@ -1,0 +1,188 @@
+"""``vis-embed prep``: convert MMEB files and identity collections, re-sample and split.
+
+Sub-commands::
+
+    vis-embed prep mmeb-train SRC... --out DIR [--image-root DIR] [--split original]
+    vis-embed prep mmeb-eval SRC... --out DIR [--image-root DIR]
+    vis-embed prep identity-folder ROOT --out FILE.jsonl [--config train.yaml --name N]
+    vis-embed prep identity-csv CSV --out FILE.jsonl [--image-root DIR] [--config ...]
+    vis-embed prep resample SRC OUT_DIR [--max-identities 7500 --max-images-per-identity 4]
+                                        (alias: split)
+    vis-embed prep check train.yaml benchmark.yaml   (validate everything, print a summary)
+Each writes a JSON report next to its output and prints a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vis_embed.errors import DataError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="prep_command", metavar="SUBCOMMAND", required=True)
+
+    mmeb_train = sub.add_parser("mmeb-train", help="MMEB-train parquet/JSONL -> pairs files + train.yaml")
+    mmeb_eval = sub.add_parser("mmeb-eval", help="MMEB-eval parquet/JSONL -> candidates files + benchmark.yaml")
+    for command in (mmeb_train, mmeb_eval):
+        command.add_argument("sources", nargs="+", type=Path,
+                             help="data files, dataset folders, or a folder of dataset folders")
+        command.add_argument("--out", type=Path, required=True, help="output folder")
+        command.add_argument("--image-root", type=Path, default=None,
+                             help="folder the image paths are relative to (default: each source's folder)")
+        command.add_argument("--split", default=None,
+                             help="shard prefix to use when a folder holds several (e.g. original, "
+                                  "diverse_instruction, test)")
+        command.add_argument("--format", dest="file_format", choices=("jsonl", "parquet"), default="jsonl")
+        command.add_argument("--no-check-images", dest="check_images", action="store_false",
+                             help="do not count missing image files")
+    mmeb_eval.add_argument("--benchmark-name", default="mmeb")
+    mmeb_eval.add_argument("--meta-task", default=None, help="for a dataset outside the MMEB-36 taxonomy")
+    mmeb_eval.add_argument("--eval-split", choices=("IND", "OOD"), default=None,
+                           help="for a dataset outside the MMEB-36 taxonomy")
+
+    folder = sub.add_parser("identity-folder", help="ROOT/<identity>/*.jpg -> identity rows")
+    folder.add_argument("root", type=Path)
+    csv_cmd = sub.add_parser("identity-csv", help="CSV (path, identity[, id, text, bbox]) -> identity rows")
+    csv_cmd.add_argument("csv", type=Path)
+    csv_cmd.add_argument("--image-root", type=Path, default=None,
+                         help="folder the CSV paths are relative to (default: the CSV's folder)")
+    for command in (folder, csv_cmd):
+        command.add_argument("--out", type=Path, required=True, help="output .jsonl or .parquet file")
+        command.add_argument("--config", type=Path, default=None,
+                             help="also add/replace this dataset in a training data config YAML")
+        command.add_argument("--name", default=None, help="dataset name in --config (default: output stem)")
+        command.add_argument("--query-instruction", default=None)
+        command.add_argument("--candidate-instruction", default=None)
+        command.add_argument("--identity-namespace", default=None)
+
+    check = sub.add_parser("check", help="validate a training data config or benchmark manifest and "
+                                         "print what it holds")
+    check.add_argument("yaml_files", nargs="+", type=Path)
+    check.add_argument("--no-check-images", dest="check_images", action="store_false")
+
+    for name in ("resample", "split"):
+        resample = sub.add_parser(name, help="cap identities/images, drop single-instance identities, "
+                                             "identity-disjoint train/eval split")
+        resample.add_argument("source", type=Path, help="identity (or pairs) .jsonl/.parquet file")
+        resample.add_argument("out_dir", type=Path)
+        resample.add_argument("--eval-fraction", type=float, default=0.1)
+        resample.add_argument("--max-identities", type=int, default=None, help="cap on training identities")
+        resample.add_argument("--max-images-per-identity", type=int, default=None,
+                              help="cap on training rows per identity")
+        resample.add_argument("--max-eval-identities", type=int, default=None)
+        resample.add_argument("--min-identities", type=int, default=10,
+                              help="below this, fall back to a sample-level split (reported)")
+        resample.add_argument("--seed", type=int, default=0)
+        resample.add_argument("--format", dest="file_format", choices=("jsonl", "parquet"), default=None)
+        resample.add_argument("--image-root", type=Path, default=None,
+                              help="folder the rows' image paths are relative to (default: the source's folder)")
+        resample.add_argument("--name", default=None, help="dataset name in the written YAMLs (default: source stem)")
+        resample.add_argument("--meta-task", default="ID-Rec", help="meta-task of the eval gallery dataset")
+
+
+def _add_to_train_config(config_path: Path, entry: dict[str, Any]) -> None:
+    """Add ``entry`` to a data config (replacing a dataset of the same name); create it if absent."""
+    from data_prep.common import write_yaml
+
+    doc: dict[str, Any] = {"datasets": []}
+    if config_path.is_file():
+        doc = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {"datasets": []}
+        if not isinstance(doc.get("datasets"), list):
+            raise DataError("expected a 'datasets' list", path=config_path, field="datasets")
+    doc["datasets"] = [d for d in doc["datasets"] if d.get("name") != entry["name"]] + [entry]
+    write_yaml(config_path, doc)
+
+
+def _identity_entry(args: argparse.Namespace) -> dict[str, Any]:
+    from data_prep.common import relative_to
+
+    entry: dict[str, Any] = {"name": args.name or args.out.stem, "kind": "identity",
+                             "path": relative_to(args.out, args.config.parent)}
+    for key in ("query_instruction", "candidate_instruction", "identity_namespace"):
+        if getattr(args, key) is not None:
+            entry[key] = getattr(args, key)
+    return entry
+
+
+def _check(yaml_path: Path, check_images: bool) -> None:
+    """Load ``yaml_path`` fully (a manifest has a top-level ``name``) and print a summary."""
+    from vis_embed.data import load_benchmark, load_train_config
+
+    doc = yaml.safe_load(yaml_path.read_text(encoding="utf-8")) if yaml_path.is_file() else None
+    if isinstance(doc, dict) and "name" in doc:
+        bench = load_benchmark(yaml_path)
+        print(f"{yaml_path}: benchmark {bench.name!r}, {len(bench.datasets)} dataset(s)")
+        for spec in bench.datasets:
+            if spec.layout == "candidates":
+                rows = spec.load_candidates(check_images=check_images)
+                detail = f"{len(rows)} queries, {sum(len(q.candidates) for q in rows)} candidates"
+            elif spec.layout == "gallery":
+                data = spec.load_gallery(check_images=check_images)
+                detail = f"{len(data.queries)} queries, {len(data.gallery)} gallery rows"
+            else:
+                detail = "manifest entry valid (rows are parsed by the evaluation protocol)"
+            print(f"  {spec.name}: {spec.benchmark}/{spec.meta_task}/{spec.split} {spec.layout}: {detail}")
+        return
+    cfg = load_train_config(yaml_path, check_images=check_images)
+    print(f"{yaml_path}: {len(cfg.datasets)} training dataset(s), fingerprint {cfg.fingerprint()[:12]}")
+    for ds in cfg.datasets:
+        arrays = ds.arrays()
+        print(f"  {ds.name}: {ds.kind}, {len(ds)} rows, {len(arrays.identity_keys)} identities, "
+              f"{len(arrays.hard_negative_indices)} hard-negative links, weight {ds.weight:g}")
+
+
+def run(args: argparse.Namespace) -> int:
+    command = args.prep_command
+    if command == "check":
+        for yaml_path in args.yaml_files:
+            _check(yaml_path, args.check_images)
+        return 0
+    if command in ("mmeb-train", "mmeb-eval"):
+        from data_prep.mmeb import convert_mmeb_eval, convert_mmeb_train
+
+        common = dict(image_root=args.image_root, split=args.split, file_format=args.file_format,
+                      check_images=args.check_images)
+        if command == "mmeb-train":
+            report = convert_mmeb_train(args.sources, args.out, **common)
+            print(f"wrote {len(report['datasets'])} pairs dataset(s), {report['rows']} rows, "
+                  f"{report['negatives_kept_unlinked']} unlinked negatives kept, "
+                  f"{report['missing_images']} missing images -> {args.out / 'train.yaml'}")
+        else:
+            report = convert_mmeb_eval(args.sources, args.out, benchmark_name=args.benchmark_name,
+                                       meta_task=args.meta_task, eval_split=args.eval_split, **common)
+            print(f"wrote {len(report['datasets'])} candidates dataset(s), "
+                  f"{report['missing_images']} missing images -> {args.out / 'benchmark.yaml'}")
+        return 0
+    if command in ("identity-folder", "identity-csv"):
+        from data_prep.identities import convert_identity_csv, convert_identity_folder
+
+        if command == "identity-folder":
+            report = convert_identity_folder(args.root, args.out)
+        else:
+            report = convert_identity_csv(args.csv, args.out, image_root=args.image_root)
+        if args.config is not None:
+            _add_to_train_config(args.config, _identity_entry(args))
+        print(f"wrote {report['rows']} rows, {report['identities']} identities "
+              f"({report['single_instance_identities']} with a single image) -> {args.out}")
+        if report["single_instance_identities"]:
+            print("note: training refuses single-instance identities; run `vis-embed prep resample`")
+        return 0
+    from data_prep.resample import ResampleOptions, resample_file
+
+    options = ResampleOptions(eval_fraction=args.eval_fraction, max_identities=args.max_identities,
+                              max_images_per_identity=args.max_images_per_identity,
+                              max_eval_identities=args.max_eval_identities,
+                              min_identities=args.min_identities, seed=args.seed)
+    report = resample_file(args.source, args.out_dir, options, file_format=args.file_format,
+                           image_root=args.image_root, name=args.name, meta_task=args.meta_task)
+    print(json.dumps({k: report[k] for k in ("split_mode", "train", "eval",
+                                             "dropped_single_instance_identities")}))
+    if report["fallback_reason"]:
+        print(f"warning: {report['fallback_reason']}")
+    return 0

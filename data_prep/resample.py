@@ -1,0 +1,211 @@
+"""Identity-aware re-sampling and train/eval splitting of ``identity`` (or ``pairs``) rows.
+
+Order of operations (all random choices from one ``random.Random(seed)`` over sorted
+identity names, so the output depends only on the rows and the seed):
+
+1. group rows by identity (``pairs`` rows without identity are groups of one);
+2. ``identity`` rows: drop identities with a single instance -- an anchor needs another
+   row of its identity as positive, and an eval query needs a second instance to find;
+3. split: **identity-disjoint** (``eval_fraction`` of the identities go to eval) when at
+   least ``min_identities`` identities remain; otherwise fall back to a **sample-level**
+   split (each identity keeps >= 2 rows on each side it appears on, so identities are
+   shared) and say so in the report;
+4. cap the training split: at most ``max_identities`` identities and
+   ``max_images_per_identity`` rows per identity (the paper: 7.5K x <= 4 from GLDv2);
+   ``max_eval_identities`` caps the eval split;
+5. hard negatives pointing to a row not in the same output file are removed (counted).
+
+Rows keep their input order in the outputs.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from data_prep.common import relative_to, write_report, write_yaml
+from vis_embed.data.tables import read_table, write_table
+from vis_embed.errors import DataError
+
+
+@dataclass(frozen=True)
+class ResampleOptions:
+    eval_fraction: float = 0.1
+    max_identities: int | None = None
+    max_images_per_identity: int | None = None
+    max_eval_identities: int | None = None
+    min_identities: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.eval_fraction < 1:
+            raise DataError(f"eval_fraction must be in [0, 1), got {self.eval_fraction}", field="eval_fraction")
+        for name in ("max_identities", "max_images_per_identity", "max_eval_identities"):
+            value = getattr(self, name)
+            if value is not None and value < (2 if name == "max_images_per_identity" else 1):
+                raise DataError(f"{name} is too small ({value})", field=name)
+
+
+def _group_key(row: dict[str, Any], kind: str) -> str:
+    identity = row.get("identity")
+    if kind == "pairs" and identity is None:
+        return "\x00row:" + row["id"]  # cannot collide with a real identity string
+    return identity
+
+
+def _detect_kind(rows: list[dict[str, Any]]) -> str:
+    return "pairs" if rows and "query" in rows[0] else "identity"
+
+
+def _identity_split(groups: dict[str, list[int]], options: ResampleOptions, rng: random.Random
+                    ) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    names = sorted(groups)
+    rng.shuffle(names)
+    n_eval = max(1, round(options.eval_fraction * len(names))) if options.eval_fraction > 0 else 0
+    eval_names, train_names = names[:n_eval], names[n_eval:]
+    return {n: groups[n] for n in train_names}, {n: groups[n] for n in eval_names}
+
+
+def _sample_split(groups: dict[str, list[int]], options: ResampleOptions, rng: random.Random,
+                  min_rows: int) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    train: dict[str, list[int]] = {}
+    evaluation: dict[str, list[int]] = {}
+    for name in sorted(groups):
+        positions = list(groups[name])
+        rng.shuffle(positions)
+        n_eval = max(min_rows, round(options.eval_fraction * len(positions))) if options.eval_fraction > 0 else 0
+        if n_eval and len(positions) - n_eval >= min_rows:
+            evaluation[name] = positions[:n_eval]
+            train[name] = positions[n_eval:]
+        else:
+            train[name] = positions
+    return train, evaluation
+
+
+def _cap(groups: dict[str, list[int]], max_groups: int | None, max_rows: int | None,
+         rng: random.Random) -> tuple[dict[str, list[int]], int]:
+    """Keep at most ``max_groups`` groups and ``max_rows`` rows per group; return dropped-row count."""
+    before = sum(len(v) for v in groups.values())
+    names = sorted(groups)
+    if max_groups is not None and len(names) > max_groups:
+        names = sorted(rng.sample(names, max_groups))
+    capped = {}
+    for name in names:
+        positions = sorted(groups[name])
+        if max_rows is not None and len(positions) > max_rows:
+            positions = sorted(rng.sample(positions, max_rows))
+        capped[name] = positions
+    return capped, before - sum(len(v) for v in capped.values())
+
+
+def _materialise(rows: list[dict[str, Any]], groups: dict[str, list[int]]) -> tuple[list[dict[str, Any]], int]:
+    """Rows of ``groups`` in input order, with hard negatives restricted to this output."""
+    positions = sorted(p for members in groups.values() for p in members)
+    kept_ids = {rows[p]["id"] for p in positions}
+    removed = 0
+    out = []
+    for p in positions:
+        row = dict(rows[p])
+        if "hard_negatives" in row:
+            negatives = [n for n in row["hard_negatives"] if n in kept_ids]
+            removed += len(row["hard_negatives"]) - len(negatives)
+            if negatives:
+                row["hard_negatives"] = negatives
+            else:
+                del row["hard_negatives"]
+        out.append(row)
+    return out, removed
+
+
+def _side_summary(rows: list[dict[str, Any]], groups: dict[str, list[int]]) -> dict[str, int]:
+    return {"rows": len(rows), "identities": len(groups)}
+
+
+def resample_rows(rows: list[dict[str, Any]], options: ResampleOptions = ResampleOptions()
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Return ``(train_rows, eval_rows, report)``; see the module docstring for the rules."""
+    kind = _detect_kind(rows)
+    rng = random.Random(options.seed)
+    groups: dict[str, list[int]] = defaultdict(list)
+    for position, row in enumerate(rows):
+        if "id" not in row or (kind == "identity" and "identity" not in row):
+            raise DataError(f"row {position + 1} lacks 'id'" + (" or 'identity'" if kind == "identity" else ""),
+                            line=position + 1)
+        groups[_group_key(row, kind)].append(position)
+    min_rows = 2 if kind == "identity" else 1
+    singles = [name for name, members in groups.items() if len(members) < min_rows]
+    eligible = {name: members for name, members in groups.items() if len(members) >= min_rows}
+
+    fallback_reason = None
+    if options.eval_fraction > 0 and len(eligible) < options.min_identities:
+        fallback_reason = (f"only {len(eligible)} identities with >= {min_rows} instances (< min_identities="
+                           f"{options.min_identities}): fell back to a sample-level split, so train and eval "
+                           "SHARE identities and eval measures generalisation to new images of known "
+                           "identities, not to new identities")
+        train_groups, eval_groups = _sample_split(eligible, options, rng, min_rows)
+    else:
+        train_groups, eval_groups = _identity_split(eligible, options, rng)
+    train_groups, capped_train_rows = _cap(train_groups, options.max_identities,
+                                           options.max_images_per_identity, rng)
+    eval_groups, capped_eval_rows = _cap(eval_groups, options.max_eval_identities, None, rng)
+    train_rows, removed_train = _materialise(rows, train_groups)
+    eval_rows, removed_eval = _materialise(rows, eval_groups)
+
+    shared = sorted(set(train_groups) & set(eval_groups))
+    report = {
+        "kind": kind,
+        "options": asdict(options),
+        "split_mode": "sample" if fallback_reason else "identity",
+        "fallback_reason": fallback_reason,
+        "input": {"rows": len(rows), "identities": len(groups)},
+        "dropped_single_instance_identities": len(singles) if kind == "identity" else 0,
+        "dropped_single_instance_rows": len(singles) if kind == "identity" else 0,
+        "capped_rows": {"train": capped_train_rows, "eval": capped_eval_rows},
+        "hard_negative_refs_removed": removed_train + removed_eval,
+        "train": _side_summary(train_rows, train_groups),
+        "eval": _side_summary(eval_rows, eval_groups),
+        "identities_in_both_splits": len(shared),
+    }
+    if fallback_reason is None and shared:  # the invariant this module exists for
+        raise AssertionError(f"identity split leaked identities: {shared[:5]}")
+    return train_rows, eval_rows, report
+
+
+def resample_file(source: str | Path, out_dir: str | Path, options: ResampleOptions = ResampleOptions(),
+                  file_format: str | None = None, *, image_root: str | Path | None = None,
+                  name: str | None = None, meta_task: str = "ID-Rec") -> dict[str, Any]:
+    """Split ``source`` into ``OUT/train.<fmt>`` and ``OUT/eval.<fmt>`` and write
+
+    * ``OUT/train.yaml``: a data config with the training split (dataset ``name``, default
+      the source's stem; kind from the rows);
+    * ``OUT/benchmark.yaml`` (identity rows with an eval split): a ``gallery`` dataset whose
+      queries and gallery are both the eval file (self-matches are excluded), benchmark
+      ``other``, meta-task ``meta_task``, split ``IND`` (its training split is trained on);
+    * ``OUT/resample_report.json``.
+
+    Image paths in the rows are copied unchanged; both YAMLs set ``image_root`` to
+    ``image_root`` (default: the source's folder, the source's own default).
+    """
+    source, out_dir = Path(source), Path(out_dir)
+    name = name or source.stem
+    root = relative_to(Path(image_root) if image_root is not None else source.parent, out_dir)
+    suffix = f".{file_format}" if file_format else source.suffix
+    rows = [row for _, row in read_table(source)]
+    train_rows, eval_rows, report = resample_rows(rows, options)
+    report["source"] = str(source)
+    if not train_rows:
+        raise DataError("no training rows left after re-sampling", path=source)
+    report["train"]["path"] = str(write_table(out_dir / f"train{suffix}", train_rows))
+    write_yaml(out_dir / "train.yaml", {"datasets": [
+        {"name": name, "kind": report["kind"], "path": f"train{suffix}", "image_root": root}]})
+    if eval_rows:
+        report["eval"]["path"] = str(write_table(out_dir / f"eval{suffix}", eval_rows))
+        if report["kind"] == "identity":
+            write_yaml(out_dir / "benchmark.yaml", {"name": name, "datasets": [
+                {"name": name, "benchmark": "other", "meta_task": meta_task, "split": "IND", "layout": "gallery",
+                 "queries": f"eval{suffix}", "gallery": f"eval{suffix}", "image_root": root}]})
+    write_report(out_dir / "resample_report.json", report)
+    return report

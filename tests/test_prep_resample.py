@@ -1,0 +1,136 @@
+"""Identity-aware re-sampling and splitting: disjointness, caps, fallback, determinism."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from data_prep.resample import ResampleOptions, resample_file, resample_rows
+from vis_embed.cli import main as cli_main
+from vis_embed.data import write_table
+from vis_embed.errors import DataError
+
+
+def _rows(n_identities: int, sizes=(1, 2, 3, 5, 8)) -> list[dict]:
+    rows = []
+    for k in range(n_identities):
+        for j in range(sizes[k % len(sizes)]):
+            rows.append({"id": f"i{k}-{j}", "image": f"i{k}/{j}.jpg", "identity": f"id{k}"})
+    rows[1]["hard_negatives"] = [rows[-1]["id"], rows[-2]["id"]]
+    return rows
+
+
+def test_identity_split_is_disjoint_and_capped() -> None:
+    rows = _rows(200)
+    options = ResampleOptions(eval_fraction=0.2, max_identities=50, max_images_per_identity=4, seed=3)
+    train, evaluation, report = resample_rows(rows, options)
+    train_ids = {r["identity"] for r in train}
+    eval_ids = {r["identity"] for r in evaluation}
+    assert not train_ids & eval_ids and report["split_mode"] == "identity"
+    assert report["dropped_single_instance_identities"] == 40  # sizes cycle: one in five has 1 image
+    assert len(train_ids) == 50 and max(Counter(r["identity"] for r in train).values()) == 4
+    assert min(Counter(r["identity"] for r in train).values()) >= 2
+    assert min(Counter(r["identity"] for r in evaluation).values()) >= 2
+    assert len(eval_ids) == round(0.2 * 160) and report["identities_in_both_splits"] == 0
+    # input order is kept; hard negatives only point inside their own output
+    order = {r["id"]: k for k, r in enumerate(rows)}
+    assert [order[r["id"]] for r in train] == sorted(order[r["id"]] for r in train)
+    for side in (train, evaluation):
+        ids = {r["id"] for r in side}
+        assert all(n in ids for r in side for n in r.get("hard_negatives", []))
+
+
+def test_hard_negatives_crossing_the_split_are_pruned() -> None:
+    rows = [{"id": f"{k}-{j}", "image": f"{k}/{j}.jpg", "identity": str(k), "hard_negatives": [f"{(k + 1) % 20}-0"]}
+            for k in range(20) for j in range(3)]
+    train, evaluation, report = resample_rows(rows, ResampleOptions(eval_fraction=0.3))
+    side_of = {r["id"]: name for name, side in (("train", train), ("eval", evaluation)) for r in side}
+    crossing = sum(side_of[r["id"]] != side_of[r["hard_negatives"][0]] for r in rows)
+    assert crossing > 0 and report["hard_negative_refs_removed"] == crossing
+    kept = sum(len(r.get("hard_negatives", [])) for r in train + evaluation)
+    assert kept == len(rows) - crossing
+
+
+def test_same_seed_same_output_and_seed_matters() -> None:
+    rows = _rows(100)
+    first = resample_rows(rows, ResampleOptions(seed=1, max_images_per_identity=2))
+    assert resample_rows(rows, ResampleOptions(seed=1, max_images_per_identity=2)) == first
+    other = resample_rows(rows, ResampleOptions(seed=2, max_images_per_identity=2))
+    assert other[1] != first[1]
+
+
+def test_fallback_to_sample_split_is_reported(tmp_path: Path) -> None:
+    rows = [{"id": f"{k}-{j}", "image": f"{k}/{j}.jpg", "identity": str(k)} for k in range(3) for j in range(10)]
+    write_table(tmp_path / "few.jsonl", rows)
+    report = resample_file(tmp_path / "few.jsonl", tmp_path / "out",
+                           ResampleOptions(eval_fraction=0.3, min_identities=10))
+    assert report["split_mode"] == "sample" and "SHARE identities" in report["fallback_reason"]
+    saved = json.loads((tmp_path / "out" / "resample_report.json").read_text())
+    assert saved["fallback_reason"] == report["fallback_reason"]
+    train = [json.loads(line) for line in (tmp_path / "out" / "train.jsonl").read_text().splitlines()]
+    evaluation = [json.loads(line) for line in (tmp_path / "out" / "eval.jsonl").read_text().splitlines()]
+    assert {r["id"] for r in train}.isdisjoint(r["id"] for r in evaluation)  # no image in both
+    assert Counter(r["identity"] for r in evaluation) == {"0": 3, "1": 3, "2": 3}
+    assert len(train) == 21
+
+
+def test_outputs_load_as_train_config_and_gallery(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from PIL import Image
+
+    from vis_embed.data import load_benchmark, load_train_config
+
+    rows = _rows(30, sizes=(3,))
+    for row in rows:
+        (tmp_path / "src" / row["image"]).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (2, 2)).save(tmp_path / "src" / row["image"])
+    write_table(tmp_path / "src" / "objects.jsonl", rows)
+    report = resample_file(tmp_path / "src" / "objects.jsonl", tmp_path / "split", ResampleOptions(eval_fraction=0.2))
+    train = load_train_config(tmp_path / "split" / "train.yaml").dataset("objects")
+    spec = load_benchmark(tmp_path / "split" / "benchmark.yaml").dataset("objects")
+    gallery = spec.load_gallery()
+    assert (spec.layout, spec.benchmark, spec.meta_task) == ("gallery", "other", "ID-Rec")
+    assert len(gallery.queries) == report["eval"]["rows"] == 18 and len(train) == 72
+    assert {r["identity"] for r in train.records}.isdisjoint(q.identity for q in gallery.queries)
+    assert train.positive_item(train.records[0])["image"].startswith(str(tmp_path / "src"))
+    # `prep check` validates both files and summarises them
+    assert cli_main(["prep", "check", str(tmp_path / "split" / "train.yaml"),
+                     str(tmp_path / "split" / "benchmark.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "objects: identity, 72 rows, 24 identities" in out and "18 queries, 18 gallery rows" in out
+    (tmp_path / "src" / rows[0]["image"]).unlink()
+    assert cli_main(["prep", "check", str(tmp_path / "split" / "train.yaml"),
+                     str(tmp_path / "split" / "benchmark.yaml")]) == 2
+    assert "image file not found" in capsys.readouterr().err
+
+
+def test_pairs_rows_keep_rows_without_identity() -> None:
+    rows = [{"id": str(k), "query": {"text": f"q{k}"}, "positive": {"text": f"p{k}"}} for k in range(40)]
+    rows += [{"id": f"x{k}", "query": {"text": "q"}, "positive": {"text": "p"}, "identity": "shared"}
+             for k in range(3)]
+    train, evaluation, report = resample_rows(rows, ResampleOptions(eval_fraction=0.25))
+    assert report["kind"] == "pairs" and report["dropped_single_instance_rows"] == 0
+    assert len(train) + len(evaluation) == 43
+    shared_sides = {("train" if r in train else "eval") for r in rows if r.get("identity") == "shared"}
+    assert len(shared_sides) == 1
+
+
+def test_bad_options_and_rows() -> None:
+    with pytest.raises(DataError, match="eval_fraction"):
+        ResampleOptions(eval_fraction=1.5)
+    with pytest.raises(DataError, match="max_images_per_identity"):
+        ResampleOptions(max_images_per_identity=1)
+    with pytest.raises(DataError, match="lacks 'id' or 'identity'"):
+        resample_rows([{"id": "a", "image": "a.jpg"}])
+
+
+def test_prep_split_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_table(tmp_path / "rows.parquet", _rows(60))
+    code = cli_main(["prep", "split", str(tmp_path / "rows.parquet"), str(tmp_path / "out"),
+                     "--max-identities", "10", "--max-images-per-identity", "3", "--seed", "5"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert out["split_mode"] == "identity" and out["train"]["identities"] == 10
+    assert (tmp_path / "out" / "train.parquet").is_file() and (tmp_path / "out" / "eval.parquet").is_file()

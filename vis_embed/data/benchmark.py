@@ -1,0 +1,364 @@
+"""Evaluation data: the benchmark manifest YAML and the ``candidates`` / ``gallery`` layouts.
+
+``load_benchmark`` validates the manifest (keys, vocabularies, that files exist) without
+reading the data files; ``EvalDatasetSpec.load_candidates()`` / ``.load_gallery()`` read
+and validate the rows of the two layouts this package owns.  The peer-protocol layouts
+(2afc, nearid, pair_ap, asym_recall, human_corr) are parsed by vis_embed.evaluation; their
+extra manifest keys are kept in ``EvalDatasetSpec.options``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vis_embed.data.records import (
+    ITEM_KEYS,
+    ImageChecker,
+    Item,
+    RowContext,
+    check_item,
+    require_str,
+    resolve_image,
+)
+from vis_embed.data.tables import TABLE_SUFFIXES, read_table
+from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
+from vis_embed.errors import DataError
+from vis_embed.io import fingerprint_files, fingerprint_json
+from vis_embed.evaluation.taxonomy import (
+    BENCHMARKS,
+    MMEB_DATASETS,
+    MMEB_META_TASKS,
+    MVEB_META_TASKS,
+    SPLITS,
+    benchmark_of_meta_task,
+)
+
+LAYOUTS: tuple[str, ...] = ("candidates", "gallery", "2afc", "nearid", "pair_ap", "asym_recall",
+                            "human_corr")
+PEER_LAYOUTS: frozenset[str] = frozenset(LAYOUTS) - {"candidates", "gallery"}
+BENCHMARK_CHOICES: tuple[str, ...] = (*BENCHMARKS, "other")
+
+_MANIFEST_KEYS = ("name", "datasets", "description")
+_STRING_KEYS = ("name", "benchmark", "meta_task", "split", "layout", "path", "queries", "gallery",
+                "image_root")
+_OPTIONAL_TEXT_KEYS = ("query_instruction", "candidate_instruction")
+_ENTRY_KEYS = (*_STRING_KEYS, *_OPTIONAL_TEXT_KEYS, "options")
+
+
+@dataclass(frozen=True)
+class CandidateQuery:
+    """One query of a ``candidates`` dataset; ``candidates[0]`` is the positive."""
+
+    id: str
+    query: Item
+    candidates: list[Item]
+    line: int
+
+
+@dataclass(frozen=True)
+class GalleryRow:
+    id: str
+    image: str           # absolute path or URL
+    identity: str
+    text: str | None
+    line: int
+
+    def item(self) -> Item:
+        return {"image": self.image, "text": self.text}
+
+
+@dataclass(frozen=True)
+class GalleryData:
+    """Queries and gallery of a ``gallery`` dataset (the two files may be the same file)."""
+
+    queries: list[GalleryRow]
+    gallery: list[GalleryRow]
+
+    def excluded(self) -> list[list[int]]:
+        """For each query, the gallery positions to skip: same id or same resolved image file."""
+        by_id: dict[str, list[int]] = defaultdict(list)
+        by_image: dict[str, list[int]] = defaultdict(list)
+        for position, row in enumerate(self.gallery):
+            by_id[row.id].append(position)
+            by_image[row.image].append(position)
+        return [sorted(set(by_id.get(q.id, ())) | set(by_image.get(q.image, ())))
+                for q in self.queries]
+
+
+@dataclass(frozen=True)
+class EvalDatasetSpec:
+    """One dataset entry of a benchmark manifest, with paths resolved to absolute ones."""
+
+    name: str
+    benchmark: str
+    meta_task: str
+    split: str
+    layout: str
+    manifest_path: Path
+    line: int
+    path: Path | None = None
+    queries: Path | None = None
+    gallery: Path | None = None
+    image_root: Path | None = None
+    query_instruction: str | None = None
+    candidate_instruction: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def load_candidates(self, *, check_images: bool = True) -> list[CandidateQuery]:
+        if self.layout != "candidates":
+            raise DataError(f"dataset {self.name!r} has layout {self.layout!r}, not 'candidates'",
+                            path=self.manifest_path, line=self.line, field="layout")
+        return load_candidates(self.path, self.image_root, check_images=check_images)
+
+    def load_gallery(self, *, check_images: bool = True) -> GalleryData:
+        if self.layout != "gallery":
+            raise DataError(f"dataset {self.name!r} has layout {self.layout!r}, not 'gallery'",
+                            path=self.manifest_path, line=self.line, field="layout")
+        return load_gallery(self.queries, self.gallery, self.image_root, check_images=check_images)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    path: Path
+    datasets: list[EvalDatasetSpec]
+    description: str | None = None
+
+    def fingerprint(self) -> str:
+        """SHA-256 over the manifest and every data file it names (not image files)."""
+        files = [self.path]
+        for spec in self.datasets:
+            for data_path in (spec.path, spec.queries, spec.gallery):
+                if data_path is not None:
+                    files.extend(sorted(p for p in data_path.rglob("*") if p.is_file())
+                                 if data_path.is_dir() else [data_path])
+        return fingerprint_json([fingerprint_files([f]) for f in files])
+
+    def dataset(self, name: str) -> EvalDatasetSpec:
+        for spec in self.datasets:
+            if spec.name == name:
+                return spec
+        raise KeyError(f"no dataset named {name!r} in {self.path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifest
+
+
+def load_benchmark(manifest_path: str | Path) -> Benchmark:
+    """Read and validate a benchmark manifest; raises ``DataError`` naming file, line and key."""
+    manifest_path = Path(manifest_path).resolve()
+    doc = load_yaml_with_lines(manifest_path)
+    if not isinstance(doc, LineDict):
+        raise DataError("expected a mapping with 'name' and 'datasets'", path=manifest_path, line=1)
+    for key in doc:
+        if key not in _MANIFEST_KEYS:
+            raise DataError(f"unknown key (allowed: {', '.join(_MANIFEST_KEYS)})",
+                            path=manifest_path, line=doc.line_of(key), field=str(key))
+    name = doc.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise DataError("missing or empty benchmark name", path=manifest_path,
+                        line=doc.line_of("name"), field="name")
+    entries = doc.get("datasets")
+    if not isinstance(entries, list) or not entries:
+        raise DataError("'datasets' must be a non-empty list", path=manifest_path,
+                        line=doc.line_of("datasets"), field="datasets")
+    specs: list[EvalDatasetSpec] = []
+    for position, entry in enumerate(entries):
+        spec = _parse_eval_entry(entry, f"datasets[{position}]", manifest_path)
+        if any(other.name == spec.name for other in specs):
+            raise DataError(f"duplicate dataset name {spec.name!r}", path=manifest_path,
+                            line=spec.line, field=f"datasets[{position}].name")
+        specs.append(spec)
+    description = doc.get("description")
+    return Benchmark(name=name, path=manifest_path, datasets=specs,
+                     description=None if description is None else str(description))
+
+
+def _parse_eval_entry(entry: Any, where: str, manifest_path: Path) -> EvalDatasetSpec:
+    if not isinstance(entry, LineDict):
+        raise DataError("expected a mapping", path=manifest_path, field=where)
+
+    def fail(key: str, message: str) -> DataError:
+        return DataError(message, path=manifest_path, line=entry.line_of(key), field=f"{where}.{key}")
+
+    for key in ("name", "meta_task", "split", "layout"):
+        if key not in entry:
+            raise DataError("missing required key", path=manifest_path, line=entry.line,
+                            field=f"{where}.{key}")
+    layout = entry["layout"]
+    if layout not in LAYOUTS:
+        raise fail("layout", f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
+    options: dict[str, Any] = {}
+    for key, value in entry.items():
+        if key not in _ENTRY_KEYS:
+            if layout in PEER_LAYOUTS:  # protocol-specific keys, interpreted by vis_embed.evaluation
+                options[key] = value
+                continue
+            raise fail(key, f"unknown key for layout {layout!r} (allowed: {', '.join(_ENTRY_KEYS)}; "
+                            "put extra settings under 'options')")
+        if key in _STRING_KEYS and (not isinstance(value, str) or not value.strip()):
+            raise fail(key, f"expected a non-empty string, got {value!r:.60}")
+        if key in _OPTIONAL_TEXT_KEYS and value is not None and not isinstance(value, str):
+            raise fail(key, f"expected a string, got {type(value).__name__}")
+        if key == "options" and not isinstance(value, dict):
+            raise fail(key, "expected a mapping")
+    options.update(entry.get("options") or {})
+
+    meta_task, split = entry["meta_task"], entry["split"]
+    benchmark = entry.get("benchmark") or benchmark_of_meta_task(meta_task) or "other"
+    _check_taxonomy(entry["name"], benchmark, meta_task, split, fail)
+
+    base = manifest_path.parent
+    files = _required_files(layout)
+    for key in ("path", "queries", "gallery"):
+        if key in entry and key not in files:
+            raise fail(key, f"layout {layout!r} takes {' and '.join(files)}, not {key!r}")
+    resolved: dict[str, Path] = {}
+    for key in files:
+        if key not in entry:
+            raise DataError(f"layout {layout!r} requires {key!r}", path=manifest_path,
+                            line=entry.line, field=f"{where}.{key}")
+        resolved[key] = (base / entry[key]).resolve()
+        if not resolved[key].exists():
+            raise fail(key, f"file not found: {resolved[key]}")
+        if layout in ("candidates", "gallery") and resolved[key].suffix.lower() not in TABLE_SUFFIXES:
+            raise fail(key, "data files must be .jsonl or .parquet")
+    first_file = resolved[files[0]]
+    image_root = (base / entry["image_root"]).resolve() if "image_root" in entry else first_file.parent
+    return EvalDatasetSpec(
+        name=entry["name"], benchmark=benchmark, meta_task=meta_task, split=split, layout=layout,
+        manifest_path=manifest_path, line=entry.line, image_root=image_root,
+        query_instruction=entry.get("query_instruction"),
+        candidate_instruction=entry.get("candidate_instruction"), options=options, **resolved,
+    )
+
+
+def _required_files(layout: str) -> tuple[str, ...]:
+    return ("queries", "gallery") if layout == "gallery" else ("path",)
+
+
+def _check_taxonomy(name: str, benchmark: str, meta_task: str, split: str, fail: Any) -> None:
+    if benchmark not in BENCHMARK_CHOICES:
+        raise fail("benchmark", f"unknown benchmark {benchmark!r} (known: {', '.join(BENCHMARK_CHOICES)})")
+    if split not in SPLITS:
+        raise fail("split", f"unknown split {split!r} (known: {', '.join(SPLITS)})")
+    allowed = {"MMEB": MMEB_META_TASKS, "MVEB": MVEB_META_TASKS}.get(benchmark)
+    if allowed is not None and meta_task not in allowed:
+        raise fail("meta_task", f"meta-task {meta_task!r} is not one of {benchmark}'s: {', '.join(allowed)}")
+    if benchmark == "MMEB" and name in MMEB_DATASETS and MMEB_DATASETS[name] != (meta_task, split):
+        expected = MMEB_DATASETS[name]
+        raise fail("meta_task", f"MMEB dataset {name!r} is {expected[0]}/{expected[1]}, "
+                                f"not {meta_task}/{split}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows of the two layouts
+
+
+def _resolved_item(item: dict[str, Any], image_root: Path, field_name: str, ctx: RowContext,
+                   checker: ImageChecker, shared: dict[tuple[Any, Any], Item] | None = None) -> Item:
+    """The item with its image resolved; equal items share one dict via ``shared``."""
+    key = (item.get("image"), item.get("text"))
+    if shared is not None and key in shared:
+        return shared[key]
+    image = key[0]
+    if image is not None:
+        image = resolve_image(image_root, image)
+        checker.check(image, f"{field_name}.image", ctx)
+    resolved = {"image": image, "text": key[1]}
+    if shared is not None:
+        shared[key] = resolved
+    return resolved
+
+
+def load_candidates(path: str | Path, image_root: str | Path | None = None, *,
+                    check_images: bool = True) -> list[CandidateQuery]:
+    """Rows ``{"id", "query": item, "candidates": [item, ...]}``, positive first.
+
+    Equal candidate items (MMEB classification repeats the same 1000 labels for every query)
+    are returned as one shared dict, which cuts memory several-fold: treat items as read-only.
+    """
+    path = Path(path)
+    image_root = Path(image_root) if image_root is not None else path.parent
+    checker = ImageChecker(check_images)
+    queries: list[CandidateQuery] = []
+    seen: dict[str, int] = {}
+    shared: dict[tuple[Any, Any], Item] = {}
+    for line, row in read_table(path):
+        ctx = RowContext(path, line)
+        query_id = _unique_id(row, ctx, seen)
+        if "query" not in row:
+            raise ctx.error("query", "missing required field")
+        query = _resolved_item(check_item(row["query"], "query", ctx), image_root, "query", ctx, checker)
+        candidates = row.get("candidates")
+        if "candidates" not in row:
+            raise ctx.error("candidates", "missing required field")
+        if not isinstance(candidates, list) or not candidates:
+            raise ctx.error("candidates", "expected a non-empty list of items (positive first)")
+        items = [_candidate(candidate, k, image_root, ctx, checker, shared)
+                 for k, candidate in enumerate(candidates)]
+        queries.append(CandidateQuery(id=query_id, query=query, candidates=items, line=line))
+    if not queries:
+        raise DataError("data file has no rows", path=path)
+    return queries
+
+
+def _candidate(raw: Any, position: int, image_root: Path, ctx: RowContext, checker: ImageChecker,
+               shared: dict[tuple[Any, Any], Item]) -> Item:
+    if isinstance(raw, dict) and raw.keys() <= ITEM_KEYS:
+        key = (raw.get("image"), raw.get("text"))
+        if all(v is None or isinstance(v, str) for v in key) and key in shared:
+            return shared[key]  # an identical item was already validated
+    field_name = f"candidates[{position}]"
+    return _resolved_item(check_item(raw, field_name, ctx), image_root, field_name, ctx, checker, shared)
+
+
+def _unique_id(row: dict[str, Any], ctx: RowContext, seen: dict[str, int]) -> str:
+    row_id = require_str(row, "id", ctx)
+    if row_id in seen:
+        raise ctx.error("id", f"duplicate id {row_id!r} (first on line {seen[row_id]})")
+    seen[row_id] = ctx.line
+    return row_id  # type: ignore[return-value]
+
+
+def _read_gallery_rows(path: Path, image_root: Path, checker: ImageChecker) -> list[GalleryRow]:
+    rows: list[GalleryRow] = []
+    seen: dict[str, int] = {}
+    for line, row in read_table(path):
+        ctx = RowContext(path, line)
+        row_id = _unique_id(row, ctx, seen)
+        image = resolve_image(image_root, require_str(row, "image", ctx))  # type: ignore[arg-type]
+        checker.check(image, "image", ctx)
+        identity = require_str(row, "identity", ctx)
+        text = require_str(row, "text", ctx, optional=True)
+        rows.append(GalleryRow(id=row_id, image=image, identity=identity, text=text, line=line))  # type: ignore[arg-type]
+    if not rows:
+        raise DataError("data file has no rows", path=path)
+    return rows
+
+
+def load_gallery(queries_path: str | Path, gallery_path: str | Path,
+                 image_root: str | Path | None = None, *, check_images: bool = True) -> GalleryData:
+    """Rows ``{"id", "image", "identity", "text"?}`` in both files.
+
+    Every query must have at least one gallery row of its identity that is not excluded
+    (same id / same image file), otherwise its P@1 would be 0 whatever the model does.
+    """
+    queries_path, gallery_path = Path(queries_path), Path(gallery_path)
+    image_root = Path(image_root) if image_root is not None else queries_path.parent
+    checker = ImageChecker(check_images)
+    data = GalleryData(queries=_read_gallery_rows(queries_path, image_root, checker),
+                       gallery=_read_gallery_rows(gallery_path, image_root, checker))
+    by_identity: dict[str, set[int]] = defaultdict(set)
+    for position, row in enumerate(data.gallery):
+        by_identity[row.identity].add(position)
+    for query, excluded in zip(data.queries, data.excluded()):
+        if not by_identity.get(query.identity, set()) - set(excluded):
+            raise DataError(f"identity {query.identity!r} has no other instance in the gallery "
+                            f"{gallery_path.name}; this query can never be answered",
+                            path=queries_path, line=query.line, field="identity")
+    return data

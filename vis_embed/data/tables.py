@@ -1,0 +1,74 @@
+"""Reading and writing record files: JSONL or Parquet, chosen by the file suffix.
+
+Both formats yield the same rows: Parquet fills absent struct fields and columns with
+nulls, so keys whose value is ``None`` are dropped (at the top level and inside item
+dicts) -- a JSONL row and its Parquet round-trip compare equal.  For Parquet, the "line"
+reported in errors is the 1-based row number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from vis_embed.errors import DataError
+from vis_embed.io import atomic_path, read_jsonl, write_jsonl
+
+TABLE_SUFFIXES: tuple[str, ...] = (".jsonl", ".parquet")
+
+
+def _drop_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _drop_nulls(inner) for key, inner in value.items() if inner is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(inner) for inner in value]
+    return value
+
+
+def check_table_suffix(path: str | Path, field: str | None = None) -> None:
+    if Path(path).suffix.lower() not in TABLE_SUFFIXES:
+        raise DataError(f"unsupported file type {Path(path).suffix!r}; use .jsonl or .parquet",
+                        path=path, field=field)
+
+
+def read_table(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_or_row_number, row)`` from a ``.jsonl`` or ``.parquet`` file."""
+    path = Path(path)
+    check_table_suffix(path)
+    if not path.is_file():
+        raise DataError("file not found", path=path)
+    if path.suffix.lower() == ".jsonl":
+        for line_number, row in read_jsonl(path):
+            yield line_number, _drop_nulls(row)
+        return
+    import pyarrow.parquet as pq
+
+    try:
+        parquet_file = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise DataError(f"cannot read Parquet file ({exc})", path=path) from None
+    row_number = 0
+    for batch in parquet_file.iter_batches(batch_size=8192):
+        for row in batch.to_pylist():
+            row_number += 1
+            yield row_number, _drop_nulls(row)
+
+
+def write_table(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
+    """Atomically write ``rows`` as JSONL or Parquet according to the suffix of ``path``."""
+    path = Path(path)
+    check_table_suffix(path)
+    if path.suffix.lower() == ".jsonl":
+        return write_jsonl(path, rows)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = list(rows)
+    if not rows:
+        raise DataError("refusing to write an empty table", path=path)
+    # pa.array infers the struct type from *all* rows (Table.from_pylist uses the first only)
+    table = pa.Table.from_struct_array(pa.array(rows))
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    return path
