@@ -1,0 +1,354 @@
+"""Random draws of identities, near-identity look-alikes, contexts and edits.
+
+Everything random in the generator goes through a ``numpy.random.Generator`` passed in by
+the caller, so the whole benchmark is a function of ``--seed``.  Identity parameters (what
+an object *is*) and context parameters (where/how it is seen) are kept in separate dicts;
+the tests rely on that separation.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+from data_prep.synth.render import (
+    BACKGROUND_COLOURS, COLOUR_NEIGHBOURS, HAIR_COLOURS, OBJECT_COLOURS, PATTERN_NEIGHBOURS,
+    PATTERNS, RIM_COLOURS, SHAPE_NEIGHBOURS, SHAPES, SKIN_TONES, TEXTURES, TROUSER_COLOURS,
+    VEHICLE_BODIES, WINDOW_COLOURS,
+)
+
+Params = dict[str, Any]
+_FREQ_PATTERNS = ("stripes", "checker", "rings", "dots")
+
+
+def _pick(rng: np.random.Generator, options: Any, exclude: Any = ()) -> Any:
+    choices = [o for o in options if o not in exclude]
+    return choices[int(rng.integers(len(choices)))]
+
+
+def identity_signature(params: Params) -> str:
+    """Canonical string of the identity-defining parameters (for uniqueness checks)."""
+    return "|".join(f"{k}={params[k]}" for k in sorted(params) if k != "texture_seed")
+
+
+# ---------------------------------------------------------------------------------------------
+# Identities
+# ---------------------------------------------------------------------------------------------
+
+def _finish_object(params: Params) -> Params:
+    """Drop parameters that have no visible effect so equal-looking objects compare equal."""
+    if params["pattern"] == "solid":
+        params["secondary"] = None
+    if params["pattern"] not in _FREQ_PATTERNS:
+        params["pattern_freq"] = None
+    params["texture_seed"] = (zlib.crc32(identity_signature(params).encode()) & 0x7FFFFFFF
+                              if params["texture"] == "speckled" else None)
+    return params
+
+
+def sample_object(rng: np.random.Generator) -> Params:
+    primary = _pick(rng, OBJECT_COLOURS)
+    return _finish_object({
+        "shape": _pick(rng, SHAPES),
+        "pattern": _pick(rng, PATTERNS),
+        "primary": primary,
+        "secondary": _pick(rng, OBJECT_COLOURS, exclude=(primary,)),
+        "pattern_freq": int(rng.integers(2, 5)),
+        "texture": _pick(rng, TEXTURES),
+    })
+
+
+def sample_figure(rng: np.random.Generator) -> Params:
+    top = _pick(rng, OBJECT_COLOURS)
+    headwear = _pick(rng, ("none", "none", "hat"))
+    top_pattern = _pick(rng, ("solid", "stripes", "split", "logo"))
+    bag = _pick(rng, ("none", "backpack", "handbag"))
+    return {
+        "skin": _pick(rng, SKIN_TONES),
+        "headwear": headwear,
+        "hair": _pick(rng, HAIR_COLOURS) if headwear == "none" else None,
+        "hat_colour": _pick(rng, OBJECT_COLOURS) if headwear == "hat" else None,
+        "top": top,
+        "top_pattern": top_pattern,
+        "top_secondary": None if top_pattern == "solid" else _pick(rng, OBJECT_COLOURS, exclude=(top,)),
+        "sleeves": _pick(rng, ("long", "short")),
+        "bottom": _pick(rng, TROUSER_COLOURS),
+        "bottom_style": _pick(rng, ("trousers", "trousers", "shorts", "skirt")),
+        "bag": bag,
+        "bag_colour": None if bag == "none" else _pick(rng, OBJECT_COLOURS),
+    }
+
+
+def sample_vehicle(rng: np.random.Generator) -> Params:
+    body_colour = _pick(rng, OBJECT_COLOURS)
+    stripe = _pick(rng, ("none", "single", "double"))
+    return {
+        "body": _pick(rng, VEHICLE_BODIES),
+        "body_colour": body_colour,
+        "roof_colour": body_colour if rng.random() < 0.5 else _pick(rng, OBJECT_COLOURS, exclude=(body_colour,)),
+        "windows": _pick(rng, WINDOW_COLOURS),
+        "stripe": stripe,
+        "stripe_colour": None if stripe == "none" else _pick(rng, OBJECT_COLOURS, exclude=(body_colour,)),
+        "rims": _pick(rng, RIM_COLOURS),
+    }
+
+
+SAMPLERS = {"object": sample_object, "figure": sample_figure, "vehicle": sample_vehicle}
+# Attributes two identities of one evaluation gallery must differ in at least two of: keeps
+# held-out galleries about identities rather than about indistinguishable twins (look-alikes
+# are measured separately, by the NearID set).
+_DISTINCTNESS_KEYS = {
+    "object": ("shape", "pattern", "primary", "secondary"),
+    "figure": ("top", "top_pattern", "bottom", "bag", "hair", "hat_colour"),
+    "vehicle": ("body", "body_colour", "roof_colour", "stripe", "rims"),
+}
+
+
+def sample_identities(rng: np.random.Generator, family: str, count: int, taken: set[str],
+                      min_differences: int = 0, keep_apart: tuple[Params, ...] = ()) -> list[Params]:
+    """``count`` new identities whose signatures are not in ``taken`` (which is updated).
+
+    With ``min_differences`` > 0, every pair of the returned identities (and each of them and
+    every identity of ``keep_apart``) differs in at least that many of the family's main
+    attributes.
+    """
+    keys = _DISTINCTNESS_KEYS[family]
+    chosen: list[Params] = []
+    attempts = 0
+    while len(chosen) < count:
+        attempts += 1
+        if attempts > 200 * count + 1000:
+            raise RuntimeError(f"could not draw {count} distinct {family} identities")
+        params = SAMPLERS[family](rng)
+        signature = identity_signature(params)
+        if signature in taken:
+            continue
+        if min_differences and any(
+                sum(params[k] != other[k] for k in keys) < min_differences
+                for other in (*keep_apart, *chosen)):
+            continue
+        taken.add(signature)
+        chosen.append(params)
+    return chosen
+
+
+def make_lookalike(rng: np.random.Generator, family: str, anchor: Params,
+                   taken: set[str]) -> tuple[Params, str] | None:
+    """A near-identity distractor: ``anchor`` with exactly one identity attribute nudged.
+
+    Returns the new identity and the name of the changed attribute, or None when every
+    look-alike of ``anchor`` is already an identity (happens for the few solid-colour
+    objects at the ``full`` scale).  The change is always visible (never a parameter that
+    the rendering ignores) and small (a neighbouring hue, a similar shape or pattern).
+    """
+    for _ in range(100):
+        params = dict(anchor)
+        if family == "object":
+            attribute = _pick(rng, ("primary", "secondary", "shape", "pattern", "texture")
+                              if anchor["pattern"] != "solid" else ("primary", "shape", "pattern", "texture"))
+            if attribute == "primary":
+                params["primary"] = _pick(rng, COLOUR_NEIGHBOURS[anchor["primary"]], exclude=(anchor["secondary"],))
+            elif attribute == "secondary":
+                params["secondary"] = _pick(rng, COLOUR_NEIGHBOURS[anchor["secondary"]], exclude=(anchor["primary"],))
+            elif attribute == "shape":
+                params["shape"] = _pick(rng, SHAPE_NEIGHBOURS[anchor["shape"]])
+            elif attribute == "pattern":
+                params["pattern"] = _pick(rng, PATTERN_NEIGHBOURS[anchor["pattern"]])
+                if params["secondary"] is None:
+                    params["secondary"] = _pick(rng, COLOUR_NEIGHBOURS[anchor["primary"]])
+                if params["pattern_freq"] is None:
+                    params["pattern_freq"] = 3
+            else:
+                params["texture"] = _pick(rng, TEXTURES, exclude=(anchor["texture"],))
+            params = _finish_object(params)
+        elif family == "figure":
+            attribute = _pick(rng, ("top", "bottom", "bag", "top_pattern"))
+            if attribute == "top":
+                params["top"] = _pick(rng, COLOUR_NEIGHBOURS[anchor["top"]], exclude=(anchor["top_secondary"],))
+            elif attribute == "bottom":
+                params["bottom"] = _pick(rng, TROUSER_COLOURS, exclude=(anchor["bottom"],))
+            elif attribute == "bag":
+                params["bag"] = _pick(rng, ("none", "backpack", "handbag"), exclude=(anchor["bag"],))
+                params["bag_colour"] = (None if params["bag"] == "none"
+                                        else anchor["bag_colour"] or _pick(rng, OBJECT_COLOURS))
+            else:
+                params["top_pattern"] = _pick(rng, ("solid", "stripes", "split", "logo"), exclude=(anchor["top_pattern"],))
+                params["top_secondary"] = (None if params["top_pattern"] == "solid" else anchor["top_secondary"]
+                                           or _pick(rng, OBJECT_COLOURS, exclude=(anchor["top"],)))
+        else:
+            raise ValueError(f"no look-alikes for family {family!r}")
+        signature = identity_signature(params)
+        if signature not in taken:
+            taken.add(signature)
+            return params, attribute
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Contexts
+# ---------------------------------------------------------------------------------------------
+
+def sample_background(rng: np.random.Generator, avoid: tuple[str, ...] = ()) -> Params:
+    return {
+        "colour": _pick(rng, BACKGROUND_COLOURS, exclude=avoid),
+        "gradient_rgb": [int(v) for v in rng.integers(0, 256, 3)],
+        "gradient_angle": round(float(rng.uniform(0, 360)), 2),
+        "gradient_strength": round(float(rng.uniform(0.0, 0.6)), 3),
+        "noise_seed": int(rng.integers(0, 2**31 - 1)),
+        "noise_amplitude": round(float(rng.uniform(4.0, 22.0)), 2),
+    }
+
+
+def sample_lighting(rng: np.random.Generator, spread: float = 1.0) -> Params:
+    return {
+        "brightness": round(float(1.0 + rng.uniform(-0.28, 0.25) * spread), 3),
+        "tint": [round(float(1.0 + rng.uniform(-0.1, 0.1) * spread), 3) for _ in range(3)],
+    }
+
+
+# Scale is the subject's longest side as a fraction of the image side.
+_SCALE_RANGE = {"object": (0.42, 0.78), "figure": (0.62, 0.95), "vehicle": (0.62, 0.95)}
+_ROTATION_RANGE = {"object": 180.0, "figure": 8.0, "vehicle": 6.0}
+
+
+def sample_placement(rng: np.random.Generator, family: str, centred: bool = False) -> Params:
+    low, high = _SCALE_RANGE[family]
+    scale = float(rng.uniform(low, high)) if not centred else float(rng.uniform(0.42, 0.52))
+    # Keep at least ~80% of the subject inside the frame.
+    slack = max(0.0, 0.5 - 0.4 * scale)
+    jitter = slack if not centred else 0.04
+    return {
+        "center": [round(0.5 + float(rng.uniform(-jitter, jitter)), 4),
+                   round(0.5 + float(rng.uniform(-jitter, jitter)), 4)],
+        "scale": round(scale, 4),
+        "rotation": round(float(rng.uniform(-1, 1) * _ROTATION_RANGE[family]), 2),
+        "flip": bool(family != "object" and rng.random() < 0.5),
+    }
+
+
+def sample_occluder(rng: np.random.Generator, placement: Params, probability: float = 0.3) -> Params | None:
+    """A grey bar across part of the subject, covering roughly 10-25% of it, or None."""
+    if rng.random() >= probability:
+        return None
+    cx, cy = placement["center"]
+    half = placement["scale"] / 2
+    thickness = float(rng.uniform(0.18, 0.32)) * placement["scale"]
+    offset = float(rng.uniform(-0.7, 0.7)) * half
+    if rng.random() < 0.5:  # vertical bar
+        box = [cx + offset - thickness / 2, cy - 1.2 * half, cx + offset + thickness / 2, cy + 1.2 * half]
+    else:
+        box = [cx - 1.2 * half, cy + offset - thickness / 2, cx + 1.2 * half, cy + offset + thickness / 2]
+    grey = int(rng.integers(50, 210))
+    return {"box": [round(v, 4) for v in box], "rgb": [grey, grey, grey]}
+
+
+def _avoid_colours(family: str, identity: Params) -> tuple[str, ...]:
+    # A red object on a background named red would be the benchmark testing camouflage.
+    return (identity.get("primary"),) if family == "object" else ()
+
+
+def sample_context(rng: np.random.Generator, family: str, identity: Params,
+                   occlusion_probability: float = 0.3) -> Params:
+    placement = sample_placement(rng, family)
+    return {
+        "background": sample_background(rng, avoid=_avoid_colours(family, identity)),
+        "placement": placement,
+        "lighting": sample_lighting(rng),
+        "occluder": sample_occluder(rng, placement, occlusion_probability),
+    }
+
+
+def single_spec(family: str, identity: Params, context: Params) -> Params:
+    """Render spec (see ``render.compose``) of one subject in one context."""
+    return {
+        "background": context["background"],
+        "objects": [{"family": family, "identity": identity, "placement": context["placement"]}],
+        "lighting": context["lighting"],
+        "occluder": context["occluder"],
+    }
+
+
+def sample_scene_placements(rng: np.random.Generator, count: int) -> list[Params]:
+    """Non-overlapping placements for ``count`` (<= 4) objects: one per grid quadrant."""
+    quadrants = rng.permutation(4)[:count]
+    placements = []
+    for quadrant in quadrants:
+        base_x, base_y = 0.27 + 0.46 * (quadrant % 2), 0.27 + 0.46 * (quadrant // 2)
+        placements.append({
+            "center": [round(base_x + float(rng.uniform(-0.04, 0.04)), 4),
+                       round(base_y + float(rng.uniform(-0.04, 0.04)), 4)],
+            "scale": round(float(rng.uniform(0.32, 0.42)), 4),
+            "rotation": round(float(rng.uniform(-180, 180)), 2),
+            "flip": False,
+        })
+    return placements
+
+
+# ---------------------------------------------------------------------------------------------
+# Edits (ID-Edit): context changes described in words; identity never changes
+# ---------------------------------------------------------------------------------------------
+
+EDIT_KINDS: tuple[str, ...] = ("background", "move", "scale", "lighting")
+_MOVES = {"left": (-0.2, 0.0), "right": (0.2, 0.0), "up": (0.0, -0.2), "down": (0.0, 0.2)}
+_OPPOSITE = {"left": "right", "right": "left", "up": "down", "down": "up",
+             "bigger": "smaller", "smaller": "bigger", "darker": "brighter", "brighter": "darker"}
+
+
+def sample_edit_base(rng: np.random.Generator, identity: Params) -> Params:
+    """A neutral context (centred, medium size, no occluder) that every edit can change visibly."""
+    return {
+        "background": sample_background(rng, avoid=_avoid_colours("object", identity)),
+        "placement": sample_placement(rng, "object", centred=True),
+        "lighting": sample_lighting(rng, spread=0.3),
+        "occluder": None,
+    }
+
+
+def sample_edit(rng: np.random.Generator, context: Params, kind: str | None = None,
+                exclude_values: tuple[str, ...] = ()) -> Params:
+    """``{"kind", "value", "instruction"}`` applicable to ``context``."""
+    kind = kind or _pick(rng, EDIT_KINDS)
+    if kind == "background":
+        value = _pick(rng, BACKGROUND_COLOURS, exclude=(context["background"]["colour"], *exclude_values))
+        instruction = f"make the background {value}"
+    elif kind == "move":
+        value = _pick(rng, _MOVES, exclude=exclude_values)
+        instruction = f"move the object {'to the ' if value in ('left', 'right') else ''}{value}"
+    elif kind == "scale":
+        value = _pick(rng, ("bigger", "smaller"), exclude=exclude_values)
+        instruction = f"make the object {value}"
+    elif kind == "lighting":
+        value = _pick(rng, ("darker", "brighter"), exclude=exclude_values)
+        instruction = f"make the image {value}"
+    else:
+        raise ValueError(f"unknown edit kind {kind!r}")
+    return {"kind": kind, "value": value, "instruction": instruction}
+
+
+def contrary_edit(edit: Params, context: Params, rng: np.random.Generator) -> Params:
+    """The same kind of edit with a different value (the instruction-following distractor)."""
+    if edit["kind"] == "background":
+        return sample_edit(rng, context, "background", exclude_values=(edit["value"],))
+    value = _OPPOSITE[edit["value"]]
+    return sample_edit(rng, context, edit["kind"], exclude_values=tuple(
+        v for v in (*_MOVES, "bigger", "smaller", "darker", "brighter") if v != value))
+
+
+def apply_edit(context: Params, edit: Params) -> Params:
+    """The context after ``edit``; the identity is untouched by construction."""
+    edited = {key: (dict(value) if isinstance(value, dict) else value) for key, value in context.items()}
+    if edit["kind"] == "background":
+        edited["background"]["colour"] = edit["value"]
+    elif edit["kind"] == "move":
+        dx, dy = _MOVES[edit["value"]]
+        center = edited["placement"]["center"]
+        edited["placement"]["center"] = [round(center[0] + dx, 4), round(center[1] + dy, 4)]
+    elif edit["kind"] == "scale":
+        factor = 1.6 if edit["value"] == "bigger" else 0.6
+        edited["placement"]["scale"] = round(edited["placement"]["scale"] * factor, 4)
+    elif edit["kind"] == "lighting":
+        factor = 0.55 if edit["value"] == "darker" else 1.45
+        edited["lighting"]["brightness"] = round(edited["lighting"]["brightness"] * factor, 3)
+    return edited
