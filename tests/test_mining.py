@@ -1,0 +1,133 @@
+"""Hard-negative mining: exact neighbours with injected embeddings, denoising, and the CLI on a tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vis_embed.sampling.mining import load_mining_dataset, mine_dataset, mine_from_embeddings
+
+
+def _unit(rows: list[list[float]]) -> np.ndarray:
+    matrix = np.asarray(rows, dtype=np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def _angles(degrees: list[float]) -> np.ndarray:
+    radians = np.radians(degrees)
+    return _unit(np.stack([np.cos(radians), np.sin(radians)], axis=1).tolist())
+
+
+def test_nearest_records_of_the_same_group_but_another_identity_nearest_first() -> None:
+    # candidates on a circle; queries equal to their own candidate
+    candidates = _angles([0, 10, 22, 30, 40, 200, 210])
+    identities = ["a", "a", "b", "c", "d", "e", "f"]
+    groups = ["g1", "g1", "g1", "g1", "g1", "g2", "g2"]
+    result = mine_from_embeddings(candidates, candidates, identities, groups, k=2)
+    assert result.hard_negatives[0] == [2, 3]   # row 1 shares identity "a": excluded
+    assert result.hard_negatives[2] == [3, 1]   # 8° and 12° away
+    assert result.hard_negatives[4] == [3, 2]
+    assert result.hard_negatives[5] == [6]      # group g2 has one other record only
+    assert result.report["records_with_k"] == 5 and result.report["records_with_fewer"] == 2
+
+
+def test_records_without_group_key_get_and_give_no_negatives() -> None:
+    candidates = _angles([0, 5, 10, 15])
+    result = mine_from_embeddings(candidates, candidates, [None] * 4, ["x", None, "x", "x"], k=3)
+    assert result.hard_negatives[1] == []
+    assert 1 not in sum(result.hard_negatives, [])
+    assert result.hard_negatives[0] == [2, 3]
+    assert result.report["records_without_group"] == 1
+
+
+def test_noisy_positives_are_flagged_or_removed() -> None:
+    queries = _angles([0, 90, 0, 45])
+    candidates = _angles([0, 0, 10, 45])   # row 1: its positive is 90° away from its query
+    flagged = mine_from_embeddings(queries, candidates, [None] * 4, None, k=2, min_positive_similarity=0.5)
+    assert flagged.noisy.tolist() == [False, True, False, False]
+    assert not flagged.removed.any()
+    assert flagged.positive_similarity[1] == pytest.approx(0.0, abs=1e-6)
+    removed = mine_from_embeddings(queries, candidates, [None] * 4, None, k=2, min_positive_similarity=0.5,
+                                   remove_noisy=True)
+    assert removed.removed.tolist() == [False, True, False, False]
+    assert all(1 not in hn for hn in removed.hard_negatives) and removed.hard_negatives[1] == []
+
+
+def test_identity_positive_similarity_uses_the_other_instances_and_removal_cascades() -> None:
+    queries = _angles([0, 0, 90, 90, 90])
+    candidates = _angles([0, 0, 90, 90, 0])
+    identities = ["p", "p", "p", "q", "q"]
+    result = mine_from_embeddings(queries, candidates, identities, None, k=1, kind="identity",
+                                  min_positive_similarity=0.4, remove_noisy=True)
+    # row 0: others are 0° and 90° -> mean cos 0.5; row 3: other (row 4) at 0° vs query 90° -> 0
+    assert result.positive_similarity[0] == pytest.approx(0.5, abs=1e-6)
+    assert result.positive_similarity[3] == pytest.approx(0.0, abs=1e-6)
+    assert result.noisy.tolist() == [False, False, True, True, False]
+    # q keeps one instance (row 4) only: it cannot be an anchor's positive, so it goes too
+    assert result.removed.tolist() == [False, False, True, True, True]
+
+
+class _TextEncoder:
+    """A fake encoder: the vector of an item is looked up from its text (exact expectations)."""
+
+    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
+        self.vectors = vectors
+        self.calls: list[str | None] = []
+
+    def encode(self, items, instruction=None, batch_size=16, show_progress=False):
+        self.calls.append(instruction)
+        return np.stack([self.vectors[item["text"]] for item in items]).astype(np.float32)
+
+
+def _pairs_config(root: Path) -> Path:
+    rows = [{"id": f"r{i}", "query": {"text": f"q{i}"}, "positive": {"text": f"p{i}"},
+             "edit": "red" if i < 4 else "blue", "identity": f"obj{i // 2}"} for i in range(8)]
+    (root / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "train.yaml").write_text(
+        "datasets:\n  - name: edits\n    kind: pairs\n    path: pairs.jsonl\n"
+        "    query_instruction: 'Edit it.'\n    candidate_instruction: 'Represent it.'\n")
+    return root / "train.yaml"
+
+
+def test_mine_dataset_with_an_injected_encoder_writes_ids_and_uses_instructions(tmp_path: Path) -> None:
+    from vis_embed.data import load_train_config
+    from vis_embed.data.tables import write_table
+
+    config_path = _pairs_config(tmp_path)
+    angles = {f"q{i}": i * 10.0 for i in range(8)} | {f"p{i}": i * 10.0 + 1 for i in range(8)}
+    encoder = _TextEncoder({text: _angles([a])[0] for text, a in angles.items()})
+    dataset = load_mining_dataset(config_path)
+    rows, result = mine_dataset(dataset, encoder, k=2, group_by="edit")
+    assert encoder.calls == ["Edit it.", "Represent it."]
+    by_id = {row["id"]: row for row in rows}
+    # r0 (obj0, red): r1 is obj0 too -> nearest others in group red are r2, r3
+    assert by_id["r0"]["hard_negatives"] == ["r2", "r3"]
+    assert by_id["r5"]["hard_negatives"] == ["r6", "r7"]  # group blue; r4 shares obj2
+    assert all(set(by_id[n]["edit"] for n in row["hard_negatives"]) == {row["edit"]} for row in rows)
+    write_table(tmp_path / "mined.jsonl", rows)
+    (tmp_path / "mined.yaml").write_text("datasets:\n  - {name: edits, kind: pairs, path: mined.jsonl}\n")
+    reloaded = load_train_config(tmp_path / "mined.yaml").datasets[0]
+    assert reloaded.get("r0")["hard_negatives"] == ["r2", "r3"]
+
+
+def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint) -> None:
+    from vis_embed.cli import main
+    from vis_embed.data import load_train_config
+
+    config_path = _pairs_config(tmp_path)
+    out = tmp_path / "mined.jsonl"
+    code = main(["mine-negatives", "--model", str(tiny_checkpoint()), "--data", str(config_path),
+                 "--group-by", "edit", "--k", "2", "--out", str(out), "--min-positive-similarity", "-1.5"])
+    assert code == 0
+    (tmp_path / "mined.yaml").write_text("datasets:\n  - {name: edits, kind: pairs, path: mined.jsonl}\n")
+    dataset = load_train_config(tmp_path / "mined.yaml").datasets[0]
+    for rec in dataset.records:
+        assert len(rec["hard_negatives"]) == 2
+        for negative in rec["hard_negatives"]:
+            other = dataset.get(negative)
+            assert other["edit"] == rec["edit"] and other["identity"] != rec["identity"]
+    report = json.loads((tmp_path / "mined.jsonl.mining.json").read_text())
+    assert report["records_with_k"] == 8 and report["positive_similarity"]["below_threshold"] == 0

@@ -1,0 +1,265 @@
+"""``vis-embed mine-negatives``: mine hard negatives with an embedding model (and denoise positives).
+
+For every record: embed its query side (with the dataset's query instruction) and its
+candidate side (with the candidate instruction); among the records that share the group key
+(``--group-by``, e.g. the same edit instruction) but *not* the identity, the ``k`` whose
+candidates are nearest to the record's query (faiss inner product on unit vectors) become its
+``hard_negatives`` (ids, nearest first).  ``--min-positive-similarity`` flags or removes
+records whose query-positive cosine is below the threshold (the paper's denoising): for
+``pairs`` rows the row's own positive, for ``identity`` rows the mean over the other
+instances of the identity.
+
+DATA is either a training data config YAML (``--dataset NAME`` picks the sub-dataset; it may
+be omitted when there is one) or a single ``.jsonl`` / ``.parquet`` data file (kind inferred
+from its rows, images relative to the file, no instructions).  OUT is a data file of the same
+rows with ``hard_negatives`` set; point the data config at it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from vis_embed.errors import ConfigError, DataError
+
+_SEARCH_CHUNK = 4096
+
+
+class Encoder(Protocol):
+    def encode(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
+               batch_size: int = 16, show_progress: bool = False) -> np.ndarray: ...
+
+
+@dataclass
+class MiningResult:
+    """Row positions of each record's hard negatives and the denoising outcome."""
+
+    hard_negatives: list[list[int]]
+    positive_similarity: np.ndarray       # (N,) float; nan for an identity with one instance
+    noisy: np.ndarray                     # (N,) bool: below --min-positive-similarity
+    removed: np.ndarray                   # (N,) bool: dropped from the output
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- core (embeddings in)
+
+
+def _codes(values: Sequence[Any]) -> np.ndarray:
+    """Integer codes; ``None`` values get codes of their own (each unique)."""
+    table: dict[Any, int] = {}
+    codes = np.empty(len(values), dtype=np.int64)
+    fresh = -1
+    for i, value in enumerate(values):
+        if value is None:
+            codes[i] = fresh
+            fresh -= 1
+        else:
+            codes[i] = table.setdefault(value, len(table))
+    return codes
+
+
+def positive_similarity(kind: str, queries: np.ndarray, candidates: np.ndarray,
+                        identity: np.ndarray) -> np.ndarray:
+    """Query-positive cosine per record (see module docstring); nan where no positive exists."""
+    if kind == "pairs":
+        return np.einsum("nd,nd->n", queries, candidates)
+    uniques, inverse, counts = np.unique(identity, return_inverse=True, return_counts=True)
+    sums = np.zeros((len(uniques), candidates.shape[1]), dtype=np.float64)
+    np.add.at(sums, inverse, candidates)
+    others = sums[inverse] - candidates
+    with np.errstate(invalid="ignore", divide="ignore"):
+        similarity = np.einsum("nd,nd->n", queries, others) / (counts[inverse] - 1)
+    return np.where(counts[inverse] > 1, similarity, np.nan)
+
+
+def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities: Sequence[Any],
+                         groups: Sequence[Any] | None, k: int, kind: str = "pairs",
+                         min_positive_similarity: float | None = None,
+                         remove_noisy: bool = False) -> MiningResult:
+    """Hard negatives from precomputed unit-norm embeddings (row i = record i).
+
+    ``identities``: label per record (None: the record is its own identity).  ``groups``:
+    group key per record (None for a record: it gets no negatives and is nobody's negative);
+    ``groups=None``: one group.
+    """
+    import faiss
+
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    candidates = np.ascontiguousarray(candidates, dtype=np.float32)
+    n = len(queries)
+    if candidates.shape != queries.shape:
+        raise ValueError(f"queries {queries.shape} and candidates {candidates.shape} differ")
+    if k < 1:
+        raise ConfigError(f"--k must be >= 1, got {k}")
+    identity = _codes(list(identities))
+    group = np.zeros(n, dtype=np.int64) if groups is None else _codes(list(groups))
+    ungrouped = np.zeros(n, dtype=bool) if groups is None else np.array([g is None for g in groups])
+    similarity = positive_similarity(kind, queries, candidates, identity)
+    noisy = np.zeros(n, dtype=bool) if min_positive_similarity is None else \
+        (similarity < min_positive_similarity)
+    removed = noisy.copy() if remove_noisy else np.zeros(n, dtype=bool)
+    if remove_noisy and kind == "identity":
+        # an identity row needs another instance as its positive: drop identities left alone
+        kept_identity, kept_counts = np.unique(identity[~removed], return_counts=True)
+        alone = np.isin(identity, kept_identity[kept_counts < 2])
+        removed |= alone
+    hard_negatives: list[list[int]] = [[] for _ in range(n)]
+    searchable = ~removed & ~ungrouped
+    for key in np.unique(group[searchable]):
+        members = np.flatnonzero(searchable & (group == key))
+        if len(members) < 2:
+            continue
+        index = faiss.IndexFlatIP(queries.shape[1])
+        index.add(candidates[members])
+        largest_identity = int(np.unique(identity[members], return_counts=True)[1].max())
+        depth = min(len(members), k + largest_identity)
+        # queries in chunks: depth can be large (k + the biggest identity), so bound memory
+        for start in range(0, len(members), _SEARCH_CHUNK):
+            chunk = members[start:start + _SEARCH_CHUNK]
+            _scores, neighbours = index.search(queries[chunk], depth)
+            for row, found in zip(chunk, neighbours):
+                found = members[found[found >= 0]]
+                found = found[identity[found] != identity[row]]
+                hard_negatives[row] = found[:k].tolist()
+    report = _mining_report(hard_negatives, similarity, noisy, removed, ungrouped, k,
+                            min_positive_similarity, queries, candidates)
+    return MiningResult(hard_negatives, similarity, noisy, removed, report)
+
+
+def _mining_report(hard_negatives: list[list[int]], similarity: np.ndarray, noisy: np.ndarray,
+                   removed: np.ndarray, ungrouped: np.ndarray, k: int, threshold: float | None,
+                   queries: np.ndarray, candidates: np.ndarray) -> dict[str, Any]:
+    kept = ~removed
+    counts = np.array([len(h) for h in hard_negatives])
+    negative_similarity = [float(queries[i] @ candidates[j]) for i, hn in enumerate(hard_negatives) for j in hn]
+    finite = similarity[np.isfinite(similarity)]
+    return {
+        "records": int(len(counts)), "kept": int(kept.sum()), "removed": int(removed.sum()),
+        "k": k, "records_with_k": int((counts[kept] >= k).sum()),
+        "records_with_fewer": int((counts[kept] < k).sum()),
+        "records_without_group": int(ungrouped.sum()),
+        "mean_negative_similarity": float(np.mean(negative_similarity)) if negative_similarity else None,
+        "positive_similarity": {"mean": float(finite.mean()) if len(finite) else None,
+                                "min": float(finite.min()) if len(finite) else None,
+                                "threshold": threshold, "below_threshold": int(noisy.sum())},
+    }
+
+
+# --------------------------------------------------------------------------- records in
+
+
+def _field(record: dict[str, Any], dotted: str) -> Any:
+    value: Any = record
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
+
+
+def mine_dataset(dataset: Any, encoder: Encoder, k: int = 5, group_by: str | None = None,
+                 min_positive_similarity: float | None = None, remove_noisy: bool = False,
+                 batch_size: int = 16, show_progress: bool = False) -> tuple[list[dict[str, Any]], MiningResult]:
+    """Mine one loaded sub-dataset (``vis_embed.data.TrainDataset``); returns output rows and result."""
+    records = dataset.records
+    queries = encoder.encode([dataset.query_item(r) for r in records], instruction=dataset.query_instruction,
+                             batch_size=batch_size, show_progress=show_progress)
+    candidates = encoder.encode([dataset.positive_item(r) for r in records],
+                                instruction=dataset.candidate_instruction, batch_size=batch_size,
+                                show_progress=show_progress)
+    identities = [dataset.identity_key(r) for r in records]
+    groups = None if group_by is None else [_field(r, group_by) for r in records]
+    result = mine_from_embeddings(queries, candidates, identities, groups, k, kind=dataset.kind,
+                                  min_positive_similarity=min_positive_similarity, remove_noisy=remove_noisy)
+    rows = []
+    for position, record in enumerate(records):
+        if result.removed[position]:
+            continue
+        row = dict(record)
+        row["hard_negatives"] = [records[j]["id"] for j in result.hard_negatives[position]]
+        if result.noisy[position]:
+            row["noisy_positive"] = True
+        rows.append(row)
+    result.report["dataset"] = dataset.name
+    result.report["group_by"] = group_by
+    result.report["removed_ids"] = [records[i]["id"] for i in np.flatnonzero(result.removed)]
+    result.report["noisy_ids"] = [records[i]["id"] for i in np.flatnonzero(result.noisy)]
+    return rows, result
+
+
+def load_mining_dataset(data: str | Path, dataset_name: str | None = None) -> Any:
+    """The sub-dataset to mine: from a data config YAML, or a single data file."""
+    from vis_embed.data import load_train_config
+    from vis_embed.data.tables import read_table
+
+    path = Path(data)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        config = load_train_config(path)
+        if dataset_name is None:
+            if len(config.datasets) != 1:
+                raise ConfigError(f"{path} has {len(config.datasets)} datasets; choose one with --dataset "
+                                  f"({', '.join(d.name for d in config.datasets)})")
+            return config.datasets[0]
+        try:
+            return config.dataset(dataset_name)
+        except KeyError as exc:
+            raise ConfigError(str(exc)) from None
+    first = next(read_table(path), None)
+    if first is None:
+        raise DataError("data file has no rows", path=path)
+    kind = "pairs" if "query" in first[1] or "positive" in first[1] else "identity"
+    with tempfile.TemporaryDirectory() as tmp:
+        config_path = Path(tmp) / "data.yaml"
+        config_path.write_text(json.dumps({"datasets": [{"name": path.stem, "kind": kind,
+                                                         "path": str(path.resolve())}]}))
+        return load_train_config(config_path).datasets[0]
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="vis_embed checkpoint (path or hub name)")
+    parser.add_argument("--adapter", default=None, help="LoRA adapter directory")
+    parser.add_argument("--data", required=True, help="data config YAML (with --dataset) or one .jsonl/.parquet")
+    parser.add_argument("--dataset", default=None, help="sub-dataset of the data config to mine")
+    parser.add_argument("--group-by", default=None,
+                        help="record field (dotted path, e.g. query.text) negatives must share; default: none")
+    parser.add_argument("--k", type=int, default=5, help="hard negatives per record (default 5)")
+    parser.add_argument("--out", required=True, help="output data file (.jsonl or .parquet)")
+    parser.add_argument("--min-positive-similarity", type=float, default=None,
+                        help="query-positive cosine below which a record is a noisy positive")
+    parser.add_argument("--noisy", choices=("flag", "remove"), default="flag",
+                        help="noisy positives: flag them (noisy_positive: true) or remove them")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--report", default=None, help="report JSON (default: OUT.mining.json)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from vis_embed.data.tables import write_table
+    from vis_embed.io import atomic_write_json
+    from vis_embed.model.embedder import Embedder
+
+    dataset = load_mining_dataset(args.data, args.dataset)
+    encoder = Embedder.from_pretrained(args.model, adapter=args.adapter, device=args.device)
+    rows, result = mine_dataset(dataset, encoder, k=args.k, group_by=args.group_by,
+                                min_positive_similarity=args.min_positive_similarity,
+                                remove_noisy=args.noisy == "remove", batch_size=args.batch_size,
+                                show_progress=True)
+    write_table(args.out, rows)
+    report_path = Path(args.report) if args.report else Path(args.out).with_name(Path(args.out).name + ".mining.json")
+    atomic_write_json(report_path, result.report)
+    report = result.report
+    print(f"{report['dataset']}: {report['records']} records, {report['records_with_k']} with {args.k} hard "
+          f"negatives, {report['records_with_fewer']} with fewer, {report['positive_similarity']['below_threshold']} "
+          f"noisy positives ({'removed' if args.noisy == 'remove' else 'flagged'}; {report['removed']} rows removed)")
+    print(f"wrote {args.out} and {report_path}")
+    return 0

@@ -1,0 +1,133 @@
+"""The schedule report: what the scheduler did per dataset, as JSON and as a printed table.
+
+Per dataset: rows, identities, identities excluded from anchoring (single instance),
+expected vs realised slot share, expected vs realised identity draw frequencies (total
+variation distance and a chi-square statistic over anchor draws), and hard-negative
+coverage.  Global: fallbacks taken (truncated hard-negative groups, extra candidate rounds).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vis_embed.sampling.scheduler import ROLE_ANCHOR, Schedule
+
+if TYPE_CHECKING:
+    from vis_embed.sampling.scheduler import _Scheduler
+
+_TOP_IDENTITIES = 5
+
+
+def build_report(scheduler: _Scheduler, schedule: Schedule, global_query: np.ndarray) -> dict[str, Any]:
+    settings = schedule.settings
+    m, k = settings.interleave_batch_size, settings.hard_negatives
+    prep = scheduler.prep
+    slot_dataset = schedule.dataset.reshape(-1, m)[:, 0]
+    total_slots = len(slot_dataset)
+    is_anchor = schedule.role == ROLE_ANCHOR
+    group = np.cumsum(is_anchor) - 1
+    hn_per_group = np.bincount(group[~is_anchor], minlength=int(is_anchor.sum()))
+    anchor_rows = global_query[is_anchor]
+    anchor_dataset = schedule.dataset[is_anchor]
+    designated = prep.designated_hn[anchor_rows]
+    usable = prep.hn_offsets[anchor_rows + 1] - prep.hn_offsets[anchor_rows]
+
+    datasets = []
+    for source in prep.sources:
+        d = source.index
+        mine = anchor_dataset == d
+        entry: dict[str, Any] = {
+            "name": source.name, "kind": source.kind, "rows": source.num_rows,
+            "weight": source.weight, "identities": source.num_identities,
+            "excluded_identities": source.excluded_identities,
+            "usable_identities": source.distinct_identities,
+            "skipped": source.skipped,
+            "expected_slot_share": float(scheduler.slot_expectation[d] / settings.num_slots),
+            "proportional_slot_share": float(scheduler.dataset_share[d]),
+            "realised_slot_share": float((slot_dataset == d).sum() / total_slots),
+            "members": int((schedule.dataset == d).sum()),
+            "anchors": int(mine.sum()),
+            "hard_negative_members": int(((schedule.dataset == d) & ~is_anchor).sum()),
+        }
+        if source.kind == "identity" and source.skipped is None:
+            entry["draw_frequencies"] = _identity_frequencies(source, prep, anchor_rows[mine])
+        elif source.kind == "pairs" and source.skipped is None:
+            drawn = np.unique(anchor_rows[mine])
+            entry["epochs"] = float(mine.sum() / max(source.num_rows, 1))
+            entry["rows_never_anchor"] = int(source.num_rows - len(drawn))
+        entry["hard_negatives"] = {
+            "anchors_with_designated": int((designated[mine] > 0).sum()),
+            "anchors_with_usable": int((usable[mine] > 0).sum()),
+            "anchors_with_k": int(((usable[mine] > 0) & (hn_per_group[mine] >= k)).sum()) if k else 0,
+            "mean_per_anchor_with_usable": float(hn_per_group[mine][usable[mine] > 0].mean())
+            if (usable[mine] > 0).any() else 0.0,
+            "designated_dropped": prep.hn_dropped[source.name],
+        }
+        datasets.append(entry)
+    return {
+        "settings": settings.to_json(),
+        "slots_per_batch": settings.num_slots,
+        "max_slots_per_dataset": scheduler.slot_cap,
+        "fallbacks": {
+            "hard_negative_groups_truncated": scheduler.truncated_groups,
+            "extra_candidate_rounds": scheduler.topup_rounds,
+            "skipped_datasets": [s.name for s in prep.sources if s.skipped],
+        },
+        "datasets": datasets,
+    }
+
+
+def _identity_frequencies(source: Any, prep: Any, anchor_rows: np.ndarray) -> dict[str, Any]:
+    """Expected (∝ instances, capped at one per slot) vs realised anchor identity frequencies."""
+    codes = source.identity_codes
+    expected = source.inclusion / source.inclusion.sum()
+    realised_counts = np.bincount(np.searchsorted(codes, prep.row_identity[anchor_rows]),
+                                  minlength=len(codes)) if len(anchor_rows) else np.zeros(len(codes))
+    draws = int(realised_counts.sum())
+    realised = realised_counts / max(draws, 1)
+    expected_counts = expected * draws
+    nonzero = expected_counts > 0
+    chi2 = float((((realised_counts - expected_counts) ** 2)[nonzero] / expected_counts[nonzero]).sum())
+    proportional = source.identity_count / source.identity_count.sum()
+    top = np.argsort(-source.identity_count, kind="stable")[:_TOP_IDENTITIES]
+    return {
+        "anchor_draws": draws,
+        "capped_identities": source.capped_identities,
+        "total_variation": float(0.5 * np.abs(realised - expected).sum()),
+        "chi2": chi2, "chi2_dof": int(nonzero.sum() - 1),
+        "most_frequent": [{"identity": str(prep.identity_labels.get(int(codes[i]), codes[i])),
+                           "instances": int(source.identity_count[i]),
+                           "proportional_share": float(proportional[i]),
+                           "expected_share": float(expected[i]),
+                           "realised_share": float(realised[i])} for i in top],
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A fixed-width table of the report for the terminal."""
+    header = (f"{'dataset':<24} {'kind':<8} {'rows':>9} {'idents':>8} {'excl':>6} "
+              f"{'slots exp':>9} {'slots got':>9} {'anchors':>9} {'TV':>6} {'HN cov':>7} {'HN/anc':>6}")
+    lines = [header, "-" * len(header)]
+    for entry in report["datasets"]:
+        hn = entry["hard_negatives"]
+        coverage = hn["anchors_with_k"] / hn["anchors_with_usable"] if hn["anchors_with_usable"] else float("nan")
+        tv = entry.get("draw_frequencies", {}).get("total_variation", float("nan"))
+        name = entry["name"] if entry["skipped"] is None else f"{entry['name']} (skipped)"
+        lines.append(
+            f"{name[:24]:<24} {entry['kind']:<8} {entry['rows']:>9} {entry['identities']:>8} "
+            f"{entry['excluded_identities']:>6} {entry['expected_slot_share']:>9.4f} "
+            f"{entry['realised_slot_share']:>9.4f} {entry['anchors']:>9} {tv:>6.3f} "
+            f"{coverage:>7.1%} {hn['mean_per_anchor_with_usable']:>6.2f}")
+    fallbacks = report["fallbacks"]
+    lines.append("")
+    lines.append(f"slots per batch: {report['slots_per_batch']} (at most {report['max_slots_per_dataset']} "
+                 f"per dataset); hard-negative groups truncated at a slot's end: "
+                 f"{fallbacks['hard_negative_groups_truncated']}; extra candidate rounds: "
+                 f"{fallbacks['extra_candidate_rounds']}; skipped datasets: "
+                 f"{', '.join(fallbacks['skipped_datasets']) or 'none'}")
+    lines.append("slots exp/got: expected vs realised share of slots; TV: total variation between expected "
+                 "and realised anchor identity frequencies; HN cov: anchors with usable hard negatives that "
+                 "got k of them")
+    return "\n".join(lines)
