@@ -1,0 +1,212 @@
+"""Embedder: the inference API (``from_pretrained`` / ``encode``) over an EmbeddingModel.
+
+``encode`` is the fast path: items are sorted by their estimated token count (text tokens +
+visual tokens, from the image header only) so each batch pads little, batches run under
+``torch.inference_mode`` (bf16 + sdpa/flash-attn on CUDA by default), and rows are written
+back in input order.  Because pooling reads the last *real* token and text-only positions
+are counted from the attention mask, a vector does not depend on its batch neighbours.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vis_embed.errors import DataError
+from vis_embed.io import fingerprint_files, fingerprint_json
+from vis_embed.model.embedding_model import (
+    DEFAULT_MAX_PIXELS,
+    DEFAULT_MIN_PIXELS,
+    EmbeddingModel,
+    PreparedItem,
+    check_item,
+)
+from vis_embed.model.images import image_size, is_url
+from vis_embed.model.prompts import join_instruction
+
+# Keys that record how a file was loaded or written, not what the model computes.
+_VOLATILE_JSON_KEYS = {"is_local", "local_files_only", "name_or_path", "_name_or_path",
+                       "transformers_version", "_commit_hash"}
+# Files whose contents define a checkpoint's behaviour (for fingerprints).
+_CHECKPOINT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer.json",
+                     "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+                     "processor_config.json", "preprocessor_config.json",
+                     "video_preprocessor_config.json", "adapter_config.json")
+
+
+class Embedder:
+    """Encode items (image and/or text, plus an optional instruction) into unit vectors."""
+
+    def __init__(self, model: EmbeddingModel) -> None:
+        self.model = model
+        self.model.eval()
+        self._fingerprint: str | None = None
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, adapter: str | Path | None = None,
+                        device: str | torch.device | None = None, dtype: Any = None,
+                        attn_implementation: str | None = None,
+                        min_pixels: int = DEFAULT_MIN_PIXELS, max_pixels: int = DEFAULT_MAX_PIXELS,
+                        prompt_format: str = "chat", max_length: int | None = None) -> Embedder:
+        """See :meth:`EmbeddingModel.from_pretrained`; the model is put in eval mode."""
+        return cls(EmbeddingModel.from_pretrained(
+            name_or_path, adapter=adapter, device=device, dtype=dtype,
+            attn_implementation=attn_implementation, min_pixels=min_pixels,
+            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length))
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.model.embedding_dim
+
+    # ------------------------------------------------------------------ encoding
+    def encode(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
+               batch_size: int = 16, show_progress: bool = False,
+               base_dir: str | Path | None = None) -> np.ndarray:
+        """(N, D) float32, L2-normalised; row i is item i.
+
+        A bad item raises :class:`DataError` (its ``field``, ``path`` for image files, and
+        ``item_index``: the position in ``items``).
+        """
+        embeddings, _kept, _errors = self.encode_partial(
+            items, instruction, batch_size, show_progress, base_dir, on_error="raise")
+        return embeddings
+
+    def encode_partial(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
+                       batch_size: int = 16, show_progress: bool = False,
+                       base_dir: str | Path | None = None, on_error: str = "raise",
+                       ) -> tuple[np.ndarray, list[int], dict[int, DataError]]:
+        """Like :meth:`encode`, but with ``on_error="skip"`` bad items are left out.
+
+        Returns ``(embeddings, kept, errors)``: ``embeddings[j]`` is item ``kept[j]`` (kept is
+        increasing), and ``errors`` maps each skipped item's index to its DataError.
+        """
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        order = self._length_order(items, instruction, base_dir)
+        vectors: dict[int, np.ndarray] = {}
+        errors: dict[int, DataError] = {}
+        progress = _progress(len(items), show_progress)
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(order), batch_size):
+                    indices = order[start:start + batch_size]
+                    prepared, prepared_indices = self._prepare_batch(
+                        items, indices, instruction, base_dir, on_error, errors)
+                    if prepared:
+                        batch_vectors = self.model(**self.model.collate(prepared)).float().cpu().numpy()
+                        vectors.update(zip(prepared_indices, batch_vectors))
+                    progress(len(indices))
+        finally:
+            progress(0, close=True)
+        kept = sorted(vectors)
+        dim = self.embedding_dim
+        embeddings = np.stack([vectors[i] for i in kept]).astype(np.float32, copy=False) \
+            if kept else np.zeros((0, dim), dtype=np.float32)
+        return embeddings, kept, errors
+
+    def _prepare_batch(self, items: Sequence[dict[str, Any]], indices: Sequence[int],
+                       instruction: str | None, base_dir: str | Path | None, on_error: str,
+                       errors: dict[int, DataError]) -> tuple[list[PreparedItem], list[int]]:
+        prepared: list[PreparedItem] = []
+        kept: list[int] = []
+        for index in indices:
+            try:
+                prepared.append(self.model.prepare_one(items[index], instruction, base_dir))
+            except DataError as exc:
+                exc.item_index = index  # type: ignore[attr-defined]  # callers map it to a line
+                if on_error == "raise":
+                    raise exc from None
+                errors[index] = exc
+                continue
+            kept.append(index)
+        return prepared, kept
+
+    def _length_order(self, items: Sequence[dict[str, Any]], instruction: str | None,
+                      base_dir: str | Path | None) -> list[int]:
+        """Item indices sorted by estimated sequence length (ties keep input order)."""
+        tokenizer = self.model.processor.tokenizer
+        texts = []
+        for item in items:
+            text = item.get("text") if isinstance(item, dict) else None
+            texts.append(join_instruction(instruction, text if isinstance(text, str) else None))
+        text_lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] \
+            if texts else []
+        estimates = [text_len + self._visual_tokens(item, base_dir)
+                     for item, text_len in zip(items, text_lengths)]
+        return sorted(range(len(items)), key=lambda i: estimates[i])
+
+    def _visual_tokens(self, item: Any, base_dir: str | Path | None) -> int:
+        """Merged visual tokens the processor will produce for the item's image (estimate)."""
+        try:
+            image, _text = check_item(item)
+        except DataError:
+            return 0
+        if image is None:
+            return 0
+        size = None if is_url(image) else image_size(image, base_dir)
+        pixel_budget = self.model.max_pixels if size is None else \
+            min(max(size[0] * size[1], self.model.min_pixels), self.model.max_pixels)
+        return math.ceil(pixel_budget / (28 * 28))
+
+    # ------------------------------------------------------------------ identity
+    def fingerprint(self) -> str:
+        """Identifies weights + adapter + prompt format + pixel budget + dtype (for caches)."""
+        if self._fingerprint is None:
+            model = self.model
+            self._fingerprint = fingerprint_json({
+                "weights": _checkpoint_fingerprint(model.name_or_path, model.backbone),
+                "adapter": _checkpoint_fingerprint(model.adapter, None) if model.adapter else None,
+                "prompt_format": model.prompt_format,
+                "min_pixels": model.min_pixels, "max_pixels": model.max_pixels,
+                "max_length": model.max_length,
+                "dtype": str(model.dtype),
+            })
+        return self._fingerprint
+
+
+def _checkpoint_fingerprint(name_or_path: str | None, backbone: Any) -> str:
+    """Content hash of a local checkpoint's files, or hub id + resolved commit.
+
+    JSON files are hashed after parsing, without keys that only record how a file was loaded
+    (``is_local``, ...), so a checkpoint re-saved unchanged keeps its fingerprint.
+    """
+    if name_or_path is None:
+        return "in-memory"
+    path = Path(name_or_path).expanduser()
+    if not path.is_dir():
+        commit = getattr(getattr(backbone, "config", None), "_commit_hash", None)
+        return f"{name_or_path}@{commit}"
+    files = sorted({f for pattern in _CHECKPOINT_FILES for f in path.glob(pattern)})
+    parts = {}
+    for file in files:
+        if file.suffix == ".json":
+            content = json.loads(file.read_text(encoding="utf-8"))
+            if isinstance(content, dict):
+                content = {k: v for k, v in content.items() if k not in _VOLATILE_JSON_KEYS}
+            parts[file.name] = fingerprint_json(content)
+        else:
+            parts[file.name] = fingerprint_files([file])
+    return fingerprint_json(parts)
+
+
+def _progress(total: int, enabled: bool) -> Callable[..., None]:
+    if not enabled:
+        return lambda n, close=False: None
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, unit="item", desc="encoding")
+
+    def update(n: int, close: bool = False) -> None:
+        bar.update(n)
+        if close:
+            bar.close()
+
+    return update

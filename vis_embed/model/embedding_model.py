@@ -1,0 +1,307 @@
+"""EmbeddingModel: the ONE implementation of item -> prompt -> forward -> pooled vector.
+
+Training (per GradCache chunk), encoding (Embedder) and evaluation all call this module, so
+an item is embedded identically everywhere:
+
+* ``prepare(items, instruction)`` -- CPU work per item: load the image (any mode -> RGB),
+  build the prompt (see :mod:`vis_embed.model.prompts`) and run the Qwen processor on that one
+  item (resize to min/max pixels, tokenise, expand the image placeholder).  No padding.
+* ``collate(prepared)`` -- pad to the longest item of THIS list (tokenizer's padding side, or
+  the one given) and concatenate the images' patches.  Output = the processor's keys,
+  including ``mm_token_type_ids`` which transformers 5 needs for M-RoPE.
+* ``forward(**batch)`` -- run the *base* model (``model.model``: vision tower + decoder, not the
+  LM head, so no full-vocabulary logits and no per-layer hidden states), pool the final hidden
+  state at the last real token (any padding side), L2-normalise, return float32.
+  Differentiable: no ``inference_mode`` here (the Embedder adds it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from vis_embed.errors import ConfigError, DataError
+from vis_embed.model.images import load_image
+from vis_embed.model.pooling import last_token_pool
+from vis_embed.model.prompts import build_prompt, check_prompt_format
+
+DEFAULT_MIN_PIXELS = 56 * 56
+DEFAULT_MAX_PIXELS = 200704  # 256 merged visual tokens of 28x28 pixels
+
+# Linear layers of the Qwen-VL decoder and vision blocks (names across Qwen2/2.5/3-VL).
+TEXT_LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+VISION_LORA_MODULES = ("qkv", "proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj",
+                       "linear_fc1", "linear_fc2")
+
+
+@dataclass
+class PreparedItem:
+    """One item after CPU preprocessing: token ids and (optionally) its image patches."""
+
+    input_ids: torch.Tensor  # (L,) long
+    mm_token_type_ids: torch.Tensor  # (L,) int; 1 marks image tokens
+    pixel_values: torch.Tensor | None = None  # (patches, patch_dim)
+    image_grid_thw: torch.Tensor | None = None  # (1, 3)
+
+    @property
+    def length(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def check_item(item: Any) -> tuple[Any, str | None]:
+    """Validate an item dict; return ``(image, text)``.  Errors name the field."""
+    if not isinstance(item, dict):
+        raise DataError(f"an item must be a dict with 'image' and/or 'text', got {type(item).__name__}")
+    image, text = item.get("image"), item.get("text")
+    if text is not None and not isinstance(text, str):
+        raise DataError(f"must be a string, got {type(text).__name__}", field="text")
+    if image is not None and not isinstance(image, (str, os.PathLike)) and not hasattr(image, "convert"):
+        raise DataError(f"must be a path, URL or PIL image, got {type(image).__name__}", field="image")
+    if isinstance(image, str) and not image.strip():
+        image = None
+    if image is None and (text is None or not text.strip()):
+        raise DataError("item has neither an image nor a text", field="image")
+    return image, text
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_attn_implementation(device: torch.device) -> str:
+    if device.type == "cuda":
+        try:
+            import flash_attn  # noqa: F401
+
+            return "flash_attention_2"
+        except ImportError:
+            pass
+    return "sdpa"
+
+
+def _looks_local(name_or_path: str) -> bool:
+    return (os.path.isabs(name_or_path) or name_or_path.startswith((".", "~"))
+            or name_or_path.count("/") != 1 or os.path.exists(name_or_path))
+
+
+class EmbeddingModel(torch.nn.Module):
+    """A Qwen-VL backbone (possibly peft-wrapped) + its processor, as an embedding model."""
+
+    def __init__(self, backbone: Any, processor: Any, *, min_pixels: int = DEFAULT_MIN_PIXELS,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, prompt_format: str = "chat",
+                 name_or_path: str | None = None, adapter: str | None = None,
+                 max_length: int | None = None) -> None:
+        super().__init__()
+        self.max_length = max_length
+        self.backbone = backbone
+        self.processor = processor
+        self.min_pixels = int(min_pixels)
+        self.max_pixels = int(max_pixels)
+        if self.min_pixels > self.max_pixels:
+            raise ConfigError(f"min_pixels ({min_pixels}) exceeds max_pixels ({max_pixels})")
+        self.prompt_format = check_prompt_format(prompt_format)
+        self.name_or_path = name_or_path
+        self.adapter = adapter
+        self.padding_side = getattr(processor.tokenizer, "padding_side", "right") or "right"
+        tokenizer = processor.tokenizer
+        self.pad_token_id = tokenizer.pad_token_id
+        if self.pad_token_id is None:  # any id works: padded positions are masked out
+            self.pad_token_id = tokenizer.convert_tokens_to_ids("<|endoftext|>") or 0
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, adapter: str | Path | None = None,
+                        device: str | torch.device | None = None, dtype: Any = None,
+                        attn_implementation: str | None = None,
+                        min_pixels: int = DEFAULT_MIN_PIXELS, max_pixels: int = DEFAULT_MAX_PIXELS,
+                        prompt_format: str = "chat", max_length: int | None = None) -> EmbeddingModel:
+        """Load a hub id or local checkpoint (and optionally a peft LoRA adapter on top).
+
+        ``max_length`` caps an item's token count by cutting the end of the item's *text*
+        (never the instruction, the template or visual tokens); None = no cap.
+        """
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        check_prompt_format(prompt_format)
+        name = str(name_or_path)
+        if _looks_local(name) and not Path(name).expanduser().is_dir():
+            raise ConfigError(f"model path not found: {name}")
+        device = torch.device(device) if device is not None else default_device()
+        if dtype is None:
+            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        elif isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        attn_implementation = attn_implementation or default_attn_implementation(device)
+        try:
+            processor = AutoProcessor.from_pretrained(name)
+            backbone = AutoModelForImageTextToText.from_pretrained(
+                name, dtype=dtype, attn_implementation=attn_implementation)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ConfigError(f"cannot load model {name!r}: {exc}") from exc
+        if adapter is not None:
+            backbone = _load_adapter(backbone, adapter)
+        backbone.to(device)
+        backbone.eval()
+        return cls(backbone, processor, min_pixels=min_pixels, max_pixels=max_pixels,
+                   prompt_format=prompt_format, name_or_path=name,
+                   adapter=None if adapter is None else str(adapter), max_length=max_length)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.backbone.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.backbone.parameters()).dtype
+
+    @property
+    def embedding_dim(self) -> int:
+        return int(self.base_model().config.text_config.hidden_size)
+
+    def base_model(self) -> Any:
+        """The Qwen-VL base model (vision tower + decoder, no LM head), LoRA layers included."""
+        backbone = self.backbone
+        if hasattr(backbone, "get_base_model"):  # peft wrapper: LoRA layers live inside
+            backbone = backbone.get_base_model()
+        return backbone.model
+
+    # ------------------------------------------------------------------ LoRA
+    def add_lora(self, r: int = 16, alpha: int = 32, dropout: float = 0.05,
+                 target_modules: Sequence[str] | str | None = None, vision: bool = False) -> None:
+        """Wrap the backbone with a fresh peft LoRA adapter on the language model's linears.
+
+        ``target_modules``: leaf names (default: attention + MLP projections) restricted to the
+        language model; a string is used verbatim as peft's regex.  ``vision=True`` also
+        adapts the vision tower's blocks.
+        """
+        from peft import LoraConfig, get_peft_model
+
+        if hasattr(self.backbone, "peft_config"):
+            raise ConfigError("the backbone already has a LoRA adapter; merge it first")
+        if isinstance(target_modules, str):
+            pattern = target_modules
+        else:
+            names = tuple(target_modules or TEXT_LORA_MODULES)
+            pattern = rf".*language_model\..*\.({'|'.join(map(re.escape, names))})"
+            if vision:
+                pattern += rf"|.*visual\.blocks\..*\.({'|'.join(VISION_LORA_MODULES)})"
+        config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
+                            target_modules=pattern, bias="none")
+        self.backbone = get_peft_model(self.backbone, config)
+
+    def merge_adapter(self) -> None:
+        """Fold the LoRA weights into the base weights (same vectors, no adapter overhead)."""
+        if hasattr(self.backbone, "merge_and_unload"):
+            self.backbone = self.backbone.merge_and_unload()
+
+    def save_pretrained(self, out_dir: str | Path) -> Path:
+        """Adapter-only if peft-wrapped (peft format), else full weights + processor."""
+        out_dir = Path(out_dir)
+        self.backbone.save_pretrained(out_dir, safe_serialization=True)
+        if not hasattr(self.backbone, "peft_config"):
+            self.processor.save_pretrained(out_dir)
+        return out_dir
+
+    # ------------------------------------------------------------------ items -> tensors
+    def prepare_one(self, item: dict[str, Any], instruction: str | None = None,
+                    base_dir: str | Path | None = None) -> PreparedItem:
+        image, text = check_item(item)
+        pil_image = None
+        if image is not None:
+            try:
+                pil_image = load_image(image, base_dir=base_dir)
+            except DataError as exc:
+                raise DataError(exc.reason, path=exc.path, line=exc.line, field="image") from None
+        prepared = self._process(pil_image, instruction, text)
+        while self.max_length is not None and prepared.length > self.max_length and text:
+            # Cut the end of the item's text only: visual tokens and the template must stay.
+            # Re-tokenising the joined prompt can merge pieces differently, hence the loop.
+            tokenizer = self.processor.tokenizer
+            text_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            excess = prepared.length - self.max_length
+            text = tokenizer.decode(text_ids[:max(len(text_ids) - excess, 0)])
+            prepared = self._process(pil_image, instruction, text)
+        return prepared
+
+    def _process(self, pil_image: Any, instruction: str | None, text: str | None) -> PreparedItem:
+        prompt = build_prompt(self.processor, pil_image is not None, instruction, text,
+                              self.prompt_format)
+        kwargs: dict[str, Any] = {"text": [prompt], "return_tensors": "pt"}
+        if pil_image is not None:
+            kwargs["images"] = [pil_image]
+            kwargs["images_kwargs"] = {"size": {"shortest_edge": self.min_pixels,
+                                                "longest_edge": self.max_pixels}}
+        outputs = self.processor(**kwargs)
+        input_ids = outputs["input_ids"][0]
+        mm_types = outputs.get("mm_token_type_ids")
+        mm_types = torch.zeros_like(input_ids) if mm_types is None else mm_types[0]
+        return PreparedItem(input_ids=input_ids, mm_token_type_ids=mm_types,
+                            pixel_values=outputs.get("pixel_values"),
+                            image_grid_thw=outputs.get("image_grid_thw"))
+
+    def prepare(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
+                base_dir: str | Path | None = None) -> list[PreparedItem]:
+        """Load images and build prompts; one :class:`PreparedItem` per item, unpadded."""
+        return [self.prepare_one(item, instruction, base_dir) for item in items]
+
+    def collate(self, prepared: Sequence[PreparedItem],
+                padding_side: str | None = None) -> dict[str, torch.Tensor]:
+        """Pad to the longest item of ``prepared``; concatenate image patches in item order."""
+        if not prepared:
+            raise ValueError("cannot collate an empty list")
+        side = padding_side or self.padding_side
+        longest = max(p.length for p in prepared)
+        input_ids = torch.full((len(prepared), longest), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prepared), longest), dtype=torch.long)
+        mm_token_type_ids = torch.zeros((len(prepared), longest), dtype=prepared[0].mm_token_type_ids.dtype)
+        for row, item in enumerate(prepared):
+            span = slice(longest - item.length, longest) if side == "left" else slice(0, item.length)
+            input_ids[row, span] = item.input_ids
+            attention_mask[row, span] = 1
+            mm_token_type_ids[row, span] = item.mm_token_type_ids
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask,
+                 "mm_token_type_ids": mm_token_type_ids}
+        with_images = [p for p in prepared if p.pixel_values is not None]
+        if with_images:
+            batch["pixel_values"] = torch.cat([p.pixel_values for p in with_images])
+            batch["image_grid_thw"] = torch.cat([p.image_grid_thw for p in with_images])
+        return batch
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, **batch: torch.Tensor) -> torch.Tensor:
+        """(N, D) float32 L2-normalised embeddings; differentiable."""
+        device = self.device
+        inputs = {key: value.to(device) for key, value in batch.items()}
+        if "pixel_values" in inputs:
+            inputs["pixel_values"] = inputs["pixel_values"].to(self.dtype)
+        elif "position_ids" not in inputs:
+            # Text-only batch: transformers would number positions from the first column,
+            # offsetting left-padded rows.  RoPE is relative so the offset cancels in exact
+            # arithmetic, but counting real tokens keeps each row's positions identical to
+            # encoding it alone (M-RoPE's three axes coincide for text).
+            positions = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+            inputs["position_ids"] = positions.unsqueeze(0).expand(3, -1, -1)
+        outputs = self.base_model()(**inputs, use_cache=False, return_dict=True)
+        pooled = last_token_pool(outputs.last_hidden_state, inputs["attention_mask"])
+        return F.normalize(pooled.float(), dim=-1)
+
+    def embed(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
+              base_dir: str | Path | None = None) -> torch.Tensor:
+        """prepare + collate + forward in one call (one batch; grad follows the caller's mode)."""
+        return self(**self.collate(self.prepare(items, instruction, base_dir)))
+
+
+def _load_adapter(backbone: Any, adapter: str | Path) -> Any:
+    from peft import PeftModel
+
+    adapter_dir = Path(adapter).expanduser()
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise ConfigError(f"not a peft adapter directory (no adapter_config.json): {adapter_dir}")
+    return PeftModel.from_pretrained(backbone, str(adapter_dir), is_trainable=False)
