@@ -10,6 +10,7 @@ import numpy as np
 
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_write_json
+from vis_embed.sampling.naive import format_naive_report, plan_naive_schedule
 from vis_embed.sampling.report import format_report
 from vis_embed.sampling.schedule_io import write_schedule
 from vis_embed.sampling.scheduler import Schedule, ScheduleSettings, SubDataset, plan_schedule
@@ -38,7 +39,7 @@ def subdatasets_from_config(config: Any) -> list[SubDataset]:
 def build_schedule(data: Any, out: str | Path, steps: int, global_batch_size: int,
                    interleave_batch_size: int | None = None, hard_negatives: int = 5, seed: int = 0,
                    size_exponent: float = 1.0, small_datasets: str = "error",
-                   report_path: str | Path | None = None, show_progress: bool = False,
+                   strategy: str = "identity_aware", report_path: str | Path | None = None, show_progress: bool = False,
                    print_report: bool = False) -> Schedule:
     """Schedule the datasets of ``data`` (a data config path or ``TrainDataConfig``) into ``out``.
 
@@ -53,14 +54,17 @@ def build_schedule(data: Any, out: str | Path, steps: int, global_batch_size: in
                                 interleave_batch_size=int(interleave_batch_size),
                                 hard_negatives=int(hard_negatives), seed=int(seed),
                                 size_exponent=float(size_exponent),
-                                small_datasets=small_datasets)  # type: ignore[arg-type]
-    schedule = plan_schedule(subdatasets_from_config(config), settings, show_progress=show_progress)
+                                small_datasets=small_datasets,  # type: ignore[arg-type]
+                                strategy=strategy)  # type: ignore[arg-type]
+    planner = plan_naive_schedule if settings.strategy == "naive" else plan_schedule
+    schedule = planner(subdatasets_from_config(config), settings, show_progress=show_progress)
     out = Path(out)
     write_schedule(schedule, out, data_fingerprint=config.fingerprint())
     report_path = Path(report_path) if report_path else out.with_name(out.name + ".report.json")
     atomic_write_json(report_path, schedule.report)
     if print_report:
-        print(format_report(schedule.report))
+        print(format_naive_report(schedule.report) if settings.strategy == "naive"
+              else format_report(schedule.report))
         print(f"wrote {out} ({settings.steps} steps x {settings.global_batch_size}) and {report_path}")
     return schedule
 

@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--small-datasets", choices=("error", "skip"), default="error",
                         help="a dataset with fewer than M usable identities: fail (default) or skip it "
                              "(listed in the report)")
+    parser.add_argument("--strategy", choices=("identity_aware", "naive"), default="identity_aware",
+                        help="identity_aware (VisME, default) or naive: one sub-dataset per batch, rows "
+                             "drawn uniformly, no identity constraint (the ablation's baseline)")
     parser.add_argument("--report", default=None, help="report JSON (default: OUT.report.json)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -30,5 +33,6 @@ def run(args: argparse.Namespace) -> int:
     build_schedule(args.data, args.out, steps=args.steps, global_batch_size=args.global_batch_size,
                    interleave_batch_size=args.interleave_batch_size, hard_negatives=args.hard_negatives,
                    seed=args.seed, size_exponent=args.size_exponent, small_datasets=args.small_datasets,
+                   strategy=args.strategy,
                    report_path=args.report, show_progress=not args.no_progress, print_report=True)
     return 0

@@ -119,6 +119,9 @@ class SubDataset:
         return offsets, rows
 
 
+STRATEGIES = ("identity_aware", "naive")
+
+
 @dataclass(frozen=True)
 class ScheduleSettings:
     """The arguments of a schedule (their fingerprint goes into the file's metadata)."""
@@ -132,6 +135,9 @@ class ScheduleSettings:
     size_exponent: float = 1.0
     # a dataset too small for one slot: "error" (default) or "skip" (excluded, reported)
     small_datasets: Literal["error", "skip"] = "error"
+    # "identity_aware" (VisME) or "naive" (the paper's baseline: one sub-dataset per batch,
+    # rows drawn uniformly, no identity constraint, no hard negatives; sampling/naive.py)
+    strategy: Literal["identity_aware", "naive"] = "identity_aware"
 
     def __post_init__(self) -> None:
         for name in ("steps", "global_batch_size", "interleave_batch_size"):
@@ -151,6 +157,8 @@ class ScheduleSettings:
                 f"{self.interleave_batch_size}")
         if self.size_exponent < 0:
             raise ConfigError(f"--size-exponent must be >= 0, got {self.size_exponent}")
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"--strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if self.small_datasets not in ("error", "skip"):
             raise ConfigError(f"--small-datasets must be 'error' or 'skip', got {self.small_datasets!r}")
 
@@ -162,7 +170,8 @@ class ScheduleSettings:
         return {"steps": self.steps, "global_batch_size": self.global_batch_size,
                 "interleave_batch_size": self.interleave_batch_size,
                 "hard_negatives": self.hard_negatives, "seed": self.seed,
-                "size_exponent": self.size_exponent, "small_datasets": self.small_datasets}
+                "size_exponent": self.size_exponent, "small_datasets": self.small_datasets,
+                "strategy": self.strategy}
 
 
 # --------------------------------------------------------------------------- output
