@@ -8,6 +8,8 @@ means over *datasets*, not over meta-tasks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 MMEB_META_TASKS: tuple[str, ...] = ("Cls", "VQA", "Ret", "Grd")
 MVEB_META_TASKS: tuple[str, ...] = ("ID-Rec", "Re-ID", "ID-Grd", "ID-Edit")
 SPLITS: tuple[str, ...] = ("IND", "OOD")
@@ -47,3 +49,34 @@ def benchmark_of_meta_task(meta_task: str) -> str | None:
     if meta_task in MVEB_META_TASKS:
         return "MVEB"
     return None
+
+
+def mmeb_entry(dataset: str) -> dict[str, str]:
+    """``{"meta_task", "split", "benchmark"}`` of an MMEB dataset name (KeyError if unknown)."""
+    meta_task, split = MMEB_DATASETS[dataset]
+    return {"meta_task": meta_task, "split": split, "benchmark": "MMEB"}
+
+
+def group_means(rows: Iterable[Mapping[str, object]]) -> dict[str, float]:
+    """Group scores from per-dataset rows ``{"meta_task", "split", "benchmark"?, "score"}``.
+
+    Every group is the unweighted mean of the scores of its *datasets*: a meta-task over
+    its datasets, and ``IND`` / ``OOD`` / ``MMEB`` / ``MVEB`` / ``overall`` directly over
+    the datasets they contain (not over meta-task means).  ``benchmark`` defaults to the
+    one implied by the meta-task.  Groups with no dataset are omitted; keys come out in
+    :data:`GROUP_KEYS` order, followed by free-text meta-tasks in first-seen order.
+    """
+    members: dict[str, list[float]] = {}
+    for row in rows:
+        score = float(row["score"])  # type: ignore[arg-type]
+        meta_task = str(row["meta_task"])
+        benchmark = row.get("benchmark") or benchmark_of_meta_task(meta_task)
+        keys = [meta_task, "overall"]
+        if row.get("split") in SPLITS:
+            keys.append(str(row["split"]))
+        if benchmark in BENCHMARKS:
+            keys.append(str(benchmark))
+        for key in keys:
+            members.setdefault(key, []).append(score)
+    ordered = [k for k in GROUP_KEYS if k in members] + [k for k in members if k not in GROUP_KEYS]
+    return {key: sum(members[key]) / len(members[key]) for key in ordered}

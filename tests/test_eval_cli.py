@@ -1,0 +1,100 @@
+"""``vis-embed eval`` end to end (fake encoder injected) and the shipped manifests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from eval_fakes import FakeEncoder, make_identity_benchmark, write_jsonl
+from PIL import Image
+
+from vis_embed.cli import main
+from vis_embed.evaluation import cli as eval_cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _manifest(tmp_path: Path) -> Path:
+    files = make_identity_benchmark(tmp_path / "bench")
+    manifest = {"name": "tiny", "datasets": [
+        {"name": "Cand", "benchmark": "MVEB", "meta_task": "ID-Rec", "split": "IND", "layout": "candidates",
+         "path": "cand.jsonl", "image_root": "images", "query_instruction": "Find the same object.",
+         "candidate_instruction": "Represent the image."},
+        {"name": "Gal", "benchmark": "MVEB", "meta_task": "Re-ID", "split": "OOD", "layout": "gallery",
+         "queries": "queries.jsonl", "gallery": "gallery.jsonl", "image_root": "images"},
+        {"name": "AFC", "benchmark": "other", "meta_task": "2AFC", "split": "IND", "layout": "2afc",
+         "path": "afc.jsonl", "image_root": "images", "seed": 3},
+    ]}
+    write_jsonl(files["candidates"].parent / "afc.jsonl", [
+        {"id": "t0", "reference": "red_0.png", "a": "red_1.png", "b": "blue_1.png", "label": 1.0},
+        {"id": "t1", "reference": {"image": "blue_0.png"}, "a": "red_1.png", "b": "blue_1.png", "label": 0.25},
+    ])
+    path = files["candidates"].parent / "benchmark.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return path
+
+
+def test_eval_command_writes_every_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    encoders: list[FakeEncoder] = []
+
+    def fake_loader(args):
+        encoders.append(FakeEncoder(adapter=args.adapter))
+        return encoders[-1]
+
+    monkeypatch.setattr(eval_cli, "_load_encoder", fake_loader)
+    out = tmp_path / "out"
+    argv = ["eval", "--model", "fake", "--adapter", "lora-a", "--benchmark", str(_manifest(tmp_path)),
+            "--out", str(out), "--batch-size", "4", "--quiet", "--examples", "2"]
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["model"]["name"] == "fake" and results["model"]["adapter"] == "lora-a"
+    assert set(results["datasets"]) == {"Cand", "Gal", "AFC"}
+    # the fake encoder picks the same-colour image in both triplets: 1.0 and 1 - 0.25
+    assert results["datasets"]["AFC"]["metrics"]["2AFC"] == pytest.approx(100 * (1.0 + 0.75) / 2)
+    assert set(results["groups"]) == {"ID-Rec", "Re-ID", "IND", "OOD", "MVEB", "overall"}
+    assert "overall" in capsys.readouterr().out
+    assert "| **fake + lora-a** |" in (out / "results.md").read_text()
+    for picture in ("grids/Cand.png", "grids/Gal.png", "plots/ID-Rec.png", "plots/Re-ID.png"):
+        with Image.open(out / picture) as image:
+            image.verify()
+
+    # Same command again: resumed from the per-dataset results, nothing encoded.
+    assert main(argv) == 0
+    assert encoders[-1].calls == []
+    # --datasets / --max-queries
+    subset_argv = ["eval", "--model", "fake", "--benchmark", str(_manifest(tmp_path)), "--out", str(tmp_path / "o2"),
+                   "--datasets", "Gal", "--max-queries", "3", "--quiet"]
+    assert main(subset_argv) == 0
+    subset = json.loads((tmp_path / "o2" / "results.json").read_text())
+    assert list(subset["datasets"]) == ["Gal"] and subset["datasets"]["Gal"]["n_queries"] == 3
+
+
+def test_eval_command_reports_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setattr(eval_cli, "_load_encoder", lambda args: FakeEncoder())
+    manifest = _manifest(tmp_path)
+    (manifest.parent / "cand.jsonl").write_text('{"id": "q0", "query": {"image": "red_0.png"}}\n')
+    code = main(["eval", "--model", "fake", "--benchmark", str(manifest), "--out", str(tmp_path / "o"), "--quiet"])
+    assert code == 2
+    error = capsys.readouterr().err
+    assert "cand.jsonl:1" in error and "candidates" in error
+
+
+def test_mmeb_manifest_lists_the_36_datasets_with_their_groups() -> None:
+    manifest = yaml.safe_load((REPO / "eval" / "mmeb.yaml").read_text())
+    entries = manifest["datasets"]
+    assert len(entries) == 36 and len({e["name"] for e in entries}) == 36
+    counts: dict[tuple[str, str], int] = {}
+    for entry in entries:
+        assert entry["benchmark"] == "MMEB" and entry["layout"] == "candidates"
+        counts[(entry["meta_task"], entry["split"])] = counts.get((entry["meta_task"], entry["split"]), 0) + 1
+    # VLM2Vec's Table 1: Cls 5+5, VQA 6+4, Ret 8+4, Grd 1+3 (IND+OOD)
+    assert counts == {("Cls", "IND"): 5, ("Cls", "OOD"): 5, ("VQA", "IND"): 6, ("VQA", "OOD"): 4,
+                      ("Ret", "IND"): 8, ("Ret", "OOD"): 4, ("Grd", "IND"): 1, ("Grd", "OOD"): 3}
+
+
+def test_mveb_template_covers_the_four_meta_tasks() -> None:
+    entries = yaml.safe_load((REPO / "eval" / "mveb.yaml").read_text())["datasets"]
+    assert {e["meta_task"] for e in entries} == {"ID-Rec", "Re-ID", "ID-Grd", "ID-Edit"}
+    assert all(e["benchmark"] == "MVEB" for e in entries)

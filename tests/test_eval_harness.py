@@ -1,0 +1,231 @@
+"""The evaluation harness with a fake encoder: outputs, de-duplication, self-exclusion in
+galleries, cache invalidation, resume after interruption, pictures and peer-protocol layouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from eval_fakes import FakeEncoder, make_identity_benchmark, write_image, write_jsonl
+from PIL import Image
+
+from vis_embed.errors import DataError
+from vis_embed.evaluation import plots, protocols
+from vis_embed.evaluation.harness import EvalSettings, Harness
+from vis_embed.evaluation.layouts import DatasetSpec
+
+
+def _specs(files: dict[str, Path]) -> list[DatasetSpec]:
+    return [
+        DatasetSpec("Cand", "candidates", "ID-Rec", "IND", "MVEB", {"path": files["candidates"]}, files["images"],
+                    "Find the same object.", "Represent the image."),
+        DatasetSpec("Gal", "gallery", "Re-ID", "OOD", "MVEB",
+                    {"queries": files["queries"], "gallery": files["gallery"]}, files["images"],
+                    "Find the same object.", "Represent the image."),
+    ]
+
+
+def _run(encoder: FakeEncoder, specs: list[DatasetSpec], out: Path, **settings) -> dict:
+    return Harness(encoder, out, EvalSettings(show_progress=False, **settings)).run(specs)
+
+
+def test_results_json_layout_groups_and_single_encoding(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    encoder = FakeEncoder()
+    results = _run(encoder, _specs(files), tmp_path / "out", pictures=False)
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved == json.loads(json.dumps(results))
+    assert set(saved) == {"model", "datasets", "groups"}
+    assert {"name", "adapter", "prompt_format", "pixels", "fingerprints"} <= set(saved["model"])
+    assert saved["model"]["fingerprints"]["model"] == encoder.fingerprint()
+    for entry in saved["datasets"].values():
+        assert {"meta_task", "split", "n_queries", "metrics"} <= set(entry)
+        assert {"P@1", "hit@5", "recall@5", "MRR", "mAP", "NDCG@5"} <= set(entry["metrics"])
+    cand, gal = saved["datasets"]["Cand"], saved["datasets"]["Gal"]
+    assert list(saved["groups"]) == ["ID-Rec", "Re-ID", "IND", "OOD", "MVEB", "overall"]
+    assert saved["groups"]["overall"] == pytest.approx((cand["metrics"]["P@1"] + gal["metrics"]["P@1"]) / 2)
+    assert saved["groups"]["IND"] == cand["metrics"]["P@1"]
+    # 6 queries x 4 candidates = 24 candidate slots, but only 6 distinct candidate images;
+    # the gallery side has 18 distinct images: each distinct (instruction, item) encoded once.
+    encoded = {}
+    for instruction, n in encoder.calls:
+        encoded[instruction] = encoded.get(instruction, 0) + n
+    assert encoded == {"Find the same object.": 6, "Represent the image.": 6 + 18}
+    assert (tmp_path / "out" / "results.md").read_text().count("| Cand | ID-Rec | IND | 6 | P@1 |") == 1
+
+
+def test_gallery_excludes_the_query_itself_and_ranks_pessimistically(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    write_image(images / "red_0.png", (220, 30, 30))
+    write_image(images / "red_far.png", (150, 60, 60))      # same identity, further away
+    write_image(images / "decoy.png", (220, 40, 35))        # other identity, very close
+    write_image(images / "blue.png", (30, 40, 220))
+    queries = write_jsonl(tmp_path / "q.jsonl", [{"id": "q", "image": "red_0.png", "identity": "red"}])
+    gallery = write_jsonl(tmp_path / "g.jsonl", [
+        {"id": "copy", "image": "red_0.png", "identity": "red"},   # same image file -> excluded
+        {"id": "q", "image": "blue.png", "identity": "red"},       # same id -> excluded
+        {"id": "g1", "image": "red_far.png", "identity": "red"},
+        {"id": "g2", "image": "decoy.png", "identity": "orange"},
+        {"id": "g3", "image": "blue.png", "identity": "blue"},
+    ])
+    spec = DatasetSpec("G", "gallery", "Re-ID", "IND", "MVEB", {"queries": queries, "gallery": gallery}, images)
+    metrics = _run(FakeEncoder(), [spec], tmp_path / "out", pictures=False)["datasets"]["G"]["metrics"]
+    # Remaining ranking: decoy (neg), red_far (pos), blue (neg): the positive is rank 2.
+    assert metrics["P@1"] == 0.0
+    assert metrics["MRR"] == pytest.approx(50.0)
+    assert metrics["recall@5"] == 100.0
+
+    empty = write_jsonl(tmp_path / "empty.jsonl", [])
+    bad = DatasetSpec("E", "gallery", "Re-ID", "IND", "MVEB", {"queries": queries, "gallery": empty}, images)
+    with pytest.raises(DataError, match="empty.jsonl: data file has no rows"):
+        _run(FakeEncoder(), [bad], tmp_path / "out2", pictures=False)
+
+
+def _n_encoded(encoder: FakeEncoder) -> int:
+    return encoder.n_items_encoded
+
+
+def test_cache_reused_only_when_nothing_changed(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    specs, out = _specs(files), tmp_path / "out"
+    first = FakeEncoder()
+    baseline = _run(first, specs, out, pictures=False)
+    assert _n_encoded(first) == 30
+
+    same = FakeEncoder()
+    assert _run(same, specs, out, pictures=False) == baseline
+    assert _n_encoded(same) == 0  # nothing changed: everything comes from the cache
+
+    for changed in (FakeEncoder(adapter="runs/other-adapter"), FakeEncoder(prompt_format="vlm2vec")):
+        _run(changed, specs, out, pictures=False)
+        assert _n_encoded(changed) == 30, "a new adapter / prompt format must re-encode everything"
+
+    # One image changes: every pool holding it is re-encoded and the metrics see the new pixels.
+    write_image(files["images"] / "red_1.png", (30, 40, 220))  # the red candidate now looks blue
+    after_edit = FakeEncoder()
+    edited = _run(after_edit, specs, out, pictures=False)
+    assert _n_encoded(after_edit) > 0
+    assert edited["datasets"]["Cand"]["metrics"]["P@1"] < baseline["datasets"]["Cand"]["metrics"]["P@1"]
+
+
+def test_resume_after_interruption_reencodes_nothing_done(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    specs, out = _specs(files), tmp_path / "out"
+    reference = _run(FakeEncoder(), specs, tmp_path / "reference", pictures=False, shard_size=4)
+
+    # Cand needs 2 + 2 shard calls (6 queries, 6 candidates); Gal reuses the query pool (same
+    # items, same instruction) and needs 5 gallery shards.  Stop after 2 of them.
+    interrupted = FakeEncoder(fail_after_calls=6)
+    with pytest.raises(KeyboardInterrupt):
+        _run(interrupted, specs, out, pictures=False, shard_size=4)
+    assert (out / "datasets" / "Cand.json").exists() and not (out / "datasets" / "Gal.json").exists()
+    done_before = _n_encoded(interrupted)
+
+    resumed = FakeEncoder()
+    results = _run(resumed, specs, out, pictures=False, shard_size=4)
+    assert done_before == 6 + 6 + 2 * 4
+    assert _n_encoded(resumed) == 18 - 2 * 4  # only the unfinished gallery shards
+    assert resumed.calls == [("Represent the image.", 4)] * 2 + [("Represent the image.", 2)]
+    assert results["datasets"] == reference["datasets"]
+
+
+def test_pictures_written_with_expected_sizes(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    out = tmp_path / "out"
+    _run(FakeEncoder(), _specs(files), out, n_examples=2)
+    for name in ("Cand", "Gal"):
+        with Image.open(out / "grids" / f"{name}.png") as grid:
+            assert grid.size == plots.grid_size(2)
+            # query tile border is blue, first result of a perfect model is green
+            pixels = np.asarray(grid.convert("RGB"))
+            cell = plots.TILE + 2 * plots.GAP
+            assert tuple(pixels[plots.HEADER + 1, 1]) == plots.QUERY_COLOUR
+            assert tuple(pixels[plots.HEADER + 1, cell + 1]) == plots.POSITIVE_COLOUR
+    expected = (int(plots.BAR_FIGSIZE[0] * plots.BAR_DPI), int(plots.BAR_FIGSIZE[1] * plots.BAR_DPI))
+    for task in ("ID-Rec", "Re-ID"):
+        with Image.open(out / "plots" / f"{task}.png") as chart:
+            assert chart.size == expected
+
+
+def test_approximate_index_option_matches_exact_on_a_small_gallery(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    exact = _run(FakeEncoder(), _specs(files)[1:], tmp_path / "exact", pictures=False)
+    approximate = _run(FakeEncoder(), _specs(files)[1:], tmp_path / "ivf", pictures=False, index="ivf")
+    assert approximate["datasets"]["Gal"]["index"] == "ivf"
+    # 18 items -> a single IVF list, searched exhaustively: identical metrics.
+    assert approximate["datasets"]["Gal"]["metrics"] == exact["datasets"]["Gal"]["metrics"]
+
+
+def test_dataset_filter_and_max_queries(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    results = _run(FakeEncoder(), _specs(files), tmp_path / "out", pictures=False, datasets=["Gal"], max_queries=2)
+    assert list(results["datasets"]) == ["Gal"]
+    assert results["datasets"]["Gal"]["n_queries"] == 2
+    with pytest.raises(ValueError, match="unknown dataset"):
+        _run(FakeEncoder(), _specs(files), tmp_path / "out", pictures=False, datasets=["Nope"])
+
+
+def test_peer_protocol_layouts_match_the_protocol_functions(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    images, encoder = files["images"], FakeEncoder()
+
+    def emb(name: str) -> np.ndarray:
+        return encoder.embed_one({"image": str(images / name)})
+
+    afc = write_jsonl(tmp_path / "afc.jsonl", [
+        {"id": "t0", "reference": "red_0.png", "a": "red_1.png", "b": "blue_1.png", "label": 0.9},
+        {"id": "t1", "reference": "blue_0.png", "a": "red_1.png", "b": "blue_1.png", "label": 1},
+    ])
+    nearid = write_jsonl(tmp_path / "nearid.jsonl", [
+        {"id": "red", "views": ["red_0.png", "red_1.png", "red_2.png"], "negatives": ["yellow_0.png", None, "blue_0.png"]},
+    ])
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [
+        {"id": f"p{i}", "a": f"{c}_0.png", "b": f"{d}_1.png", "label": int(c == d), "score": float(c == d) + 0.1 * i}
+        for i, (c, d) in enumerate([("red", "red"), ("red", "yellow"), ("blue", "blue"), ("cyan", "blue")])
+    ])
+    common = {"image_root": images, "split": None, "benchmark": "other"}
+    specs = [DatasetSpec("AFC", "2afc", "2AFC", files={"path": afc}, **common),
+             DatasetSpec("NearID", "nearid", "NearID", files={"path": nearid}, **common),
+             DatasetSpec("TLL", "asym_recall", "AsymRecall", files={"path": pairs}, **common),
+             DatasetSpec("AP", "pair_ap", "PairAP", files={"path": pairs}, **common),
+             DatasetSpec("Corr", "human_corr", "HumanCorr", files={"path": pairs}, **common)]
+    results = _run(encoder, specs, tmp_path / "out", pictures=False)
+    got = {name: entry["metrics"] for name, entry in results["datasets"].items()}
+
+    cos = lambda x, y: float(emb(x) @ emb(y))  # noqa: E731
+    expected_afc = protocols.two_afc_accuracy(
+        np.array([cos("red_0.png", "red_1.png"), cos("blue_0.png", "red_1.png")]),
+        np.array([cos("red_0.png", "blue_1.png"), cos("blue_0.png", "blue_1.png")]), np.array([0.9, 1.0]))
+    assert got["AFC"]["2AFC"] == pytest.approx(100 * expected_afc.mean())
+    assert got["AFC"]["2AFC_CI95_low"] <= got["AFC"]["2AFC"] <= got["AFC"]["2AFC_CI95_high"]
+    views = np.stack([emb(f"red_{v}.png") for v in range(3)])
+    negatives = np.stack([emb("yellow_0.png"), np.zeros_like(views[0]), emb("blue_0.png")])
+    expected_nearid = protocols.nearid_scores([protocols.nearid_margins(views, negatives, np.array([1, 0, 1], bool))])
+    assert got["NearID"]["SSR"] == pytest.approx(100 * expected_nearid["SSR"])
+    assert got["NearID"]["pairwise_acc"] == pytest.approx(100 * expected_nearid["pairwise_acc"])
+    assert got["NearID"]["n_margins"] == 4
+    rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+    a = np.stack([emb(r["a"]) for r in rows])
+    b = np.stack([emb(r["b"]) for r in rows])
+    sims = np.einsum("nd,nd->n", a, b)
+    assert got["TLL"]["R@1"] == pytest.approx(100 * protocols.asymmetric_recall_at_k(a, b, ks=(1,))["R@1"])
+    assert got["AP"]["AP"] == pytest.approx(100 * protocols.average_precision(sims, np.array([r["label"] for r in rows])))
+    assert got["Corr"]["spearman"] == pytest.approx(
+        100 * protocols.spearman(sims, np.array([r["score"] for r in rows])))
+    assert results["groups"] == {}  # protocol scores are not mixed into P@1 groups
+
+
+def test_peer_protocol_rows_are_validated(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    rows = write_jsonl(tmp_path / "afc.jsonl", [
+        {"id": "t0", "reference": "red_0.png", "a": "red_1.png", "b": "blue_1.png", "label": 1},
+        {"id": "t1", "reference": "red_0.png", "a": "missing.png", "b": "blue_1.png", "label": 1},
+    ])
+    spec = DatasetSpec("AFC", "2afc", "2AFC", files={"path": rows}, image_root=files["images"])
+    with pytest.raises(DataError, match=r"afc.jsonl:2: field 'a.image': image file not found"):
+        _run(FakeEncoder(), [spec], tmp_path / "out", pictures=False)
+    write_jsonl(rows, [{"id": "t0", "reference": "red_0.png", "a": "red_1.png", "b": "blue_1.png", "label": 2}])
+    with pytest.raises(DataError, match=r"afc.jsonl:1: field 'label'"):
+        _run(FakeEncoder(), [spec], tmp_path / "out", pictures=False)

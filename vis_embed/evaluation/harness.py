@@ -1,0 +1,239 @@
+"""The evaluation harness: encode a benchmark once, score every dataset, aggregate, report.
+
+The harness only needs an *encoder*: any object with ``encode(items, instruction=None,
+batch_size=..., show_progress=..., base_dir=None) -> np.ndarray`` (L2-normalised rows) and
+``fingerprint() -> str``.  ``vis_embed.model.Embedder`` is one; tests use fakes.
+
+Per dataset it (1) parses the rows (:mod:`layouts`), (2) pools the distinct items of each
+instruction so every distinct query/candidate is encoded exactly once, (3) encodes through
+the :class:`~vis_embed.evaluation.cache.EmbeddingCache` (content-keyed, sharded), (4)
+scores, (5) renders a retrieval grid and (6) atomically writes ``datasets/<name>.json``.
+A dataset whose result file carries the current key is skipped, so an interrupted run
+resumes at the first unfinished dataset (and, inside it, at the first unfinished shard).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from vis_embed.errors import ConfigError
+from vis_embed.evaluation import layouts
+from vis_embed.evaluation.cache import ContentHasher, EmbeddingCache
+from vis_embed.evaluation.taxonomy import group_means
+from vis_embed.io import atomic_write_json, fingerprint_json
+
+log = logging.getLogger(__name__)
+
+# Bump when a metric's definition changes so old per-dataset results are recomputed.
+METRICS_VERSION = 1
+PRIMARY_METRIC = "P@1"
+
+
+class Encoder(Protocol):
+    def encode(self, items: Sequence[dict[str, Any]], instruction: str | None = None, batch_size: int = 16,
+               show_progress: bool = False, base_dir: str | Path | None = None) -> np.ndarray: ...
+
+    def fingerprint(self) -> str: ...
+
+
+@dataclass
+class EvalSettings:
+    batch_size: int = 16
+    max_queries: int | None = None
+    datasets: Sequence[str] | None = None     # names to run (default: all)
+    index: str = "exact"                      # gallery layouts: exact | ivf
+    depth: int | None = None                  # gallery ranking depth (default: see layouts)
+    n_examples: int = 3                       # queries shown per retrieval grid
+    cache_dir: Path | None = None             # default OUT/cache
+    shard_size: int = 1024
+    show_progress: bool = True
+    pictures: bool = True
+    reference: Path | None = None             # visme_table1.csv (default: found beside the repo)
+
+
+def safe_name(name: str) -> str:
+    """A file-system-safe stem for a dataset name (``MSCOCO_t2i`` stays, ``a/b`` -> ``a_b``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "dataset"
+
+
+def describe_encoder(encoder: Encoder, name: str | None = None, adapter: str | None = None) -> dict[str, Any]:
+    """The ``model`` block of results.json: name, adapter, prompt format, pixels, fingerprints."""
+    inner = getattr(encoder, "model", None)
+
+    def lookup(attribute: str) -> Any:
+        for owner in (encoder, inner):
+            if owner is not None and getattr(owner, attribute, None) is not None:
+                value = getattr(owner, attribute)
+                return value if isinstance(value, (str, int, float, bool)) else str(value)
+        return None
+
+    return {
+        "name": name if name is not None else lookup("name_or_path"),
+        "adapter": adapter if adapter is not None else lookup("adapter"),
+        "prompt_format": lookup("prompt_format"),
+        "pixels": {"min_pixels": lookup("min_pixels"), "max_pixels": lookup("max_pixels")},
+        "fingerprints": {"model": encoder.fingerprint()},
+    }
+
+
+class _ItemSigner:
+    """Content signature of an item: its text/extra keys plus the SHA-256 of its image file."""
+
+    def __init__(self, hasher: ContentHasher) -> None:
+        self.hasher = hasher
+
+    def __call__(self, item: dict[str, Any]) -> str:
+        signed = dict(item)
+        image = item.get("image")
+        if isinstance(image, str) and not image.startswith(("http://", "https://")):
+            signed["image"] = "sha256:" + self.hasher.file(image)
+        return layouts.item_key(signed)
+
+
+@dataclass
+class _Pool:
+    instruction: str | None
+    items: list[dict[str, Any]]
+    key: str
+
+
+def _build_pools(prepared: layouts.PreparedDataset, sign: _ItemSigner, encoder_fingerprint: str
+                 ) -> tuple[list[_Pool], dict[str, tuple[int, np.ndarray]]]:
+    """Distinct items per instruction, and for each side (pool number, row of each item)."""
+    pools: dict[str | None, tuple[list[dict[str, Any]], dict[str, int]]] = {}
+    side_rows: dict[str, tuple[str | None, np.ndarray]] = {}
+    for side, (instruction, items) in prepared.sides.items():
+        pool_items, positions = pools.setdefault(instruction, ([], {}))
+        rows = []
+        for item in items:
+            signature = sign(item)
+            if signature not in positions:
+                positions[signature] = len(pool_items)
+                pool_items.append(item)
+            rows.append(positions[signature])
+        side_rows[side] = (instruction, np.asarray(rows, dtype=np.int64))
+    built, number = [], {}
+    for pool_number, (instruction, (items, positions)) in enumerate(pools.items()):
+        key = EmbeddingCache.key(encoder=encoder_fingerprint, instruction=instruction, items=list(positions))
+        built.append(_Pool(instruction, items, key))
+        number[instruction] = pool_number
+    return built, {side: (number[instr], rows) for side, (instr, rows) in side_rows.items()}
+
+
+class Harness:
+    """Runs a list of :class:`layouts.DatasetSpec` against one encoder into ``out_dir``."""
+
+    def __init__(self, encoder: Encoder, out_dir: str | Path, settings: EvalSettings | None = None,
+                 model_info: dict[str, Any] | None = None) -> None:
+        self.encoder = encoder
+        self.out_dir = Path(out_dir)
+        self.settings = settings or EvalSettings()
+        self.encoder_fingerprint = encoder.fingerprint()
+        self.model_info = model_info or describe_encoder(encoder)
+        self.cache = EmbeddingCache(self.settings.cache_dir or self.out_dir / "cache", self.settings.shard_size)
+        self.hasher = ContentHasher()
+        self.sign = _ItemSigner(self.hasher)
+
+    def select(self, specs: Sequence[layouts.DatasetSpec]) -> list[layouts.DatasetSpec]:
+        wanted = self.settings.datasets
+        if not wanted:
+            return list(specs)
+        names = {spec.name for spec in specs}
+        unknown = [name for name in wanted if name not in names]
+        if unknown:
+            raise ConfigError(f"unknown dataset(s) {unknown}; the manifest has {sorted(names)}")
+        return [spec for spec in specs if spec.name in set(wanted)]
+
+    def run(self, specs: Sequence[layouts.DatasetSpec], benchmark_fingerprint: str | None = None) -> dict[str, Any]:
+        selected = self.select(specs)
+        datasets: dict[str, dict[str, Any]] = {}
+        progress = tqdm(selected, desc="datasets", unit="ds", disable=not self.settings.show_progress)
+        for spec in progress:
+            progress.set_postfix_str(spec.name)
+            datasets[spec.name] = self.run_dataset(spec)
+        results = {"model": dict(self.model_info), "datasets": datasets, "groups": aggregate(datasets)}
+        if benchmark_fingerprint:
+            results["model"].setdefault("fingerprints", {})["benchmark"] = benchmark_fingerprint
+        self.write_outputs(results)
+        return results
+
+    def _dataset_key(self, spec: layouts.DatasetSpec, prepared: layouts.PreparedDataset, pools: list[_Pool]) -> str:
+        spec_fields = asdict(spec)
+        spec_fields["files"] = {role: self.hasher.file(path) for role, path in spec.files.items()}
+        spec_fields["image_root"] = None  # content matters, not where it lives
+        return fingerprint_json({
+            "encoder": self.encoder_fingerprint, "spec": spec_fields,
+            "data": [self.hasher.file(path) for path in prepared.data_files],
+            "pools": [pool.key for pool in pools], "max_queries": self.settings.max_queries,
+            "index": self.settings.index, "depth": self.settings.depth,
+            "n_examples": self.settings.n_examples, "pictures": self.settings.pictures,
+            "metrics_version": METRICS_VERSION,
+        })
+
+    def run_dataset(self, spec: layouts.DatasetSpec) -> dict[str, Any]:
+        options = layouts.ScoringOptions(index=self.settings.index, depth=self.settings.depth,
+                                         n_examples=self.settings.n_examples)
+        prepared = layouts.prepare(spec, self.settings.max_queries, options)
+        pools, side_rows = _build_pools(prepared, self.sign, self.encoder_fingerprint)
+        key = self._dataset_key(spec, prepared, pools)
+        result_path = self.out_dir / "datasets" / f"{safe_name(spec.name)}.json"
+        if result_path.exists():
+            saved = json.loads(result_path.read_text())
+            if saved.get("key") == key:
+                log.info("%s: finished in a previous run (same fingerprint), skipped", spec.name)
+                return saved["result"]
+        pool_embeddings = [self._encode_pool(spec, pool) for pool in pools]
+        embeddings = {side: pool_embeddings[number][rows] for side, (number, rows) in side_rows.items()}
+        outcome = prepared.score(embeddings)
+        result = {
+            "meta_task": spec.meta_task, "split": spec.split, "benchmark": spec.benchmark,
+            "layout": spec.layout, "n_queries": outcome.n_queries, "primary": outcome.primary,
+            "metrics": outcome.metrics, **outcome.extra, "fingerprint": key,
+        }
+        if self.settings.pictures and outcome.examples:
+            from vis_embed.evaluation.plots import retrieval_grid
+
+            grid_path = self.out_dir / "grids" / f"{safe_name(spec.name)}.png"
+            retrieval_grid(outcome.examples, grid_path, title=f"{spec.name} ({spec.meta_task})")
+            result["grid"] = str(grid_path.relative_to(self.out_dir))
+        atomic_write_json(result_path, {"key": key, "result": result})
+        return result
+
+    def _encode_pool(self, spec: layouts.DatasetSpec, pool: _Pool) -> np.ndarray:
+        def encode(chunk: Sequence[dict[str, Any]]) -> np.ndarray:
+            return self.encoder.encode(list(chunk), instruction=pool.instruction,
+                                       batch_size=self.settings.batch_size,
+                                       show_progress=self.settings.show_progress)
+
+        return self.cache.get_or_encode(pool.key, pool.items, encode)
+
+    def write_outputs(self, results: dict[str, Any]) -> None:
+        from vis_embed.evaluation import report
+
+        atomic_write_json(self.out_dir / "results.json", results)
+        report.write_markdown(results, self.out_dir / "results.md", self.settings.reference)
+        if self.settings.pictures:
+            from vis_embed.evaluation.plots import meta_task_bars
+
+            meta_task_bars(results, self.out_dir / "plots")
+
+
+def aggregate(datasets: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Group means (percent) over the datasets whose primary metric is P@1.
+
+    Peer-protocol datasets (2AFC, SSR, AP, ...) report other quantities and are not mixed
+    into the meta-task / IND / OOD / overall means.
+    """
+    rows = [{"meta_task": d["meta_task"], "split": d.get("split"), "benchmark": d.get("benchmark"),
+             "score": d["metrics"][PRIMARY_METRIC]}
+            for d in datasets.values() if d.get("primary", PRIMARY_METRIC) == PRIMARY_METRIC]
+    return group_means(rows)

@@ -1,0 +1,112 @@
+"""Pictures of an evaluation: a bar chart per meta-task and retrieval grids.
+
+A retrieval grid shows, for a few queries of a dataset, the query (blue border) followed
+by its top-5 results, with a green border for a positive and red for a negative and the
+cosine score underneath -- the fastest way to see *what* a model confuses.
+Grids are drawn with PIL only (no font or backend dependencies); bar charts use
+matplotlib's Agg backend at a fixed size of ``BAR_FIGSIZE x BAR_DPI`` pixels.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw, ImageOps
+
+from vis_embed.evaluation.layouts import Example
+from vis_embed.io import atomic_path
+
+TILE = 128          # pixels of one image tile
+GAP = 6             # border width around a tile (the colour carries the verdict)
+CAPTION = 16        # text line under each tile
+HEADER = 20         # title line on top of a grid
+TOP_K = 5
+QUERY_COLOUR, POSITIVE_COLOUR, NEGATIVE_COLOUR = (40, 90, 220), (20, 170, 60), (215, 40, 40)
+BAR_FIGSIZE, BAR_DPI = (8.0, 4.0), 100
+
+
+def grid_size(n_rows: int, tile: int = TILE, top_k: int = TOP_K) -> tuple[int, int]:
+    """(width, height) in pixels of a grid with ``n_rows`` queries."""
+    return (1 + top_k) * (tile + 2 * GAP), HEADER + n_rows * (tile + 2 * GAP + CAPTION)
+
+
+def _tile(item: dict[str, Any], tile: int) -> Image.Image:
+    """The item's image fitted into a square tile, or its text written on grey."""
+    canvas = Image.new("RGB", (tile, tile), (235, 235, 235))
+    image_path = item.get("image")
+    if isinstance(image_path, str) and not image_path.startswith(("http://", "https://")):
+        try:
+            with Image.open(image_path) as image:
+                fitted = ImageOps.contain(image.convert("RGB"), (tile, tile))
+            canvas.paste(fitted, ((tile - fitted.width) // 2, (tile - fitted.height) // 2))
+            return canvas
+        except OSError:
+            pass  # unreadable image: fall back to showing its text / path
+    text = str(item.get("text") or image_path or "")
+    lines = textwrap.wrap(text, width=max(8, tile // 7))[: max(1, tile // 12)]
+    ImageDraw.Draw(canvas).multiline_text((4, 4), "\n".join(lines), fill=(20, 20, 20), spacing=1)
+    return canvas
+
+
+def retrieval_grid(examples: Sequence[Example], path: str | Path, title: str = "",
+                   tile: int = TILE, top_k: int = TOP_K) -> Path:
+    """Write a PNG: one row per example, the query then its top-``top_k`` results."""
+    width, height = grid_size(len(examples), tile, top_k)
+    grid = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(grid)
+    draw.text((4, 4), title[:120], fill=(0, 0, 0))
+    cell_w, cell_h = tile + 2 * GAP, tile + 2 * GAP + CAPTION
+    for row, example in enumerate(examples):
+        top = HEADER + row * cell_h
+        cells = [(example.query, QUERY_COLOUR, "query")]
+        cells += [(item, POSITIVE_COLOUR if positive else NEGATIVE_COLOUR, f"{rank}: {score:.3f}")
+                  for rank, (item, score, positive) in enumerate(example.results[:top_k], start=1)]
+        for column, (item, colour, caption) in enumerate(cells):
+            left = column * cell_w
+            draw.rectangle([left, top, left + cell_w - 1, top + cell_w - 1], fill=colour)
+            grid.paste(_tile(item, tile), (left + GAP, top + GAP))
+            draw.text((left + GAP, top + cell_w), caption, fill=(0, 0, 0))
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        grid.save(tmp, format="PNG")
+    return path
+
+
+def meta_task_bars(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    """One PNG per meta-task: P@1 of each of its datasets, with the meta-task mean as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_task: dict[str, list[tuple[str, float]]] = {}
+    for name, entry in results["datasets"].items():
+        if entry.get("primary", "P@1") == "P@1":
+            by_task.setdefault(entry["meta_task"], []).append((name, entry["metrics"]["P@1"]))
+    written = []
+    for task, rows in by_task.items():
+        figure, axes = plt.subplots(figsize=BAR_FIGSIZE, dpi=BAR_DPI)
+        names, scores = zip(*rows, strict=True)
+        colours = ["#2a9d8f" if results["datasets"][n].get("split") != "OOD" else "#e76f51" for n in names]
+        axes.bar(range(len(names)), scores, color=colours)
+        mean = results["groups"].get(task, sum(scores) / len(scores))
+        axes.axhline(mean, color="black", linestyle="--", linewidth=1, label=f"{task} mean {mean:.1f}")
+        axes.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
+        axes.set_ylim(0, 100)
+        axes.set_ylabel("Precision@1 (%)")
+        axes.set_title(f"{task}: {results['model'].get('name') or 'model'} (teal IND, orange OOD)", fontsize=9)
+        axes.legend(loc="upper right", fontsize=7)
+        figure.tight_layout()
+        path = Path(out_dir) / f"{re_safe(task)}.png"
+        with atomic_path(path) as tmp:
+            figure.savefig(tmp, format="png", dpi=BAR_DPI)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def re_safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
