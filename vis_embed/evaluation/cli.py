@@ -72,54 +72,16 @@ def spec_from_entry(entry: Any) -> DatasetSpec:
     )
 
 
-def load_specs(manifest: Path) -> tuple[list[DatasetSpec], str | None]:
+def load_specs(manifest: Path) -> tuple[list[DatasetSpec], str]:
     """Dataset specs of a manifest and the manifest's fingerprint.
 
-    Parsing and validation belong to ``vis_embed.data.load_benchmark``; a minimal reader of
-    the documented YAML keys is used only when that loader is not available.
+    Parsing and validation belong to ``vis_embed.data.load_benchmark`` (errors name the file,
+    line and key); this only adapts its entries to the harness's DatasetSpec.
     """
-    try:
-        from vis_embed.data import load_benchmark
-    except ImportError:
-        return _read_manifest(manifest)
+    from vis_embed.data import load_benchmark
+
     benchmark = load_benchmark(manifest)
-    entries = _get(benchmark, "datasets", benchmark)
-    fingerprint = _get(benchmark, "fingerprint")
-    if callable(fingerprint):
-        fingerprint = fingerprint()
-    if fingerprint is None:
-        from vis_embed.io import fingerprint_files
-
-        fingerprint = fingerprint_files([manifest])
-    return [spec_from_entry(entry) for entry in entries], fingerprint
-
-
-def _read_manifest(manifest: Path) -> tuple[list[DatasetSpec], str | None]:
-    """``{name?, datasets: [{name, layout, meta_task, split, path|queries+gallery, ...}]}``;
-    relative paths are relative to the manifest's folder."""
-    import yaml
-
-    from vis_embed.io import fingerprint_files
-
-    if not manifest.is_file():
-        raise ConfigError(f"{manifest}: benchmark manifest not found")
-    data = yaml.safe_load(manifest.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict) or not isinstance(data.get("datasets"), list):
-        raise ConfigError(f"{manifest}: expected a mapping with a 'datasets' list")
-    specs = []
-    for position, raw in enumerate(data["datasets"]):
-        if not isinstance(raw, dict) or not raw.get("name") or not raw.get("meta_task"):
-            raise ConfigError(f"{manifest}: datasets[{position}] needs at least 'name' and 'meta_task'")
-        entry = dict(raw)
-        for role in ("path", "queries", "gallery", "image_root"):
-            if entry.get(role):
-                entry[role] = manifest.parent / str(entry[role])
-        specs.append(spec_from_entry(entry))
-    names = [spec.name for spec in specs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ConfigError(f"{manifest}: duplicate dataset names {duplicates}")
-    return specs, fingerprint_files([manifest])
+    return [spec_from_entry(entry) for entry in benchmark.datasets], benchmark.fingerprint()
 
 
 def _load_encoder(args: argparse.Namespace) -> Any:
@@ -129,6 +91,23 @@ def _load_encoder(args: argparse.Namespace) -> Any:
                                                ("max_pixels", args.max_pixels), ("device", args.device))
                  if value is not None}
     return Embedder.from_pretrained(args.model, adapter=args.adapter, **overrides)
+
+
+def evaluate_model(model: str | Path, benchmark: str | Path, out: str | Path, *, adapter: str | Path | None = None,
+                   show_progress: bool = True, **settings: Any) -> dict[str, Any]:
+    """Evaluate ``model`` (+ ``adapter``) on a manifest; write OUT/results.json etc.; return the results.
+
+    The function form of ``vis-embed eval`` (used by the quickstart); ``settings`` are
+    EvalSettings fields (batch_size, datasets, max_queries, pictures, ...).
+    """
+    from vis_embed.evaluation.harness import EvalSettings, Harness, describe_encoder
+    from vis_embed.model.embedder import Embedder
+
+    specs, benchmark_fingerprint = load_specs(Path(benchmark))
+    encoder = Embedder.from_pretrained(str(model), adapter=None if adapter is None else str(adapter))
+    harness = Harness(encoder, Path(out), EvalSettings(show_progress=show_progress, **settings),
+                      describe_encoder(encoder, str(model), None if adapter is None else str(adapter)))
+    return harness.run(specs, benchmark_fingerprint)
 
 
 def run(args: argparse.Namespace) -> int:
