@@ -1,0 +1,108 @@
+"""Worker for tests/test_distributed_training.py, launched with ``torchrun --nproc_per_node 2``.
+
+Trains the same global batches under DDP, DeepSpeed ZeRO-2 and ZeRO-3 (GradCache on, chunks of
+2 local members), each rank holding its contiguous shard, and writes per-step global losses,
+the final weights and tau to ``argv[1]`` (rank 0) for comparison with one process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _training_standin import StandInEncoder, random_members  # noqa: E402
+
+from vis_embed.training.distributed import (  # noqa: E402
+    DeepSpeedBackend, TorchBackend, get_rank, get_world_size, init_distributed, lr_lambda)
+from vis_embed.training.gradcache import contrastive_step  # noqa: E402
+from vis_embed.training.losses import Temperature, info_nce_loss  # noqa: E402
+
+GLOBAL_BATCH, STEPS, LR = 8, 3, 1e-2
+
+
+def global_batches() -> list[tuple[list[list[int]], list[list[int]]]]:
+    return [(random_members(GLOBAL_BATCH, 10 + s), random_members(GLOBAL_BATCH, 100 + s)) for s in range(STEPS)]
+
+
+def train(mode: str, chunk_size: int) -> dict:
+    torch.manual_seed(0)
+    model = StandInEncoder(dropout=0.0)
+    tau = Temperature(0.05)
+    tau_optimizer = torch.optim.AdamW([tau.log_tau], lr=LR, weight_decay=0.0)
+    common = dict(lr=LR, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, schedule=lr_lambda(1, STEPS))
+    if mode == "torch":
+        backend = TorchBackend(model, max_grad_norm=1.0, **common)
+    else:
+        stage = {"zero2": 2, "zero3": 3}[mode]
+        local = GLOBAL_BATCH // get_world_size()
+        config = {"train_micro_batch_size_per_gpu": local, "gradient_accumulation_steps": 1,
+                  "train_batch_size": GLOBAL_BATCH, "gradient_clipping": 1.0,
+                  "zero_optimization": {"stage": stage, "overlap_comm": False},
+                  "steps_per_print": 10**9}
+        backend = DeepSpeedBackend(model, ds_config=config, **common)
+    world, rank = get_world_size(), get_rank()
+    local = GLOBAL_BATCH // world
+    losses = []
+    for queries, candidates in global_batches():
+        shard = slice(rank * local, (rank + 1) * local)
+        result = contrastive_step(backend, model.collate, queries[shard], candidates[shard],
+                                  lambda q, c: info_nce_loss(q, c, tau()), chunk_size=chunk_size,
+                                  query_lengths=[len(x) for x in queries[shard]],
+                                  candidate_lengths=[len(x) for x in candidates[shard]])
+        backend.step()
+        tau_optimizer.step()
+        tau_optimizer.zero_grad()
+        losses.append(result.loss)
+    weights = backend.trainable_state_dict()
+    return {"losses": losses, "tau": tau.value, "weights": {k: v.flatten().tolist() for k, v in weights.items()}}
+
+
+def train_tiny_qwen(stage: int, model: str, data: str, schedule: str, out: Path) -> dict:
+    """The real trainer on the tiny Qwen-VL with the shipped ds_configs/zero{stage}.json (0: DDP).
+
+    Then resumes from checkpoint-2 (DeepSpeed optimiser partitions, RNG, tau) and re-runs the
+    last step: the final adapter must come out identical.
+    """
+    from _training_fixtures import tiny_recipe
+    from safetensors.torch import load_file
+
+    from vis_embed.training.recipe import load_recipe
+    from vis_embed.training.trainer import Trainer
+
+    config = Path(__file__).resolve().parents[1] / "ds_configs" / f"zero{stage}.json"
+    run_dir = out / f"zero{stage}"
+    raw = tiny_recipe(model, data, schedule, run_dir, max_steps=3, gradcache__chunk_size=1,
+                      checkpoint__every=2, deepspeed=str(config) if stage else None)  # stage 0: DDP
+    Trainer(load_recipe(raw=raw)).train()
+    if get_rank() != 0:
+        Trainer(load_recipe(raw=raw), resume=True).train()
+        return {}
+    losses = [json.loads(line)["loss"] for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    first = load_file(str(run_dir / "final" / "adapter_model.safetensors"))
+    resumed = Trainer(load_recipe(raw=raw), resume=True)
+    resumed.train()
+    again = load_file(str(run_dir / "final" / "adapter_model.safetensors"))
+    resume_diff = max(float((first[k] - again[k]).abs().max()) for k in first)
+    return {"losses": losses, "resume_max_abs_diff": resume_diff, "resumed_at": resumed.start_step}
+
+
+def main() -> None:
+    init_distributed(use_deepspeed=True)
+    results: dict = {name: train(mode, chunk) for name, mode, chunk in
+                     [("ddp_gradcache", "torch", 2), ("zero2_gradcache", "zero2", 2),
+                      ("zero3_gradcache", "zero3", 2), ("zero2_plain", "zero2", 0)]}
+    if len(sys.argv) > 2:  # model, data config, schedule, output folder
+        model, data, schedule, out = sys.argv[2:6]
+        for stage in (0, 2, 3):
+            results[f"trainer_zero{stage}"] = train_tiny_qwen(stage, model, data, schedule, Path(out))
+    if get_rank() == 0:
+        Path(sys.argv[1]).write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

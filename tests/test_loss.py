@@ -1,0 +1,86 @@
+"""InfoNCE over the global batch: formula, identity masking, hard negatives, temperature."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vis_embed.training.losses import Temperature, identity_ids, info_nce_loss
+from vis_embed.training.losses.infonce import NO_IDENTITY
+
+
+def _unit(n: int, d: int, seed: int) -> torch.Tensor:
+    return F.normalize(torch.randn(n, d, generator=torch.Generator().manual_seed(seed)), dim=-1)
+
+
+def test_loss_matches_the_formula_term_by_term() -> None:
+    q, c, tau = _unit(6, 8, 0), _unit(6, 8, 1), 0.05
+    expected = 0.0
+    for i in range(6):
+        scores = [float(q[i] @ c[j]) / tau for j in range(6)]
+        expected -= scores[i] - math.log(sum(math.exp(s) for s in scores))
+    assert info_nce_loss(q, c, tau).item() == pytest.approx(expected / 6, rel=1e-5)
+
+
+def test_same_identity_non_positive_candidates_are_masked() -> None:
+    q, c = _unit(4, 8, 2), _unit(4, 8, 3)
+    # members 0 and 2 share an identity: candidate 2 must leave query 0's denominator (and vice versa)
+    ids = torch.tensor([7, 1, 7, NO_IDENTITY])
+    masked = info_nce_loss(q, c, 0.1, ids)
+    scores = q @ c.T / 0.1
+    per_query = []
+    for i in range(4):
+        keep = [j for j in range(4) if not (j != i and ids[i] >= 0 and ids[j] == ids[i])]
+        per_query.append(-(scores[i, i] - torch.logsumexp(scores[i, keep], dim=0)))
+    assert masked.item() == pytest.approx(torch.stack(per_query).mean().item(), rel=1e-6)
+    assert masked.item() < info_nce_loss(q, c, 0.1).item()  # masking removed a negative
+
+
+def test_unknown_identities_are_never_masked_together() -> None:
+    q, c = _unit(3, 8, 4), _unit(3, 8, 5)
+    ids = torch.full((3,), NO_IDENTITY)
+    assert info_nce_loss(q, c, 0.1, ids).item() == pytest.approx(info_nce_loss(q, c, 0.1).item())
+
+
+def test_hard_negatives_in_the_batch_count_as_negatives() -> None:
+    q, c = _unit(4, 8, 6), _unit(4, 8, 7)
+    ids = torch.tensor([0, 1, 2, 3])
+    base = info_nce_loss(q, c, 0.1, ids)
+    c_hard = c.clone()
+    c_hard[1] = q[0]  # candidate 1 (another identity) now looks exactly like query 0
+    assert info_nce_loss(q, c_hard, 0.1, ids).item() > base.item() + 0.1
+
+
+def test_identity_ids_are_deterministic_and_none_means_unknown() -> None:
+    keys = ["ns::b", None, "ns::a", "ns::b"]
+    ids = identity_ids(keys)
+    assert ids.tolist() == identity_ids(list(keys)).tolist()
+    assert ids[1] == NO_IDENTITY and ids[0] == ids[3] and ids[0] != ids[2]
+
+
+def test_learnable_temperature_gets_a_gradient_and_starts_at_init() -> None:
+    tau = Temperature(0.02)
+    assert tau.value == pytest.approx(0.02)
+    info_nce_loss(_unit(5, 8, 8), _unit(5, 8, 9), tau()).backward()
+    assert tau.log_tau.grad is not None and tau.log_tau.grad.abs() > 0
+
+
+def test_fixed_and_frozen_temperature_get_no_gradient() -> None:
+    fixed = Temperature(0.07, learnable=False)
+    frozen = Temperature(0.07, learnable=True, freeze_steps=3)
+    for tau in (fixed, frozen):
+        loss = info_nce_loss(_unit(5, 8, 10), _unit(5, 8, 11), tau())
+        assert not loss.requires_grad or tau.log_tau.grad is None
+    frozen.set_step(3)
+    info_nce_loss(_unit(5, 8, 10), _unit(5, 8, 11), frozen()).backward()
+    assert frozen.log_tau.grad is not None
+
+
+def test_temperature_is_clamped_from_below() -> None:
+    tau = Temperature(0.02, min_value=0.01)
+    with torch.no_grad():
+        tau.log_tau.fill_(math.log(1e-4))
+    assert tau().item() == pytest.approx(0.01)

@@ -1,0 +1,106 @@
+"""Recipes: validation with clear errors, --set overrides, shipped recipes are valid."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vis_embed.errors import ConfigError
+from vis_embed.training.recipe import load_recipe, parse_override
+
+REPO = Path(__file__).resolve().parents[1]
+MINIMAL = {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out",
+           "max_steps": 10, "global_batch_size": 8}
+
+
+def _write(tmp_path: Path, raw: dict) -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_defaults_follow_the_paper(tmp_path: Path) -> None:
+    recipe = load_recipe(_write(tmp_path, MINIMAL))
+    assert (recipe.lora.r, recipe.lora.alpha, recipe.lora.dropout) == (16, 32, 0.05)
+    assert recipe.temperature.init == 0.02 and recipe.temperature.learnable
+    assert recipe.gradcache.chunk_size == 0
+
+
+def test_unknown_key_names_file_and_dotted_path(tmp_path: Path) -> None:
+    path = _write(tmp_path, {**MINIMAL, "lora": {"rank": 8}})
+    with pytest.raises(ConfigError, match=r"recipe\.yaml: field 'lora\.rank': unknown key"):
+        load_recipe(path)
+
+
+def test_ill_typed_key_is_reported(tmp_path: Path) -> None:
+    path = _write(tmp_path, {**MINIMAL, "max_steps": "many"})
+    with pytest.raises(ConfigError, match=r"field 'max_steps'.*'many'"):
+        load_recipe(path)
+
+
+def test_missing_required_key_is_reported(tmp_path: Path) -> None:
+    raw = dict(MINIMAL)
+    del raw["model"]
+    with pytest.raises(ConfigError, match=r"field 'model': required key missing"):
+        load_recipe(_write(tmp_path, raw))
+
+
+@pytest.mark.parametrize("override, attribute, expected", [
+    ("model=/ckpt", ("model",), "/ckpt"), ("data=x.yaml", ("data",), "x.yaml"),
+    ("schedule=s2.parquet", ("schedule",), "s2.parquet"), ("output_dir=o2", ("output_dir",), "o2"),
+    ("max_steps=5", ("max_steps",), 5), ("global_batch_size=64", ("global_batch_size",), 64),
+    ("seed=3", ("seed",), 3), ("lora.r=8", ("lora", "r"), 8), ("lora.alpha=4", ("lora", "alpha"), 4),
+    ("lora.dropout=0", ("lora", "dropout"), 0), ("gradcache.chunk_size=3", ("gradcache", "chunk_size"), 3),
+    ("temperature.learnable=false", ("temperature", "learnable"), False),
+    ("lora.target_modules=[q_proj,v_proj]", ("lora", "target_modules"), ["q_proj", "v_proj"]),
+])
+def test_set_overrides(tmp_path: Path, override: str, attribute: tuple[str, ...], expected: object) -> None:
+    value = load_recipe(_write(tmp_path, MINIMAL), [override])
+    for part in attribute:
+        value = getattr(value, part)
+    assert value == expected
+
+
+def test_set_rejects_unknown_keys_and_bad_syntax(tmp_path: Path) -> None:
+    path = _write(tmp_path, MINIMAL)
+    with pytest.raises(ConfigError, match="lora.rr"):
+        load_recipe(path, ["lora.rr=3"])
+    with pytest.raises(ConfigError, match="KEY.PATH=VALUE"):
+        parse_override("lora.r")
+
+
+@pytest.mark.parametrize("name", ["visme_qwen2vl_2b", "visme_qwen25vl_3b", "visme_qwen25vl_7b", "tiny_cpu"])
+def test_shipped_recipes_are_valid(name: str) -> None:
+    recipe = load_recipe(REPO / "recipes" / f"{name}.yaml")
+    if name.startswith("visme"):
+        assert (recipe.max_steps, recipe.global_batch_size, recipe.optimizer.lr) == (3000, 1024, 1e-4)
+        assert (recipe.lora.r, recipe.lora.alpha, recipe.temperature.init) == (16, 32, 0.02)
+        assert recipe.temperature.learnable and recipe.sampling.hard_negatives == 5
+        assert recipe.model_options.max_pixels == 200704 and recipe.model_options.max_length == 768
+        assert recipe.deepspeed and (REPO / recipe.deepspeed).is_file()
+
+
+@pytest.mark.parametrize("name", ["zero2", "zero3", "zero3_offload"])
+def test_deepspeed_configs_get_their_auto_values_from_the_recipe(tmp_path: Path, name: str) -> None:
+    import torch
+
+    from vis_embed.training.trainer import fill_deepspeed_config
+
+    recipe = load_recipe(_write(tmp_path, MINIMAL), ["optimizer.max_grad_norm=0.5"])
+    config = fill_deepspeed_config(str(REPO / "ds_configs" / f"{name}.json"), recipe, 16, torch.bfloat16)
+    assert "auto" not in json.dumps(config)
+    assert config["train_micro_batch_size_per_gpu"] == 16 and config["gradient_accumulation_steps"] == 1
+    assert config["gradient_clipping"] == 0.5 and config["bf16"]["enabled"] is True
+
+
+def test_deepspeed_config_must_not_define_the_optimizer(tmp_path: Path) -> None:
+    from vis_embed.training.trainer import fill_deepspeed_config
+
+    bad = tmp_path / "ds.json"
+    bad.write_text(json.dumps({"optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 2}}))
+    recipe = load_recipe(_write(tmp_path, MINIMAL))
+    with pytest.raises(ConfigError, match="remove 'optimizer'"):
+        fill_deepspeed_config(str(bad), recipe, 4, None)

@@ -1,0 +1,143 @@
+"""Checkpoints: ``OUTPUT_DIR/checkpoint-STEP/`` every N steps and ``OUTPUT_DIR/final/``.
+
+Layout of one checkpoint directory::
+
+    adapter_config.json, adapter_model.safetensors   plain peft LoRA adapter
+                                                     (PeftModel.from_pretrained / encode --adapter)
+    model.safetensors, config.json, ...               instead, for full fine-tuning
+    trainer_state.json   step (number of completed steps = next schedule step), tau, recipe,
+                         schedule fingerprint, world size
+    temperature.pt       tau parameter + its optimiser state
+    optimizer.pt         torch optimiser + LR scheduler (single process / DDP), or
+    deepspeed/           the DeepSpeed engine's partitioned optimiser state
+    rng_state_rank{R}.pt every RNG of rank R (exact resume)
+
+Writes are atomic: rank 0 opens :func:`vis_embed.io.atomic_directory`, every rank writes its
+part into the temporary directory, and only when all have finished is it renamed into place.
+A killed run therefore leaves only complete checkpoints, and ``--resume`` takes the newest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vis_embed.errors import ConfigError
+from vis_embed.io import atomic_directory, atomic_write_json
+from vis_embed.training.distributed import barrier, broadcast_object, get_rank, is_main_process
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+TRAINER_STATE = "trainer_state.json"
+
+
+def find_peft_model(module: nn.Module) -> tuple[str, nn.Module] | None:
+    """(attribute prefix, PeftModel) of the first peft-wrapped submodule, or None."""
+    from peft import PeftModel
+
+    for name, child in module.named_modules():
+        if isinstance(child, PeftModel):
+            return (f"{name}." if name else ""), child
+    return None
+
+
+def list_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
+    """Complete ``checkpoint-STEP`` directories, oldest first."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = []
+    for child in output_dir.iterdir():
+        match = CHECKPOINT_PATTERN.match(child.name)
+        if match and (child / TRAINER_STATE).is_file():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    checkpoints = list_checkpoints(output_dir)
+    return checkpoints[-1][1] if checkpoints else None
+
+
+@contextlib.contextmanager
+def shared_atomic_directory(path: Path) -> Iterator[Path]:
+    """``atomic_directory`` across ranks: rank 0 owns the rename, all ranks write into it."""
+    if is_main_process():
+        with atomic_directory(path) as tmp:
+            broadcast_object(str(tmp))
+            yield tmp
+            barrier()  # every rank finished writing before the rename
+    else:
+        tmp = Path(broadcast_object(None))
+        yield tmp
+        barrier()
+    barrier()  # nobody reads the new directory before it is in place
+
+
+def save_weights(model: nn.Module, trainable_state: dict[str, torch.Tensor], directory: Path,
+                 processor: Any = None) -> None:
+    """Adapter in peft format (LoRA) or the full backbone (full fine-tuning); main process only."""
+    found = find_peft_model(model)
+    if found is not None:
+        prefix, peft_model = found
+        state = {name[len(prefix):]: tensor for name, tensor in trainable_state.items() if name.startswith(prefix)}
+        peft_model.save_pretrained(str(directory), state_dict=state, save_embedding_layers=False)
+        readme = directory / "README.md"  # peft's auto model card: noise in a checkpoint
+        readme.unlink(missing_ok=True)
+        return
+    backbone = getattr(model, "backbone", model)
+    backbone.save_pretrained(str(directory), safe_serialization=True)
+    if processor is not None:
+        processor.save_pretrained(str(directory))
+
+
+def write_trainer_state(directory: Path, state: dict[str, Any]) -> None:
+    atomic_write_json(directory / TRAINER_STATE, state)
+
+
+def read_trainer_state(directory: Path) -> dict[str, Any]:
+    path = Path(directory) / TRAINER_STATE
+    if not path.is_file():
+        raise ConfigError(f"{directory}: not a training checkpoint (no {TRAINER_STATE})")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_adapter_weights(model: nn.Module, directory: Path) -> None:
+    """Load a saved adapter (or full weights) into the already-built training model."""
+    found = find_peft_model(model)
+    if found is not None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        _prefix, peft_model = found
+        weights = load_file(str(directory / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(peft_model, weights)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise ConfigError(f"{directory}: adapter does not match the model (unexpected keys {unexpected[:3]})")
+        return
+    from safetensors.torch import load_file
+
+    backbone = getattr(model, "backbone", model)
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(directory.glob("model*.safetensors")):
+        state.update(load_file(str(shard)))
+    backbone.load_state_dict(state, strict=False)
+
+
+def prune_checkpoints(output_dir: Path, keep_last: int | None) -> None:
+    if keep_last is None or not is_main_process():
+        return
+    for _step, path in list_checkpoints(output_dir)[:-keep_last]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def rng_file(directory: Path, rank: int | None = None) -> Path:
+    return directory / f"rng_state_rank{get_rank() if rank is None else rank}.pt"

@@ -1,0 +1,198 @@
+"""GradCache: contrastive training on a global batch far larger than fits in memory.
+
+One step (Gao et al., 2021, adapted to multi-rank training and DeepSpeed):
+
+1. encode the local queries and candidates chunk by chunk **without grad**, remembering the
+   RNG state before each chunk (LoRA dropout draws random numbers);
+2. gather the embeddings of all ranks and compute the loss of the full global batch on
+   detached leaves; ``backward`` gives d(loss)/d(embedding) for the local members (the
+   "cache") and the temperature's gradient;
+3. re-encode each chunk **with grad**, replaying its RNG state so the dropout masks -- hence
+   the embeddings -- are exactly those of pass 1, and back-propagate ``<embedding, cached
+   grad>`` through the backend (DDP ``no_sync`` / DeepSpeed accumulation boundary on all
+   chunks but the last); the optimiser steps once afterwards.
+
+The parameter gradient equals that of plain full-batch back-propagation (chain rule), while
+activation memory is that of one chunk.  Members are sorted by length before chunking and
+each chunk is padded only to its own longest member, so chunks waste little compute on pads.
+
+``chunk_size == 0`` runs the plain path (one forward with grad over the local batch) -- the
+reference GradCache is tested against.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vis_embed.training.distributed import TrainBackend, gather_with_local_grad, get_world_size
+
+Batch = dict[str, Tensor]
+LossFn = Callable[[Tensor, Tensor], Tensor]  # (global queries, global candidates) -> scalar loss
+
+
+@dataclass
+class StepResult:
+    loss: float
+    padded_fraction: list[float] = field(default_factory=list)  # per forward chunk
+    replay_max_abs_diff: float | None = None                     # only with check_replay
+
+
+class RandomState:
+    """Snapshot of the torch RNGs a forward pass may draw from (CPU and the current GPU)."""
+
+    def __init__(self) -> None:
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state(self.cuda)
+
+
+def chunk_order(lengths: Sequence[int], chunk_size: int, max_padding: float = 1.0) -> list[list[int]]:
+    """Indices grouped into chunks of at most ``chunk_size``, longest members first.
+
+    Sorting by length keeps members of similar length together, so padding each chunk to its
+    own longest member wastes few tokens.  ``max_padding`` < 1 also closes a chunk early when
+    the next member would push the chunk's padded-token fraction above it -- but never below
+    a quarter of ``chunk_size`` members, so a very spread batch cannot degrade into
+    one-member forwards.  Memory stays bounded: a chunk never holds more than ``chunk_size``
+    members, each no longer than the chunk's first.  The sort is stable (ties keep batch order).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    size = chunk_size if chunk_size > 0 else max(1, len(order))
+    minimum = max(1, size // 4)
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for index in order:
+        if current:
+            width = lengths[current[0]]
+            padding = 1.0 - (tokens + lengths[index]) / (width * (len(current) + 1)) if width else 0.0
+            if len(current) >= size or (padding > max_padding and len(current) >= minimum):
+                chunks.append(current)
+                current, tokens = [], 0
+        current.append(index)
+        tokens += lengths[index]
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def padded_fraction(batch: Batch) -> float:
+    mask = batch.get("attention_mask")
+    if mask is None or mask.numel() == 0:
+        return 0.0
+    return float((mask == 0).sum()) / mask.numel()
+
+
+def _to_device(batch: Batch, device: torch.device | str | None) -> Batch:
+    if device is None:
+        return batch
+    return {k: (v.to(device, non_blocking=True) if isinstance(v, Tensor) else v) for k, v in batch.items()}
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; multiplies the incoming gradient by ``factor`` (see distributed.py)."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: Tensor, factor: float) -> Tensor:
+        ctx.factor = factor
+        return tensor.view_as(tensor)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        return grad * ctx.factor, None
+
+
+def contrastive_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch],
+                     queries: Sequence[Any], candidates: Sequence[Any], loss_fn: LossFn, *,
+                     chunk_size: int, query_lengths: Sequence[int] | None = None,
+                     candidate_lengths: Sequence[int] | None = None,
+                     device: torch.device | str | None = None, check_replay: bool = False,
+                     max_padding: float = 1.0) -> StepResult:
+    """Forward + backward of one global batch (this rank's shard); does not step the optimiser.
+
+    ``queries[i]`` / ``candidates[i]`` are this rank's prepared members (what ``collate``
+    takes), in schedule order; ``loss_fn`` receives the *global* (gathered) embeddings.
+    """
+    if len(queries) != len(candidates):
+        raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates")
+    if chunk_size <= 0:
+        return _plain_step(backend, collate, queries, candidates, loss_fn, device)
+    return _gradcache_step(backend, collate, queries, candidates, loss_fn, chunk_size,
+                           query_lengths, candidate_lengths, device, check_replay, max_padding)
+
+
+def _plain_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch], queries: Sequence[Any],
+                candidates: Sequence[Any], loss_fn: LossFn, device: Any) -> StepResult:
+    # One forward for both sides: DDP expects one forward per backward.
+    batch = _to_device(collate(list(queries) + list(candidates)), device)
+    with backend.accumulate(is_last=True):
+        embeddings = backend.forward(batch)
+        # The global loss is summed by every rank; the reducers average, so scale by world
+        # size (only the model's path -- the temperature's gradient is already complete).
+        embeddings = _ScaleGrad.apply(embeddings, float(get_world_size()))
+        local_queries, local_candidates = embeddings[:len(queries)], embeddings[len(queries):]
+        loss = loss_fn(gather_with_local_grad(local_queries), gather_with_local_grad(local_candidates))
+        backend.backward(loss)
+    return StepResult(loss=float(loss.detach()), padded_fraction=[padded_fraction(batch)])
+
+
+def _gradcache_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch], queries: Sequence[Any],
+                    candidates: Sequence[Any], loss_fn: LossFn, chunk_size: int,
+                    query_lengths: Sequence[int] | None, candidate_lengths: Sequence[int] | None,
+                    device: Any, check_replay: bool, max_padding: float) -> StepResult:
+    sides = [list(queries), list(candidates)]
+    lengths = [query_lengths or [0] * len(queries), candidate_lengths or [0] * len(candidates)]
+    # (side, member indices, collated batch) for every chunk, in encoding order
+    chunks: list[tuple[int, list[int], Batch]] = []
+    for side, members in enumerate(sides):
+        for indices in chunk_order(lengths[side], chunk_size, max_padding):
+            chunks.append((side, indices, collate([members[i] for i in indices])))
+
+    # Pass 1: no-grad embeddings + RNG snapshots.
+    states: list[RandomState] = []
+    no_grad_embeddings: list[Tensor] = []
+    with torch.no_grad():
+        for _side, _indices, batch in chunks:
+            states.append(RandomState())
+            no_grad_embeddings.append(backend.forward(_to_device(batch, device)).float())
+    state_after_pass1 = RandomState()
+
+    # Loss on the full global batch, gradient w.r.t. the (local) embeddings.
+    local = [torch.empty(len(sides[s]), no_grad_embeddings[0].shape[1], dtype=torch.float32,
+                         device=no_grad_embeddings[0].device) for s in (0, 1)]
+    for (side, indices, _batch), embeddings in zip(chunks, no_grad_embeddings):
+        local[side][indices] = embeddings
+    leaves = [t.detach().requires_grad_(True) for t in local]
+    loss = loss_fn(gather_with_local_grad(leaves[0]), gather_with_local_grad(leaves[1]))
+    loss.backward()  # fills the temperature's .grad too (identical on every rank, not reduced)
+    if not math.isfinite(float(loss.detach())):
+        # Caller's guard handles it; do not waste a second pass on a NaN batch.
+        return StepResult(loss=float(loss.detach()))
+    cached = [leaf.grad * get_world_size() for leaf in leaves]  # see distributed.py: reducers average
+
+    # Pass 2: replay each chunk with grad and back-propagate its cached gradient.
+    max_diff = 0.0
+    fractions = []
+    for position, ((side, indices, batch), state) in enumerate(zip(chunks, states)):
+        state.restore()
+        device_batch = _to_device(batch, device)
+        fractions.append(padded_fraction(batch))
+        with backend.accumulate(is_last=position == len(chunks) - 1):
+            embeddings = backend.forward(device_batch)
+            if check_replay:
+                max_diff = max(max_diff, float((embeddings.detach().float() - no_grad_embeddings[position]).abs().max()))
+            surrogate = (embeddings.float() * cached[side][indices]).sum()
+            backend.backward(surrogate)
+    state_after_pass1.restore()
+    return StepResult(loss=float(loss.detach()), padded_fraction=fractions,
+                      replay_max_abs_diff=max_diff if check_replay else None)

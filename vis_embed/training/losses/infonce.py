@@ -1,0 +1,100 @@
+r"""InfoNCE over the global batch with a (learnable) temperature -- VisME Eq. 4-5.
+
+For a global batch of N (query, candidate) pairs with L2-normalised embeddings
+:math:`q_i, c_j` and temperature :math:`\tau`:
+
+.. math::
+
+    s_{ij} = \frac{q_i^\top c_j}{\tau}, \qquad
+    \mathcal{L} = -\frac{1}{N}\sum_{i=1}^{N}
+        \log \frac{\exp s_{ii}}{\sum_{j \in \mathcal{C}_i} \exp s_{ij}}
+
+The positive of query *i* is its own candidate *i*; every other candidate of the global batch
+is a negative -- including the scheduled hard negatives, which are ordinary members of the
+batch.  :math:`\mathcal{C}_i` is all candidates except those that share query *i*'s visual
+identity without being its positive: the scheduler already keeps one identity per batch
+(hard negatives are other identities), so the mask is a safety net that stops a duplicate
+identity from being pushed apart from itself.
+
+When to use: always for VisME training.  ``tau`` is learnable by default (initialised at
+0.02, the paper's setting); on a randomly initialised backbone a small learnable tau
+collapses all embeddings within a few steps, so tiny/from-scratch recipes fix it (e.g. 0.07)
+or freeze it for the first steps (``Temperature(freeze_steps=...)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+NO_IDENTITY = -1
+
+
+def identity_ids(keys: Sequence[Hashable | None]) -> Tensor:
+    """Map identity keys (``None`` = unknown) to int64 ids; ``NO_IDENTITY`` for ``None``.
+
+    Ids are only compared for equality inside one global batch, so any consistent mapping
+    works -- but every rank must produce the same ids, hence the sorted, deterministic order.
+    """
+    vocabulary = {key: index for index, key in enumerate(sorted({k for k in keys if k is not None}, key=str))}
+    return torch.tensor([NO_IDENTITY if k is None else vocabulary[k] for k in keys], dtype=torch.long)
+
+
+def info_nce_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, temperature: Tensor | float,
+                  identities: Tensor | None = None) -> Tensor:
+    """Mean InfoNCE of ``N`` queries against ``N`` candidates (row i's positive is column i).
+
+    ``identities`` (N,) int64: candidates j != i with ``identities[j] == identities[i] >= 0``
+    are masked out of query i's denominator.  Computed in float32 whatever the input dtype.
+    """
+    if query_embeddings.shape != candidate_embeddings.shape:
+        raise ValueError(f"queries {tuple(query_embeddings.shape)} and candidates "
+                         f"{tuple(candidate_embeddings.shape)} must have the same shape")
+    scores = query_embeddings.float() @ candidate_embeddings.float().T / temperature
+    if identities is not None:
+        identities = identities.to(scores.device)
+        same_identity = (identities[:, None] == identities[None, :]) & (identities[:, None] >= 0)
+        same_identity.fill_diagonal_(False)
+        scores = scores.masked_fill(same_identity, float("-inf"))
+    targets = torch.arange(scores.shape[0], device=scores.device)
+    return F.cross_entropy(scores, targets)
+
+
+class Temperature(nn.Module):
+    """The softmax temperature tau, stored as ``log tau`` so it stays positive.
+
+    ``learnable=False`` fixes tau; ``freeze_steps`` keeps a learnable tau fixed during the
+    first steps (the trainer calls :meth:`set_step`) so a random model can leave the collapsed
+    state before tau starts to shrink; ``min_value`` clamps tau from below (like CLIP's
+    logit-scale clamp at 100) so it cannot run away to 0.
+    """
+
+    def __init__(self, init: float = 0.02, learnable: bool = True, freeze_steps: int = 0,
+                 min_value: float = 0.005) -> None:
+        super().__init__()
+        if init <= 0:
+            raise ValueError(f"temperature init must be > 0, got {init}")
+        self.log_tau = nn.Parameter(torch.tensor(math.log(init), dtype=torch.float32),
+                                    requires_grad=learnable)
+        self.learnable = learnable
+        self.freeze_steps = freeze_steps
+        self.min_value = min_value
+        self._frozen_now = freeze_steps > 0
+
+    def set_step(self, step: int) -> None:
+        """Called by the trainer before each step (0-based): handles ``freeze_steps``."""
+        self._frozen_now = step < self.freeze_steps
+
+    def forward(self) -> Tensor:
+        log_tau = self.log_tau.clamp(min=math.log(self.min_value))
+        if not self.learnable or self._frozen_now:
+            log_tau = log_tau.detach()
+        return log_tau.exp()
+
+    @property
+    def value(self) -> float:
+        return float(self.log_tau.detach().exp().clamp(min=self.min_value))

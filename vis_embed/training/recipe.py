@@ -1,0 +1,192 @@
+"""Training recipes: validated YAML with ``--set key.path=value`` overrides.
+
+A recipe is one YAML file holding everything a run needs (model, data, schedule, optimiser,
+LoRA, GradCache, temperature, checkpointing).  It is validated with pydantic: an unknown or
+ill-typed key is a :class:`~vis_embed.errors.ConfigError` naming the file and the dotted key,
+never a silent default.  Relative paths are resolved against the current directory (launch
+scripts run from the repository root).
+
+``--set`` values are parsed as YAML scalars/lists, so ``--set lora.r=8``,
+``--set temperature.learnable=false`` and ``--set lora.target_modules=[q_proj,v_proj]`` work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from vis_embed.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SamplingConfig(_Strict):
+    """Arguments of vis_embed.sampling.build_schedule, used only to build a missing schedule."""
+
+    interleave_batch_size: int | None = Field(None, gt=0)  # M members per slot; None = global batch
+    hard_negatives: int = Field(5, ge=0)                   # k per anchor, in the same batch
+    size_exponent: float = Field(1.0, ge=0)
+    small_datasets: Literal["error", "skip"] = "error"
+
+
+class OptimizerConfig(_Strict):
+    lr: float = Field(1e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    decay: Literal["cosine", "linear", "constant"] = "cosine"
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    max_grad_norm: float = Field(1.0, ge=0)  # 0 = no clipping
+
+
+class TemperatureConfig(_Strict):
+    init: float = Field(0.02, gt=0)
+    learnable: bool = True
+    freeze_steps: int = Field(0, ge=0)  # keep tau fixed for the first steps (random backbones)
+    min: float = Field(0.005, gt=0)
+    lr: float | None = Field(None, gt=0)  # default: optimizer.lr
+
+
+class LoraConfig(_Strict):
+    enabled: bool = True  # false = full fine-tuning
+    r: int = Field(16, gt=0)
+    alpha: float = Field(32, gt=0)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: list[str] | str = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    vision: bool = False  # also adapt the vision tower
+
+
+class GradCacheConfig(_Strict):
+    chunk_size: int = Field(0, ge=0)  # members per forward chunk; 0 = GradCache off
+    # close a chunk early when padding would exceed this fraction (members sorted by length)
+    max_padding: float = Field(0.1, ge=0, le=1)
+
+
+class ModelOptions(_Strict):
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
+    attn_implementation: str | None = None  # None: flash_attention_2 on GPU when installed, else sdpa
+    gradient_checkpointing: bool = False
+    min_pixels: int | None = Field(None, gt=0)
+    max_pixels: int = Field(200704, gt=0)
+    max_length: int | None = Field(None, gt=0)  # token cap; needs EmbeddingModel support (warned if absent)
+    prompt_format: Literal["chat", "vlm2vec"] = "chat"
+
+
+class CheckpointConfig(_Strict):
+    every: int = Field(500, ge=0)           # 0 = only final/
+    keep_last: int | None = Field(None, ge=1)  # None = keep all checkpoint-STEP/
+
+
+class LoggingConfig(_Strict):
+    every: int = Field(1, ge=1)
+    tensorboard: bool = True
+    progress_bar: bool = True
+
+
+class Recipe(_Strict):
+    model: str
+    data: str
+    schedule: str
+    output_dir: str
+    max_steps: int = Field(gt=0)
+    global_batch_size: int = Field(gt=0)
+    seed: int = 42
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    temperature: TemperatureConfig = Field(default_factory=TemperatureConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    gradcache: GradCacheConfig = Field(default_factory=GradCacheConfig)
+    model_options: ModelOptions = Field(default_factory=ModelOptions)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    deepspeed: str | None = None  # path to a ds_configs/*.json ("auto" values filled in)
+    num_workers: int = Field(2, ge=0)  # >0: the next step's images are prepared while this one trains
+    torch_threads: int | None = Field(None, gt=0)  # torch intra-op threads (None: torch's default)
+
+    @field_validator("model", "data", "schedule", "output_dir")
+    @classmethod
+    def _not_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _check_temperature(self) -> "Recipe":
+        if self.temperature.init < self.temperature.min:
+            raise ValueError(f"temperature.init {self.temperature.init} is below temperature.min "
+                             f"{self.temperature.min}")
+        return self
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"lora.r=8"`` -> (["lora", "r"], 8).  Values are YAML (numbers, booleans, lists)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY.PATH=VALUE")
+    key, raw = text.split("=", 1)
+    if not key.strip() or any(not part for part in key.strip().split(".")):
+        raise ConfigError(f"--set {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for text in overrides:
+        path, value = parse_override(text)
+        node = raw
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {text!r}: '{part}' is not a section")
+            node = child
+        node[path[-1]] = value
+    return raw
+
+
+def _format_errors(error: ValidationError, source: str) -> str:
+    lines = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(root)"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"{source}: field '{field}': unknown key")
+        elif item["type"] == "missing":
+            lines.append(f"{source}: field '{field}': required key missing")
+        else:
+            lines.append(f"{source}: field '{field}': {item['msg']} (got {item.get('input')!r})")
+    return "\n".join(lines)
+
+
+def load_recipe(path: str | Path | None = None, overrides: list[str] | None = None,
+                raw: dict[str, Any] | None = None) -> Recipe:
+    """Read, override and validate a recipe; raises ConfigError naming file and key."""
+    source = str(path) if path is not None else "recipe"
+    if raw is None:
+        if path is None:
+            raise ConfigError("no recipe given")
+        recipe_path = Path(path)
+        if not recipe_path.is_file():
+            raise ConfigError(f"{recipe_path}: recipe not found")
+        try:
+            raw = yaml.safe_load(recipe_path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{recipe_path}: invalid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: a recipe is a mapping of keys, got {type(raw).__name__}")
+    raw = apply_overrides(dict(raw), list(overrides or []))
+    try:
+        return Recipe.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, source)) from None
+
+
+def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
+    return recipe.model_dump(mode="json")
