@@ -32,3 +32,19 @@ def shared_reference() -> Path:
     if not path.is_dir():
         pytest.fail(f"shared reference data not found at {path}")
     return path
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Pin torch to one intra-op thread for a module (``pytestmark = usefixtures(...)``).
+
+    On a 2-core box shared with other jobs, OpenMP threads spin against each other and make
+    tiny-model steps many times slower; one thread is also bit-for-bit deterministic, which
+    the exact-equality training tests rely on.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -16,14 +16,7 @@ from vis_embed.training.losses import Temperature, info_nce_loss
 
 BATCH = 7
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # The CI box has 2 cores shared by many jobs: OpenMP threads spin against each other and
-    # make tiny-model steps ~50x slower.  One thread is also bit-for-bit deterministic.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 

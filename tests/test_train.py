@@ -24,14 +24,7 @@ from _training_fixtures import tiny_recipe, write_identity_dataset, write_schedu
 
 REPO = Path(__file__).resolve().parents[1]
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # The CI box has 2 cores shared by many jobs: OpenMP threads spin against each other and
-    # make tiny-model steps ~50x slower.  One thread is also bit-for-bit deterministic.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 

@@ -32,6 +32,8 @@ class SamplingConfig(_Strict):
     hard_negatives: int = Field(5, ge=0)                   # k per anchor, in the same batch
     size_exponent: float = Field(1.0, ge=0)
     small_datasets: Literal["error", "skip"] = "error"
+    # identity_aware (VisME) | naive (ablation baseline: one sub-dataset per batch, no identity rule)
+    strategy: Literal["identity_aware", "naive"] = "identity_aware"
 
 
 class OptimizerConfig(_Strict):
