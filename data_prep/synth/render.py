@@ -373,10 +373,24 @@ def _centred_grid(size: int) -> tuple[np.ndarray, np.ndarray]:
 _BACKGROUND_GRID = 16
 
 
+# Backgrounds are tinted greys: each colour keeps this fraction of its distance from grey.
+# Why: with fully coloured backgrounds drawn per image, the background dominates a random
+# tiny model's pixel statistics, its untrained P@1 is at chance and contrastive training
+# first collapses every embedding to one point and sits there for hundreds of steps
+# (docs/calibration.md).  Tinted backgrounds keep the context varied (and "make the
+# background green" still visibly green) while the object carries most of the signal.
+BACKGROUND_SATURATION = 0.3
+_GREY = np.float32(128.0)
+
+
+def _tint(rgb: Any) -> np.ndarray:
+    return _GREY + BACKGROUND_SATURATION * (np.asarray(rgb, dtype=np.float32) - _GREY)
+
+
 def render_background(background: dict[str, Any], size: int) -> Image.Image:
-    """RGB background: named base colour, linear gradient towards another colour, blotches."""
-    base = np.array(BACKGROUND_COLOURS[background["colour"]], dtype=np.float32)
-    other = np.array(background["gradient_rgb"], dtype=np.float32)
+    """RGB background: tinted base colour, linear gradient towards another tint, blotches."""
+    base = _tint(BACKGROUND_COLOURS[background["colour"]])
+    other = _tint(background["gradient_rgb"])
     y, x = _centred_grid(_BACKGROUND_GRID)
     angle = math.radians(background["gradient_angle"])
     ramp = (x * math.cos(angle) + y * math.sin(angle)) + 0.5  # 0..1 across the image
