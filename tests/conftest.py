@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
+# Before torch is imported by any test module: idle OpenMP threads sleep instead of spinning
+# (on a busy 2-core machine spinning threads make tiny-model steps many times slower).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from collections.abc import Callable
 from pathlib import Path
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from vis_embed.errors import VisEmbedError
@@ -43,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().parse_args(argv)  # prints help or a usage error and exits
         return 2
     name, rest = argv[0], argv[1:]
+    # Idle OpenMP threads sleep instead of spinning: on small shared CPUs a spinning thread
+    # steals the core its sibling needs (tiny-model steps measured up to 10x slower).  Must be
+    # set before torch is imported, which the command modules below do lazily.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     module = importlib.import_module(COMMANDS[name][0])
     parser = argparse.ArgumentParser(prog=f"vis-embed {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)

@@ -379,7 +379,7 @@ _BACKGROUND_GRID = 16
 # first collapses every embedding to one point and sits there for hundreds of steps
 # (docs/calibration.md).  Tinted backgrounds keep the context varied (and "make the
 # background green" still visibly green) while the object carries most of the signal.
-BACKGROUND_SATURATION = 0.3
+BACKGROUND_SATURATION = 0.2
 _GREY = np.float32(128.0)
 
 

@@ -197,11 +197,17 @@ def sample_background(rng: np.random.Generator, avoid: tuple[str, ...] = ()) -> 
         "gradient_angle": round(float(rng.uniform(0, 360)), 2),
         "gradient_strength": round(float(rng.uniform(0.0, 0.6)), 3),
         "noise_seed": int(rng.integers(0, 2**31 - 1)),
-        "noise_amplitude": round(float(rng.uniform(4.0, 22.0)), 2),
+        "noise_amplitude": round(float(rng.uniform(2.0, 10.0)), 2),
     }
 
 
-def sample_lighting(rng: np.random.Generator, spread: float = 1.0) -> Params:
+# Global lighting changes (brightness, colour cast) move every pixel of an image at once; at full
+# strength they, like strongly coloured backgrounds, swamp the object for a random tiny model
+# and contrastive training collapses (docs/calibration.md).  Contexts keep a mild version.
+LIGHTING_SPREAD = 0.35
+
+
+def sample_lighting(rng: np.random.Generator, spread: float = LIGHTING_SPREAD) -> Params:
     return {
         "brightness": round(float(1.0 + rng.uniform(-0.28, 0.25) * spread), 3),
         "tint": [round(float(1.0 + rng.uniform(-0.1, 0.1) * spread), 3) for _ in range(3)],
@@ -301,7 +307,7 @@ def sample_edit_base(rng: np.random.Generator, identity: Params) -> Params:
     return {
         "background": sample_background(rng, avoid=_avoid_colours("object", identity)),
         "placement": sample_placement(rng, "object", centred=True),
-        "lighting": sample_lighting(rng, spread=0.3),
+        "lighting": sample_lighting(rng, spread=0.3 * LIGHTING_SPREAD),
         "occluder": None,
     }
 
