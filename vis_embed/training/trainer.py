@@ -152,6 +152,24 @@ def fill_deepspeed_config(path: str, recipe: Recipe, local_batch_size: int, dtyp
     return config
 
 
+def loss_label(dataset: Any, record: dict[str, Any]) -> str:
+    """The label the loss masks on: the record's identity, else the content of its candidate.
+
+    Candidates that share query i's label (other than its own positive) are left out of its
+    denominator.  Identity rows use their identity key.  A pairs row without identity falls
+    back to what its candidate *is* (image file + text): two classification rows whose
+    positive is the same label text "circle" are the same candidate, and pushing a query away
+    from an identical copy of its own positive would only teach noise.
+    """
+    key = dataset.identity_key(record)
+    if key is not None:
+        return key
+    item = dataset.positive_item(record)
+    image = item.get("image")
+    image_key = image if isinstance(image, str) or image is None else f"<in-memory {id(image)}>"
+    return f"{dataset.name}::candidate::{image_key}::{item.get('text')}"
+
+
 class Trainer:
     """Build everything from a recipe, then :meth:`train`.  Returns ``OUTPUT_DIR/final``."""
 
@@ -248,7 +266,7 @@ class Trainer:
     def prepare_step(self, batch: Any) -> PreparedStep:
         """This rank's shard of one scheduled step, prepared (images loaded, prompts built)."""
         members = batch.members()
-        identities = identity_ids([self._dataset(m.dataset).identity_key(self._dataset(m.dataset).get(m.positive_id))
+        identities = identity_ids([loss_label(self._dataset(m.dataset), self._dataset(m.dataset).get(m.positive_id))
                                    for m in members])
         shard = members[self.shard]
         queries: list[Any] = [None] * len(shard)
