@@ -14,6 +14,8 @@ import platform
 import statistics
 from pathlib import Path
 
+from vis_embed.io import atomic_write_text
+
 VARIANTS = {
     "naive": "naive interleaved (one sub-dataset per batch, no identity constraint)",
     "identity": "identity-aware",
@@ -62,7 +64,7 @@ def main() -> None:
         f"({platform.machine()}, 2-core CPU sandbox, no GPU).", "",
         "Recipe (`recipes/ablation_sampling.yaml`):", "", "```yaml", recipe.rstrip(), "```", "",
     ])
-    args.markdown.write_text(text, encoding="utf-8")
+    atomic_write_text(args.markdown, text)
     print(table)
 
 
