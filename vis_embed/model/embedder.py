@@ -1,7 +1,8 @@
 """Embedder: the inference API (``from_pretrained`` / ``encode``) over an EmbeddingModel.
 
 ``encode`` is the fast path: items are sorted by their estimated token count (text tokens +
-visual tokens, from the image header only) so each batch pads little, batches run under
+visual tokens, from the image header only) and grouped so that no batch is more than 10%
+padding (``model.batching.chunk_order``, shared with GradCache), batches run under
 ``torch.inference_mode`` (bf16 + sdpa/flash-attn on CUDA by default), and rows are written
 back in input order.  Because pooling reads the last *real* token and text-only positions
 are counted from the attention mask, a vector does not depend on its batch neighbours.
@@ -20,6 +21,7 @@ import torch
 
 from vis_embed.errors import DataError
 from vis_embed.io import fingerprint_files, fingerprint_json
+from vis_embed.model.batching import chunk_order
 from vis_embed.model.embedding_model import (
     DEFAULT_MAX_PIXELS,
     DEFAULT_MIN_PIXELS,
@@ -31,6 +33,10 @@ from vis_embed.model.images import image_size, is_url
 from vis_embed.model.prompts import join_instruction
 
 # Keys that record how a file was loaded or written, not what the model computes.
+# A batch closes early once its padded-token fraction would exceed this (never below a quarter
+# of batch_size items): padding is pure waste in the decoder, and on CPU several smaller
+# batches cost little more than one big one.
+MAX_PADDING = 0.1
 _VOLATILE_JSON_KEYS = {"is_local", "local_files_only", "name_or_path", "_name_or_path",
                        "transformers_version", "_commit_hash"}
 # Files whose contents define a checkpoint's behaviour (for fingerprints).
@@ -90,14 +96,14 @@ class Embedder:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        order = self._length_order(items, instruction, base_dir)
+        batches = chunk_order(self._length_estimates(items, instruction, base_dir), batch_size,
+                              max_padding=MAX_PADDING)
         vectors: dict[int, np.ndarray] = {}
         errors: dict[int, DataError] = {}
         progress = _progress(len(items), show_progress)
         try:
             with torch.inference_mode():
-                for start in range(0, len(order), batch_size):
-                    indices = order[start:start + batch_size]
+                for indices in batches:
                     prepared, prepared_indices = self._prepare_batch(
                         items, indices, instruction, base_dir, on_error, errors)
                     if prepared:
@@ -129,9 +135,9 @@ class Embedder:
             kept.append(index)
         return prepared, kept
 
-    def _length_order(self, items: Sequence[dict[str, Any]], instruction: str | None,
-                      base_dir: str | Path | None) -> list[int]:
-        """Item indices sorted by estimated sequence length (ties keep input order)."""
+    def _length_estimates(self, items: Sequence[dict[str, Any]], instruction: str | None,
+                          base_dir: str | Path | None) -> list[int]:
+        """Estimated sequence length of each item (text tokens + merged visual tokens)."""
         tokenizer = self.model.processor.tokenizer
         texts = []
         for item in items:
@@ -139,9 +145,8 @@ class Embedder:
             texts.append(join_instruction(instruction, text if isinstance(text, str) else None))
         text_lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] \
             if texts else []
-        estimates = [text_len + self._visual_tokens(item, base_dir)
-                     for item, text_len in zip(items, text_lengths)]
-        return sorted(range(len(items)), key=lambda i: estimates[i])
+        return [text_len + self._visual_tokens(item, base_dir)
+                for item, text_len in zip(items, text_lengths)]
 
     def _visual_tokens(self, item: Any, base_dir: str | Path | None) -> int:
         """Merged visual tokens the processor will produce for the item's image (estimate)."""

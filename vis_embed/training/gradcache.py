@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vis_embed.model.batching import chunk_order
 from vis_embed.training.distributed import TrainBackend, gather_with_local_grad, get_world_size
 
 Batch = dict[str, Tensor]
@@ -54,36 +55,6 @@ class RandomState:
         torch.set_rng_state(self.cpu)
         if self.cuda is not None:
             torch.cuda.set_rng_state(self.cuda)
-
-
-def chunk_order(lengths: Sequence[int], chunk_size: int, max_padding: float = 1.0) -> list[list[int]]:
-    """Indices grouped into chunks of at most ``chunk_size``, longest members first.
-
-    Sorting by length keeps members of similar length together, so padding each chunk to its
-    own longest member wastes few tokens.  ``max_padding`` < 1 also closes a chunk early when
-    the next member would push the chunk's padded-token fraction above it -- but never below
-    a quarter of ``chunk_size`` members, so a very spread batch cannot degrade into
-    one-member forwards.  Memory stays bounded: a chunk never holds more than ``chunk_size``
-    members, each no longer than the chunk's first.  The sort is stable (ties keep batch order).
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    size = chunk_size if chunk_size > 0 else max(1, len(order))
-    minimum = max(1, size // 4)
-    chunks: list[list[int]] = []
-    current: list[int] = []
-    tokens = 0
-    for index in order:
-        if current:
-            width = lengths[current[0]]
-            padding = 1.0 - (tokens + lengths[index]) / (width * (len(current) + 1)) if width else 0.0
-            if len(current) >= size or (padding > max_padding and len(current) >= minimum):
-                chunks.append(current)
-                current, tokens = [], 0
-        current.append(index)
-        tokens += lengths[index]
-    if current:
-        chunks.append(current)
-    return chunks
 
 
 def padded_fraction(batch: Batch) -> float:
