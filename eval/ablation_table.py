@@ -21,7 +21,7 @@ VARIANTS = {
     "identity": "identity-aware",
     "identity_hn": "identity-aware + hard negatives (k=5)",
 }
-COLUMNS = ("ID-Rec", "Re-ID", "ID-Grd", "ID-Edit", "MVEB", "MMEB", "overall")
+COLUMNS = ("ID-Rec", "Re-ID", "ID-Grd", "ID-Edit", "NearID", "MVEB", "MMEB", "overall")
 
 
 def _cell(values: list[float]) -> str:
