@@ -97,17 +97,20 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise DataError("file not found", path=path)
     with path.open("r", encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"malformed JSON ({exc.msg} at column {exc.colno})",
-                                path=path, line=line_number) from None
-            if not isinstance(obj, dict):
-                raise DataError(f"expected a JSON object, got {type(obj).__name__}",
-                                path=path, line=line_number)
-            yield line_number, obj
+            if line.strip():
+                yield line_number, parse_jsonl_line(line, path, line_number)
+
+
+def parse_jsonl_line(line: str, path: str | Path, line_number: int) -> dict[str, Any]:
+    """One JSONL line as a dict; a DataError naming file and line otherwise."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"malformed JSON ({exc.msg} at column {exc.colno})",
+                        path=path, line=line_number) from None
+    if not isinstance(obj, dict):
+        raise DataError(f"expected a JSON object, got {type(obj).__name__}", path=path, line=line_number)
+    return obj
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:

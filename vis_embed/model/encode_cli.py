@@ -17,14 +17,13 @@ Outputs (all written atomically):
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vis_embed.errors import DataError
-from vis_embed.io import atomic_path, atomic_write_json, write_jsonl
+from vis_embed.io import atomic_path, atomic_write_json, parse_jsonl_line, write_jsonl
 from vis_embed.model.embedding_model import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from vis_embed.model.prompts import PROMPT_FORMATS
 
@@ -64,19 +63,10 @@ def read_items(path: Path, on_error: str) -> tuple[list[dict[str, Any]], list[in
             if not raw.strip():
                 continue
             try:
-                row = json.loads(raw)
-                if not isinstance(row, dict):
-                    raise DataError(f"expected a JSON object, got {type(row).__name__}",
-                                    path=path, line=line_number)
-            except json.JSONDecodeError as exc:
-                error = DataError(f"malformed JSON ({exc.msg} at column {exc.colno})",
-                                  path=path, line=line_number)
-                row = None
-            except DataError as exc:
-                error, row = exc, None
-            if row is None:
+                row = parse_jsonl_line(raw, path, line_number)
+            except DataError as error:
                 if on_error == "raise":
-                    raise error
+                    raise
                 rejects.append({"line": line_number, "field": None, "reason": error.reason,
                                 "row": raw.rstrip("\n")})
                 continue
