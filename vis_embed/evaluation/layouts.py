@@ -232,6 +232,14 @@ def prepare_gallery(spec: DatasetSpec, max_queries: int | None, options: Scoring
 
 # ---------------------------------------------------------------- peer protocols
 
+def _pair_dataset(spec: DatasetSpec, rows: list[tuple[int, dict[str, Any]]],
+                  score: Callable[[dict[str, np.ndarray]], Outcome]) -> PreparedDataset:
+    """Pools "a" (query instruction) and "b" (candidate instruction) of the pair-row protocols."""
+    return PreparedDataset({"a": (spec.query_instruction, _item_column(spec, rows, "a")),
+                            "b": (spec.candidate_instruction, _item_column(spec, rows, "b"))},
+                           score, [spec.file("path")])
+
+
 def _item_column(spec: DatasetSpec, rows: list[tuple[int, dict[str, Any]]], key: str) -> list[Item]:
     path, root = spec.file("path"), spec.root_for("path")
     return [normalise_item(_require(row, key, path, line), root, path, line, key) for line, row in rows]
@@ -321,9 +329,7 @@ def prepare_asym_recall(spec: DatasetSpec, max_queries: int | None, options: Sco
         result = protocols.asymmetric_recall_at_k(emb["a"], emb["b"], ks=ks)
         return Outcome({k: 100 * v for k, v in result.items()}, f"R@{ks[0]}", len(rows))
 
-    return PreparedDataset({"a": (spec.query_instruction, _item_column(spec, rows, "a")),
-                            "b": (spec.candidate_instruction, _item_column(spec, rows, "b"))},
-                           score, [spec.file("path")])
+    return _pair_dataset(spec, rows, score)
 
 
 def prepare_pair_ap(spec: DatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
@@ -337,9 +343,7 @@ def prepare_pair_ap(spec: DatasetSpec, max_queries: int | None, options: Scoring
         ap = protocols.average_precision(_rowwise_cosine(emb["a"], emb["b"]), labels.astype(bool))
         return Outcome({"AP": 100 * ap}, "AP", len(rows))
 
-    return PreparedDataset({"a": (spec.query_instruction, _item_column(spec, rows, "a")),
-                            "b": (spec.candidate_instruction, _item_column(spec, rows, "b"))},
-                           score, [spec.file("path")])
+    return _pair_dataset(spec, rows, score)
 
 
 def prepare_human_corr(spec: DatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
@@ -353,9 +357,7 @@ def prepare_human_corr(spec: DatasetSpec, max_queries: int | None, options: Scor
         return Outcome({"pearson": 100 * result["pearson"], "spearman": 100 * result["spearman"],
                         "n_groups": result["n_groups"]}, "spearman", len(rows))
 
-    return PreparedDataset({"a": (spec.query_instruction, _item_column(spec, rows, "a")),
-                            "b": (spec.candidate_instruction, _item_column(spec, rows, "b"))},
-                           score, [spec.file("path")])
+    return _pair_dataset(spec, rows, score)
 
 
 PREPARERS: dict[str, Callable[[DatasetSpec, int | None, ScoringOptions], PreparedDataset]] = {
