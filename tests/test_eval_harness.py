@@ -11,7 +11,7 @@ import pytest
 from eval_fakes import FakeEncoder, make_identity_benchmark, write_image, write_jsonl
 from PIL import Image
 
-from vis_embed.errors import DataError
+from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation import plots, protocols
 from vis_embed.evaluation.harness import EvalSettings, Harness
 from vis_embed.evaluation.layouts import DatasetSpec
@@ -149,13 +149,25 @@ def test_pictures_written_with_expected_sizes(tmp_path: Path) -> None:
             assert chart.size == expected
 
 
-def test_approximate_index_option_matches_exact_on_a_small_gallery(tmp_path: Path) -> None:
+@pytest.mark.parametrize("index", ["ivf", "exact-bf16"])
+def test_index_options_match_exact_on_a_small_gallery(tmp_path: Path, index: str) -> None:
     files = make_identity_benchmark(tmp_path / "data")
     exact = _run(FakeEncoder(), _specs(files)[1:], tmp_path / "exact", pictures=False)
-    approximate = _run(FakeEncoder(), _specs(files)[1:], tmp_path / "ivf", pictures=False, index="ivf")
-    assert approximate["datasets"]["Gal"]["index"] == "ivf"
-    # 18 items -> a single IVF list, searched exhaustively: identical metrics.
-    assert approximate["datasets"]["Gal"]["metrics"] == exact["datasets"]["Gal"]["metrics"]
+    other = _run(FakeEncoder(), _specs(files)[1:], tmp_path / index, pictures=False, index=index)
+    assert other["datasets"]["Gal"]["index"] == index
+    # ivf: 18 items -> a single IVF list, searched exhaustively; exact-bf16 is exact by
+    # construction: identical metrics either way.
+    assert other["datasets"]["Gal"]["metrics"] == exact["datasets"]["Gal"]["metrics"]
+
+
+def test_unknown_index_option_fails_before_encoding(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    spec = _specs(files)[1]
+    spec.options["index"] = "hnsw"
+    encoder = FakeEncoder()
+    with pytest.raises(ConfigError, match="'Gal': options.index must be one of exact, exact-bf16, ivf"):
+        _run(encoder, [spec], tmp_path / "out", pictures=False)
+    assert _n_encoded(encoder) == 0
 
 
 def test_dataset_filter_and_max_queries(tmp_path: Path) -> None:

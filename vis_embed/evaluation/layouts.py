@@ -190,6 +190,9 @@ def prepare_gallery(spec: DatasetSpec, max_queries: int | None, options: Scoring
     query_codes = np.asarray([identity_codes.setdefault(r.identity, len(identity_codes)) for r in query_rows])
     depth_option = spec.options.get("depth", options.depth)
     index_kind = spec.options.get("index", options.index)
+    if index_kind not in search.INDEX_KINDS:  # checked before any encoding, not after it
+        raise ConfigError(f"dataset {spec.name!r}: options.index must be one of {', '.join(search.INDEX_KINDS)}, "
+                          f"got {index_kind!r}")
 
     def score(embeddings: dict[str, np.ndarray]) -> Outcome:
         query_emb, gallery_emb = embeddings["query"], embeddings["gallery"]
