@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N queries/rows")
     parser.add_argument("--index", choices=INDEX_KINDS, default="exact",
                         help="gallery search: exact (faiss float32, default), exact-bf16 (same exact result, "
-                             "bf16 shortlist + exact re-rank; several times faster on CPUs with AMX and on GPUs) "
+                             "bf16 shortlist + exact re-rank; several times faster on CPUs with AMX) "
                              "or ivf (approximate)")
     parser.add_argument("--depth", type=int, default=None,
                         help="gallery ranking depth (default: whole gallery up to 10k, else 1000)")

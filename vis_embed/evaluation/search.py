@@ -5,7 +5,7 @@ Embeddings are L2-normalised, so inner product == cosine similarity.  Index kind
 - ``exact``: faiss flat index (float32 brute force, BLAS-blocked inside faiss);
 - ``exact-bf16``: :class:`Bf16ShortlistIndex`, the same exact top-k, found faster: a bfloat16
   matrix product shortlists candidates with a *proven* error bound, and only the shortlist is
-  scored exactly.  Fast where bf16 matrix products are (CPUs with AMX or AVX512-BF16, GPUs);
+  scored exactly.  Fast where bf16 matrix products are (CPUs with AMX; it runs on the CPU);
 - ``ivf``: inverted-file index for very large galleries: it visits only ``nprobe`` of
   ``nlist`` clusters, trading recall for speed (approximate).
 """
@@ -118,7 +118,7 @@ class Bf16ShortlistIndex:
     """Exact top-k inner-product search that does the heavy matrix product in bfloat16.
 
     Exact search is one (queries x gallery) matrix product; bf16 products run 4-8x faster than
-    float32 ones on CPUs with AMX (and on GPUs), but round scores.  This index uses them only to
+    float32 ones on CPUs with AMX, but round scores.  This index uses them only to
     *shortlist*, with a bound on the rounding that makes the result exact:
 
     1. Scores ``v`` from bf16 queries q~ and gallery rows x~, accumulated in float32 and rounded
