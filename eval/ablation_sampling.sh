@@ -7,19 +7,26 @@
 # Writes OUT/<schedule>-<seed>/{run,eval}/ and docs/ablation.md (mean ± std over seeds).
 #
 #   bash eval/ablation_sampling.sh [OUT=ablation_out] [SEEDS="0 1 2"]
+# The skewed-identity variant (docs/ablation_skewed.md): most train identities have 2 images,
+# 2% have 20-60 (`vis-embed synth --size small-skewed`):
+#   OUT=ablation_skewed_out SIZE=small-skewed VARIANTS="naive identity" TABLE=docs/ablation_skewed.md \
+#     bash eval/ablation_sampling.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-ablation_out}
 SEEDS=${SEEDS:-"0 1 2"}
+SIZE=${SIZE:-small}
+VARIANTS=${VARIANTS:-"naive identity identity_hn"}
+TABLE=${TABLE:-docs/ablation.md}
 VIS=${VIS:-.venv/bin/vis-embed}
 RECIPE=recipes/ablation_sampling.yaml
 mkdir -p "$OUT"
 
-[ -f "$OUT/synth/synth.json" ] || $VIS synth "$OUT/synth" --seed 0 --size small
+[ -f "$OUT/synth/synth.json" ] || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
 [ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
 
 for seed in $SEEDS; do
-  for variant in naive identity identity_hn; do
+  for variant in $VARIANTS; do
     case $variant in
       naive)       strategy=naive;          negatives=0 ;;
       identity)    strategy=identity_aware; negatives=0 ;;
@@ -39,4 +46,4 @@ for seed in $SEEDS; do
     fi
   done
 done
-.venv/bin/python eval/ablation_table.py "$OUT" --seeds $SEEDS --out docs/ablation.md
+.venv/bin/python eval/ablation_table.py "$OUT" --seeds $SEEDS --synth-size "$SIZE" --out "$TABLE"

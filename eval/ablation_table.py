@@ -41,6 +41,8 @@ def summarise(out: Path, seeds: list[str]) -> str:
             path = out / f"{variant}-{seed}" / "eval" / "results.json"
             if path.is_file():
                 groups.append(json.loads(path.read_text(encoding="utf-8"))["groups"])
+        if not groups:  # a variant this run did not train (VARIANTS in the script)
+            continue
         cells = [_cell([g[c] for g in groups if c in g]) for c in COLUMNS]
         lines.append(f"| {label} | {len(groups)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -50,13 +52,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--seeds", nargs="+", default=["0", "1", "2"])
+    parser.add_argument("--synth-size", default="small", help="the `vis-embed synth --size` the runs used")
     parser.add_argument("--out", dest="markdown", type=Path, default=Path("docs/ablation.md"))
     args = parser.parse_args()
     table = summarise(args.out, args.seeds)
     recipe = Path("recipes/ablation_sampling.yaml").read_text(encoding="utf-8")
     text = "\n".join([
-        "# Sampling ablation in miniature (the paper's Table 2)", "",
-        "Same tiny random Qwen2-VL, same synthetic data (`vis-embed synth --size small --seed 0`), same "
+        "# Sampling ablation in miniature (the paper's Table 2)"
+        + ("" if args.synth_size == "small" else f": {args.synth_size} data"), "",
+        f"Same tiny random Qwen2-VL, same synthetic data (`vis-embed synth --size {args.synth_size} --seed 0`), same "
         "steps; only the batch schedule changes. P@1 (%) on held-out identities, mean ± sample std over "
         f"training seeds {', '.join(args.seeds)}.", "",
         table, "",

@@ -6,6 +6,7 @@ preset is checked at the plan level (counts and sizes, no rendering) so the suit
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections import defaultdict
@@ -356,3 +357,29 @@ def test_small_preset_has_the_scale_the_quickstart_needs() -> None:
     for path, rows in plan.tables.items():
         if path.startswith("eval/"):
             assert len(rows) <= 300, path
+
+
+def _train_identity_sizes(size: Any, table: str) -> dict[str, int]:
+    plan = Planner(0, size).build()
+    counts: dict[str, int] = defaultdict(int)
+    for row in plan.tables[table]:
+        if not row["identity"].endswith("-nearid"):  # look-alike twins always have 2
+            counts[row["identity"]] += 1
+    return counts
+
+
+def test_skewed_preset_has_a_few_big_identities_and_the_same_budget() -> None:
+    """`small-skewed` is the sampling ablation's skewed variant: most train identities have 2
+    images, ~2% have 20-60, and the image budget stays close to `small`'s 3 per identity."""
+    for table, n_identities in (("train/rec.jsonl", 1200), ("train/reid.jsonl", 300)):
+        sizes = np.array(list(_train_identity_sizes(SIZES["small-skewed"], table).values()))
+        assert len(sizes) == n_identities
+        big = sizes >= 20
+        assert set(sizes[~big].tolist()) == {2} and sizes[big].max() <= 60
+        assert 0.005 < big.mean() < 0.05
+        assert 2.2 < sizes.mean() < 3.8
+    fixed = _train_identity_sizes(SIZES["small"], "train/rec.jsonl")
+    assert set(fixed.values()) == {3}
+    with pytest.raises(ConfigError, match="train_identity_sizes"):
+        synth_build.train_identity_sizes(np.random.default_rng(0), 3,
+                                         dataclasses.replace(SIZES["tiny"], train_identity_sizes="zipf"))

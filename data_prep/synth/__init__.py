@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed; same seed -> identical files")
     parser.add_argument("--size", choices=list(SIZES), default="small",
                         help="small: 112 px, ~1.2K train identities, renders in seconds (the quickstart's); "
-                             "full: 224 px, 7.5K train identities; tiny: for tests")
+                             "full: 224 px, 7.5K train identities; tiny: for tests; "
+                             "small-skewed: small with skewed train identity sizes (most 2 images, 2%% 20-60)")
     parser.add_argument("--workers", type=int, default=None,
                         help="rendering processes (default: min(4, CPU count)); never changes the output")
 

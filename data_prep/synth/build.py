@@ -63,6 +63,10 @@ class SynthSize:
     ret_eval_queries: int
     nearid_eval_queries: int
     candidates_per_query: int = 8
+    # "fixed": every train identity (rec, reid) has train_images_per_identity images.
+    # "skewed": most have 2, a few have 20-60 (about the same image count in total) -- the
+    # heavy identity skew of real identity data, where naive batches repeat big identities.
+    train_identity_sizes: str = "fixed"
 
 
 SIZES: dict[str, SynthSize] = {
@@ -91,6 +95,23 @@ SIZES: dict[str, SynthSize] = {
         grd_eval_queries=300, edit_eval_queries=300, cls_eval_images=300, ret_eval_queries=300,
         nearid_eval_queries=200),
 }
+# The sampling ablation's skewed-identity variant: "small" with skewed train identity sizes.
+SIZES["small-skewed"] = dataclasses.replace(SIZES["small"], train_identity_sizes="skewed")
+
+SKEWED_BIG_FRACTION = 0.02          # share of identities that are "big"
+SKEWED_BIG_SIZES = (20, 60)         # their image counts, uniform, inclusive
+SKEWED_SMALL_SIZE = 2               # everyone else
+
+
+def train_identity_sizes(rng: np.random.Generator, count: int, size: SynthSize) -> list[int]:
+    """Images per train identity (see ``SynthSize.train_identity_sizes``)."""
+    if size.train_identity_sizes == "fixed":
+        return [size.train_images_per_identity] * count
+    if size.train_identity_sizes != "skewed":
+        raise ConfigError(f"unknown train_identity_sizes {size.train_identity_sizes!r} (fixed | skewed)")
+    big = rng.random(count) < SKEWED_BIG_FRACTION
+    sizes = np.where(big, rng.integers(SKEWED_BIG_SIZES[0], SKEWED_BIG_SIZES[1] + 1, count), SKEWED_SMALL_SIZE)
+    return sizes.tolist()
 
 IMAGE_QUERY = "Represent the given image."
 TEXT_CANDIDATE = "Represent the given label."
@@ -159,13 +180,16 @@ def _context_meta(context: Params) -> Params:
 
 
 def _identity_images(plan: Plan, rng: np.random.Generator, split: str, image_set: str, family: str,
-                     identities: list[tuple[str, Params]], images_per_identity: int,
+                     identities: list[tuple[str, Params]], images_per_identity: int | list[int],
                      lookalike_fraction: float, taken: set[str], id_prefix: str) -> list[dict[str, Any]]:
-    """Rows of kind ``identity``; optional look-alikes share each anchor context exactly."""
+    """Rows of kind ``identity``; optional look-alikes share each anchor context exactly.
+    ``images_per_identity``: one count for all, or one per identity."""
+    if isinstance(images_per_identity, int):
+        images_per_identity = [images_per_identity] * len(identities)
     rows: list[dict[str, Any]] = []
-    for identity_name, params in identities:
+    for (identity_name, params), n_images in zip(identities, images_per_identity, strict=True):
         anchor_rows = []
-        contexts = [sample_context(rng, family, params) for _ in range(images_per_identity)]
+        contexts = [sample_context(rng, family, params) for _ in range(n_images)]
         for context in contexts:
             image = plan.image(split, image_set, single_spec(family, params, context), {
                 "identity": identity_name, "family": family, "identity_params": params,
@@ -219,9 +243,10 @@ class Planner:
                            instructions: str) -> None:
         rng = _rng(self.seed, f"train/{name}/contexts")
         identities = self.identities(f"train/{name}", family, prefix, count)
-        rows = _identity_images(self.plan, rng, "train", name, family, identities,
-                                self.size.train_images_per_identity, self.size.lookalike_fraction,
-                                self.taken[family], name)
+        # its own stream: the default ("fixed") draws nothing, so its output is unchanged
+        sizes = train_identity_sizes(_rng(self.seed, f"train/{name}/sizes"), count, self.size)
+        rows = _identity_images(self.plan, rng, "train", name, family, identities, sizes,
+                                self.size.lookalike_fraction, self.taken[family], name)
         self.add_train(name, "identity", rows, instructions, namespace)
 
     def train_grounding(self) -> None:
