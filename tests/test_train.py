@@ -54,8 +54,12 @@ def test_gradcache_and_plain_runs_end_with_the_same_adapter(setup, tmp_path) -> 
     cached = Trainer(_recipe(setup, tmp_path / "cached", max_steps=3, gradcache__chunk_size=1)).train()
     a, b = _adapter(plain), _adapter(cached)
     assert set(a) == set(b) and a
+    # Adam divides each element's step by its own gradient scale, so where a gradient is ~0 the
+    # float rounding that differs between chunked and whole-batch forwards (it depends on the
+    # CPU's kernels: AMX vs AVX-512) can move an element by ~1% of a step (lr 1e-3 here).
+    # A wrong GradCache gradient moves elements by whole steps; 5e-5 = 5% of a step catches it.
     for name in a:
-        assert torch.allclose(a[name], b[name], rtol=1e-4, atol=1e-6), name
+        assert torch.allclose(a[name], b[name], rtol=1e-4, atol=5e-5), name
     assert [r["loss"] for r in _log(tmp_path / "plain")] == pytest.approx(
         [r["loss"] for r in _log(tmp_path / "cached")], rel=1e-5)
 
