@@ -81,6 +81,18 @@ def test_eval_command_reports_bad_input(tmp_path: Path, monkeypatch: pytest.Monk
     assert "cand.jsonl:1" in error and "candidates" in error
 
 
+def test_unknown_index_in_the_manifest_names_file_line_and_field(tmp_path: Path, capsys) -> None:
+    manifest = _manifest(tmp_path)
+    text = yaml.safe_load(manifest.read_text())
+    text["datasets"][1]["options"] = {"index": "hnsw"}
+    manifest.write_text(yaml.safe_dump(text, sort_keys=False))
+    code = main(["eval", "--model", "fake", "--benchmark", str(manifest), "--out", str(tmp_path / "o"), "--quiet"])
+    assert code == 2
+    error = capsys.readouterr().err
+    line = next(n for n, row in enumerate(manifest.read_text().splitlines(), 1) if "name: Gal" in row)
+    assert f"benchmark.yaml:{line}: field 'Gal.options.index': unknown index 'hnsw'" in error
+
+
 def test_mmeb_manifest_lists_the_36_datasets_with_their_groups() -> None:
     manifest = yaml.safe_load((REPO / "eval" / "mmeb.yaml").read_text())
     entries = manifest["datasets"]

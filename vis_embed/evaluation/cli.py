@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vis_embed.errors import ConfigError
+from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation.layouts import LAYOUTS, DatasetSpec
 from vis_embed.evaluation.search import INDEX_KINDS
 
@@ -64,13 +64,18 @@ def spec_from_entry(entry: Any) -> DatasetSpec:
     if layout not in LAYOUTS:
         raise ConfigError(f"dataset {_get(entry, 'name')!r}: unknown layout {layout!r}; expected one of {LAYOUTS}")
     instructions = _get(entry, "instructions") or {}
+    options = dict(_get(entry, "options") or {})
+    if "index" in options and options["index"] not in INDEX_KINDS:
+        raise DataError(f"unknown index {options['index']!r}; expected one of {', '.join(INDEX_KINDS)}",
+                        path=_get(entry, "manifest_path"), line=_get(entry, "line"),
+                        field=f"{_get(entry, 'name')}.options.index")
     return DatasetSpec(
         name=str(_get(entry, "name")), layout=layout, meta_task=str(_get(entry, "meta_task")),
         split=_get(entry, "split"), benchmark=_get(entry, "benchmark"), files=files,
         image_root=Path(image_root) if image_root else None,
         query_instruction=_get(entry, "query_instruction", instructions.get("query")),
         candidate_instruction=_get(entry, "candidate_instruction", instructions.get("candidate")),
-        options=dict(_get(entry, "options") or {}),
+        options=options,
     )
 
 
