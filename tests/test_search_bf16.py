@@ -95,3 +95,22 @@ def test_bad_input_is_rejected() -> None:
         index.search(unit_rows(rng, 2, 9), 3)
     with pytest.raises(ValueError, match="NaN"):
         index.search(np.full((1, 8), np.inf, dtype=np.float32), 3)
+
+
+def test_a_product_that_rounds_partial_sums_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound assumes float32 accumulation; a bf16 product that rounds its partial sums
+    (blocks of 64 terms here) must be detected before the index trusts it."""
+    real_mm = torch.mm
+
+    def blocked_mm(a: torch.Tensor, b: torch.Tensor, **kwargs) -> torch.Tensor:
+        total = torch.zeros(a.shape[0], b.shape[1], dtype=torch.bfloat16)
+        for start in range(0, a.shape[1], 64):
+            total = (total.float() + real_mm(a[:, start:start + 64], b[start:start + 64]).float()).to(torch.bfloat16)
+        return total
+
+    search.check_bf16_products(1536)  # this machine's torch.mm passes
+    monkeypatch.setattr(torch, "mm", blocked_mm)
+    with pytest.raises(RuntimeError, match="does not accumulate in float32"):
+        search.check_bf16_products(1536)
+    with pytest.raises(RuntimeError, match="use --index exact"):
+        search.Bf16ShortlistIndex(unit_rows(np.random.default_rng(7), 10, 1536))

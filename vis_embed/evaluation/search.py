@@ -108,10 +108,30 @@ def numpy_topk(queries: np.ndarray, gallery: np.ndarray, k: int,
 # ---------------------------------------------------------------- exact search via a bf16 shortlist
 
 _FLOAT32_UNIT_ROUNDOFF = 2.0 ** -24
-# bf16 keeps 8 significant bits: rounding a value v to bf16 moves it by at most 2^-9 |v|, and
-# 2^-8 |v| also covers reading the bound off the *rounded* value (|v - s| <= 2^-9 |s| and
-# |s| <= |v| / (1 - 2^-9)).
+# bf16 keeps 8 significant bits: rounding s to the nearest bf16 value v moves it by at most half
+# a unit in the last place, 2^-8 * 2^e, where 2^e <= |v| is the start of v's binade (a power of
+# two is representable, so rounding never leaves the binade downwards): |v - s| <= 2^-8 |v|.
+# (Scores far below 1e-38, where bf16 underflows, are outside this bound.)
 _BF16_RELATIVE_ERROR = 2.0 ** -8
+
+
+def check_bf16_products(dim: int, rows: int = 256, seed: int = 0) -> None:
+    """Check that ``torch.mm`` on bf16 accumulates in float32 and rounds once, as the bound of
+    :class:`Bf16ShortlistIndex` assumes (oneDNN, on x86 CPUs, does); raise if not.
+
+    Sums of ``dim`` positive bf16 values in [1, 2) are exact in float32 (< 24 bits), so a
+    float32-accumulating product is off only by its final rounding (<= 2^-8 |v|); one that
+    rounds partial sums to bf16 drifts 2-3x beyond that on some of ``rows`` such sums.
+    """
+    dim = min(dim, 2**16)  # beyond 2^16 terms the float32 sum itself stops being exact
+    generator = torch.Generator().manual_seed(seed)
+    gallery = (1 + torch.rand(rows, dim, generator=generator)).to(torch.bfloat16)
+    product = torch.mm(torch.ones(1, dim, dtype=torch.bfloat16), gallery.T).double()[0]
+    exact = gallery.double().sum(dim=1)
+    if bool(((product - exact).abs() > _BF16_RELATIVE_ERROR * product.abs()).any()):
+        raise RuntimeError("this torch build's bf16 matrix product does not accumulate in float32 "
+                           "(partial sums are rounded), so exact-bf16 cannot certify its results; "
+                           "use --index exact")
 
 
 class Bf16ShortlistIndex:
@@ -144,6 +164,7 @@ class Bf16ShortlistIndex:
         gallery = _as_float32(gallery, "gallery")
         if gallery.shape[0] == 0:
             raise ValueError("empty gallery: nothing to search")
+        check_bf16_products(gallery.shape[1])
         self.gallery = gallery
         self.gallery_chunk, self.query_chunk, self.shortlist = gallery_chunk, query_chunk, shortlist
         self.gallery_bf16 = torch.empty(gallery.shape, dtype=torch.bfloat16)
