@@ -84,7 +84,7 @@ def build_model(out: Path, seed: int) -> Path:
 
 def evaluate(model_dir: Path, adapter: Path | None, benchmark: Path, out_dir: Path,
              show_progress: bool) -> dict[str, Any]:
-    from vis_embed.evaluation.cli import evaluate_model
+    from vis_embed.evaluation.api import evaluate_model
 
     results_path = out_dir / "results.json"
     if results_path.is_file():

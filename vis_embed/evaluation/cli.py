@@ -5,7 +5,7 @@
 
 Writes OUT/results.json, OUT/results.md (Table 1 layout with the published rows),
 OUT/plots/<meta-task>.png, OUT/grids/<dataset>.png, and OUT/datasets/ + OUT/cache/ that
-make a re-run resume where it stopped.
+make a re-run resume where it stopped.  The library half is :mod:`vis_embed.evaluation.api`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vis_embed.errors import ConfigError, DataError
-from vis_embed.evaluation.layouts import LAYOUTS, DatasetSpec
+from vis_embed.errors import ConfigError
+from vis_embed.evaluation import api
+from vis_embed.evaluation.harness import EvalSettings
+from vis_embed.evaluation.report import comparison_table
 from vis_embed.evaluation.search import INDEX_KINDS
 
 
@@ -44,86 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def _get(entry: Any, key: str, default: Any = None) -> Any:
-    if isinstance(entry, dict):
-        return entry.get(key, default)
-    return getattr(entry, key, default)
-
-
-def spec_from_entry(entry: Any) -> DatasetSpec:
-    """Adapt one entry of ``vis_embed.data.load_benchmark`` (object or dict) to a DatasetSpec."""
-    files = {}
-    for role in ("path", "queries", "gallery"):
-        value = _get(entry, role)
-        if value is None and isinstance(_get(entry, "paths"), dict):
-            value = _get(entry, "paths").get(role)
-        if value is not None:
-            files[role] = Path(value)
-    image_root = _get(entry, "image_root")
-    layout = str(_get(entry, "layout", "candidates"))
-    if layout not in LAYOUTS:
-        raise ConfigError(f"dataset {_get(entry, 'name')!r}: unknown layout {layout!r}; expected one of {LAYOUTS}")
-    instructions = _get(entry, "instructions") or {}
-    options = dict(_get(entry, "options") or {})
-    if "index" in options and options["index"] not in INDEX_KINDS:
-        raise DataError(f"unknown index {options['index']!r}; expected one of {', '.join(INDEX_KINDS)}",
-                        path=_get(entry, "manifest_path"), line=_get(entry, "line"),
-                        field=f"{_get(entry, 'name')}.options.index")
-    return DatasetSpec(
-        name=str(_get(entry, "name")), layout=layout, meta_task=str(_get(entry, "meta_task")),
-        split=_get(entry, "split"), benchmark=_get(entry, "benchmark"), files=files,
-        image_root=Path(image_root) if image_root else None,
-        query_instruction=_get(entry, "query_instruction", instructions.get("query")),
-        candidate_instruction=_get(entry, "candidate_instruction", instructions.get("candidate")),
-        options=options,
-    )
-
-
-def load_specs(manifest: Path) -> tuple[list[DatasetSpec], str]:
-    """Dataset specs of a manifest and the manifest's fingerprint.
-
-    Parsing and validation belong to ``vis_embed.data.load_benchmark`` (errors name the file,
-    line and key); this only adapts its entries to the harness's DatasetSpec.
-    """
-    from vis_embed.data import load_benchmark
-
-    benchmark = load_benchmark(manifest)
-    return [spec_from_entry(entry) for entry in benchmark.datasets], benchmark.fingerprint()
-
-
 def _load_encoder(args: argparse.Namespace) -> Any:
-    from vis_embed.model.embedder import Embedder
-
-    overrides = {key: value for key, value in (("prompt_format", args.prompt_format),
-                                               ("max_pixels", args.max_pixels), ("device", args.device))
-                 if value is not None}
-    return Embedder.from_pretrained(args.model, adapter=args.adapter, **overrides)
-
-
-def evaluate_model(model: str | Path, benchmark: str | Path, out: str | Path, *, adapter: str | Path | None = None,
-                   show_progress: bool = True, **settings: Any) -> dict[str, Any]:
-    """Evaluate ``model`` (+ ``adapter``) on a manifest; write OUT/results.json etc.; return the results.
-
-    The function form of ``vis-embed eval`` (used by the quickstart); ``settings`` are
-    EvalSettings fields (batch_size, datasets, max_queries, pictures, ...).
-    """
-    from vis_embed.evaluation.harness import EvalSettings, Harness, describe_encoder
-    from vis_embed.model.embedder import Embedder
-
-    specs, benchmark_fingerprint = load_specs(Path(benchmark))
-    encoder = Embedder.from_pretrained(str(model), adapter=None if adapter is None else str(adapter))
-    harness = Harness(encoder, Path(out), EvalSettings(show_progress=show_progress, **settings),
-                      describe_encoder(encoder, str(model), None if adapter is None else str(adapter)))
-    return harness.run(specs, benchmark_fingerprint)
+    return api.load_embedder(args.model, args.adapter, prompt_format=args.prompt_format,
+                             max_pixels=args.max_pixels, device=args.device)
 
 
 def run(args: argparse.Namespace) -> int:
-    from vis_embed.evaluation.harness import EvalSettings, Harness, describe_encoder
-    from vis_embed.evaluation.report import comparison_table
-
     if args.batch_size <= 0 or (args.max_queries is not None and args.max_queries <= 0):
         raise ConfigError("--batch-size and --max-queries must be positive")
-    specs, benchmark_fingerprint = load_specs(args.benchmark)
+    specs, benchmark_fingerprint = api.load_specs(args.benchmark)
     settings = EvalSettings(
         batch_size=args.batch_size, max_queries=args.max_queries,
         datasets=[name.strip() for name in args.datasets.split(",") if name.strip()] if args.datasets else None,
@@ -131,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
         show_progress=not args.quiet, pictures=not args.no_pictures, reference=args.reference,
     )
     encoder = _load_encoder(args)
-    harness = Harness(encoder, args.out, settings, describe_encoder(encoder, args.model, args.adapter))
-    results = harness.run(specs, benchmark_fingerprint)
-    print(comparison_table({harness.model_info.get("name") or "model": results["groups"]}))
+    results = api.evaluate_encoder(encoder, specs, benchmark_fingerprint, args.out, settings,
+                                   model_name=args.model, adapter=args.adapter)
+    print(comparison_table({results["model"].get("name") or "model": results["groups"]}))
     print(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}")
     return 0
