@@ -7,7 +7,8 @@ import pytest
 
 from vis_embed.errors import ConfigError
 from vis_embed.sampling.naive import plan_naive_schedule
-from vis_embed.sampling.scheduler import ScheduleSettings, SubDataset
+from vis_embed.sampling.settings import ScheduleSettings
+from vis_embed.sampling.types import SubDataset
 
 
 def _datasets() -> list[SubDataset]:
@@ -48,6 +49,6 @@ def test_naive_is_deterministic_and_refuses_hard_negatives() -> None:
     second = plan_naive_schedule(_datasets(), settings)
     assert (first.query_row == second.query_row).all() and (first.positive_row == second.positive_row).all()
     assert settings.to_json()["strategy"] == "naive"
-    with pytest.raises(ConfigError, match="hard-negatives"):
+    with pytest.raises(ConfigError, match="hard_negatives"):
         plan_naive_schedule(_datasets(), ScheduleSettings(steps=5, global_batch_size=32, interleave_batch_size=32,
                                                           hard_negatives=2, strategy="naive"))

@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prep": ("data_prep.cli", "convert MMEB / identity folders / CSVs into vis_embed data"),
     "synth": ("data_prep.synth", "render the synthetic identity benchmark"),
     "schedule": ("vis_embed.sampling.cli", "pre-generate the identity-aware batch schedule"),
-    "mine-negatives": ("vis_embed.sampling.mining", "mine hard negatives with an embedding model"),
+    "mine-negatives": ("vis_embed.sampling.mining_cli", "mine hard negatives with an embedding model"),
     "train": ("vis_embed.training.cli", "train from a recipe"),
     "merge": ("vis_embed.training.merge", "merge a LoRA adapter into a full checkpoint"),
     "eval": ("vis_embed.evaluation.cli", "evaluate a model on a benchmark manifest"),

@@ -1,6 +1,10 @@
 """Offline identity-aware batch scheduling, schedule I/O and hard-negative mining.
 
-See docs/scheduling.md.  Heavy modules (faiss, torch) are imported only by ``mining``.
+See docs/scheduling.md.  Layout: ``settings`` (the schedule settings, declared once),
+``types`` (input, output and statistics), ``prepare`` (per-dataset tables), ``draws``
+(sampling primitives), ``scheduler`` (the algorithm), ``report`` (built from the
+statistics), ``naive`` (the ablation's baseline), ``build`` (data config -> file),
+``schedule_io`` (the file).  Heavy modules (faiss, torch) are imported only by ``mining``.
 """
 
 from vis_embed.sampling.build import build_schedule, subdatasets_from_config
@@ -15,10 +19,13 @@ from vis_embed.sampling.schedule_io import (
     read_schedule_info,
     write_schedule,
 )
-from vis_embed.sampling.scheduler import Schedule, ScheduleSettings, SubDataset, plan_schedule
+from vis_embed.sampling.scheduler import plan_schedule
+from vis_embed.sampling.settings import SamplingOptions, ScheduleSettings
+from vis_embed.sampling.types import DatasetStats, Schedule, ScheduleStats, SubDataset
 
 __all__ = [
-    "COLUMNS", "Schedule", "ScheduleInfo", "ScheduleSettings", "ScheduledBatch", "ScheduledMember",
-    "SubDataset", "build_schedule", "check_data_fingerprint", "iter_batches", "plan_schedule",
-    "rank_rows", "read_schedule_info", "subdatasets_from_config", "write_schedule",
+    "COLUMNS", "DatasetStats", "SamplingOptions", "Schedule", "ScheduleInfo", "ScheduleSettings",
+    "ScheduleStats", "ScheduledBatch", "ScheduledMember", "SubDataset", "build_schedule",
+    "check_data_fingerprint", "iter_batches", "plan_schedule", "rank_rows", "read_schedule_info",
+    "subdatasets_from_config", "write_schedule",
 ]

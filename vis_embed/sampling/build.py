@@ -2,60 +2,81 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_write_json
 from vis_embed.sampling.naive import format_naive_report, plan_naive_schedule
 from vis_embed.sampling.report import format_report
 from vis_embed.sampling.schedule_io import write_schedule
-from vis_embed.sampling.scheduler import Schedule, ScheduleSettings, SubDataset, plan_schedule
+from vis_embed.sampling.scheduler import plan_schedule
+from vis_embed.sampling.settings import ScheduleSettings
+from vis_embed.sampling.types import Schedule, SubDataset
 
 
 def subdatasets_from_config(config: Any) -> list[SubDataset]:
     """In-memory scheduler input from a ``TrainDataConfig`` (vis_embed.data).
 
-    Identity labels are the loader's ``identity_key`` ("namespace::identity"), already scoped,
-    so they are compared in one common namespace; pairs rows without identity stay unique.
+    The loader has already encoded each dataset's identities as int codes into its
+    ``identity_keys`` ("namespace::identity", already scoped).  Those keys are merged across
+    datasets once, over the distinct keys only, into one code space in first-seen order (so
+    every dataset is compared in one common namespace); the rows keep int codes throughout.
+    Pairs rows without identity (code -1) stay unique.
     """
-    datasets = []
-    for ds in config.datasets:
-        arrays = ds.arrays()
-        keys = np.asarray(arrays.identity_keys + [None], dtype=object)
-        labels = keys[arrays.identity]  # code -1 picks the trailing None
+    arrays = [ds.arrays() for ds in config.datasets]
+    key_code, names = _merge_identity_keys([a.identity_keys for a in arrays])
+    datasets, first_key = [], 0
+    for ds, a in zip(config.datasets, arrays):
+        codes = np.full(len(a.identity), -1, dtype=np.int64)
+        labelled = a.identity >= 0
+        codes[labelled] = key_code[first_key + a.identity[labelled]]
+        first_key += len(a.identity_keys)
+        unlabelled_pairs = ds.kind == "pairs" and not labelled.any()
         datasets.append(SubDataset(
-            name=ds.name, kind=ds.kind, ids=arrays.ids,
-            identities=None if ds.kind == "pairs" and (arrays.identity < 0).all() else labels,
-            hard_negatives=(np.asarray(arrays.hard_negative_offsets, dtype=np.int64),
-                            np.asarray(arrays.hard_negative_indices, dtype=np.int64)),
+            name=ds.name, kind=ds.kind, ids=a.ids,
+            identities=None if unlabelled_pairs else codes,
+            identity_names=None if unlabelled_pairs else names,
+            hard_negatives=(np.asarray(a.hard_negative_offsets, dtype=np.int64),
+                            np.asarray(a.hard_negative_indices, dtype=np.int64)),
             weight=float(ds.weight), namespace=""))
     return datasets
 
 
-def build_schedule(data: Any, out: str | Path, steps: int, global_batch_size: int,
-                   interleave_batch_size: int | None = None, hard_negatives: int = 5, seed: int = 0,
-                   size_exponent: float = 1.0, small_datasets: str = "error",
-                   strategy: str = "identity_aware", report_path: str | Path | None = None, show_progress: bool = False,
-                   print_report: bool = False) -> Schedule:
+def _merge_identity_keys(keys_per_dataset: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """Global code of every (dataset, local code) key, in first-seen order, and the code -> key table.
+
+    First-seen order (not sorted order) keeps the identity numbering, and so the schedule,
+    what it has always been for the same data and seed.
+    """
+    keys = np.array([key for keys in keys_per_dataset for key in keys], dtype=object)
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64), keys
+    distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[inverse], distinct[order]
+
+
+def build_schedule(data: Any, out: str | Path, settings: ScheduleSettings | None = None, *,
+                   report_path: str | Path | None = None, show_progress: bool = False,
+                   print_report: bool = False, **setting_values: Any) -> Schedule:
     """Schedule the datasets of ``data`` (a data config path or ``TrainDataConfig``) into ``out``.
 
-    Writes the Parquet schedule and its report (``report_path``, default ``OUT.report.json``).
+    The settings are a :class:`ScheduleSettings` or its fields as keyword arguments
+    (``steps=``, ``global_batch_size=``, ``interleave_batch_size=``, ``hard_negatives=`` ...,
+    with that class's defaults).  Writes the Parquet schedule and its report (``report_path``,
+    default ``OUT.report.json``).
     """
     from vis_embed.data import load_train_config
 
-    if interleave_batch_size is None:
-        raise ConfigError("interleave_batch_size (M, members per slot) is required")
+    if settings is None:
+        settings = ScheduleSettings(**setting_values)
+    elif setting_values:
+        settings = ScheduleSettings(**{**settings.to_json(), **setting_values})
     config = load_train_config(data) if isinstance(data, (str, Path)) else data
-    settings = ScheduleSettings(steps=int(steps), global_batch_size=int(global_batch_size),
-                                interleave_batch_size=int(interleave_batch_size),
-                                hard_negatives=int(hard_negatives), seed=int(seed),
-                                size_exponent=float(size_exponent),
-                                small_datasets=small_datasets,  # type: ignore[arg-type]
-                                strategy=strategy)  # type: ignore[arg-type]
     planner = plan_naive_schedule if settings.strategy == "naive" else plan_schedule
     schedule = planner(subdatasets_from_config(config), settings, show_progress=show_progress)
     out = Path(out)
@@ -67,7 +88,3 @@ def build_schedule(data: Any, out: str | Path, steps: int, global_batch_size: in
               else format_report(schedule.report))
         print(f"wrote {out} ({settings.steps} steps x {settings.global_batch_size}) and {report_path}")
     return schedule
-
-
-def load_report(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())

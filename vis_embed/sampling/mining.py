@@ -1,23 +1,23 @@
-"""``vis-embed mine-negatives``: mine hard negatives with an embedding model (and denoise positives).
+"""Hard-negative mining with an embedding model (and denoising of positives).
 
 For every record: embed its query side (with the dataset's query instruction) and its
 candidate side (with the candidate instruction); among the records that share the group key
-(``--group-by``, e.g. the same edit instruction) but *not* the identity, the ``k`` whose
+(``group_by``, e.g. the same edit instruction) but *not* the identity, the ``k`` whose
 candidates are nearest to the record's query (faiss inner product on unit vectors) become its
-``hard_negatives`` (ids, nearest first).  ``--min-positive-similarity`` flags or removes
+``hard_negatives`` (ids, nearest first).  ``min_positive_similarity`` flags or removes
 records whose query-positive cosine is below the threshold (the paper's denoising): for
 ``pairs`` rows the row's own positive, for ``identity`` rows the mean over the other
 instances of the identity.
 
-DATA is either a training data config YAML (``--dataset NAME`` picks the sub-dataset; it may
+DATA is either a training data config YAML (``dataset_name`` picks the sub-dataset; it may
 be omitted when there is one) or a single ``.jsonl`` / ``.parquet`` data file (kind inferred
 from its rows, images relative to the file, no instructions).  OUT is a data file of the same
-rows with ``hard_negatives`` set; point the data config at it.
+rows with ``hard_negatives`` set; point the data config at it.  The command line
+(``vis-embed mine-negatives``) is :mod:`vis_embed.sampling.mining_cli`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from collections.abc import Sequence
@@ -43,7 +43,7 @@ class MiningResult:
 
     hard_negatives: list[list[int]]
     positive_similarity: np.ndarray       # (N,) float; nan for an identity with one instance
-    noisy: np.ndarray                     # (N,) bool: below --min-positive-similarity
+    noisy: np.ndarray                     # (N,) bool: below min_positive_similarity
     removed: np.ndarray                   # (N,) bool: dropped from the output
     report: dict[str, Any] = field(default_factory=dict)
 
@@ -97,7 +97,7 @@ def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities
     if candidates.shape != queries.shape:
         raise ValueError(f"queries {queries.shape} and candidates {candidates.shape} differ")
     if k < 1:
-        raise ConfigError(f"--k must be >= 1, got {k}")
+        raise ConfigError(f"k must be >= 1, got {k}")
     identity = _codes(list(identities))
     group = np.zeros(n, dtype=np.int64) if groups is None else _codes(list(groups))
     ungrouped = np.zeros(n, dtype=bool) if groups is None else np.array([g is None for g in groups])
@@ -204,7 +204,7 @@ def load_mining_dataset(data: str | Path, dataset_name: str | None = None) -> An
         config = load_train_config(path)
         if dataset_name is None:
             if len(config.datasets) != 1:
-                raise ConfigError(f"{path} has {len(config.datasets)} datasets; choose one with --dataset "
+                raise ConfigError(f"{path} has {len(config.datasets)} datasets; choose one (--dataset) "
                                   f"({', '.join(d.name for d in config.datasets)})")
             return config.datasets[0]
         try:
@@ -220,46 +220,3 @@ def load_mining_dataset(data: str | Path, dataset_name: str | None = None) -> An
         config_path.write_text(json.dumps({"datasets": [{"name": path.stem, "kind": kind,
                                                          "path": str(path.resolve())}]}))
         return load_train_config(config_path).datasets[0]
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="vis_embed checkpoint (path or hub name)")
-    parser.add_argument("--adapter", default=None, help="LoRA adapter directory")
-    parser.add_argument("--data", required=True, help="data config YAML (with --dataset) or one .jsonl/.parquet")
-    parser.add_argument("--dataset", default=None, help="sub-dataset of the data config to mine")
-    parser.add_argument("--group-by", default=None,
-                        help="record field (dotted path, e.g. query.text) negatives must share; default: none")
-    parser.add_argument("--k", type=int, default=5, help="hard negatives per record (default 5)")
-    parser.add_argument("--out", required=True, help="output data file (.jsonl or .parquet)")
-    parser.add_argument("--min-positive-similarity", type=float, default=None,
-                        help="query-positive cosine below which a record is a noisy positive")
-    parser.add_argument("--noisy", choices=("flag", "remove"), default="flag",
-                        help="noisy positives: flag them (noisy_positive: true) or remove them")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--report", default=None, help="report JSON (default: OUT.mining.json)")
-
-
-def run(args: argparse.Namespace) -> int:
-    from vis_embed.data.tables import write_table
-    from vis_embed.io import atomic_write_json
-    from vis_embed.model.embedder import Embedder
-
-    dataset = load_mining_dataset(args.data, args.dataset)
-    encoder = Embedder.from_pretrained(args.model, adapter=args.adapter, device=args.device)
-    rows, result = mine_dataset(dataset, encoder, k=args.k, group_by=args.group_by,
-                                min_positive_similarity=args.min_positive_similarity,
-                                remove_noisy=args.noisy == "remove", batch_size=args.batch_size,
-                                show_progress=True)
-    write_table(args.out, rows)
-    report_path = Path(args.report) if args.report else Path(args.out).with_name(Path(args.out).name + ".mining.json")
-    atomic_write_json(report_path, result.report)
-    report = result.report
-    print(f"{report['dataset']}: {report['records']} records, {report['records_with_k']} with {args.k} hard "
-          f"negatives, {report['records_with_fewer']} with fewer, {report['positive_similarity']['below_threshold']} "
-          f"noisy positives ({'removed' if args.noisy == 'remove' else 'flagged'}; {report['removed']} rows removed)")
-    print(f"wrote {args.out} and {report_path}")
-    return 0

@@ -17,7 +17,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vis_embed.errors import ConfigError
-from vis_embed.sampling.scheduler import ROLES, Schedule, ScheduleSettings, SubDataset
+from vis_embed.sampling.settings import ScheduleSettings
+from vis_embed.sampling.types import ROLES, Schedule, SubDataset
 
 
 def _positive_lookup(ds: SubDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -38,7 +39,7 @@ def plan_naive_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettin
                         show_progress: bool = False) -> Schedule:
     """Compute the naive schedule in memory (same output type and file format as the real one)."""
     if settings.hard_negatives:
-        raise ConfigError("the naive strategy places no hard negatives: use --hard-negatives 0")
+        raise ConfigError("the naive strategy places no hard negatives: set hard_negatives to 0")
     rng = np.random.default_rng(settings.seed)
     batch = settings.global_batch_size
     lookups = [_positive_lookup(ds) for ds in datasets]

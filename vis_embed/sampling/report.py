@@ -8,51 +8,49 @@ coverage.  Global: fallbacks taken (truncated hard-negative groups, extra candid
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from vis_embed.sampling.scheduler import ROLE_ANCHOR, Schedule
-
-if TYPE_CHECKING:
-    from vis_embed.sampling.scheduler import _Scheduler
+from vis_embed.sampling.types import ROLE_ANCHOR, IdentityDraws, Schedule, ScheduleStats
 
 _TOP_IDENTITIES = 5
 
 
-def build_report(scheduler: _Scheduler, schedule: Schedule, global_query: np.ndarray) -> dict[str, Any]:
+def build_report(schedule: Schedule, stats: ScheduleStats) -> dict[str, Any]:
+    """The report (JSON-ready) of an identity-aware schedule, from its rows and the planner's stats."""
     settings = schedule.settings
     m, k = settings.interleave_batch_size, settings.hard_negatives
-    prep = scheduler.prep
     slot_dataset = schedule.dataset.reshape(-1, m)[:, 0]
     total_slots = len(slot_dataset)
     is_anchor = schedule.role == ROLE_ANCHOR
     group = np.cumsum(is_anchor) - 1
     hn_per_group = np.bincount(group[~is_anchor], minlength=int(is_anchor.sum()))
-    anchor_rows = global_query[is_anchor]
     anchor_dataset = schedule.dataset[is_anchor]
-    designated = prep.designated_hn[anchor_rows]
-    usable = prep.hn_offsets[anchor_rows + 1] - prep.hn_offsets[anchor_rows]
+    anchor_rows = schedule.query_row[is_anchor]  # rows within their own dataset
+    anchor_identity = stats.member_identity[is_anchor]
+    designated = stats.member_designated_negatives[is_anchor]
+    usable = stats.member_usable_negatives[is_anchor]
 
     datasets = []
-    for source in prep.sources:
-        d = source.index
+    for d, source in enumerate(stats.datasets):
         mine = anchor_dataset == d
         entry: dict[str, Any] = {
             "name": source.name, "kind": source.kind, "rows": source.num_rows,
             "weight": source.weight, "identities": source.num_identities,
             "excluded_identities": source.excluded_identities,
-            "usable_identities": source.distinct_identities,
+            "usable_identities": source.usable_identities,
             "skipped": source.skipped,
-            "expected_slot_share": float(scheduler.slot_expectation[d] / settings.num_slots),
-            "proportional_slot_share": float(scheduler.dataset_share[d]),
+            "expected_slot_share": float(source.expected_slots / settings.num_slots),
+            "proportional_slot_share": source.proportional_share,
             "realised_slot_share": float((slot_dataset == d).sum() / total_slots),
             "members": int((schedule.dataset == d).sum()),
             "anchors": int(mine.sum()),
             "hard_negative_members": int(((schedule.dataset == d) & ~is_anchor).sum()),
         }
-        if source.kind == "identity" and source.skipped is None:
-            entry["draw_frequencies"] = _identity_frequencies(source, prep, anchor_rows[mine])
+        if source.identity_draws is not None:
+            entry["draw_frequencies"] = _identity_frequencies(source.identity_draws, anchor_identity[mine],
+                                                              stats.identity_labels)
         elif source.kind == "pairs" and source.skipped is None:
             drawn = np.unique(anchor_rows[mine])
             entry["epochs"] = float(mine.sum() / max(source.num_rows, 1))
@@ -63,42 +61,43 @@ def build_report(scheduler: _Scheduler, schedule: Schedule, global_query: np.nda
             "anchors_with_k": int(((usable[mine] > 0) & (hn_per_group[mine] >= k)).sum()) if k else 0,
             "mean_per_anchor_with_usable": float(hn_per_group[mine][usable[mine] > 0].mean())
             if (usable[mine] > 0).any() else 0.0,
-            "designated_dropped": prep.hn_dropped[source.name],
+            "designated_dropped": source.hard_negatives_dropped,
         }
         datasets.append(entry)
     return {
         "settings": settings.to_json(),
         "slots_per_batch": settings.num_slots,
-        "max_slots_per_dataset": scheduler.slot_cap,
+        "max_slots_per_dataset": stats.max_slots_per_dataset,
         "fallbacks": {
-            "hard_negative_groups_truncated": scheduler.truncated_groups,
-            "extra_candidate_rounds": scheduler.topup_rounds,
-            "skipped_datasets": [s.name for s in prep.sources if s.skipped],
+            "hard_negative_groups_truncated": stats.hard_negative_groups_truncated,
+            "extra_candidate_rounds": stats.extra_candidate_rounds,
+            "skipped_datasets": [s.name for s in stats.datasets if s.skipped],
         },
         "datasets": datasets,
     }
 
 
-def _identity_frequencies(source: Any, prep: Any, anchor_rows: np.ndarray) -> dict[str, Any]:
+def _identity_frequencies(draws: IdentityDraws, anchor_identity: np.ndarray,
+                          labels: Any) -> dict[str, Any]:
     """Expected (∝ instances, capped at one per slot) vs realised anchor identity frequencies."""
-    codes = source.identity_codes
-    expected = source.inclusion / source.inclusion.sum()
-    realised_counts = np.bincount(np.searchsorted(codes, prep.row_identity[anchor_rows]),
-                                  minlength=len(codes)) if len(anchor_rows) else np.zeros(len(codes))
-    draws = int(realised_counts.sum())
-    realised = realised_counts / max(draws, 1)
-    expected_counts = expected * draws
+    codes = draws.codes
+    expected = draws.inclusion / draws.inclusion.sum()
+    realised_counts = np.bincount(np.searchsorted(codes, anchor_identity),
+                                  minlength=len(codes)) if len(anchor_identity) else np.zeros(len(codes))
+    count = int(realised_counts.sum())
+    realised = realised_counts / max(count, 1)
+    expected_counts = expected * count
     nonzero = expected_counts > 0
     chi2 = float((((realised_counts - expected_counts) ** 2)[nonzero] / expected_counts[nonzero]).sum())
-    proportional = source.identity_count / source.identity_count.sum()
-    top = np.argsort(-source.identity_count, kind="stable")[:_TOP_IDENTITIES]
+    proportional = draws.instances / draws.instances.sum()
+    top = np.argsort(-draws.instances, kind="stable")[:_TOP_IDENTITIES]
     return {
-        "anchor_draws": draws,
-        "capped_identities": source.capped_identities,
+        "anchor_draws": count,
+        "capped_identities": draws.capped,
         "total_variation": float(0.5 * np.abs(realised - expected).sum()),
         "chi2": chi2, "chi2_dof": int(nonzero.sum() - 1),
-        "most_frequent": [{"identity": str(prep.identity_labels.get(int(codes[i]), codes[i])),
-                           "instances": int(source.identity_count[i]),
+        "most_frequent": [{"identity": str(labels.get(int(codes[i]), codes[i])),
+                           "instances": int(draws.instances[i]),
                            "proportional_share": float(proportional[i]),
                            "expected_share": float(expected[i]),
                            "realised_share": float(realised[i])} for i in top],

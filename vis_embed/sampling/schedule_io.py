@@ -16,7 +16,7 @@ Schema metadata:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ import numpy as np
 
 from vis_embed.errors import ConfigError, DataError, FingerprintMismatchError
 from vis_embed.io import atomic_path, fingerprint_json
-from vis_embed.sampling.scheduler import ROLES, Schedule, SubDataset
+from vis_embed.sampling.types import ROLES, Schedule
 
 FORMAT_VERSION = 1
 COLUMNS: tuple[str, ...] = ("step", "slot", "dataset", "query_id", "positive_id", "role")
@@ -85,25 +85,6 @@ class ScheduledBatch:
 
 def arguments_fingerprint(arguments: dict[str, Any]) -> str:
     return fingerprint_json(arguments)
-
-
-def subdatasets_fingerprint(datasets: Sequence[SubDataset]) -> str:
-    """Fingerprint of in-memory datasets (names, kinds, weights, ids, labels, hard negatives)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for ds in datasets:
-        offsets, rows = ds.hard_negative_csr()
-        head = {"name": ds.name, "kind": ds.kind, "weight": ds.weight, "namespace": ds.namespace}
-        digest.update(json.dumps(head, sort_keys=True).encode())
-        digest.update("\x1f".join(map(str, ds.ids)).encode())
-        labels = ds.identities
-        if labels is not None:
-            labels = labels.tolist() if isinstance(labels, np.ndarray) else labels
-            digest.update("\x1f".join(map(repr, labels)).encode())
-        digest.update(offsets.tobytes())
-        digest.update(rows.tobytes())
-    return digest.hexdigest()
 
 
 # --------------------------------------------------------------------------- writing

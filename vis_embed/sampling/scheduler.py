@@ -36,17 +36,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from vis_embed.errors import ConfigError, DataError
-
-ROLES: tuple[str, str] = ("anchor", "hard_negative")
-ROLE_ANCHOR, ROLE_HARD_NEGATIVE = 0, 1
-KINDS: tuple[str, str] = ("identity", "pairs")
+from vis_embed.errors import ConfigError
+from vis_embed.sampling.draws import capped_inclusion, segment_arange, systematic_sample
+from vis_embed.sampling.prepare import SourceState, prepare
+from vis_embed.sampling.report import build_report
+from vis_embed.sampling.settings import ScheduleSettings
+from vis_embed.sampling.types import (
+    ROLE_ANCHOR,
+    ROLE_HARD_NEGATIVE,
+    DatasetStats,
+    IdentityDraws,
+    Schedule,
+    ScheduleStats,
+    SubDataset,
+)
 
 # Rounds of extra candidates for a slot left short by identity collisions before giving up.
 _MAX_TOPUP_ROUNDS = 12
@@ -54,433 +62,12 @@ _MAX_TOPUP_ROUNDS = 12
 _HARD_NEGATIVE_MARGIN = 5
 
 
-# --------------------------------------------------------------------------- inputs
-
-
-@dataclass
-class SubDataset:
-    """What the scheduler needs to know about one sub-dataset (row ``i`` = record ``i``).
-
-    ``identities``: one label per row (any hashable, or an int array); ``None`` entries (or
-    ``identities=None``) mean "no identity" and are only allowed for ``pairs`` rows, each of
-    which is then its own identity.  Labels are compared within ``namespace`` (default: the
-    dataset's name), so two datasets share identities only if they share a namespace.
-    ``hard_negatives``: per row, the *row positions* of its designated hard negatives, either
-    a list of lists or a CSR pair ``(offsets[n + 1], rows)``.
-    """
-
-    name: str
-    kind: Literal["identity", "pairs"]
-    ids: Sequence[str] | np.ndarray
-    identities: Sequence[Any] | np.ndarray | None = None
-    hard_negatives: Sequence[Sequence[int]] | tuple[np.ndarray, np.ndarray] | None = None
-    weight: float = 1.0
-    namespace: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ConfigError(f"dataset {self.name!r}: unknown kind {self.kind!r} (known: {KINDS})")
-        if not self.weight > 0:
-            raise ConfigError(f"dataset {self.name!r}: weight must be > 0, got {self.weight}")
-        if self.identities is not None and len(self.identities) != len(self.ids):
-            raise DataError(f"dataset {self.name!r}: {len(self.identities)} identity labels for "
-                            f"{len(self.ids)} rows", field="identity")
-        if self.kind == "identity" and self.identities is None:
-            raise DataError(f"identity dataset {self.name!r} needs an identity label per row",
-                            field="identity")
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.ids)
-
-    def hard_negative_csr(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(offsets, rows)`` of the designated hard negatives (empty CSR when none)."""
-        n = self.num_rows
-        if self.hard_negatives is None:
-            return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        if isinstance(self.hard_negatives, tuple) and len(self.hard_negatives) == 2 \
-                and isinstance(self.hard_negatives[0], np.ndarray):
-            offsets = np.asarray(self.hard_negatives[0], dtype=np.int64)
-            rows = np.asarray(self.hard_negatives[1], dtype=np.int64)
-        else:
-            lists = list(self.hard_negatives)
-            if len(lists) != n:
-                raise DataError(f"dataset {self.name!r}: {len(lists)} hard-negative lists for {n} rows",
-                                field="hard_negatives")
-            lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=n)
-            offsets = np.concatenate([[0], np.cumsum(lengths)])
-            rows = np.fromiter((r for x in lists for r in x), dtype=np.int64, count=int(offsets[-1]))
-        if len(offsets) != n + 1 or offsets[0] != 0 or (np.diff(offsets) < 0).any() \
-                or offsets[-1] != len(rows):
-            raise DataError(f"dataset {self.name!r}: malformed hard-negative offsets", field="hard_negatives")
-        if len(rows) and (rows.min() < 0 or rows.max() >= n):
-            raise DataError(f"dataset {self.name!r}: hard negative row outside 0..{n - 1}",
-                            field="hard_negatives")
-        return offsets, rows
-
-
-STRATEGIES = ("identity_aware", "naive")
-
-
-@dataclass(frozen=True)
-class ScheduleSettings:
-    """The arguments of a schedule (their fingerprint goes into the file's metadata)."""
-
-    steps: int
-    global_batch_size: int
-    interleave_batch_size: int
-    hard_negatives: int = 5
-    seed: int = 0
-    # p_d ∝ weight × rows ** size_exponent (1: weight × size, the paper; 0: weight only)
-    size_exponent: float = 1.0
-    # a dataset too small for one slot: "error" (default) or "skip" (excluded, reported)
-    small_datasets: Literal["error", "skip"] = "error"
-    # "identity_aware" (VisME) or "naive" (the paper's baseline: one sub-dataset per batch,
-    # rows drawn uniformly, no identity constraint, no hard negatives; sampling/naive.py)
-    strategy: Literal["identity_aware", "naive"] = "identity_aware"
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "global_batch_size", "interleave_batch_size"):
-            if int(getattr(self, name)) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.hard_negatives < 0:
-            raise ConfigError(f"--hard-negatives must be >= 0, got {self.hard_negatives}")
-        if self.global_batch_size % self.interleave_batch_size:
-            raise ConfigError(
-                f"--global-batch-size {self.global_batch_size} is not a multiple of "
-                f"--interleave-batch-size {self.interleave_batch_size} (B = slots x M)")
-        if self.hard_negatives and self.hard_negatives + 1 > self.interleave_batch_size:
-            raise ConfigError(
-                f"--hard-negatives {self.hard_negatives} cannot fit: an anchor and its "
-                f"{self.hard_negatives} hard negatives need a slot of at least "
-                f"{self.hard_negatives + 1} members, but --interleave-batch-size is "
-                f"{self.interleave_batch_size}")
-        if self.size_exponent < 0:
-            raise ConfigError(f"--size-exponent must be >= 0, got {self.size_exponent}")
-        if self.strategy not in STRATEGIES:
-            raise ConfigError(f"--strategy must be one of {STRATEGIES}, got {self.strategy!r}")
-        if self.small_datasets not in ("error", "skip"):
-            raise ConfigError(f"--small-datasets must be 'error' or 'skip', got {self.small_datasets!r}")
-
-    @property
-    def num_slots(self) -> int:
-        return self.global_batch_size // self.interleave_batch_size
-
-    def to_json(self) -> dict[str, Any]:
-        return {"steps": self.steps, "global_batch_size": self.global_batch_size,
-                "interleave_batch_size": self.interleave_batch_size,
-                "hard_negatives": self.hard_negatives, "seed": self.seed,
-                "size_exponent": self.size_exponent, "small_datasets": self.small_datasets,
-                "strategy": self.strategy}
-
-
-# --------------------------------------------------------------------------- output
-
-
-@dataclass
-class Schedule:
-    """A computed schedule: ``steps × B`` members in (step, slot, position) order.
-
-    Row ``r`` belongs to step ``r // B``; ``dataset[r]`` indexes ``dataset_names``;
-    ``query_row`` / ``positive_row`` are row positions within that dataset.
-    """
-
-    settings: ScheduleSettings
-    dataset_names: list[str]
-    dataset_ids: list[np.ndarray]      # per dataset: object array of record ids
-    slot: np.ndarray                   # int32
-    dataset: np.ndarray                # int16
-    query_row: np.ndarray              # int64
-    positive_row: np.ndarray           # int64
-    role: np.ndarray                   # int8, index into ROLES
-    report: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def step(self) -> np.ndarray:
-        return np.repeat(np.arange(self.settings.steps, dtype=np.int32), self.settings.global_batch_size)
-
-    def query_ids(self) -> np.ndarray:
-        return self._ids(self.query_row)
-
-    def positive_ids(self) -> np.ndarray:
-        return self._ids(self.positive_row)
-
-    def _ids(self, rows: np.ndarray) -> np.ndarray:
-        out = np.empty(len(rows), dtype=object)
-        for d, ids in enumerate(self.dataset_ids):
-            mask = self.dataset == d
-            out[mask] = ids[rows[mask]]
-        return out
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def capped_inclusion(weights: np.ndarray, total: float, cap: float = 1.0) -> np.ndarray:
-    """Expected counts ``e_i = min(cap, λ w_i)`` with ``sum(e) = total`` (water filling)."""
-    weights = np.asarray(weights, dtype=np.float64)
-    positive = weights > 0
-    if total > cap * positive.sum() + 1e-9:
-        raise ValueError(f"cannot place {total} draws on {positive.sum()} items with cap {cap}")
-    capped = np.zeros_like(positive)
-    while True:
-        free = positive & ~capped
-        remaining = total - cap * capped.sum()
-        if not free.any() or remaining <= 1e-12:
-            scale = 0.0
-            break
-        scale = remaining / weights[free].sum()
-        newly = free & (scale * weights >= cap)
-        if not newly.any():
-            break
-        capped |= newly
-    expected = np.where(capped, cap, scale * weights * (positive & ~capped))
-    return expected
-
-
-def systematic_sample(expected: np.ndarray, num_draws: int, rng: np.random.Generator) -> np.ndarray:
-    """Indices drawn by systematic sampling over ``expected`` (in the given order).
-
-    Item ``i`` is drawn ``floor(e_i)`` or ``ceil(e_i)`` times, ``e_i`` times in expectation.
-    """
-    cumulative = np.cumsum(expected)
-    points = rng.random() + np.arange(num_draws)
-    return np.minimum(np.searchsorted(cumulative, points, side="right"), len(expected) - 1)
-
-
-def _segment_arange(lengths: np.ndarray) -> np.ndarray:
-    """``[0..l0-1, 0..l1-1, ...]`` for the given lengths."""
-    total = int(lengths.sum())
-    starts = np.cumsum(lengths) - lengths
-    return np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
-
-
-def _factorize(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
-    """Codes (``-1`` for None) and the distinct values in first-seen order."""
-    table: dict[Any, int] = {}
-    codes = np.fromiter((-1 if v is None else table.setdefault(v, len(table)) for v in values),
-                        dtype=np.int64, count=len(values))
-    return codes, list(table)
-
-
-# --------------------------------------------------------------------------- preparation
-
-
-@dataclass
-class _Source:
-    """Per-dataset state of the scheduler (indices are global record numbers)."""
-
-    index: int
-    name: str
-    kind: str
-    offset: int                       # first global record number
-    num_rows: int
-    weight: float
-    distinct_identities: int          # identities usable as members (>= 2 instances / pairs rows)
-    num_identities: int               # all distinct identities (pairs: incl. unlabelled rows)
-    excluded_identities: int          # identity datasets: identities with a single instance
-    candidates: int = 0               # anchor candidates drawn per slot
-    skipped: str | None = None
-    # identity kind: systematic sampling over eligible identities, in a periodically shuffled order
-    identity_codes: np.ndarray | None = None   # eligible identity codes (global)
-    identity_start: np.ndarray | None = None   # into the global instance list
-    identity_count: np.ndarray | None = None
-    inclusion: np.ndarray | None = None        # e_i (sum = candidates)
-    capped_identities: int = 0
-    order: np.ndarray | None = None
-    cumulative: dict[int, np.ndarray] = field(default_factory=dict)
-    draws_since_shuffle: int = 0
-    shuffle_every: int = 1
-    # pairs kind: rows without replacement within an epoch
-    permutation: np.ndarray | None = None
-    cursor: int = 0
-    pending: np.ndarray | None = None
-    epochs_started: int = 0
-
-
-@dataclass
-class _Prepared:
-    sources: list[_Source]
-    row_identity: np.ndarray          # global record -> global identity code
-    row_dataset: np.ndarray           # global record -> dataset index
-    row_is_pairs: np.ndarray
-    instance_rows: np.ndarray         # global records grouped by (dataset, identity)
-    row_instance_start: np.ndarray    # global record -> start of its identity in instance_rows
-    row_instance_count: np.ndarray    # 1 for pairs rows (positive = the row itself)
-    row_instance_rank: np.ndarray
-    hn_offsets: np.ndarray            # global CSR of usable hard negatives (global records)
-    hn_rows: np.ndarray
-    designated_hn: np.ndarray         # per global record: number of designated hard negatives
-    hn_dropped: dict[str, dict[str, int]]
-    identity_labels: dict[int, Any]   # global identity code -> label (for the report)
-
-
-def _prepare(datasets: Sequence[SubDataset], settings: ScheduleSettings) -> _Prepared:
-    names = [ds.name for ds in datasets]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"dataset names must be unique, got {names}")
-    if not datasets:
-        raise ConfigError("no datasets to schedule")
-    offsets = np.concatenate([[0], np.cumsum([ds.num_rows for ds in datasets])]).astype(np.int64)
-    total_rows = int(offsets[-1])
-
-    row_identity, identity_labels = _global_identities(datasets, offsets)
-    row_dataset = np.repeat(np.arange(len(datasets), dtype=np.int16), [ds.num_rows for ds in datasets])
-
-    # Rows grouped by (dataset, identity): anchors and positives come from the member's own
-    # dataset even when a namespace is shared (the trainer looks ids up in that dataset).
-    order = np.lexsort((np.arange(total_rows), row_identity, row_dataset))
-    key_identity, key_dataset = row_identity[order], row_dataset[order]
-    run_first = np.r_[True, (key_identity[1:] != key_identity[:-1]) | (key_dataset[1:] != key_dataset[:-1])]
-    run_starts = np.flatnonzero(run_first)
-    run_counts = np.diff(np.r_[run_starts, total_rows])
-    run_of_sorted = np.repeat(np.arange(len(run_starts)), run_counts)
-    row_instance_start = np.empty(total_rows, dtype=np.int64)
-    row_instance_count = np.empty(total_rows, dtype=np.int64)
-    row_instance_rank = np.empty(total_rows, dtype=np.int64)
-    row_instance_start[order] = run_starts[run_of_sorted]
-    row_instance_count[order] = run_counts[run_of_sorted]
-    row_instance_rank[order] = np.arange(total_rows) - run_starts[run_of_sorted]
-    is_pairs_row = np.repeat(np.array([ds.kind == "pairs" for ds in datasets]),
-                             [ds.num_rows for ds in datasets])
-    # Pairs rows are their own positive, whatever identity label they carry.
-    row_instance_count[is_pairs_row] = 1
-    row_instance_rank[is_pairs_row] = 0
-
-    hn_offsets, hn_rows, designated, dropped = _usable_hard_negatives(
-        datasets, offsets, row_identity, row_instance_count, is_pairs_row)
-
-    run_dataset = key_dataset[run_starts]
-    sources = []
-    for index, ds in enumerate(datasets):
-        runs = np.flatnonzero(run_dataset == index)
-        sources.append(_make_source(index, ds, int(offsets[index]), row_identity, runs_start=run_starts[runs],
-                                    runs_count=run_counts[runs], runs_identity=key_identity[run_starts[runs]],
-                                    hn_offsets=hn_offsets, settings=settings))
-    return _Prepared(sources, row_identity, row_dataset, is_pairs_row, order, row_instance_start,
-                     row_instance_count, row_instance_rank, hn_offsets, hn_rows, designated,
-                     dropped, identity_labels)
-
-
-def _global_identities(datasets: Sequence[SubDataset], offsets: np.ndarray
-                       ) -> tuple[np.ndarray, dict[int, Any]]:
-    """One int64 identity code per global record; datasets share codes only within a namespace."""
-    total_rows = int(offsets[-1])
-    row_identity = np.full(total_rows, -1, dtype=np.int64)
-    labels: dict[int, Any] = {}
-    by_namespace: dict[str, list[int]] = {}
-    for index, ds in enumerate(datasets):
-        if ds.identities is not None:
-            scope = ds.namespace if ds.namespace is not None else f"\x00dataset\x00{ds.name}"
-            by_namespace.setdefault(scope, []).append(index)
-    next_code = 0
-    for members in by_namespace.values():
-        arrays = [datasets[i].identities for i in members]
-        if all(isinstance(a, np.ndarray) and a.dtype.kind in "iu" for a in arrays):
-            stacked = np.concatenate(arrays)  # type: ignore[arg-type]
-            uniques, codes = np.unique(stacked, return_inverse=True)
-            distinct = list(uniques.tolist())
-        else:
-            stacked_list = [v for a in arrays for v in (a.tolist() if isinstance(a, np.ndarray) else a)]
-            codes, distinct = _factorize(stacked_list)
-        codes = np.where(codes >= 0, codes + next_code, -1)
-        start = 0
-        for i in members:
-            n = datasets[i].num_rows
-            row_identity[offsets[i]:offsets[i] + n] = codes[start:start + n]
-            start += n
-        labels.update({next_code + c: v for c, v in enumerate(distinct)})
-        next_code += len(distinct)
-    unlabelled = np.flatnonzero(row_identity < 0)
-    for i, ds in enumerate(datasets):
-        lo, hi = offsets[i], offsets[i + 1]
-        if ds.kind == "identity" and (row_identity[lo:hi] < 0).any():
-            row = int(np.flatnonzero(row_identity[lo:hi] < 0)[0])
-            raise DataError(f"identity dataset {ds.name!r}: row {row} (id {ds.ids[row]!r}) has no identity",
-                            field="identity")
-    # A pairs row without identity is an identity of its own.
-    row_identity[unlabelled] = next_code + np.arange(len(unlabelled))
-    return row_identity, labels
-
-
-def _usable_hard_negatives(datasets: Sequence[SubDataset], offsets: np.ndarray, row_identity: np.ndarray,
-                           row_instance_count: np.ndarray, is_pairs_row: np.ndarray
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, dict[str, int]]]:
-    """Global CSR of the designated hard negatives that can be full members.
-
-    Dropped (and counted): a negative sharing the anchor's identity (it would be a false
-    negative), duplicates within a list, and identity-dataset rows whose identity has a
-    single instance (no positive of their own).
-    """
-    lengths_all, rows_all, dropped = [], [], {}
-    designated = []
-    for i, ds in enumerate(datasets):
-        local_offsets, local_rows = ds.hard_negative_csr()
-        lengths = np.diff(local_offsets)
-        designated.append(lengths)
-        owner = np.repeat(np.arange(ds.num_rows), lengths) + offsets[i]
-        negative = local_rows + offsets[i]
-        same_identity = row_identity[negative] == row_identity[owner]
-        no_positive = (row_instance_count[negative] < 2) & ~is_pairs_row[negative]
-        keep = ~same_identity & ~no_positive
-        # duplicates within one list
-        pair_key = owner * (int(offsets[-1]) + 1) + negative
-        first = np.zeros(len(pair_key), dtype=bool)
-        first[np.unique(pair_key, return_index=True)[1]] = True
-        duplicate = ~first
-        keep &= first
-        dropped[ds.name] = {"same_identity_as_anchor": int(same_identity.sum()),
-                            "single_instance_identity": int((no_positive & ~same_identity).sum()),
-                            "duplicate": int((duplicate & ~same_identity & ~no_positive).sum())}
-        lengths_all.append(np.bincount(owner[keep] - offsets[i], minlength=ds.num_rows))
-        rows_all.append(negative[keep])
-    lengths = np.concatenate(lengths_all).astype(np.int64)
-    hn_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return hn_offsets, np.concatenate(rows_all).astype(np.int64), np.concatenate(designated), dropped
-
-
-def _make_source(index: int, ds: SubDataset, offset: int, row_identity: np.ndarray, *,
-                 runs_start: np.ndarray, runs_count: np.ndarray, runs_identity: np.ndarray,
-                 hn_offsets: np.ndarray, settings: ScheduleSettings) -> _Source:
-    """State of one dataset; ``runs_*`` describe its rows grouped by identity."""
-    m = settings.interleave_batch_size
-    if ds.kind == "identity":
-        eligible = runs_count >= 2
-        source = _Source(index, ds.name, ds.kind, offset, ds.num_rows, float(ds.weight),
-                         distinct_identities=int(eligible.sum()), num_identities=len(runs_count),
-                         excluded_identities=int((~eligible).sum()))
-        source.identity_codes = runs_identity[eligible]
-        source.identity_start = runs_start[eligible]
-        source.identity_count = runs_count[eligible]
-    else:
-        distinct = len(runs_count)
-        source = _Source(index, ds.name, ds.kind, offset, ds.num_rows, float(ds.weight),
-                         distinct_identities=distinct, num_identities=distinct, excluded_identities=0)
-    if source.distinct_identities < m:
-        message = (f"dataset {ds.name!r} has only {source.distinct_identities} distinct usable identities"
-                   f"{' (identities with >= 2 instances)' if ds.kind == 'identity' else ''}, but a slot "
-                   f"needs --interleave-batch-size {m} members with distinct identities")
-        if settings.small_datasets == "error":
-            raise ConfigError(message + "; lower --interleave-batch-size or pass --small-datasets skip")
-        source.skipped = message
-    # Hard negatives shrink the number of anchors a slot needs: draw fewer candidates.
-    has_hn = np.diff(hn_offsets[offset:offset + ds.num_rows + 1]) > 0
-    k = settings.hard_negatives
-    share_with_hn = float(has_hn.mean()) if ds.num_rows else 0.0
-    needed = m / (1.0 + k * share_with_hn) if k else m
-    source.candidates = int(min(m, source.distinct_identities, math.ceil(1.25 * needed) + 2))
-    return source
-
-
-# --------------------------------------------------------------------------- the scheduler
-
-
 class _Scheduler:
     def __init__(self, datasets: Sequence[SubDataset], settings: ScheduleSettings) -> None:
         self.settings = settings
         self.datasets = list(datasets)
         self.rng = np.random.default_rng(settings.seed)
-        self.prep = _prepare(self.datasets, settings)
+        self.prep = prepare(self.datasets, settings)
         self._choose_slot_expectations()
         for source in self.prep.sources:
             if source.skipped is None and source.kind == "identity":
@@ -522,17 +109,17 @@ class _Scheduler:
                 raise ConfigError(
                     f"dataset {source.name!r} can receive up to {most} slots per batch ({most} x {m} "
                     f"members with distinct identities) but has only {source.distinct_identities} "
-                    f"distinct usable identities; add datasets, lower --interleave-batch-size or "
-                    f"raise --global-batch-size less")
+                    f"distinct usable identities; add datasets, lower interleave_batch_size or "
+                    f"raise global_batch_size less")
 
-    def _init_identity_sampling(self, source: _Source) -> None:
+    def _init_identity_sampling(self, source: SourceState) -> None:
         source.inclusion = self._inclusion(source, 1)
         source.capped_identities = int((source.inclusion >= 1.0 - 1e-12).sum()) \
             if source.candidates < len(source.identity_count) else 0
         source.shuffle_every = max(1, len(source.identity_count) // max(1, source.candidates))
         self._shuffle_identity_order(source)
 
-    def _inclusion(self, source: _Source, slots: int) -> np.ndarray:
+    def _inclusion(self, source: SourceState, slots: int) -> np.ndarray:
         """Inclusion expectations for ``slots`` slots' worth of candidates drawn at once.
 
         Drawing the candidates of all of a dataset's slots of one step in one systematic
@@ -544,7 +131,7 @@ class _Scheduler:
             cache[slots] = capped_inclusion(source.identity_count.astype(np.float64), total, cap=1.0)
         return cache[slots]
 
-    def _shuffle_identity_order(self, source: _Source) -> None:
+    def _shuffle_identity_order(self, source: SourceState) -> None:
         # A fixed order makes neighbouring identities never share a slot; reshuffling once the
         # dataset has been swept (~n_identities / candidates slots) keeps the cost O(M) per slot.
         source.order = self.rng.permutation(len(source.identity_count))
@@ -553,7 +140,7 @@ class _Scheduler:
 
     # ---- candidates
 
-    def _identity_candidates(self, source: _Source, slots: int) -> list[np.ndarray]:
+    def _identity_candidates(self, source: SourceState, slots: int) -> list[np.ndarray]:
         """Candidate anchor rows for ``slots`` slots of ``source`` (random priority order)."""
         if source.draws_since_shuffle >= source.shuffle_every:
             self._shuffle_identity_order(source)
@@ -571,7 +158,7 @@ class _Scheduler:
         size = -(-total // slots)
         return [rows[i * size:(i + 1) * size] for i in range(slots)]
 
-    def _pairs_candidates(self, source: _Source, count: int) -> np.ndarray:
+    def _pairs_candidates(self, source: SourceState, count: int) -> np.ndarray:
         """The next ``count`` rows: pending ones first, then the epoch's permutation."""
         taken = [source.pending[:count]]
         need = count - len(taken[0])
@@ -586,6 +173,29 @@ class _Scheduler:
             taken.append(chunk)
             need -= len(chunk)
         return np.concatenate(taken)
+
+    # ---- statistics
+
+    def stats(self, query: np.ndarray) -> ScheduleStats:
+        """The public statistics of the planned schedule (``query``: global record of each member)."""
+        prep = self.prep
+        datasets = [DatasetStats(
+            name=source.name, kind=source.kind, num_rows=source.num_rows, weight=source.weight,
+            num_identities=source.num_identities, excluded_identities=source.excluded_identities,
+            usable_identities=source.distinct_identities, skipped=source.skipped,
+            expected_slots=float(self.slot_expectation[source.index]),
+            proportional_share=float(self.dataset_share[source.index]),
+            hard_negatives_dropped=prep.hn_dropped[source.name],
+            identity_draws=IdentityDraws(codes=source.identity_codes, instances=source.identity_count,
+                                         inclusion=source.inclusion, capped=source.capped_identities)
+            if source.kind == "identity" and source.skipped is None else None)
+            for source in prep.sources]
+        return ScheduleStats(
+            datasets=datasets, max_slots_per_dataset=self.slot_cap,
+            hard_negative_groups_truncated=self.truncated_groups, extra_candidate_rounds=self.topup_rounds,
+            member_identity=prep.row_identity[query], member_designated_negatives=prep.designated_hn[query],
+            member_usable_negatives=prep.hn_offsets[query + 1] - prep.hn_offsets[query],
+            identity_labels=prep.identity_labels)
 
     # ---- one step
 
@@ -610,7 +220,7 @@ class _Scheduler:
             raise ConfigError(
                 f"cannot fill {len(short)} slot(s) with {m} members of distinct identities from "
                 f"dataset(s) {names}: identities collide across slots (shared namespace or several "
-                f"slots of one dataset); lower --interleave-batch-size or add data")
+                f"slots of one dataset); lower interleave_batch_size or add data")
         self._return_unused_pairs(pairs_taken, stream, accepted)
         slot = stream["slot"][accepted]
         query = stream["row"][accepted]
@@ -658,7 +268,7 @@ class _Scheduler:
         available = hn_offsets[anchor_rows + 1] - hn_offsets[anchor_rows] if k else \
             np.zeros(len(anchor_rows), dtype=np.int64)
         # random order within each anchor's list, then keep k plus a margin
-        within = _segment_arange(available)
+        within = segment_arange(available)
         group_of_hn = np.repeat(np.arange(len(anchor_rows)), available)
         negatives = hn_rows[np.repeat(hn_offsets[anchor_rows], available) + within]
         shuffle = np.lexsort((self.rng.random(len(negatives)), group_of_hn))
@@ -678,7 +288,7 @@ class _Scheduler:
         is_anchor = np.zeros(total, dtype=bool)
         row[group_start] = anchor_rows
         is_anchor[group_start] = True
-        hn_positions = np.repeat(group_start + 1, kept) + _segment_arange(kept)
+        hn_positions = np.repeat(group_start + 1, kept) + segment_arange(kept)
         row[hn_positions] = negatives
         group = np.repeat(np.arange(len(anchor_rows)), sizes)
         return {"row": row, "is_anchor": is_anchor, "group": group, "group_start": group_start,
@@ -754,9 +364,11 @@ class _Scheduler:
 
 def plan_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettings,
                   show_progress: bool = False) -> Schedule:
-    """Compute the whole schedule in memory (see the module docstring for the algorithm)."""
-    from vis_embed.sampling.report import build_report
+    """Compute the whole schedule in memory (see the module docstring for the algorithm).
 
+    The returned schedule carries the planner's statistics (``schedule.stats``) and the
+    report built from them (``schedule.report``).
+    """
     scheduler = _Scheduler(datasets, settings)
     batch = settings.global_batch_size
     total = settings.steps * batch
@@ -776,6 +388,6 @@ def plan_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettings,
     schedule = Schedule(settings=settings, dataset_names=[ds.name for ds in datasets],
                         dataset_ids=[np.asarray(ds.ids, dtype=object) for ds in datasets],
                         slot=slot, dataset=dataset, query_row=local_query,
-                        positive_row=local_positive, role=role)
-    schedule.report = build_report(scheduler, schedule, global_query=query)
+                        positive_row=local_positive, role=role, stats=scheduler.stats(query))
+    schedule.report = build_report(schedule, schedule.stats)
     return schedule

@@ -1,0 +1,52 @@
+"""``vis-embed mine-negatives``: the command line of :mod:`vis_embed.sampling.mining`.
+
+The library module holds the method (and says what the flags mean); this one only maps
+flags onto it and writes the outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from vis_embed.sampling.mining import load_mining_dataset, mine_dataset
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="vis_embed checkpoint (path or hub name)")
+    parser.add_argument("--adapter", default=None, help="LoRA adapter directory")
+    parser.add_argument("--data", required=True, help="data config YAML (with --dataset) or one .jsonl/.parquet")
+    parser.add_argument("--dataset", default=None, help="sub-dataset of the data config to mine")
+    parser.add_argument("--group-by", default=None,
+                        help="record field (dotted path, e.g. query.text) negatives must share; default: none")
+    parser.add_argument("--k", type=int, default=5, help="hard negatives per record (default 5)")
+    parser.add_argument("--out", required=True, help="output data file (.jsonl or .parquet)")
+    parser.add_argument("--min-positive-similarity", type=float, default=None,
+                        help="query-positive cosine below which a record is a noisy positive")
+    parser.add_argument("--noisy", choices=("flag", "remove"), default="flag",
+                        help="noisy positives: flag them (noisy_positive: true) or remove them")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--report", default=None, help="report JSON (default: OUT.mining.json)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from vis_embed.data.tables import write_table
+    from vis_embed.io import atomic_write_json
+    from vis_embed.model.embedder import Embedder
+
+    dataset = load_mining_dataset(args.data, args.dataset)
+    encoder = Embedder.from_pretrained(args.model, adapter=args.adapter, device=args.device)
+    rows, result = mine_dataset(dataset, encoder, k=args.k, group_by=args.group_by,
+                                min_positive_similarity=args.min_positive_similarity,
+                                remove_noisy=args.noisy == "remove", batch_size=args.batch_size,
+                                show_progress=True)
+    write_table(args.out, rows)
+    report_path = Path(args.report) if args.report else Path(args.out).with_name(Path(args.out).name + ".mining.json")
+    atomic_write_json(report_path, result.report)
+    report = result.report
+    print(f"{report['dataset']}: {report['records']} records, {report['records_with_k']} with {args.k} hard "
+          f"negatives, {report['records_with_fewer']} with fewer, {report['positive_similarity']['below_threshold']} "
+          f"noisy positives ({'removed' if args.noisy == 'remove' else 'flagged'}; {report['removed']} rows removed)")
+    print(f"wrote {args.out} and {report_path}")
+    return 0

@@ -1,0 +1,103 @@
+"""The schedule settings, declared once.
+
+:class:`SamplingOptions` is how batches are drawn (the recipe's ``sampling:`` section, the
+``vis-embed schedule`` flags, the keyword arguments of ``build_schedule``);
+:class:`ScheduleSettings` adds what one schedule file needs on top (steps, B, seed) and
+checks the combinations that cannot work.  Errors name the *setting*
+(``interleave_batch_size``), never a command-line flag: the CLI maps its flags
+(``--interleave-batch-size``) onto these names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from vis_embed.errors import ConfigError
+
+STRATEGIES: tuple[str, str] = ("identity_aware", "naive")
+
+
+class SamplingOptions(BaseModel):
+    """How batches are drawn; every field has its meaning in ``description`` (also the CLI help)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interleave_batch_size: int | None = Field(
+        None, gt=0, description="M: members per slot; every slot comes from one sub-dataset (B = slots x M)")
+    hard_negatives: int = Field(
+        5, ge=0, description="k designated hard negatives placed in the anchor's slot (default 5; 0: none)")
+    size_exponent: float = Field(
+        1.0, ge=0, description="dataset share ∝ weight x rows^EXP (1: weight x size, default; 0: weight only)")
+    small_datasets: Literal["error", "skip"] = Field(
+        "error", description="a dataset with fewer than M usable identities: fail (default) or skip it "
+                             "(listed in the report)")
+    strategy: Literal["identity_aware", "naive"] = Field(
+        "identity_aware", description="identity_aware (VisME, default) or naive: one sub-dataset per batch, "
+                                      "rows drawn uniformly, no identity constraint (the ablation's baseline)")
+
+    def schedule_settings(self, *, steps: int, global_batch_size: int, seed: int) -> ScheduleSettings:
+        """The settings of one schedule; an unset ``interleave_batch_size`` means one slot per batch (M = B)."""
+        values = self.model_dump()
+        if values["interleave_batch_size"] is None:
+            values["interleave_batch_size"] = global_batch_size
+        return ScheduleSettings(steps=steps, global_batch_size=global_batch_size, seed=seed, **values)
+
+
+class ScheduleSettings(SamplingOptions):
+    """The arguments of one schedule (their fingerprint goes into the file's metadata).
+
+    Invalid values raise :class:`~vis_embed.errors.ConfigError` naming the setting.
+    """
+
+    steps: int = Field(ge=1, description="number of optimizer steps (batches)")
+    global_batch_size: int = Field(ge=1, description="B: members per batch, all ranks")
+    interleave_batch_size: int = Field(  # type: ignore[assignment]  # required here
+        ge=1, description="M: members per slot; every slot comes from one sub-dataset (B = slots x M)")
+    seed: int = Field(0, description="same seed + same data + same settings -> identical schedule")
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc)) from None
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> ScheduleSettings:
+        b, m, k = self.global_batch_size, self.interleave_batch_size, self.hard_negatives
+        if b % m:
+            raise ValueError(f"global_batch_size {b} is not a multiple of interleave_batch_size {m} "
+                             f"(B = slots x M)")
+        if k and k + 1 > m:
+            raise ValueError(f"hard_negatives {k} cannot fit: an anchor and its {k} hard negatives need a "
+                             f"slot of at least {k + 1} members, but interleave_batch_size is {m}")
+        return self
+
+    @property
+    def num_slots(self) -> int:
+        return self.global_batch_size // self.interleave_batch_size
+
+    def to_json(self) -> dict[str, Any]:
+        # explicit order: this dict is written into the schedule file's metadata
+        return {"steps": self.steps, "global_batch_size": self.global_batch_size,
+                "interleave_batch_size": self.interleave_batch_size,
+                "hard_negatives": self.hard_negatives, "seed": self.seed,
+                "size_exponent": self.size_exponent, "small_datasets": self.small_datasets,
+                "strategy": self.strategy}
+
+
+def format_validation_error(error: ValidationError) -> str:
+    """One line per problem, each naming the setting: ``steps: Input should be ... (got 0)``."""
+    lines = []
+    for item in error.errors():
+        name = ".".join(str(part) for part in item["loc"])
+        if item["type"] == "value_error":  # our own cross-field checks: the message names the settings
+            lines.append(str(item["ctx"]["error"]))
+        elif item["type"] == "missing":
+            lines.append(f"{name}: required setting missing")
+        elif item["type"] == "extra_forbidden":
+            lines.append(f"{name}: unknown setting")
+        else:
+            lines.append(f"{name}: {item['msg']} (got {item.get('input')!r})")
+    return "; ".join(lines)
