@@ -46,10 +46,10 @@ def run_one(args: argparse.Namespace) -> dict:
     import torch
 
     from vis_embed.model.embedding_model import EmbeddingModel
-    from vis_embed.training.distributed import TorchBackend, lr_lambda
+    from vis_embed.training.backends import TorchBackend
     from vis_embed.training.gradcache import contrastive_step
     from vis_embed.training.losses import Temperature, info_nce_loss
-    from vis_embed.training.trainer import prepared_length
+    from vis_embed.training.lr_schedule import lr_lambda
 
     torch.manual_seed(0)
     if args.threads:
@@ -63,12 +63,12 @@ def run_one(args: argparse.Namespace) -> dict:
     model.train()
     tau = Temperature(0.02)
     backend = TorchBackend(model, lr=1e-4, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, max_grad_norm=1.0,
-                           schedule=lr_lambda(0, 100))
+                           lr_schedule=lr_lambda(0, 100))
     image_dir = Path(args.image_dir)
     queries = model.prepare(make_items(args.batch_size, 1, image_dir, args.image_side), instruction="Find it.")
     candidates = model.prepare(make_items(args.batch_size, 2, image_dir, args.image_side), instruction=None)
-    q_len = [prepared_length(p) for p in queries]
-    c_len = [prepared_length(p) for p in candidates]
+    q_len = [p.length for p in queries]
+    c_len = [p.length for p in candidates]
     times, fractions = [], []
     for repeat in range(args.warmup + args.repeats):
         if device == "cuda":

@@ -15,17 +15,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _training_standin import StandInEncoder, random_members  # noqa: E402
+from _training_standin import StandInEncoder, TokenItem, random_members  # noqa: E402
 
-from vis_embed.training.distributed import (  # noqa: E402
-    DeepSpeedBackend, TorchBackend, get_rank, get_world_size, init_distributed, lr_lambda)
+from vis_embed.training.backends import DeepSpeedBackend, TorchBackend  # noqa: E402
+from vis_embed.training.distributed import get_rank, get_world_size, init_distributed  # noqa: E402
 from vis_embed.training.gradcache import contrastive_step  # noqa: E402
 from vis_embed.training.losses import Temperature, info_nce_loss  # noqa: E402
+from vis_embed.training.lr_schedule import lr_lambda  # noqa: E402
 
 GLOBAL_BATCH, STEPS, LR = 8, 3, 1e-2
 
 
-def global_batches() -> list[tuple[list[list[int]], list[list[int]]]]:
+def global_batches() -> list[tuple[list[TokenItem], list[TokenItem]]]:
     return [(random_members(GLOBAL_BATCH, 10 + s), random_members(GLOBAL_BATCH, 100 + s)) for s in range(STEPS)]
 
 
@@ -34,7 +35,7 @@ def train(mode: str, chunk_size: int) -> dict:
     model = StandInEncoder(dropout=0.0)
     tau = Temperature(0.05)
     tau_optimizer = torch.optim.AdamW([tau.log_tau], lr=LR, weight_decay=0.0)
-    common = dict(lr=LR, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, schedule=lr_lambda(1, STEPS))
+    common = dict(lr=LR, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, lr_schedule=lr_lambda(1, STEPS))
     if mode == "torch":
         backend = TorchBackend(model, max_grad_norm=1.0, **common)
     else:
@@ -52,8 +53,8 @@ def train(mode: str, chunk_size: int) -> dict:
         shard = slice(rank * local, (rank + 1) * local)
         result = contrastive_step(backend, model.collate, queries[shard], candidates[shard],
                                   lambda q, c: info_nce_loss(q, c, tau()), chunk_size=chunk_size,
-                                  query_lengths=[len(x) for x in queries[shard]],
-                                  candidate_lengths=[len(x) for x in candidates[shard]])
+                                  query_lengths=[x.length for x in queries[shard]],
+                                  candidate_lengths=[x.length for x in candidates[shard]])
         backend.step()
         tau_optimizer.step()
         tau_optimizer.zero_grad()

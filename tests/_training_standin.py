@@ -12,6 +12,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+class TokenItem(list):
+    """A prepared stand-in member: its token ids, and their count as ``.length`` (like PreparedItem)."""
+
+    @property
+    def length(self) -> int:
+        return len(self)
+
+
 class StandInEncoder(nn.Module):
     def __init__(self, vocab: int = 50, dim: int = 16, dropout: float = 0.0, seed: int = 0) -> None:
         super().__init__()
@@ -40,7 +48,7 @@ class StandInEncoder(nn.Module):
         return F.normalize(pooled, dim=-1)
 
 
-def random_members(count: int, seed: int, vocab: int = 50) -> list[list[int]]:
+def random_members(count: int, seed: int, vocab: int = 50) -> list[TokenItem]:
     generator = torch.Generator().manual_seed(seed)
     lengths = torch.randint(2, 9, (count,), generator=generator)
-    return [torch.randint(1, vocab, (int(n),), generator=generator).tolist() for n in lengths]
+    return [TokenItem(torch.randint(1, vocab, (int(n),), generator=generator).tolist()) for n in lengths]

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from _training_standin import StandInEncoder, random_members
-from vis_embed.training.distributed import TorchBackend, lr_lambda
+from vis_embed.training.backends import TorchBackend
 from vis_embed.training.gradcache import RandomState, chunk_order, contrastive_step, padded_fraction
 from vis_embed.training.losses import Temperature, info_nce_loss
+from vis_embed.training.lr_schedule import lr_lambda
 
 BATCH = 7
 
@@ -25,12 +26,12 @@ def _one_step(chunk_size: int, dropout: float = 0.0, check_replay: bool = False)
     model = StandInEncoder(dropout=dropout)
     tau = Temperature(0.05)
     backend = TorchBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
-                           max_grad_norm=0.0, schedule=lr_lambda(0, 10))
+                           max_grad_norm=0.0, lr_schedule=lr_lambda(0, 10))
     queries, candidates = random_members(BATCH, 1), random_members(BATCH, 2)
     result = contrastive_step(backend, model.collate, queries, candidates,
                               lambda q, c: info_nce_loss(q, c, tau()), chunk_size=chunk_size,
-                              query_lengths=[len(x) for x in queries],
-                              candidate_lengths=[len(x) for x in candidates], check_replay=check_replay)
+                              query_lengths=[x.length for x in queries],
+                              candidate_lengths=[x.length for x in candidates], check_replay=check_replay)
     grads = {name: p.grad.clone() for name, p in model.named_parameters()}
     return result, grads, tau.log_tau.grad.clone()
 
@@ -83,7 +84,7 @@ def test_each_chunk_is_padded_only_to_its_own_longest() -> None:
 def test_mismatched_sides_are_refused() -> None:
     model = StandInEncoder()
     backend = TorchBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
-                           max_grad_norm=0.0, schedule=lr_lambda(0, 10))
+                           max_grad_norm=0.0, lr_schedule=lr_lambda(0, 10))
     with pytest.raises(ValueError, match="3 queries but 2 candidates"):
         contrastive_step(backend, model.collate, [[1]] * 3, [[1]] * 2, lambda q, c: q.sum(), chunk_size=1)
 

@@ -87,7 +87,7 @@ def test_shipped_recipes_are_valid(name: str) -> None:
 def test_deepspeed_configs_get_their_auto_values_from_the_recipe(tmp_path: Path, name: str) -> None:
     import torch
 
-    from vis_embed.training.trainer import fill_deepspeed_config
+    from vis_embed.training.deepspeed_config import fill_deepspeed_config
 
     recipe = load_recipe(_write(tmp_path, MINIMAL), ["optimizer.max_grad_norm=0.5"])
     config = fill_deepspeed_config(str(REPO / "ds_configs" / f"{name}.json"), recipe, 16, torch.bfloat16)
@@ -97,7 +97,7 @@ def test_deepspeed_configs_get_their_auto_values_from_the_recipe(tmp_path: Path,
 
 
 def test_deepspeed_config_must_not_define_the_optimizer(tmp_path: Path) -> None:
-    from vis_embed.training.trainer import fill_deepspeed_config
+    from vis_embed.training.deepspeed_config import fill_deepspeed_config
 
     bad = tmp_path / "ds.json"
     bad.write_text(json.dumps({"optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 2}}))

@@ -8,7 +8,7 @@ from pathlib import Path
 from PIL import Image
 
 from vis_embed.data import load_train_config
-from vis_embed.training.trainer import loss_label
+from vis_embed.training.labels import loss_label
 
 
 def _write(tmp_path: Path) -> Path:

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -36,6 +38,22 @@ from vis_embed.training.distributed import barrier, broadcast_object, get_rank, 
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """All RNG states this process uses (torch CPU + CUDA, python, numpy) for exact resume."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def find_peft_model(module: nn.Module) -> tuple[str, nn.Module] | None:

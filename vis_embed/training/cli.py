@@ -1,15 +1,25 @@
-"""``vis-embed train RECIPE.yaml [--set key.path=value ...] [--resume]``.
+"""The training commands: ``vis-embed train`` and ``vis-embed merge``.
 
-The same command runs under ``torchrun --nproc_per_node N -m vis_embed train ...`` (DDP, or
-DeepSpeed when the recipe names a ``deepspeed`` config) and under the ``deepspeed`` launcher.
+``vis-embed train RECIPE.yaml [--set key.path=value ...] [--resume]`` also runs under
+``torchrun --nproc_per_node N -m vis_embed train ...`` (DDP, or DeepSpeed when the recipe names
+a ``deepspeed`` config) and under the ``deepspeed`` launcher.
+
+``vis-embed merge ADAPTER --out DIR [--base MODEL] [--dtype ...]`` folds a LoRA adapter into the
+base weights (:func:`vis_embed.training.merge.merge_adapter`).
+
+The dispatcher (:mod:`vis_embed.cli`) reaches them as ``vis_embed.training.cli:train`` and
+``...:merge`` (``add_<command>_arguments`` / ``run_<command>``).  The library modules are
+imported inside ``run_*``: the dispatcher imports this module to build the parser, and
+``--help`` must not pay for torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", help="recipe YAML (see recipes/ and docs/training.md)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                         help="override a recipe key, e.g. --set lora.r=8 --set max_steps=100 (repeatable)")
@@ -20,9 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=argparse.SUPPRESS)  # passed by the deepspeed launcher; LOCAL_RANK env is used
 
 
-def run(args: argparse.Namespace) -> int:
-    import os
-
+def run_train(args: argparse.Namespace) -> int:
     if args.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
     from vis_embed.training.recipe import load_recipe
@@ -31,4 +39,21 @@ def run(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, args.overrides)
     trainer = Trainer(recipe, resume=args.resume, show_progress=False if args.no_progress else None)
     trainer.train()
+    return 0
+
+
+def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("adapter", help="adapter directory (OUTPUT_DIR/final or a checkpoint-STEP)")
+    parser.add_argument("--base", default=None,
+                        help="base model (default: base_model_name_or_path in adapter_config.json)")
+    parser.add_argument("--out", required=True, help="directory of the merged checkpoint")
+    parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
+                        help="dtype of the merged weights (auto: the base checkpoint's)")
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    from vis_embed.training.merge import merge_adapter
+
+    out = merge_adapter(args.adapter, args.out, base=args.base, dtype=args.dtype)
+    print(f"merged checkpoint written to {out}")
     return 0

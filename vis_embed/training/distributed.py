@@ -1,35 +1,21 @@
-"""Process-group helpers and one training-backend interface over single process, DDP and DeepSpeed.
+"""Process-group helpers: rank, world size, barrier, broadcast, and the embedding gather.
 
-Why a backend abstraction: GradCache calls backward once per chunk and steps the optimiser
-once per global batch.  Each launcher wants that expressed differently -- plain autograd
-(single process), ``no_sync()`` on all but the last chunk (DDP), or
-``set_gradient_accumulation_boundary`` + ``engine.backward`` / ``engine.step`` (DeepSpeed,
-whose ZeRO-2/3 optimisers own the gradients) -- so the trainer talks to :class:`TrainBackend`
-and never to the launcher.
-
-Gradient scale: every rank computes the loss of the *whole* global batch from gathered
-embeddings in which only its local shard carries gradient, so rank r's parameter gradient is
-the part of dL/dθ flowing through its own members; the true gradient is the *sum* over ranks.
-DDP and DeepSpeed *average* gradients, so :mod:`vis_embed.training.gradcache` multiplies
-what it back-propagates through the model by ``world_size``.  The temperature is not part of the wrapped model: its
-gradient is complete (and identical) on every rank, so it is stepped locally, unreduced.
+Every helper also works in a single process without a process group (rank 0 of 1), so the
+trainer, checkpoints and GradCache run unchanged under ``vis-embed train``, ``torchrun`` (DDP)
+and the ``deepspeed`` launcher.  The training backends built on top of this are in
+:mod:`vis_embed.training.backends`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
+from torch import Tensor
 
 
-# --------------------------------------------------------------------------- process group
 def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
@@ -58,18 +44,21 @@ def barrier() -> None:
 def init_distributed(use_deepspeed: bool = False) -> bool:
     """Join the process group when launched by torchrun/deepspeed (``WORLD_SIZE`` > 1).
 
-    Returns whether this is a multi-process run.  NCCL on GPU, gloo on CPU.
+    Returns whether this is a multi-process run.  NCCL on GPU, gloo on CPU.  ``deepspeed`` is
+    an optional extra, imported only when asked for (the recipe loader has already checked
+    that it is installed).
     """
     if int(os.environ.get("WORLD_SIZE", 1)) <= 1 or is_distributed():
         return is_distributed()
     if torch.cuda.is_available():
         torch.cuda.set_device(get_local_rank())
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
     if use_deepspeed:
         import deepspeed
 
-        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+        deepspeed.init_distributed(dist_backend=backend)
     else:
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(backend)
     return True
 
 
@@ -93,231 +82,3 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     holder = [obj]
     dist.broadcast_object_list(holder, src=src)
     return holder[0]
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """All RNG states this process uses (torch CPU + CUDA, python, numpy) for exact resume."""
-    import random
-
-    import numpy as np
-
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    import random
-
-    import numpy as np
-
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-# --------------------------------------------------------------------------- LR schedule
-def lr_lambda(warmup_steps: int, total_steps: int, decay: str = "cosine",
-              min_ratio: float = 0.0) -> Callable[[int], float]:
-    """Linear warm-up to the peak LR, then ``cosine`` | ``linear`` | ``constant`` decay."""
-
-    def factor(step: int) -> float:
-        if warmup_steps > 0 and step < warmup_steps:
-            return (step + 1) / warmup_steps
-        if decay == "constant" or total_steps <= warmup_steps:
-            return 1.0
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        if decay == "linear":
-            shape = 1.0 - progress
-        else:
-            shape = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return min_ratio + (1.0 - min_ratio) * shape
-
-    return factor
-
-
-# --------------------------------------------------------------------------- backends
-class TrainBackend:
-    """How forward/backward/step reach the model under one launcher.
-
-    Usage per global batch (``n`` chunks)::
-
-        for i, chunk in enumerate(chunks):
-            with backend.accumulate(is_last=i == n - 1):
-                emb = backend.forward(chunk)
-                backend.backward((emb * cached_grad).sum())
-        grad_norm = backend.step()
-    """
-
-    kind = "base"
-    module: nn.Module
-
-    def __init__(self, module: nn.Module, world_size: int) -> None:
-        self.module = module
-        self.world_size = world_size
-
-    @property
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for p in self.module.parameters() if p.requires_grad]
-
-    def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        return self.module(**batch)
-
-    @contextlib.contextmanager
-    def accumulate(self, is_last: bool) -> Iterator[None]:
-        yield
-
-    def backward(self, loss: Tensor) -> None:
-        raise NotImplementedError
-
-    def step(self) -> float:
-        raise NotImplementedError
-
-    def lr(self) -> float:
-        raise NotImplementedError
-
-    def save(self, directory: Path) -> None:
-        """Write optimiser/scheduler state (collective under DeepSpeed)."""
-        raise NotImplementedError
-
-    def load(self, directory: Path) -> None:
-        raise NotImplementedError
-
-    def trainable_state_dict(self) -> dict[str, Tensor]:
-        """Full (un-partitioned) trainable weights on the main process; CPU float32 copies."""
-        return {name: p.detach().float().cpu().clone()
-                for name, p in self.module.named_parameters() if p.requires_grad}
-
-
-class TorchBackend(TrainBackend):
-    """Single process or DDP with a torch AdamW, our LR schedule and grad-norm clipping."""
-
-    def __init__(self, module: nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
-                 eps: float, max_grad_norm: float, schedule: Callable[[int], float],
-                 find_unused_parameters: bool = False) -> None:
-        world_size = get_world_size()
-        super().__init__(module, world_size)
-        self.wrapped: nn.Module = module
-        if world_size > 1:
-            device_ids = [torch.cuda.current_device()] if torch.cuda.is_available() else None
-            self.wrapped = nn.parallel.DistributedDataParallel(
-                module, device_ids=device_ids, find_unused_parameters=find_unused_parameters)
-            self.kind = "ddp"
-        else:
-            self.kind = "single"
-        self.optimizer = torch.optim.AdamW(self.trainable_parameters, lr=lr, weight_decay=weight_decay,
-                                           betas=betas, eps=eps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
-        self.max_grad_norm = max_grad_norm
-
-    def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        return self.wrapped(**batch)
-
-    @contextlib.contextmanager
-    def accumulate(self, is_last: bool) -> Iterator[None]:
-        # DDP all-reduces in backward; skip it for all chunks but the last of the step.
-        if self.kind == "ddp" and not is_last:
-            with self.wrapped.no_sync():
-                yield
-        else:
-            yield
-
-    def backward(self, loss: Tensor) -> None:
-        loss.backward()
-
-    def step(self) -> float:
-        params = self.trainable_parameters
-        if self.max_grad_norm and self.max_grad_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-        else:
-            norm = torch.nn.utils.clip_grad_norm_(params, float("inf"))
-        norm_value = float(norm)
-        if math.isfinite(norm_value):
-            self.optimizer.step()
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return norm_value
-
-    def lr(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
-
-    def save(self, directory: Path) -> None:
-        if is_main_process():
-            torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
-                       directory / "optimizer.pt")
-
-    def load(self, directory: Path) -> None:
-        state = torch.load(directory / "optimizer.pt", map_location="cpu", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-
-
-class DeepSpeedBackend(TrainBackend):
-    """DeepSpeed engine (ZeRO-2/3): one ``engine.step()`` per global batch.
-
-    Chunks of a step are back-propagated with the accumulation boundary set to False except
-    the last, so ZeRO keeps accumulating into its partitioned gradients and reduces/steps once.
-    """
-
-    kind = "deepspeed"
-
-    def __init__(self, module: nn.Module, *, ds_config: dict[str, Any], lr: float, weight_decay: float,
-                 betas: tuple[float, float], eps: float, schedule: Callable[[int], float]) -> None:
-        import deepspeed
-
-        super().__init__(module, get_world_size())
-        params = self.trainable_parameters
-        offload = (ds_config.get("zero_optimization", {}).get("offload_optimizer", {}) or {}).get("device")
-        if offload in ("cpu", "nvme"):
-            from deepspeed.ops.adam import DeepSpeedCPUAdam
-
-            optimizer = DeepSpeedCPUAdam(params, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
-        else:
-            optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=module, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config,
-            model_parameters=params)
-        self.zero_stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
-
-    def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        return self.engine(**batch)
-
-    @contextlib.contextmanager
-    def accumulate(self, is_last: bool) -> Iterator[None]:
-        self.engine.set_gradient_accumulation_boundary(is_last)
-        yield
-
-    def backward(self, loss: Tensor) -> None:
-        self.engine.backward(loss)
-
-    def step(self) -> float:
-        self.engine.step()
-        norm = self.engine.get_global_grad_norm()
-        return float("nan") if norm is None else float(norm)
-
-    def lr(self) -> float:
-        return float(self.engine.get_lr()[0])
-
-    def save(self, directory: Path) -> None:
-        # Collective: every rank writes its optimiser partition.  Frozen base weights are
-        # excluded -- they are the pretrained checkpoint and would cost GBs per save.
-        self.engine.save_checkpoint(str(directory), tag="deepspeed", exclude_frozen_parameters=True)
-
-    def load(self, directory: Path) -> None:
-        load_path, _ = self.engine.load_checkpoint(str(directory), tag="deepspeed", load_module_strict=False,
-                                                   load_optimizer_states=True, load_lr_scheduler_states=True)
-        if load_path is None:
-            raise FileNotFoundError(f"no DeepSpeed state under {directory}/deepspeed")
-
-    def trainable_state_dict(self) -> dict[str, Tensor]:
-        named = [(n, p) for n, p in self.module.named_parameters() if p.requires_grad]
-        if self.zero_stage == 3:
-            import deepspeed
-
-            with deepspeed.zero.GatheredParameters([p for _, p in named], modifier_rank=None):
-                return {n: p.detach().float().cpu().clone() for n, p in named}
-        return {n: p.detach().float().cpu().clone() for n, p in named}

@@ -1,26 +1,21 @@
-"""``vis-embed merge --base MODEL --adapter DIR --out DIR``: fold a LoRA adapter into the weights.
+"""Fold a LoRA adapter into the base weights (the library half of ``vis-embed merge``).
 
 The output is a full checkpoint (weights + config + processor) that
-``Embedder.from_pretrained(OUT)`` loads without peft -- what one ships or serves.
+``Embedder.from_pretrained(OUT)`` loads without peft -- what one ships or serves.  The command
+line is in :mod:`vis_embed.training.cli`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
+import torch
+from peft import PeftModel
+from transformers import AutoModelForImageTextToText, AutoProcessor
+
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("adapter", help="adapter directory (OUTPUT_DIR/final or a checkpoint-STEP)")
-    parser.add_argument("--base", default=None,
-                        help="base model (default: base_model_name_or_path in adapter_config.json)")
-    parser.add_argument("--out", required=True, help="directory of the merged checkpoint")
-    parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
-                        help="dtype of the merged weights (auto: the base checkpoint's)")
 
 
 def base_model_of(adapter_dir: Path) -> str:
@@ -35,10 +30,6 @@ def base_model_of(adapter_dir: Path) -> str:
 
 def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None, dtype: str = "auto") -> Path:
     """Merge ``adapter`` into ``base`` and save a full checkpoint to ``out`` (atomically)."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
     adapter_dir = Path(adapter)
     base = base or base_model_of(adapter_dir)
     torch_dtype = {"auto": "auto", "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
@@ -49,9 +40,3 @@ def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,
         merged.save_pretrained(str(tmp), safe_serialization=True)
         processor.save_pretrained(str(tmp))
     return Path(out)
-
-
-def run(args: argparse.Namespace) -> int:
-    out = merge_adapter(args.adapter, args.out, base=args.base, dtype=args.dtype)
-    print(f"merged checkpoint written to {out}")
-    return 0

@@ -12,13 +12,11 @@ resumed run replays exactly the steps an uninterrupted run would have taken.
 
 from __future__ import annotations
 
-import inspect
-import json
 import math
 import os
-import random
 import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,27 +24,24 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from torch import nn
+from transformers import set_seed
 
+from vis_embed.data import load_train_config
 from vis_embed.errors import ConfigError, VisEmbedError
 from vis_embed.io import atomic_write_text
+from vis_embed.model.embedding_model import EmbeddingModel
 from vis_embed.training import checkpoint as ckpt
-from vis_embed.training.distributed import (
-    DeepSpeedBackend,
-    TorchBackend,
-    TrainBackend,
-    barrier,
-    capture_rng_state,
-    get_rank,
-    get_world_size,
-    init_distributed,
-    is_main_process,
-    lr_lambda,
-    restore_rng_state,
-)
+from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
+from vis_embed.training.deepspeed_config import fill_deepspeed_config
+from vis_embed.training.distributed import barrier, get_rank, get_world_size, init_distributed, is_main_process
 from vis_embed.training.gradcache import StepResult, contrastive_step
+from vis_embed.training.labels import loss_label
 from vis_embed.training.losses import Temperature, identity_ids, info_nce_loss
+from vis_embed.training.lr_schedule import lr_lambda
 from vis_embed.training.recipe import Recipe, recipe_to_dict
+from vis_embed.training.run_log import RunLogger
 from vis_embed.training.schedule_source import ScheduleSource, open_schedule
 
 # Test hook: SIGKILL this process right after the given step completes (resume tests).
@@ -67,51 +62,22 @@ class PreparedStep:
     identities: torch.Tensor  # (global batch,) identity ids in slot order
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-
-
 def resolve_dtype(name: str) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if torch.cuda.is_available() else torch.float32
     return {"bfloat16": torch.bfloat16, "float32": torch.float32}[name]
 
 
-def prepared_length(prepared: Any) -> int:
-    """Token count of one prepared member, for length-sorted chunking (0 if unknown)."""
-    for attribute in ("num_tokens", "length", "token_count"):
-        value = getattr(prepared, attribute, None)
-        if isinstance(value, int):
-            return value
-    if isinstance(prepared, dict):
-        for key in ("num_tokens", "length"):
-            if isinstance(prepared.get(key), int):
-                return prepared[key]
-    try:
-        return len(prepared)  # token lists (test stand-ins)
-    except TypeError:
-        return 0
-
-
-def build_model(recipe: Recipe, device: torch.device) -> nn.Module:
+def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
     """EmbeddingModel from the recipe: dtype, attention, pixels, LoRA, gradient checkpointing."""
-    from vis_embed.model.embedding_model import EmbeddingModel
-
     options = recipe.model_options
-    dtype = resolve_dtype(options.dtype)
-    attn = options.attn_implementation  # None: flash_attention_2 on GPU when installed, else sdpa
-    wanted = {"device": device, "dtype": dtype, "attn_implementation": attn,
-              "min_pixels": options.min_pixels, "max_pixels": options.max_pixels,
-              "prompt_format": options.prompt_format, "max_length": options.max_length}
-    accepted = inspect.signature(EmbeddingModel.from_pretrained).parameters
-    kwargs = {k: v for k, v in wanted.items() if k in accepted and v is not None}
-    ignored = [k for k, v in wanted.items() if k not in accepted and v is not None]
-    if ignored and is_main_process():
-        print(f"warning: model_options {ignored} are not supported by this EmbeddingModel and are ignored",
-              flush=True)
-    model = EmbeddingModel.from_pretrained(recipe.model, **kwargs)
+    # None (attention: flash_attention_2 on GPU when installed, else sdpa; min_pixels: the
+    # model's default) leaves the choice to EmbeddingModel.from_pretrained.
+    optional = {"attn_implementation": options.attn_implementation, "min_pixels": options.min_pixels}
+    model = EmbeddingModel.from_pretrained(
+        recipe.model, device=device, dtype=resolve_dtype(options.dtype), max_pixels=options.max_pixels,
+        prompt_format=options.prompt_format, max_length=options.max_length,
+        **{key: value for key, value in optional.items() if value is not None})
     if recipe.lora.enabled:
         model.add_lora(r=recipe.lora.r, alpha=recipe.lora.alpha, dropout=recipe.lora.dropout,
                        target_modules=recipe.lora.target_modules, vision=recipe.lora.vision)
@@ -127,47 +93,6 @@ def build_model(recipe: Recipe, device: torch.device) -> nn.Module:
             backbone.config.use_cache = False
     model.train()
     return model
-
-
-def fill_deepspeed_config(path: str, recipe: Recipe, local_batch_size: int, dtype: torch.dtype) -> dict[str, Any]:
-    """Read a ds_configs/*.json and fill its ``"auto"`` values from the recipe."""
-    config_path = Path(path)
-    if not config_path.is_file():
-        raise ConfigError(f"deepspeed config {config_path} not found")
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    for owned in ("optimizer", "scheduler"):
-        if owned in config:
-            raise ConfigError(f"{config_path}: remove '{owned}': the recipe's optimizer section owns it")
-    config["train_micro_batch_size_per_gpu"] = local_batch_size
-    config["gradient_accumulation_steps"] = 1  # GradCache chunks are not DeepSpeed micro-batches
-    config["train_batch_size"] = local_batch_size * get_world_size()
-    if config.get("gradient_clipping", "auto") == "auto":
-        config["gradient_clipping"] = recipe.optimizer.max_grad_norm
-    bf16 = dtype == torch.bfloat16
-    config.setdefault("bf16", {})
-    if config["bf16"].get("enabled", "auto") == "auto":
-        config["bf16"]["enabled"] = bf16
-    config.setdefault("steps_per_print", 10**9)
-    config.setdefault("wall_clock_breakdown", False)
-    return config
-
-
-def loss_label(dataset: Any, record: dict[str, Any]) -> str:
-    """The label the loss masks on: the record's identity, else the content of its candidate.
-
-    Candidates that share query i's label (other than its own positive) are left out of its
-    denominator.  Identity rows use their identity key.  A pairs row without identity falls
-    back to what its candidate *is* (image file + text): two classification rows whose
-    positive is the same label text "circle" are the same candidate, and pushing a query away
-    from an identical copy of its own positive would only teach noise.
-    """
-    key = dataset.identity_key(record)
-    if key is not None:
-        return key
-    item = dataset.positive_item(record)
-    image = item.get("image")
-    image_key = image if isinstance(image, str) or image is None else f"<in-memory {id(image)}>"
-    return f"{dataset.name}::candidate::{image_key}::{item.get('text')}"
 
 
 class Trainer:
@@ -190,9 +115,6 @@ class Trainer:
         self.show_progress = recipe.logging.progress_bar if show_progress is None else show_progress
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
         self.dtype = resolve_dtype(recipe.model_options.dtype)
-
-        from vis_embed.data import load_train_config
-
         self.data = load_train_config(recipe.data, check_images=is_main_process())
         self.schedule: ScheduleSource = open_schedule(recipe, self.data)
         if self.schedule.global_batch_size != recipe.global_batch_size:
@@ -203,28 +125,28 @@ class Trainer:
                               f"fewer than max_steps {recipe.max_steps}")
         self.shard = self.schedule.shard(self.rank, self.world_size)
 
-        seed_everything(recipe.seed)  # identical LoRA init on every rank
-        self.model = build_model(recipe, self.device)
+        set_seed(recipe.seed)  # identical LoRA init on every rank
+        self.model = build_training_model(recipe, self.device)
         self.temperature = Temperature(recipe.temperature.init, recipe.temperature.learnable,
                                        recipe.temperature.freeze_steps, recipe.temperature.min).to(self.device)
-        schedule = lr_lambda(recipe.optimizer.warmup_steps, recipe.max_steps, recipe.optimizer.decay,
-                             recipe.optimizer.min_lr_ratio)
+        lr_schedule = lr_lambda(recipe.optimizer.warmup_steps, recipe.max_steps, recipe.optimizer.decay,
+                                recipe.optimizer.min_lr_ratio)
         self.tau_optimizer = torch.optim.AdamW([self.temperature.log_tau], weight_decay=0.0,
                                                lr=recipe.temperature.lr or recipe.optimizer.lr,
                                                betas=recipe.optimizer.betas, eps=recipe.optimizer.eps)
-        self.tau_scheduler = torch.optim.lr_scheduler.LambdaLR(self.tau_optimizer, schedule)
-        self.backend = self._build_backend(schedule)
+        self.tau_scheduler = torch.optim.lr_scheduler.LambdaLR(self.tau_optimizer, lr_schedule)
+        self.backend = self._build_backend(lr_schedule)
         self.start_step = 0
         if resume:
             self._resume()
         else:
-            seed_everything(recipe.seed + self.rank)  # per-rank dropout streams
+            set_seed(recipe.seed + self.rank)  # per-rank dropout streams
 
     # ------------------------------------------------------------------ setup helpers
-    def _build_backend(self, schedule: Any) -> TrainBackend:
+    def _build_backend(self, lr_schedule: Callable[[int], float]) -> TrainBackend:
         opt = self.recipe.optimizer
         common = {"lr": opt.lr, "weight_decay": opt.weight_decay, "betas": opt.betas, "eps": opt.eps,
-                  "schedule": schedule}
+                  "lr_schedule": lr_schedule}
         if self.recipe.deepspeed:
             ds_config = fill_deepspeed_config(self.recipe.deepspeed, self.recipe, self.local_batch_size, self.dtype)
             return DeepSpeedBackend(self.model, ds_config=ds_config, **common)
@@ -239,7 +161,7 @@ class Trainer:
         if directory is None:
             if is_main_process():
                 print(f"--resume: no checkpoint in {self.output_dir}; starting from step 0", flush=True)
-            seed_everything(self.recipe.seed + self.rank)
+            set_seed(self.recipe.seed + self.rank)
             return
         state = ckpt.read_trainer_state(directory)
         for key, mine in (("schedule_fingerprint", self.schedule.fingerprint),
@@ -257,7 +179,7 @@ class Trainer:
         self.temperature.load_state_dict(tau_state["temperature"])
         self.tau_optimizer.load_state_dict(tau_state["optimizer"])
         self.tau_scheduler.load_state_dict(tau_state["scheduler"])
-        restore_rng_state(torch.load(ckpt.rng_file(directory), map_location="cpu", weights_only=False))
+        ckpt.restore_rng_state(torch.load(ckpt.rng_file(directory), map_location="cpu", weights_only=False))
         self.start_step = int(state["step"])
         if is_main_process():
             print(f"resuming from {directory} at step {self.start_step}", flush=True)
@@ -282,8 +204,8 @@ class Trainer:
             prepared_c = self.model.prepare(candidate_items, instruction=dataset.candidate_instruction)
             for p, q, c in zip(positions, prepared_q, prepared_c):
                 queries[p], candidates[p] = q, c
-        return PreparedStep(batch.step, queries, candidates, [prepared_length(q) for q in queries],
-                            [prepared_length(c) for c in candidates], identities)
+        return PreparedStep(batch.step, queries, candidates, [q.length for q in queries],
+                            [c.length for c in candidates], identities)
 
     def _dataset(self, name: str) -> Any:
         try:
@@ -328,8 +250,8 @@ class Trainer:
         recipe = self.recipe
         if is_main_process():
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.output_dir / "recipe.yaml", _dump_yaml(recipe_to_dict(recipe)))
-        logger = _RunLogger(self.output_dir, recipe, self.start_step, enabled=is_main_process(),
+            atomic_write_text(self.output_dir / "recipe.yaml", yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False))
+        logger = RunLogger(self.output_dir, recipe, self.start_step, enabled=is_main_process(),
                             show_progress=self.show_progress)
         kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, -1))
         executor = ThreadPoolExecutor(max_workers=1) if recipe.num_workers > 0 else None
@@ -380,7 +302,7 @@ class Trainer:
         trainable = self.backend.trainable_state_dict()  # collective under ZeRO-3
         with ckpt.shared_atomic_directory(directory) as tmp:
             self.backend.save(tmp)
-            torch.save(capture_rng_state(), ckpt.rng_file(tmp))
+            torch.save(ckpt.capture_rng_state(), ckpt.rng_file(tmp))
             if is_main_process():
                 processor = getattr(self.model, "processor", None)
                 ckpt.save_weights(self.model, trainable, tmp, processor=processor)
@@ -395,75 +317,3 @@ class Trainer:
                     "recipe": recipe_to_dict(self.recipe),
                 })
         barrier()
-
-
-def _dump_yaml(obj: dict[str, Any]) -> str:
-    import yaml
-
-    return yaml.safe_dump(obj, sort_keys=False)
-
-
-class _RunLogger:
-    """Console (tqdm), TensorBoard and ``train_log.jsonl`` (one JSON object per step)."""
-
-    def __init__(self, output_dir: Path, recipe: Recipe, start_step: int, *, enabled: bool,
-                 show_progress: bool) -> None:
-        self.enabled = enabled
-        self.every = recipe.logging.every
-        self.bar = None
-        self.writer = None
-        self.jsonl = None
-        if not enabled:
-            return
-        path = output_dir / "train_log.jsonl"
-        # After a resume, drop the lines of steps that will be re-run so the log has one line per step.
-        kept = []
-        if path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    if json.loads(line).get("step", -1) < start_step:
-                        kept.append(line + "\n")
-                except json.JSONDecodeError:
-                    continue
-        atomic_write_text(path, "".join(kept) if start_step > 0 else "")
-        self.jsonl = path.open("a", encoding="utf-8")
-        if recipe.logging.tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.writer = SummaryWriter(str(output_dir / "tensorboard"), purge_step=start_step)
-            except ImportError:  # tensorboard is optional at run time
-                self.writer = None
-        if show_progress:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=recipe.max_steps, initial=start_step, desc="train", unit="step",
-                            dynamic_ncols=True)
-
-    def log(self, step: int, values: dict[str, float]) -> None:
-        if not self.enabled:
-            return
-        record = {"step": step, **{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                                   for k, v in values.items()}}
-        self.jsonl.write(json.dumps(record) + "\n")
-        self.jsonl.flush()
-        if self.writer is not None and step % self.every == 0:
-            for key, value in values.items():
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    self.writer.add_scalar(f"train/{key}", value, step)
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(loss=f"{values['loss']:.4f}", tau=f"{values['tau']:.4f}",
-                                 lr=f"{values['lr']:.2e}", sps=f"{values['samples_per_s']:.1f}", refresh=False)
-        elif step % self.every == 0:
-            print(f"step {step}: loss {values['loss']:.4f} tau {values['tau']:.4f} "
-                  f"grad_norm {values['grad_norm']:.3f} lr {values['lr']:.2e} "
-                  f"{values['samples_per_s']:.1f} samples/s", flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        if self.writer is not None:
-            self.writer.close()
-        if self.jsonl is not None:
-            self.jsonl.close()

@@ -1,0 +1,40 @@
+"""Fill a ``ds_configs/*.json`` DeepSpeed config from the recipe.
+
+The shipped configs leave batch sizes, clipping and bf16 as ``"auto"``: the recipe owns
+them, so one config serves every model size and number of processes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vis_embed.errors import ConfigError
+from vis_embed.training.distributed import get_world_size
+from vis_embed.training.recipe import Recipe
+
+
+def fill_deepspeed_config(path: str, recipe: Recipe, local_batch_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Read a ds_configs/*.json and fill its ``"auto"`` values from the recipe."""
+    config_path = Path(path)
+    if not config_path.is_file():
+        raise ConfigError(f"deepspeed config {config_path} not found")
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    for owned in ("optimizer", "scheduler"):
+        if owned in config:
+            raise ConfigError(f"{config_path}: remove '{owned}': the recipe's optimizer section owns it")
+    config["train_micro_batch_size_per_gpu"] = local_batch_size
+    config["gradient_accumulation_steps"] = 1  # GradCache chunks are not DeepSpeed micro-batches
+    config["train_batch_size"] = local_batch_size * get_world_size()
+    if config.get("gradient_clipping", "auto") == "auto":
+        config["gradient_clipping"] = recipe.optimizer.max_grad_norm
+    bf16 = dtype == torch.bfloat16
+    config.setdefault("bf16", {})
+    if config["bf16"].get("enabled", "auto") == "auto":
+        config["bf16"]["enabled"] = bf16
+    config.setdefault("steps_per_print", 10**9)
+    config.setdefault("wall_clock_breakdown", False)
+    return config

@@ -1,0 +1,36 @@
+"""The learning-rate factor of a step: linear warm-up, then cosine | linear | constant decay.
+
+Why not ``transformers.get_scheduler``: its warm-up factor at step ``s`` is ``s / W``, so the
+first optimiser step of a warm-up runs at learning rate 0 (a wasted step; with the tiny
+recipes' ``warmup_steps: 1`` the whole first step).  Ours is ``(s + 1) / W``: the warm-up
+reaches the peak at step ``W - 1``.  After the warm-up both are the same curve
+(``tests/test_train_lr_schedule.py`` checks both statements against transformers), and
+switching would change every trained figure, so this stays written out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+
+def lr_lambda(warmup_steps: int, total_steps: int, decay: str = "cosine",
+              min_ratio: float = 0.0) -> Callable[[int], float]:
+    """Step (0-based) -> multiplier of the peak LR, for ``torch.optim.lr_scheduler.LambdaLR``.
+
+    ``min_ratio`` is the floor the cosine and linear decays end at (ignored by ``constant``).
+    """
+
+    def factor(step: int) -> float:
+        if warmup_steps > 0 and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if decay == "constant" or total_steps <= warmup_steps:
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        if decay == "linear":
+            shape = 1.0 - progress
+        else:
+            shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return min_ratio + (1.0 - min_ratio) * shape
+
+    return factor

@@ -1,0 +1,89 @@
+"""The training log: console (tqdm bar or lines), TensorBoard and ``train_log.jsonl``.
+
+``train_log.jsonl`` holds one JSON object per step.  After a resume the lines of the steps
+that will be re-run are dropped first, so the file always has exactly one line per step.
+Only the main process writes; the other ranks get a logger that does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from vis_embed.io import atomic_write_text
+from vis_embed.training.recipe import Recipe
+
+
+class RunLogger:
+    """Per-step values of one run (``loss``, ``tau``, ``grad_norm``, ``lr``, ``samples_per_s``, ...)."""
+
+    def __init__(self, output_dir: Path, recipe: Recipe, start_step: int, *, enabled: bool,
+                 show_progress: bool) -> None:
+        self.enabled = enabled
+        self.every = recipe.logging.every
+        self.bar = None
+        self.writer = None
+        self.jsonl = None
+        if not enabled:
+            return
+        path = output_dir / "train_log.jsonl"
+        atomic_write_text(path, _lines_before(path, start_step))
+        self.jsonl = path.open("a", encoding="utf-8")
+        if recipe.logging.tensorboard:
+            self.writer = _tensorboard_writer(output_dir / "tensorboard", start_step)
+        if show_progress:
+            self.bar = tqdm(total=recipe.max_steps, initial=start_step, desc="train", unit="step",
+                            dynamic_ncols=True)
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        record = {"step": step, **{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                                   for k, v in values.items()}}
+        self.jsonl.write(json.dumps(record) + "\n")
+        self.jsonl.flush()
+        if self.writer is not None and step % self.every == 0:
+            for key, value in values.items():
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    self.writer.add_scalar(f"train/{key}", value, step)
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{values['loss']:.4f}", tau=f"{values['tau']:.4f}",
+                                 lr=f"{values['lr']:.2e}", sps=f"{values['samples_per_s']:.1f}", refresh=False)
+        elif step % self.every == 0:
+            print(f"step {step}: loss {values['loss']:.4f} tau {values['tau']:.4f} "
+                  f"grad_norm {values['grad_norm']:.3f} lr {values['lr']:.2e} "
+                  f"{values['samples_per_s']:.1f} samples/s", flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.writer is not None:
+            self.writer.close()
+        if self.jsonl is not None:
+            self.jsonl.close()
+
+
+def _lines_before(path: Path, start_step: int) -> str:
+    """The log lines of steps before ``start_step`` (none for a fresh run)."""
+    if start_step == 0 or not path.is_file():
+        return ""
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line).get("step", -1) < start_step:
+                kept.append(line + "\n")
+        except json.JSONDecodeError:
+            continue
+    return "".join(kept)
+
+
+def _tensorboard_writer(directory: Path, start_step: int):  # -> SummaryWriter | None
+    try:  # tensorboard is optional at run time; its import is slow, so only when asked for
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(directory), purge_step=start_step)
