@@ -57,10 +57,10 @@ def write_identity_dataset(root: Path, identities: int = 12, images_per_identity
 def write_schedule(data_yaml: Path, out: Path, steps: int, batch: int, seed: int = 0) -> Path:
     """A schedule of ``steps`` x ``batch`` (one slot, no hard negatives) via the real scheduler."""
     from vis_embed.data import load_train_config
-    from vis_embed.training.schedule_source import build_schedule
+    from vis_embed.training.schedule_source import write_recipe_schedule
 
-    return build_schedule(load_train_config(data_yaml), out, steps=steps, global_batch_size=batch, seed=seed,
-                          settings={"interleave_batch_size": batch, "hard_negatives": 0}, show_progress=False)
+    return write_recipe_schedule(load_train_config(data_yaml), out, steps=steps, global_batch_size=batch, seed=seed,
+                                 sampling={"interleave_batch_size": batch, "hard_negatives": 0}, show_progress=False)
 
 
 def tiny_recipe(model: Path, data_yaml: Path, schedule: Path, output_dir: Path, **overrides: Any) -> dict[str, Any]:

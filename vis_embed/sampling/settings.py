@@ -37,6 +37,17 @@ class SamplingOptions(BaseModel):
         "identity_aware", description="identity_aware (VisME, default) or naive: one sub-dataset per batch, "
                                       "rows drawn uniformly, no identity constraint (the ablation's baseline)")
 
+    # No __init__ override here: pydantic would route the recipe's nested validation through
+    # it, and the recipe's formatter must see the field errors to name 'sampling.<key>'.
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> SamplingOptions:
+        """Validated options from a mapping; ``ConfigError`` naming the setting otherwise."""
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc)) from None
+
     def schedule_settings(self, *, steps: int, global_batch_size: int, seed: int) -> ScheduleSettings:
         """The settings of one schedule; an unset ``interleave_batch_size`` means one slot per batch (M = B)."""
         values = self.model_dump()
@@ -58,6 +69,7 @@ class ScheduleSettings(SamplingOptions):
     seed: int = Field(0, description="same seed + same data + same settings -> identical schedule")
 
     def __init__(self, **values: Any) -> None:
+        # direct construction (Python API, CLI) raises ConfigError naming the setting
         try:
             super().__init__(**values)
         except ValidationError as exc:

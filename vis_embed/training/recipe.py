@@ -12,6 +12,7 @@ scripts run from the repository root).
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,21 +20,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from vis_embed.errors import ConfigError
+from vis_embed.sampling.settings import SamplingOptions
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class SamplingConfig(_Strict):
-    """Arguments of vis_embed.sampling.build_schedule, used only to build a missing schedule."""
-
-    interleave_batch_size: int | None = Field(None, gt=0)  # M members per slot; None = global batch
-    hard_negatives: int = Field(5, ge=0)                   # k per anchor, in the same batch
-    size_exponent: float = Field(1.0, ge=0)
-    small_datasets: Literal["error", "skip"] = "error"
-    # identity_aware (VisME) | naive (ablation baseline: one sub-dataset per batch, no identity rule)
-    strategy: Literal["identity_aware", "naive"] = "identity_aware"
+# The `sampling:` section IS the schedule settings' one declaration (the same model the
+# `vis-embed schedule` flags and `build_schedule` use), read only to build a missing schedule;
+# an unset interleave_batch_size means one slot per batch (M = global_batch_size).
+SamplingConfig = SamplingOptions
 
 
 class OptimizerConfig(_Strict):
@@ -99,7 +96,8 @@ class Recipe(_Strict):
     output_dir: str
     max_steps: int = Field(gt=0)
     global_batch_size: int = Field(gt=0)
-    seed: int = 42
+    # transformers.set_seed seeds numpy's legacy RNG, which takes [0, 2**32); seed + rank must fit.
+    seed: int = Field(42, ge=0, lt=2**31)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     temperature: TemperatureConfig = Field(default_factory=TemperatureConfig)
@@ -185,9 +183,32 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(f"{source}: a recipe is a mapping of keys, got {type(raw).__name__}")
     raw = apply_overrides(dict(raw), list(overrides or []))
     try:
-        return Recipe.model_validate(raw)
+        recipe = Recipe.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source)) from None
+    check_optional_dependencies(recipe, source)
+    return recipe
+
+
+# Optional extras a recipe can ask for: (importable module, pip package, extra of vis_embed).
+DEEPSPEED = ("deepspeed", "deepspeed", "deepspeed")
+FLASH_ATTENTION = ("flash_attn", "flash-attn", "gpu")
+
+
+def check_optional_dependencies(recipe: Recipe, source: str = "recipe") -> None:
+    """Fail before any model is loaded when the recipe needs an extra that is not installed.
+
+    Checked with ``find_spec`` (nothing is imported: DeepSpeed's import alone takes seconds);
+    the trainer imports the package itself only when the recipe asks for it.
+    """
+    needed = []
+    if recipe.deepspeed is not None:
+        needed.append((DEEPSPEED, f"deepspeed: {recipe.deepspeed}"))
+    if recipe.model_options.attn_implementation == "flash_attention_2":
+        needed.append((FLASH_ATTENTION, "model_options.attn_implementation: flash_attention_2"))
+    for (module, package, extra), field in needed:
+        if find_spec(module) is None:
+            raise ConfigError(f"recipe {source} needs {package} ({field}): pip install 'vis_embed[{extra}]'")
 
 
 def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:

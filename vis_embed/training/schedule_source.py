@@ -11,19 +11,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from vis_embed.io import fingerprint_files
+from vis_embed.sampling.build import build_schedule
+from vis_embed.sampling.schedule_io import check_data_fingerprint, iter_batches, rank_rows
+from vis_embed.sampling.settings import SamplingOptions
 from vis_embed.training.distributed import barrier, is_main_process
 
 
-def build_schedule(data: Any, path: str | Path, *, steps: int, global_batch_size: int, seed: int,
-                   settings: dict[str, Any], show_progress: bool = True) -> Path:
-    """Plan and write a schedule (atomically, with its report) for ``data``."""
-    from vis_embed.sampling import build_schedule as build
+def write_recipe_schedule(data: Any, path: str | Path, *, steps: int, global_batch_size: int, seed: int,
+                          sampling: SamplingOptions | dict[str, Any] | None = None,
+                          show_progress: bool = True) -> Path:
+    """Plan and write (atomically, with its report) the schedule a recipe asks for.
 
-    options = {**settings}
-    if options.get("interleave_batch_size") is None:
-        options["interleave_batch_size"] = global_batch_size
-    build(data, path, steps=steps, global_batch_size=global_batch_size, seed=seed,
-          show_progress=show_progress, print_report=show_progress, **options)
+    ``sampling`` is the recipe's ``sampling:`` section (its defaults; unset
+    ``interleave_batch_size`` = one slot per batch); ``steps``, ``global_batch_size`` and
+    ``seed`` come from the recipe's top level.
+    """
+    options = sampling if isinstance(sampling, SamplingOptions) else SamplingOptions.from_values(sampling or {})
+    settings = options.schedule_settings(steps=steps, global_batch_size=global_batch_size, seed=seed)
+    build_schedule(data, path, settings, show_progress=show_progress, print_report=show_progress)
     return Path(path)
 
 
@@ -31,9 +37,6 @@ class ScheduleSource:
     """Steps of a schedule file, checked against the training data's fingerprint."""
 
     def __init__(self, path: str | Path, data_fingerprint: str) -> None:
-        from vis_embed.io import fingerprint_files
-        from vis_embed.sampling.schedule_io import check_data_fingerprint
-
         self.path = Path(path)
         self.data_fingerprint = data_fingerprint
         self.info = check_data_fingerprint(self.path, data_fingerprint)  # FingerprintMismatchError
@@ -43,14 +46,10 @@ class ScheduleSource:
         self.fingerprint = fingerprint_files([self.path])
 
     def shard(self, rank: int, world_size: int) -> slice:
-        from vis_embed.sampling.schedule_io import rank_rows
-
         return rank_rows(self.global_batch_size, self.interleave_batch_size, rank, world_size)
 
     def steps(self, start_step: int = 0) -> Iterator[Any]:
         """Whole steps (``ScheduledBatch``, all B members in slot order) from ``start_step``."""
-        from vis_embed.sampling.schedule_io import iter_batches
-
         yield from iter_batches(self.path, data_fingerprint=self.data_fingerprint, start_step=start_step,
                                 rank=0, world_size=1)
 
@@ -62,8 +61,8 @@ def open_schedule(recipe: Any, data: Any) -> ScheduleSource:
         if is_main_process():
             print(f"schedule {path} does not exist: building it first from the recipe's sampling settings "
                   f"({recipe.max_steps} steps x {recipe.global_batch_size} members)", flush=True)
-            build_schedule(data, path, steps=recipe.max_steps, global_batch_size=recipe.global_batch_size,
-                           seed=recipe.seed, settings=recipe.sampling.model_dump(),
-                           show_progress=recipe.logging.progress_bar)
+            write_recipe_schedule(data, path, steps=recipe.max_steps, global_batch_size=recipe.global_batch_size,
+                                  seed=recipe.seed, sampling=recipe.sampling,
+                                  show_progress=recipe.logging.progress_bar)
         barrier()
     return ScheduleSource(path, data.fingerprint())

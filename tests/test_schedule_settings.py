@@ -1,0 +1,121 @@
+"""The schedule settings are declared once, errors name settings, identities are encoded once.
+
+- the ``vis-embed schedule`` flags, the recipe's ``sampling:`` section and ``ScheduleSettings``
+  share defaults (one declaration), and an invalid value names the setting, not a flag;
+- the data-config path hands the scheduler int identity codes (never decoded to strings);
+  the schedule must be exactly the one the same identities given as labels produce.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vis_embed.cli import main
+from vis_embed.errors import ConfigError
+from vis_embed.sampling import SamplingOptions, ScheduleSettings, SubDataset, plan_schedule, subdatasets_from_config
+from vis_embed.sampling.cli import add_arguments
+from vis_embed.training.recipe import load_recipe
+
+_REQUIRED = {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out",
+             "max_steps": 3, "global_batch_size": 8}
+
+
+def test_cli_defaults_are_the_settings_defaults() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--data", "d.yaml", "--out", "o.parquet", "--steps", "3",
+                              "--global-batch-size", "16", "--interleave-batch-size", "8"])
+    from_flags = ScheduleSettings(**{name: getattr(args, name) for name in ScheduleSettings.model_fields})
+    assert from_flags == ScheduleSettings(steps=3, global_batch_size=16, interleave_batch_size=8)
+
+
+def test_recipe_sampling_section_is_the_settings_declaration() -> None:
+    recipe = load_recipe(raw={**_REQUIRED, "sampling": {"hard_negatives": 2, "strategy": "naive"}})
+    assert isinstance(recipe.sampling, SamplingOptions)
+    settings = recipe.sampling.schedule_settings(steps=recipe.max_steps, global_batch_size=8, seed=1)
+    # unset interleave_batch_size: one slot per batch; the rest as written or the shared default
+    assert settings == ScheduleSettings(steps=3, global_batch_size=8, interleave_batch_size=8, seed=1,
+                                        hard_negatives=2, strategy="naive")
+    assert load_recipe(raw=_REQUIRED).sampling == SamplingOptions()
+
+
+@pytest.mark.parametrize("values, setting", [
+    ({"steps": 0}, "steps"),
+    ({"hard_negatives": -1}, "hard_negatives"),
+    ({"hard_negatives": 4}, "hard_negatives"),  # k + 1 > M
+    ({"interleave_batch_size": 3}, "interleave_batch_size"),  # 8 is not a multiple of 3
+    ({"small_datasets": "ignore"}, "small_datasets"),
+])
+def test_invalid_settings_name_the_setting_not_a_flag(values: dict, setting: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        ScheduleSettings(**{"steps": 2, "global_batch_size": 8, "interleave_batch_size": 4, "hard_negatives": 0,
+                            **values})
+    assert setting in str(error.value) and "--" not in str(error.value)
+
+
+def test_recipe_error_names_the_dotted_key() -> None:
+    with pytest.raises(ConfigError, match=r"field 'sampling\.hard_negatives'") as error:
+        load_recipe(raw={**_REQUIRED, "sampling": {"hard_negatives": -1}})
+    assert "--" not in str(error.value)
+
+
+def test_cli_error_gives_the_flag_of_the_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["schedule", "--data", str(tmp_path / "none.yaml"), "--steps", "2", "--global-batch-size", "8",
+                 "--interleave-batch-size", "3", "--out", str(tmp_path / "s.parquet"), "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "interleave_batch_size" in err and "--interleave-batch-size" in err
+
+
+def _config(root: Path) -> Path:
+    """Shared namespace across kinds, identities first seen in non-sorted order, unlabelled pairs."""
+    rng = np.random.default_rng(0)
+    names = [f"z{int(x)}" if x % 2 else f"a{int(x)}" for x in rng.permutation(40)]
+    rec_identity = [names[int(x)] for x in rng.permutation(np.arange(120) % 30)]  # 4 instances each
+    rec = [{"id": f"r{i}", "image": "img.png", "identity": rec_identity[i],
+            "hard_negatives": sorted({f"r{int(j)}" for j in rng.integers(0, 120, 3)
+                                      if rec_identity[int(j)] != rec_identity[i]})} for i in range(120)]
+    grd = [{"id": f"g{i}", "image": "img.png", "identity": names[(7 * i) % 40]} for i in range(80)]
+    pairs = [{"id": f"q{i}", "query": {"text": f"q{i}"}, "positive": {"text": f"p{i}"},
+              **({"identity": names[i % 40]} if i % 3 else {})} for i in range(60)]
+    (root / "img.png").write_bytes(b"")
+    for name, rows in (("rec", rec), ("grd", grd), ("pairs", pairs)):
+        (root / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "train.yaml").write_text(
+        "datasets:\n"
+        "  - {name: rec, kind: identity, path: rec.jsonl, identity_namespace: objects}\n"
+        "  - {name: grd, kind: identity, path: grd.jsonl, identity_namespace: objects}\n"
+        "  - {name: pairs, kind: pairs, path: pairs.jsonl, identity_namespace: objects}\n")
+    return root / "train.yaml"
+
+
+@pytest.mark.parametrize("hard_negatives", [0, 3])
+def test_identity_codes_schedule_like_the_same_labels(tmp_path: Path, hard_negatives: int) -> None:
+    from vis_embed.data import load_train_config
+
+    coded = subdatasets_from_config(load_train_config(_config(tmp_path)))
+    assert all(ds.identities is None or ds.identities.dtype.kind == "i" for ds in coded)
+    labelled = [SubDataset(ds.name, ds.kind, ds.ids, identities=None if ds.identities is None else
+                           [str(ds.identity_names[c]) if c >= 0 else None for c in ds.identities],
+                           hard_negatives=ds.hard_negatives, weight=ds.weight, namespace=ds.namespace)
+                for ds in coded]
+    settings = ScheduleSettings(steps=40, global_batch_size=12, interleave_batch_size=4,
+                                hard_negatives=hard_negatives, seed=5)
+    from_codes, from_labels = plan_schedule(coded, settings), plan_schedule(labelled, settings)
+    for name in ("slot", "dataset", "query_row", "positive_row", "role"):
+        assert np.array_equal(getattr(from_codes, name), getattr(from_labels, name)), name
+    assert from_codes.report == from_labels.report
+
+
+def test_identity_codes_and_labels_cannot_share_a_namespace() -> None:
+    coded = SubDataset("a", "identity", ["a0", "a1"], identities=np.array([0, 0]), identity_names=["x"],
+                       namespace="n")
+    labelled = SubDataset("b", "identity", ["b0", "b1"], identities=["x", "x"], namespace="n")
+    with pytest.raises(ConfigError, match="mix identity codes"):
+        plan_schedule([coded, labelled], ScheduleSettings(steps=1, global_batch_size=1, interleave_batch_size=1,
+                                                          hard_negatives=0))
