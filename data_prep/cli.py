@@ -38,18 +38,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         command.add_argument("--split", default=None,
                              help="shard prefix to use when a folder holds several (e.g. original, "
                                   "diverse_instruction, test)")
-        command.add_argument("--format", dest="file_format", choices=("jsonl", "parquet"), default="jsonl")
+        command.add_argument("--format", dest="file_format", choices=("jsonl", "parquet"), default="jsonl",
+                             help="format of the written data files (default: jsonl)")
         command.add_argument("--no-check-images", dest="check_images", action="store_false",
                              help="do not count missing image files")
-    mmeb_eval.add_argument("--benchmark-name", default="mmeb")
+    mmeb_eval.add_argument("--benchmark-name", default="mmeb", help="name of the written manifest (default: mmeb)")
     mmeb_eval.add_argument("--meta-task", default=None, help="for a dataset outside the MMEB-36 taxonomy")
     mmeb_eval.add_argument("--eval-split", choices=("IND", "OOD"), default=None,
                            help="for a dataset outside the MMEB-36 taxonomy")
 
     folder = sub.add_parser("identity-folder", help="ROOT/<identity>/*.jpg -> identity rows")
-    folder.add_argument("root", type=Path)
+    folder.add_argument("root", type=Path, help="folder with one sub-folder of images per identity")
     csv_cmd = sub.add_parser("identity-csv", help="CSV (path, identity[, id, text, bbox]) -> identity rows")
-    csv_cmd.add_argument("csv", type=Path)
+    csv_cmd.add_argument("csv", type=Path, help="CSV with a header: path, identity[, id, text, bbox]")
     csv_cmd.add_argument("--image-root", type=Path, default=None,
                          help="folder the CSV paths are relative to (default: the CSV's folder)")
     for command in (folder, csv_cmd):
@@ -57,29 +58,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         command.add_argument("--config", type=Path, default=None,
                              help="also add/replace this dataset in a training data config YAML")
         command.add_argument("--name", default=None, help="dataset name in --config (default: output stem)")
-        command.add_argument("--query-instruction", default=None)
-        command.add_argument("--candidate-instruction", default=None)
-        command.add_argument("--identity-namespace", default=None)
+        command.add_argument("--query-instruction", default=None, help="instruction stored with the queries")
+        command.add_argument("--candidate-instruction", default=None, help="instruction stored with the candidates")
+        command.add_argument("--identity-namespace", default=None,
+                             help="identity namespace in --config: datasets with the same namespace share "
+                                  "identities (default: the dataset name)")
 
     check = sub.add_parser("check", help="validate a training data config or benchmark manifest and "
                                          "print what it holds")
-    check.add_argument("yaml_files", nargs="+", type=Path)
-    check.add_argument("--no-check-images", dest="check_images", action="store_false")
+    check.add_argument("yaml_files", nargs="+", type=Path, help="data config or benchmark manifest YAML files")
+    check.add_argument("--no-check-images", dest="check_images", action="store_false",
+                       help="do not count missing image files")
 
     for name in ("resample", "split"):
         resample = sub.add_parser(name, help="cap identities/images, drop single-instance identities, "
                                              "identity-disjoint train/eval split")
         resample.add_argument("source", type=Path, help="identity (or pairs) .jsonl/.parquet file")
-        resample.add_argument("out_dir", type=Path)
-        resample.add_argument("--eval-fraction", type=float, default=0.1)
+        resample.add_argument("out_dir", type=Path, help="output folder")
+        resample.add_argument("--eval-fraction", type=float, default=0.1,
+                              help="fraction of identities held out for evaluation (default: 0.1)")
         resample.add_argument("--max-identities", type=int, default=None, help="cap on training identities")
         resample.add_argument("--max-images-per-identity", type=int, default=None,
                               help="cap on training rows per identity")
-        resample.add_argument("--max-eval-identities", type=int, default=None)
+        resample.add_argument("--max-eval-identities", type=int, default=None, help="cap on held-out identities")
         resample.add_argument("--min-identities", type=int, default=10,
                               help="below this, fall back to a sample-level split (reported)")
-        resample.add_argument("--seed", type=int, default=0)
-        resample.add_argument("--format", dest="file_format", choices=("jsonl", "parquet"), default=None)
+        resample.add_argument("--seed", type=int, default=0, help="seed of the split and the caps (default: 0)")
+        resample.add_argument("--format", dest="file_format", choices=("jsonl", "parquet"), default=None,
+                              help="format of the written files (default: the source's)")
         resample.add_argument("--image-root", type=Path, default=None,
                               help="folder the rows' image paths are relative to (default: the source's folder)")
         resample.add_argument("--name", default=None, help="dataset name in the written YAMLs (default: source stem)")

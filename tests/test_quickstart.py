@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from vis_embed.quickstart import run_quickstart
+from vis_embed import resources
+from vis_embed.errors import ConfigError
+from vis_embed.quickstart import recipe_path, run_quickstart
+
+REPO = Path(__file__).resolve().parents[1]
 
 REDUCED_STEPS = 200
 MIN_GAIN_POINTS = 5.0
@@ -40,3 +44,17 @@ def test_reduced_quickstart_learns_identity(tmp_path: Path) -> None:
     again = run_quickstart(out, seed=0, steps=REDUCED_STEPS, size="small", show_progress=False)
     assert again["after"]["groups"] == after
     assert sum(again["timings"].values()) < 30
+
+
+def test_packaged_tiny_recipe_is_the_one_in_recipes() -> None:
+    """The installed quickstart trains with a packaged copy; users read and edit recipes/."""
+    with resources.tiny_recipe_path() as packaged:
+        assert packaged.read_bytes() == (REPO / "recipes" / "tiny_cpu.yaml").read_bytes()
+
+
+def test_quickstart_recipe_needs_no_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with recipe_path() as default:
+        assert default.is_file() and REPO / "recipes" not in default.parents
+    with pytest.raises(ConfigError, match="missing.yaml"), recipe_path(tmp_path / "missing.yaml"):
+        pass

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,7 +74,13 @@ def test_overall_is_a_mean_over_datasets_as_published(shared_reference: Path) ->
     assert abs(mean_of_tasks - float(published["MMEB_avg"])) > 1.0
 
 
-def test_report_cli_side_by_side_and_json(tmp_path: Path, shared_reference: Path, capsys) -> None:
+def _markdown_rows(printed: str) -> dict[str, list[str]]:
+    """``{first cell: cells}`` of every Markdown table row in ``printed``."""
+    rows = [line.strip("|").split("|") for line in printed.splitlines() if line.startswith("|")]
+    return {cells[0].strip(): [cell.strip() for cell in cells] for cells in rows}
+
+
+def test_report_cli_prints_markdown_side_by_side_and_json(tmp_path: Path, shared_reference: Path, capsys) -> None:
     ours = {"model": {"name": "m"}, "datasets": {"X": {"meta_task": "ID-Rec", "split": "IND", "n_queries": 1,
                                                        "metrics": {"P@1": 50.0}}},
             "groups": {"ID-Rec": 50.0, "IND": 50.0, "MVEB": 50.0, "overall": 50.0}}
@@ -80,8 +90,14 @@ def test_report_cli_side_by_side_and_json(tmp_path: Path, shared_reference: Path
     out = tmp_path / "table.json"
     assert main(["report", str(ours_path), str(score_file), "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "results" in printed and "gme-Qwen2-VL-2B-Instruct" in printed
-    assert printed.splitlines()[1].split()[0] == "Cls"
+    rows = _markdown_rows(printed)
+    header = rows["Model"]
+    assert header[:2] == ["Model", "Backbone"] and set(printed.splitlines()[1]) == {"|", "-"}
+    ours_row = dict(zip(header, rows["**results**"], strict=True))
+    assert ours_row["ID-Rec"] == "**50.0**" and ours_row["Cls"] == "**–**" and ours_row["overall"] == "**50.0**"
+    gme = dict(zip(header, rows["**gme-Qwen2-VL-2B-Instruct**"], strict=True))
+    assert gme["Cls"] == f"**{_expected(score_file)['Cls']:.1f}**"
+    assert "VisME" in rows  # the published rows come with vis_embed
     written = json.loads(out.read_text())
     assert written["models"]["results"] == ours["groups"]
     assert written["models"]["gme-Qwen2-VL-2B-Instruct"] == pytest.approx(_expected(score_file))
@@ -92,6 +108,46 @@ def test_report_cli_side_by_side_and_json(tmp_path: Path, shared_reference: Path
     assert "metrics.image" in capsys.readouterr().err
 
 
+def test_report_peers_are_the_packaged_score_files(shared_reference: Path, capsys) -> None:
+    assert main(["report", "--peers", "--no-reference"]) == 0
+    rows = _markdown_rows(capsys.readouterr().out)
+    header = rows.pop("Model")
+    rows.pop(next(key for key in rows if set(key) == {"-"}))
+    shipped = sorted((shared_reference / "mmeb_scores").glob("*.json"))
+    assert sorted(rows) == sorted(path.stem for path in shipped)
+    for path in shipped:
+        assert dict(zip(header, rows[path.stem], strict=True))["MMEB"] == f"{_expected(path)['MMEB']:.1f}"
+
+
+def test_packaged_reference_files_are_the_published_ones(shared_reference: Path) -> None:
+    from vis_embed import resources
+
+    assert resources.reference_table().read_bytes() == (shared_reference / "visme_table1.csv").read_bytes()
+    packaged = {entry.name: entry.read_bytes() for entry in resources.mmeb_score_files()}
+    published = {path.name: path.read_bytes() for path in (shared_reference / "mmeb_scores").glob("*.json")}
+    assert packaged == published
+
+
+def test_report_in_a_fresh_clone_shows_the_papers_rows(tmp_path: Path) -> None:
+    """Only the package, no ../shared beside it: ``vis-embed report`` still has Table 1."""
+    repo = Path(__file__).resolve().parents[1]
+    clone = tmp_path / "clone"
+    for package in ("vis_embed", "data_prep"):
+        shutil.copytree(repo / package, clone / package, ignore=shutil.ignore_patterns("__pycache__"))
+    results = clone / "results.json"
+    results.write_text(json.dumps({"model": {"name": "m"}, "datasets": {}, "groups": {"Cls": 40.0}}))
+    probe = ("import sys, vis_embed; from vis_embed.cli import main; "
+             "assert vis_embed.__file__.startswith(sys.argv[1]), vis_embed.__file__; "
+             "sys.exit(main(['report', 'results.json']))")
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", report.REFERENCE_ENV)}
+    done = subprocess.run([sys.executable, "-c", probe, str(clone)], cwd=clone, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "shared").exists() and not (tmp_path.parent / "shared").exists()
+    assert "| VisME | Qwen2.5-VL-7B | 66.4 | 70.2 | 72.6 | 90.7 | 72.2 | 80.8 | 70.6 | 76.7 | 88.7 | 78.8 |" in done.stdout
+    assert "| **results** |  | **40.0** |" in done.stdout
+
+
 def test_markdown_has_published_rows_and_ours(shared_reference: Path) -> None:
     results = {"model": {"name": "mine", "adapter": "lora"},
                "datasets": {"X": {"meta_task": "Cls", "split": "IND", "n_queries": 3, "metrics": {"P@1": 12.5}}},
@@ -100,4 +156,4 @@ def test_markdown_has_published_rows_and_ours(shared_reference: Path) -> None:
     text = report.markdown(results, rows)
     assert "| VisME | Qwen2.5-VL-7B | 66.4 | 70.2 | 72.6 | 90.7 | 72.2 | 80.8 | 70.6 | 76.7 | 88.7 | 78.8 |" in text
     assert "| **mine + lora** |  | **12.5** | **–** |" in text
-    assert report.find_reference() is not None  # located beside the repository without a flag
+    assert report.read_reference(report.find_reference()) == rows  # shipped with the package, no flag needed

@@ -1,8 +1,11 @@
 """The ``vis-embed`` command line: a thin dispatcher.
 
-Each sub-command lives next to the concept it drives and exposes two functions,
-``add_arguments(parser)`` and ``run(args) -> int``.  Modules are imported only when their
-command runs, so ``vis-embed --help`` stays instant (torch is not imported).
+Each sub-command lives next to the concept it drives, in a command-line module that imports
+nothing heavy at module level, and exposes two functions: ``add_arguments(parser)`` and
+``run(args) -> int`` (a module holding several commands names them
+``add_<command>_arguments`` / ``run_<command>``; see :data:`COMMANDS`).  Only the chosen
+command's module is imported, and torch only when the command runs, so ``vis-embed --help``
+and ``vis-embed COMMAND --help`` are instant.
 """
 
 from __future__ import annotations
@@ -11,49 +14,64 @@ import argparse
 import importlib
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
+from vis_embed import __version__
 from vis_embed.errors import VisEmbedError
 
-# command name -> (module path, one-line help)
+# command name -> (target, one-line help).  target "package.module" exposes add_arguments /
+# run; "package.module:name" exposes add_<name>_arguments / run_<name>.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "tiny-model": ("vis_embed.model.tiny", "write a tiny random Qwen-VL checkpoint"),
-    "encode": ("vis_embed.model.encode_cli", "encode a JSONL of items into an .npy matrix"),
+    "tiny-model": ("vis_embed.model.cli:tiny_model", "write a tiny random Qwen-VL checkpoint"),
+    "encode": ("vis_embed.model.cli:encode", "encode a JSONL of items into an .npy matrix"),
     "prep": ("data_prep.cli", "convert MMEB / identity folders / CSVs into vis_embed data"),
     "synth": ("data_prep.synth", "render the synthetic identity benchmark"),
     "schedule": ("vis_embed.sampling.cli", "pre-generate the identity-aware batch schedule"),
     "mine-negatives": ("vis_embed.sampling.mining_cli", "mine hard negatives with an embedding model"),
-    "train": ("vis_embed.training.cli", "train from a recipe"),
-    "merge": ("vis_embed.training.merge", "merge a LoRA adapter into a full checkpoint"),
-    "eval": ("vis_embed.evaluation.cli", "evaluate a model on a benchmark manifest"),
-    "report": ("vis_embed.evaluation.report", "compare results.json / score files side by side"),
+    "train": ("vis_embed.training.cli:train", "train from a recipe"),
+    "merge": ("vis_embed.training.cli:merge", "merge a LoRA adapter into a full checkpoint"),
+    "eval": ("vis_embed.evaluation.cli:eval", "evaluate a model on a benchmark manifest"),
+    "report": ("vis_embed.evaluation.cli:report", "compare results.json / score files side by side (Markdown)"),
     "quickstart": ("vis_embed.quickstart", "render, train and evaluate end to end on this machine"),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vis-embed", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"vis-embed {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (_module, help_text) in COMMANDS.items():
+    for name, (_target, help_text) in COMMANDS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
+def load_command(name: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callable[[Any], int]]:
+    """``(add_arguments, run)`` of command ``name``; imports only its command-line module."""
+    module_name, _, command = COMMANDS[name][0].partition(":")
+    module = importlib.import_module(module_name)
+    if not command:
+        return module.add_arguments, module.run
+    return getattr(module, f"add_{command}_arguments"), getattr(module, f"run_{command}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        build_parser().parse_args(argv)  # prints help or a usage error and exits
+    if not argv or argv[0] not in COMMANDS:
+        build_parser().parse_args(argv)  # prints help, the version or a usage error, and exits
         return 2
     name, rest = argv[0], argv[1:]
     # Idle OpenMP threads sleep instead of spinning: on small shared CPUs a spinning thread
     # steals the core its sibling needs (tiny-model steps measured up to 10x slower).  Must be
-    # set before torch is imported, which the command modules below do lazily.
+    # set before torch is imported, which the commands do lazily.  This is the package's only
+    # place that sets it: library users choose their own threading.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    module = importlib.import_module(COMMANDS[name][0])
+    add_arguments, run = load_command(name)
     parser = argparse.ArgumentParser(prog=f"vis-embed {name}", description=COMMANDS[name][1])
-    module.add_arguments(parser)
+    add_arguments(parser)
     args = parser.parse_args(rest)
     try:
-        return int(module.run(args) or 0)
+        return int(run(args) or 0)
     except VisEmbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ resumes where it stopped):
 1. render the small synthetic identity benchmark       -> OUT/synth/{train,benchmark}.yaml
 2. build a tiny random Qwen2-VL checkpoint             -> OUT/model/
 3. evaluate it untrained                                -> OUT/before/results.json
-4. schedule + train with ``recipes/tiny_cpu.yaml``      -> OUT/run/final/ (LoRA adapter)
+4. schedule + train with the tiny recipe               -> OUT/run/final/ (LoRA adapter)
 5. evaluate the trained adapter                         -> OUT/after/results.json
 6. write the report                                     -> OUT/report.md (+ OUT/train_curve.png)
 
@@ -19,20 +19,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from data_prep.synth import generate
+from vis_embed import resources
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_path, atomic_write_text
+from vis_embed.model.tiny import build_tiny_checkpoint
 
-# Idle OpenMP threads must sleep, not spin: on a 2-core laptop-class machine a spinning
-# thread steals the core the other one needs (measured: tiny-model steps up to 10x slower when
-# anything else runs).  Only effective before torch is first imported, hence module level.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny_cpu.yaml"
+# torch-heavy modules (evaluation.api, training.*) are imported inside the stages that use
+# them, so that ``vis-embed quickstart --help`` answers at once.
 STAGE_KEYS = ("Cls", "Ret", "ID-Rec", "Re-ID", "ID-Grd", "ID-Edit", "IND", "OOD", "MMEB", "MVEB", "overall")
 
 
@@ -41,18 +41,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of data, model and training")
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the tiny recipe's)")
     parser.add_argument("--size", default="small", help="synthetic benchmark size (tiny | small | full)")
-    parser.add_argument("--recipe", type=Path, default=None, help="training recipe (default: tiny_cpu.yaml)")
+    parser.add_argument("--recipe", type=Path, default=None,
+                        help="training recipe (default: the tiny recipe shipped with vis_embed, "
+                             "a copy of recipes/tiny_cpu.yaml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe key (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def recipe_path(explicit: Path | None = None) -> Path:
-    """The tiny recipe of the source tree (the README installs the project editable)."""
-    path = explicit if explicit is not None else RECIPE
-    if not path.is_file():
-        raise ConfigError(f"recipe {path} not found; pass --recipe recipes/tiny_cpu.yaml from a source checkout")
-    return path
+@contextmanager
+def recipe_path(explicit: Path | None = None) -> Iterator[Path]:
+    """The recipe to train with: ``explicit``, else the packaged tiny recipe (no checkout needed)."""
+    if explicit is None:
+        with resources.tiny_recipe_path() as packaged:
+            yield packaged
+        return
+    if not Path(explicit).is_file():
+        raise ConfigError(f"recipe {explicit} not found")
+    yield Path(explicit)
 
 
 def _stage(title: str) -> float:
@@ -65,17 +71,14 @@ def _done(started: float, what: str) -> None:
 
 
 def render_data(out: Path, seed: int, size: str, show_progress: bool) -> Path:
-    from data_prep.synth import generate
-
     synth_dir = out / "synth"
     if (synth_dir / "synth.json").is_file():
         return synth_dir
     return Path(generate(synth_dir, seed=seed, size=size, show_progress=show_progress))
 
 
-def build_model(out: Path, seed: int) -> Path:
-    from vis_embed.model.tiny import build_tiny_checkpoint
-
+def build_quickstart_checkpoint(out: Path, seed: int) -> Path:
+    """OUT/model: the tiny random Qwen2-VL checkpoint (built once; returns its folder)."""
     model_dir = out / "model"
     if (model_dir / "config.json").is_file():
         return model_dir
@@ -191,7 +194,7 @@ def run_quickstart(out: Path, seed: int = 0, steps: int | None = None, size: str
     _done(started, f"{synth_dir}")
 
     started = _stage("2/6 building a tiny random Qwen2-VL")
-    model_dir = build_model(out, seed)
+    model_dir = build_quickstart_checkpoint(out, seed)
     timings["build model"] = time.perf_counter() - started
     _done(started, f"{model_dir}")
 
@@ -202,8 +205,8 @@ def run_quickstart(out: Path, seed: int = 0, steps: int | None = None, size: str
     _done(started, f"{out / 'before' / 'results.json'}")
 
     started = _stage("4/6 scheduling and training (LoRA, GradCache)")
-    adapter = train(out, model_dir, synth_dir, seed, steps, recipe_path(recipe), list(overrides or []),
-                    show_progress)
+    with recipe_path(recipe) as recipe_file:
+        adapter = train(out, model_dir, synth_dir, seed, steps, recipe_file, list(overrides or []), show_progress)
     timings["schedule + train"] = time.perf_counter() - started
     _done(started, f"{adapter}")
 

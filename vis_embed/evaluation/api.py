@@ -13,7 +13,7 @@ from vis_embed.data import load_benchmark
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation.harness import Encoder, EvalSettings, Harness, describe_encoder
 from vis_embed.evaluation.layouts import LAYOUTS, DatasetSpec
-from vis_embed.evaluation.search import INDEX_KINDS
+from vis_embed.evaluation.settings import INDEX_KINDS
 from vis_embed.model.embedder import Embedder
 
 

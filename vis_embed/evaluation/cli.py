@@ -1,11 +1,16 @@
-"""``vis-embed eval``: evaluate a model (+ adapter) on a benchmark manifest.
+"""``vis-embed eval`` and ``vis-embed report``: argument parsing only.
 
     vis-embed eval --model Qwen/Qwen2-VL-2B-Instruct --adapter runs/visme/adapter \\
         --benchmark eval/mmeb.yaml --out results/visme-2b [--datasets ImageNet-1K,CIRR]
+    vis-embed report results/visme-2b/results.json peer_scores.json [--json table.json]
 
-Writes OUT/results.json, OUT/results.md (Table 1 layout with the published rows),
+``eval`` writes OUT/results.json, OUT/results.md (Table 1 layout with the published rows),
 OUT/plots/<meta-task>.png, OUT/grids/<dataset>.png, and OUT/datasets/ + OUT/cache/ that
-make a re-run resume where it stopped.  The library half is :mod:`vis_embed.evaluation.api`.
+make a re-run resume where it stopped.  The library halves are
+:mod:`vis_embed.evaluation.api` and :mod:`vis_embed.evaluation.report`.
+
+Only light modules are imported at module level: ``vis-embed eval --help`` must not pay
+for torch; the commands import the library when they run.
 """
 
 from __future__ import annotations
@@ -15,18 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.errors import ConfigError
-from vis_embed.evaluation import api
-from vis_embed.evaluation.harness import EvalSettings
-from vis_embed.evaluation.report import comparison_table
-from vis_embed.evaluation.search import INDEX_KINDS
+from vis_embed import resources
+from vis_embed.evaluation.report import find_reference, load_groups, load_models, models_table, read_reference
+from vis_embed.evaluation.settings import INDEX_KINDS, EvalSettings
+from vis_embed.io import atomic_write_json
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="checkpoint folder or hub name of the backbone")
     parser.add_argument("--adapter", default=None, help="LoRA adapter folder (optional)")
     parser.add_argument("--benchmark", required=True, type=Path, help="benchmark manifest YAML")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=16, help="items per forward pass (default: 16)")
     parser.add_argument("--datasets", default=None, help="comma-separated dataset names (default: all)")
     parser.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N queries/rows")
     parser.add_argument("--index", choices=INDEX_KINDS, default="exact",
@@ -42,16 +47,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--examples", type=int, default=3, help="queries per retrieval grid (0: no grids)")
     parser.add_argument("--no-pictures", action="store_true", help="skip bar charts and retrieval grids")
     parser.add_argument("--reference", type=Path, default=None,
-                        help="published table CSV (default: ../shared/reference/visme_table1.csv)")
+                        help="published table CSV for results.md (default: the paper's Table 1, "
+                             "shipped with vis_embed)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _load_encoder(args: argparse.Namespace) -> Any:
+    from vis_embed.evaluation import api  # torch, transformers: only when the command runs
+
     return api.load_embedder(args.model, args.adapter, prompt_format=args.prompt_format,
                              max_pixels=args.max_pixels, device=args.device)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_eval(args: argparse.Namespace) -> int:
+    from vis_embed.evaluation import api  # torch, transformers: only when the command runs
+
     if args.batch_size <= 0 or (args.max_queries is not None and args.max_queries <= 0):
         raise ConfigError("--batch-size and --max-queries must be positive")
     specs, benchmark_fingerprint = api.load_specs(args.benchmark)
@@ -64,6 +74,31 @@ def run(args: argparse.Namespace) -> int:
     encoder = _load_encoder(args)
     results = api.evaluate_encoder(encoder, specs, benchmark_fingerprint, args.out, settings,
                                    model_name=args.model, adapter=args.adapter)
-    print(comparison_table({results["model"].get("name") or "model": results["groups"]}))
+    print(models_table({results["model"].get("name") or "model": results["groups"]}))
     print(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}")
+    return 0
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="*", type=Path,
+                        help="results.json and/or VLM2Vec score JSON files (none: the published rows only)")
+    parser.add_argument("--peers", action="store_true",
+                        help="add the MMEB score files of peer models shipped with vis_embed (GME, VLM2Vec, ...)")
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="published table CSV (default: the paper's Table 1, shipped with vis_embed)")
+    parser.add_argument("--no-reference", action="store_true", help="leave the published rows out")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write {models: {FILE_STEM: {GROUP: mean}}} (the files and the --peers)")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    models = load_models(args.files)
+    peers = ({entry.name.removesuffix(".json"): load_groups(entry) for entry in resources.mmeb_score_files()}
+             if args.peers else {})
+    reference_rows = [] if args.no_reference else read_reference(find_reference(args.reference))
+    if not (models or peers or reference_rows):
+        raise ConfigError("nothing to report: give result files, --peers, or drop --no-reference")
+    print(models_table(models, reference_rows, peers=peers))
+    if args.json is not None:
+        atomic_write_json(args.json, {"models": {**peers, **models}})
     return 0

@@ -28,6 +28,9 @@ from tqdm.auto import tqdm
 from vis_embed.errors import ConfigError
 from vis_embed.evaluation import layouts
 from vis_embed.evaluation.cache import ContentHasher, EmbeddingCache
+from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
+from vis_embed.evaluation.report import write_markdown
+from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.evaluation.taxonomy import group_means
 from vis_embed.io import atomic_write_json, fingerprint_json
 
@@ -43,21 +46,6 @@ class Encoder(Protocol):
                show_progress: bool = False, base_dir: str | Path | None = None) -> np.ndarray: ...
 
     def fingerprint(self) -> str: ...
-
-
-@dataclass
-class EvalSettings:
-    batch_size: int = 16
-    max_queries: int | None = None
-    datasets: Sequence[str] | None = None     # names to run (default: all)
-    index: str = "exact"                      # gallery layouts: exact | ivf
-    depth: int | None = None                  # gallery ranking depth (default: see layouts)
-    n_examples: int = 3                       # queries shown per retrieval grid
-    cache_dir: Path | None = None             # default OUT/cache
-    shard_size: int = 1024
-    show_progress: bool = True
-    pictures: bool = True
-    reference: Path | None = None             # visme_table1.csv (default: found beside the repo)
 
 
 def safe_name(name: str) -> str:
@@ -200,8 +188,6 @@ class Harness:
             "metrics": outcome.metrics, **outcome.extra, "fingerprint": key,
         }
         if self.settings.pictures and outcome.examples:
-            from vis_embed.evaluation.plots import retrieval_grid
-
             grid_path = self.out_dir / "grids" / f"{safe_name(spec.name)}.png"
             retrieval_grid(outcome.examples, grid_path, title=f"{spec.name} ({spec.meta_task})")
             result["grid"] = str(grid_path.relative_to(self.out_dir))
@@ -217,13 +203,9 @@ class Harness:
         return self.cache.get_or_encode(pool.key, pool.items, encode)
 
     def write_outputs(self, results: dict[str, Any]) -> None:
-        from vis_embed.evaluation import report
-
         atomic_write_json(self.out_dir / "results.json", results)
-        report.write_markdown(results, self.out_dir / "results.md", self.settings.reference)
+        write_markdown(results, self.out_dir / "results.md", self.settings.reference)
         if self.settings.pictures:
-            from vis_embed.evaluation.plots import meta_task_bars
-
             meta_task_bars(results, self.out_dir / "plots")
 
 

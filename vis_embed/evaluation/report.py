@@ -1,32 +1,36 @@
-"""Reports: ``vis-embed report FILES...`` and the Markdown table written next to results.json.
+"""Reports: the Markdown of ``vis-embed report FILES...`` and the results.md next to results.json.
 
 ``vis-embed report`` reads any mix of
 - our ``results.json`` (groups already in percent), and
 - VLM2Vec-style score files ``{"metadata", "metrics": {"image": {DATASET: {"hit@1", ...}}}}``
   (fractions; the MMEB taxonomy maps each dataset to its meta-task and split),
-and prints the meta-task + IND/OOD/overall table side by side.  ``--json OUT`` writes
+and prints a Markdown table in the paper's Table 1 layout: the published rows (shipped in
+:mod:`vis_embed.resources`), then one bold row per file.  ``--json OUT`` writes
 ``{"models": {FILE_STEM: {GROUP: mean}}}`` (percent, unweighted means over datasets).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
+import io
 import json
 import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from vis_embed import resources
 from vis_embed.errors import DataError
 from vis_embed.evaluation.taxonomy import (GROUP_KEYS, MMEB_DATASETS, MMEB_META_TASKS, MVEB_META_TASKS,
                                            group_means, mmeb_entry)
-from vis_embed.io import atomic_write_json, atomic_write_text
+from vis_embed.io import atomic_write_text
+
+if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; annotations only
+    from importlib.resources.abc import Traversable
 
 log = logging.getLogger(__name__)
 
-REFERENCE_NAME = "visme_table1.csv"
 REFERENCE_ENV = "VIS_EMBED_REFERENCE"
 
 
@@ -51,9 +55,9 @@ def vlm2vec_groups(scores: dict[str, Any], path: str | Path = "<scores>") -> dic
     return group_means(rows)
 
 
-def load_groups(path: str | Path) -> dict[str, float]:
-    """Group means (percent) of one results.json or VLM2Vec score file."""
-    path = Path(path)
+def load_groups(path: str | Path | Traversable) -> dict[str, float]:
+    """Group means (percent) of one results.json or VLM2Vec score file (a path or a packaged file)."""
+    path = Path(path) if isinstance(path, str) else path
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -65,25 +69,11 @@ def load_groups(path: str | Path) -> dict[str, float]:
     return vlm2vec_groups(data, path)
 
 
-def comparison_table(models: dict[str, dict[str, float]]) -> str:
-    """Plain-text table: one row per group, one column per model."""
-    present = [key for key in GROUP_KEYS if any(key in groups for groups in models.values())]
-    present += sorted({k for groups in models.values() for k in groups} - set(present))
-    names = list(models)
-    widths = [max(len(name), 6) + 2 for name in names]  # each column as wide as its name
-    lines = ["group".ljust(9) + "".join(n.rjust(w) for n, w in zip(names, widths, strict=True))]
-    for key in present:
-        cells = "".join((f"{models[n][key]:.1f}" if key in models[n] else "-").rjust(w)
-                        for n, w in zip(names, widths, strict=True))
-        lines.append(key.ljust(9) + cells)
-    return "\n".join(lines)
-
-
 # ------------------------------------------------------------------ Markdown (Table 1 layout)
 
-def find_reference(explicit: str | Path | None = None) -> Path | None:
-    """``visme_table1.csv``: the given path, $VIS_EMBED_REFERENCE, or ``shared/reference/``
-    beside the repository (searched from this package and from the working directory up)."""
+def find_reference(explicit: str | Path | None = None) -> Path | Traversable:
+    """The published table: the given path, else ``$VIS_EMBED_REFERENCE``, else the copy
+    shipped in the package (:mod:`vis_embed.resources`)."""
     if explicit is not None:
         path = Path(explicit)
         if not path.is_file():
@@ -91,19 +81,13 @@ def find_reference(explicit: str | Path | None = None) -> Path | None:
         return path
     if os.environ.get(REFERENCE_ENV):
         return find_reference(os.environ[REFERENCE_ENV])
-    starts = [Path(__file__).resolve().parents[2], Path.cwd().resolve()]
-    for start in starts:
-        for folder in (start, *start.parents):
-            candidate = folder / "shared" / "reference" / REFERENCE_NAME
-            if candidate.is_file():
-                return candidate
-    return None
+    return resources.reference_table()
 
 
-def read_reference(path: str | Path) -> list[dict[str, str]]:
+def read_reference(path: Path | Traversable) -> list[dict[str, str]]:
     """Rows of the published table (``#`` lines are comments)."""
-    with Path(path).open(encoding="utf-8") as handle:
-        return list(csv.DictReader(line for line in handle if not line.startswith("#") and line.strip()))
+    text = path.read_text(encoding="utf-8")
+    return list(csv.DictReader(line for line in io.StringIO(text) if not line.startswith("#") and line.strip()))
 
 
 TABLE1_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -118,6 +102,36 @@ def _cell(value: Any) -> str:
     return f"{float(value):.1f}"
 
 
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def models_table(models: dict[str, dict[str, float]], reference_rows: Sequence[dict[str, str]] = (),
+                 extra_columns: Sequence[str] | None = None, peers: dict[str, dict[str, float]] | None = None) -> str:
+    """Markdown in the paper's Table 1 layout: the published rows, ``peers``, then each model in bold.
+
+    ``models`` and ``peers`` map a row name to its group means (percent).  Columns: Table 1's
+    (MMEB and MVEB meta-tasks and averages), then ``extra_columns`` (default: every other group
+    that a row has, e.g. IND / OOD / overall).  A missing cell is "–".
+    """
+    peers = peers or {}
+    table1 = [label for label, _ in TABLE1_COLUMNS]
+    if extra_columns is None:
+        present = {key for groups in (*models.values(), *peers.values()) for key in groups}
+        extra_columns = [key for key in GROUP_KEYS if key in present and key not in table1]
+        extra_columns += sorted(present - set(GROUP_KEYS))
+    header = ["Model", "Backbone", *table1, *extra_columns]
+    lines = [_row(header), "|" + "---|" * len(header)]
+    for row in reference_rows:
+        lines.append(_row([row.get("model", ""), row.get("backbone", ""),
+                           *(_cell(row.get(column)) for _, column in TABLE1_COLUMNS), *("–" for _ in extra_columns)]))
+    for name, groups in peers.items():
+        lines.append(_row([name, "", *(_cell(groups.get(key)) for key in (*table1, *extra_columns))]))
+    for name, groups in models.items():
+        lines.append(_row([f"**{name}**", "", *(f"**{_cell(groups.get(key))}**" for key in (*table1, *extra_columns))]))
+    return "\n".join(lines)
+
+
 def markdown(results: dict[str, Any], reference_rows: Sequence[dict[str, str]] = ()) -> str:
     """Table 1 layout (published rows, then ours in bold), IND/OOD, then every dataset."""
     groups = results["groups"]
@@ -125,14 +139,7 @@ def markdown(results: dict[str, Any], reference_rows: Sequence[dict[str, str]] =
     ours = model.get("name") or "this model"
     if model.get("adapter"):
         ours += f" + {model['adapter']}"
-    header = ["Model", "Backbone", *(label for label, _ in TABLE1_COLUMNS)]
-    lines = ["## Precision@1 (%), Table 1 layout", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in reference_rows:
-        lines.append("| " + " | ".join([row.get("model", ""), row.get("backbone", ""),
-                                         *(_cell(row.get(col)) for _, col in TABLE1_COLUMNS)]) + " |")
-    lines.append("| " + " | ".join([f"**{ours}**", "", *(f"**{_cell(groups.get(key))}**"
-                                                             for key, _ in TABLE1_COLUMNS)]) + " |")
+    lines = ["## Precision@1 (%), Table 1 layout", "", models_table({ours: groups}, reference_rows, extra_columns=())]
     lines += ["", "MMEB / MVEB = unweighted mean over datasets (not over meta-tasks).", ""]
     splits = [key for key in ("IND", "OOD", "overall") if key in groups]
     if splits:
@@ -147,28 +154,16 @@ def markdown(results: dict[str, Any], reference_rows: Sequence[dict[str, str]] =
 
 
 def write_markdown(results: dict[str, Any], path: str | Path, reference: str | Path | None = None) -> Path:
-    reference_path = find_reference(reference)
-    if reference_path is None:
-        log.warning("%s not found; results.md has no published rows (pass --reference)", REFERENCE_NAME)
-    rows = read_reference(reference_path) if reference_path else []
-    return atomic_write_text(path, markdown(results, rows))
+    return atomic_write_text(path, markdown(results, read_reference(find_reference(reference))))
 
 
-# ------------------------------------------------------------------ CLI
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", type=Path, help="results.json and/or VLM2Vec score JSON files")
-    parser.add_argument("--json", type=Path, default=None, help="write {models: {FILE_STEM: {GROUP: mean}}}")
-
-
-def run(args: argparse.Namespace) -> int:
+def load_models(paths: Sequence[Path]) -> dict[str, dict[str, float]]:
+    """``{column name: group means}`` of each file; the name is the file stem, made unique
+    with the folder name (two ``results.json``) and then the whole path."""
     models: dict[str, dict[str, float]] = {}
-    for path in args.files:
-        stem = path.stem
-        if stem in models:  # e.g. two results.json: fall back to the folder name, then the path
-            stem = f"{path.parent.name}/{stem}" if f"{path.parent.name}/{stem}" not in models else str(path)
-        models[stem] = load_groups(path)
-    print(comparison_table(models))
-    if args.json is not None:
-        atomic_write_json(args.json, {"models": models})
-    return 0
+    for path in paths:
+        name = path.stem
+        if name in models:
+            name = f"{path.parent.name}/{name}" if f"{path.parent.name}/{name}" not in models else str(path)
+        models[name] = load_groups(path)
+    return models

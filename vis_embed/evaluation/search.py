@@ -18,7 +18,7 @@ import faiss
 import numpy as np
 import torch
 
-INDEX_KINDS: tuple[str, ...] = ("exact", "exact-bf16", "ivf")
+from vis_embed.evaluation.settings import INDEX_KINDS
 
 
 def _as_float32(matrix: np.ndarray, name: str) -> np.ndarray:

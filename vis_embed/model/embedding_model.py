@@ -28,15 +28,13 @@ import torch
 import torch.nn.functional as F
 
 from vis_embed.errors import ConfigError, DataError
+from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, TEXT_LORA_MODULES
 from vis_embed.model.images import load_image
 from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.prompts import build_prompt, check_prompt_format
 
-DEFAULT_MIN_PIXELS = 56 * 56
-DEFAULT_MAX_PIXELS = 200704  # 256 merged visual tokens of 28x28 pixels
-
-# Linear layers of the Qwen-VL decoder and vision blocks (names across Qwen2/2.5/3-VL).
-TEXT_LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
+# (TEXT_LORA_MODULES) and the pixel budget live in model/defaults.py, read without torch.
 VISION_LORA_MODULES = ("qkv", "proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj",
                        "linear_fc1", "linear_fc2")
 

@@ -1,4 +1,5 @@
-"""``vis-embed encode``: encode a JSONL of items into an ``.npy`` matrix.
+"""Encode a JSONL of items into an ``.npy`` matrix: the library half of ``vis-embed encode``
+(arguments: :mod:`vis_embed.model.cli`).
 
 Input: one JSON object per line with ``image`` (path, relative to the JSONL's folder unless
 absolute, or an http(s) URL) and/or ``text``.
@@ -16,7 +17,7 @@ Outputs (all written atomically):
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +25,8 @@ import numpy as np
 
 from vis_embed.errors import DataError
 from vis_embed.io import atomic_path, atomic_write_json, parse_jsonl_line, write_jsonl
-from vis_embed.model.embedding_model import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
-from vis_embed.model.prompts import PROMPT_FORMATS
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="hub id or local checkpoint directory")
-    parser.add_argument("--input", required=True, type=Path, help="items JSONL (image?, text?)")
-    parser.add_argument("--output", required=True, type=Path, help="embeddings .npy to write")
-    parser.add_argument("--adapter", type=Path, default=None, help="peft LoRA adapter directory")
-    parser.add_argument("--instruction", default=None, help="prepended to every item's text")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS)
-    parser.add_argument("--min-pixels", type=int, default=DEFAULT_MIN_PIXELS)
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
-    parser.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA)")
-    parser.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="chat")
-    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                        help="skip: write bad lines to OUTPUT.rejects.jsonl and encode the rest")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from vis_embed.model.embedder import Embedder
 
 
 def sidecar_paths(output: Path) -> tuple[Path, Path]:
@@ -75,19 +59,38 @@ def read_items(path: Path, on_error: str) -> tuple[list[dict[str, Any]], list[in
     return items, lines, rejects
 
 
-def run(args: argparse.Namespace) -> int:
-    from vis_embed.model.embedder import Embedder
+@dataclass(frozen=True)
+class EncodedFile:
+    """What :func:`encode_jsonl` wrote."""
 
-    input_path: Path = args.input
-    items, lines, rejects = read_items(input_path, args.on_error)
+    output: Path
+    rows: int
+    dim: int
+    ids_path: Path
+    rejects: int
+    rejects_path: Path | None  # written with on_error="skip" only
+
+    def summary(self) -> str:
+        text = f"wrote {self.rows} x {self.dim} embeddings to {self.output}"
+        if self.rejects:
+            text += f"; {self.rejects} rejected line(s) in {self.rejects_path}"
+        return text
+
+
+def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: str | Path | None = None,
+                 instruction: str | None = None, batch_size: int = 16, min_pixels: int = DEFAULT_MIN_PIXELS,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, device: str | None = None, dtype: str | None = None,
+                 prompt_format: str = "chat", on_error: str = "raise", show_progress: bool = True) -> EncodedFile:
+    """Encode every item of ``input_path`` with ``model`` (+ ``adapter``) into ``output`` and its sidecars."""
+    input_path, output = Path(input_path), Path(output)
+    items, lines, rejects = read_items(input_path, on_error)
     embedder = Embedder.from_pretrained(
-        args.model, adapter=args.adapter, device=args.device, dtype=args.dtype,
-        min_pixels=args.min_pixels, max_pixels=args.max_pixels, prompt_format=args.prompt_format)
+        model, adapter=adapter, device=device, dtype=dtype,
+        min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format)
     try:
         embeddings, kept, errors = embedder.encode_partial(
-            items, instruction=args.instruction, batch_size=args.batch_size,
-            show_progress=not args.no_progress, base_dir=input_path.parent,
-            on_error=args.on_error)
+            items, instruction=instruction, batch_size=batch_size,
+            show_progress=show_progress, base_dir=input_path.parent, on_error=on_error)
     except DataError as exc:
         raise _anchor(exc, input_path, lines) from None
     for index, error in errors.items():
@@ -95,18 +98,16 @@ def run(args: argparse.Namespace) -> int:
         rejects.append({"line": anchored.line, "field": anchored.field, "reason": anchored.reason,
                         "row": _jsonable(items[index])})
     rejects.sort(key=lambda reject: reject["line"])
-    ids_path, rejects_path = sidecar_paths(args.output)
-    with atomic_path(args.output) as tmp:
+    ids_path, rejects_path = sidecar_paths(output)
+    with atomic_path(output) as tmp:
         np.save(tmp, embeddings)
     atomic_write_json(ids_path, {"input": str(input_path), "lines": [lines[i] for i in kept],
                                  "ids": [items[i].get("id") for i in kept]})
-    if args.on_error == "skip":
+    if on_error == "skip":
         write_jsonl(rejects_path, rejects)
-    summary = f"wrote {embeddings.shape[0]} x {embeddings.shape[1]} embeddings to {args.output}"
-    if rejects:
-        summary += f"; {len(rejects)} rejected line(s) in {rejects_path}"
-    print(summary)
-    return 0
+    return EncodedFile(output=output, rows=int(embeddings.shape[0]), dim=int(embeddings.shape[1]),
+                       ids_path=ids_path, rejects=len(rejects),
+                       rejects_path=rejects_path if on_error == "skip" else None)
 
 
 def _anchor(error: DataError, input_path: Path, lines: list[int]) -> DataError:

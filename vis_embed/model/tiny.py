@@ -11,14 +11,18 @@ Sizes: text hidden 128 x 2 layers, vision depth 2 (width 96); a 112 px image bec
 visual tokens.  ``preset="qwen2-vl-2b-shallow"`` gives Qwen2-VL-2B's vocabulary size and hidden
 width with few layers (for benchmarks; random init, usually not saved).
 
-CLI: ``vis-embed tiny-model OUT_DIR [--arch qwen2-vl|qwen2.5-vl|qwen3-vl] [--seed N]``.
+CLI: ``vis-embed tiny-model OUT_DIR [--arch qwen2-vl|qwen2.5-vl|qwen3-vl] [--seed N]``
+(arguments in :mod:`vis_embed.model.cli`).  torch and transformers are imported inside the
+builders so that the CLI can read ``ARCHS`` / ``PRESETS`` for ``--help`` without them.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
+
+from vis_embed.io import atomic_directory
+from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 
 ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 PRESETS = ("tiny", "qwen2-vl-2b-shallow")
@@ -157,7 +161,7 @@ def tiny_config(arch: str = "qwen2-vl", preset: str = "tiny", tokenizer: Any = N
 
 
 def build_processor(arch: str = "qwen2-vl", tokenizer: Any = None,
-                    min_pixels: int = 56 * 56, max_pixels: int = 200704) -> Any:
+                    min_pixels: int = DEFAULT_MIN_PIXELS, max_pixels: int = DEFAULT_MAX_PIXELS) -> Any:
     """The Qwen processor (tokenizer + image processor + video processor) for ``arch``."""
     from transformers import Qwen2VLImageProcessor
 
@@ -200,8 +204,6 @@ def build_random_model(arch: str = "qwen2-vl", preset: str = "tiny", seed: int =
 def build_tiny_checkpoint(out_dir: str | Path, arch: str = "qwen2-vl", seed: int = 0,
                           preset: str = "tiny") -> Path:
     """Write a tiny random checkpoint of ``arch`` to ``out_dir`` and return the path."""
-    from vis_embed.io import atomic_directory
-
     out_dir = Path(out_dir)
     model, processor = build_random_model(arch, preset, seed)
     # atomic_directory: a killed build never leaves a half-written checkpoint behind.
@@ -209,17 +211,3 @@ def build_tiny_checkpoint(out_dir: str | Path, arch: str = "qwen2-vl", seed: int
         model.save_pretrained(tmp, safe_serialization=True)
         processor.save_pretrained(tmp)
     return out_dir
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("out_dir", type=Path, help="directory to write the checkpoint to")
-    parser.add_argument("--arch", choices=ARCHS, default="qwen2-vl")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--preset", choices=PRESETS, default="tiny",
-                        help="size; qwen2-vl-2b-shallow = 2B vocab and width, 4 layers")
-
-
-def run(args: argparse.Namespace) -> int:
-    path = build_tiny_checkpoint(args.out_dir, arch=args.arch, seed=args.seed, preset=args.preset)
-    print(f"wrote {args.arch} ({args.preset}) checkpoint to {path}")
-    return 0

@@ -25,8 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="query-positive cosine below which a record is a noisy positive")
     parser.add_argument("--noisy", choices=("flag", "remove"), default="flag",
                         help="noisy positives: flag them (noisy_positive: true) or remove them")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--device", default=None)
+    parser.add_argument("--batch-size", type=int, default=16, help="items per forward pass (default: 16)")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda if available)")
     parser.add_argument("--report", default=None, help="report JSON (default: OUT.mining.json)")
 
 
