@@ -100,3 +100,12 @@ def test_unknown_model_path_is_a_clear_error(items_dir: Path, capsys: pytest.Cap
     code = main(["encode", "--model", str(items_dir / "no-model"), "--input", str(items),
                  "--output", str(items_dir / "e.npy"), "--no-progress"])
     assert code == 2 and "model path not found" in capsys.readouterr().err
+
+
+def test_unknown_dtype_is_a_clear_error(items_dir: Path, tiny_checkpoint: Callable[..., Path], capsys) -> None:
+    items = _write(items_dir / "items.jsonl", GOOD)
+    code = main(["encode", "--model", str(tiny_checkpoint()), "--input", str(items),
+                 "--output", str(items_dir / "emb.npy"), "--dtype", "float33", "--no-progress"])
+    assert code == 2
+    assert "unknown dtype 'float33'" in capsys.readouterr().err
+    assert not (items_dir / "emb.npy").exists()

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -18,6 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.errors import DataError
+
+
+def safe_name(name: str) -> str:
+    """A file-system-safe file stem for a free-text name (``MSCOCO_t2i`` stays, ``a/b`` -> ``a_b``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "dataset"
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:

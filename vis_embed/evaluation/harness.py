@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
 from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.evaluation.taxonomy import group_means
-from vis_embed.io import atomic_write_json, fingerprint_json
+from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +45,6 @@ class Encoder(Protocol):
                show_progress: bool = False, base_dir: str | Path | None = None) -> np.ndarray: ...
 
     def fingerprint(self) -> str: ...
-
-
-def safe_name(name: str) -> str:
-    """A file-system-safe stem for a dataset name (``MSCOCO_t2i`` stays, ``a/b`` -> ``a_b``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "dataset"
 
 
 def describe_encoder(encoder: Encoder, name: str | None = None, adapter: str | None = None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 from PIL import Image, ImageDraw, ImageOps
 
 from vis_embed.evaluation.layouts import Example
-from vis_embed.io import atomic_path
+from vis_embed.io import atomic_path, safe_name
 
 TILE = 128          # pixels of one image tile
 GAP = 6             # border width around a tile (the colour carries the verdict)
@@ -100,13 +100,9 @@ def meta_task_bars(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
         axes.set_title(f"{task}: {results['model'].get('name') or 'model'} (teal IND, orange OOD)", fontsize=9)
         axes.legend(loc="upper right", fontsize=7)
         figure.tight_layout()
-        path = Path(out_dir) / f"{re_safe(task)}.png"
+        path = Path(out_dir) / f"{safe_name(task)}.png"
         with atomic_path(path) as tmp:
             figure.savefig(tmp, format="png", dpi=BAR_DPI)
         plt.close(figure)
         written.append(path)
     return written
-
-
-def re_safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, TEXT_LORA_MODULES
+from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES, TEXT_LORA_MODULES
 from vis_embed.model.images import load_image
 from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.prompts import build_prompt, check_prompt_format
@@ -71,6 +71,19 @@ def check_item(item: Any) -> tuple[Any, str | None]:
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None = None) -> torch.dtype:
+    """The weights' dtype: a ``torch.dtype`` as given, a name (``"bfloat16"``) as named, and
+    None or ``"auto"``: bfloat16 on CUDA, float32 elsewhere (``device``, default: the default device)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None or dtype == "auto":
+        return torch.bfloat16 if (device or default_device()).type == "cuda" else torch.float32
+    resolved = getattr(torch, str(dtype), None)
+    if not isinstance(resolved, torch.dtype):
+        raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_NAMES)}")
+    return resolved
 
 
 def default_attn_implementation(device: torch.device) -> str:
@@ -132,10 +145,7 @@ class EmbeddingModel(torch.nn.Module):
         if _looks_local(name) and not Path(name).expanduser().is_dir():
             raise ConfigError(f"model path not found: {name}")
         device = torch.device(device) if device is not None else default_device()
-        if dtype is None:
-            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        elif isinstance(dtype, str):
-            dtype = getattr(torch, dtype)
+        dtype = resolve_dtype(dtype, device)
         attn_implementation = attn_implementation or default_attn_implementation(device)
         try:
             processor = AutoProcessor.from_pretrained(name)

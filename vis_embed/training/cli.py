@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from vis_embed.model.defaults import DTYPE_NAMES
+
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", help="recipe YAML (see recipes/ and docs/training.md)")
@@ -47,7 +49,7 @@ def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", default=None,
                         help="base model (default: base_model_name_or_path in adapter_config.json)")
     parser.add_argument("--out", required=True, help="directory of the merged checkpoint")
-    parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
+    parser.add_argument("--dtype", choices=DTYPE_NAMES, default="auto",
                         help="dtype of the merged weights (auto: the base checkpoint's)")
 
 

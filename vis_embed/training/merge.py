@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 from peft import PeftModel
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory
+from vis_embed.model.embedding_model import resolve_dtype
 
 
 def base_model_of(adapter_dir: Path) -> str:
@@ -32,7 +32,8 @@ def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,
     """Merge ``adapter`` into ``base`` and save a full checkpoint to ``out`` (atomically)."""
     adapter_dir = Path(adapter)
     base = base or base_model_of(adapter_dir)
-    torch_dtype = {"auto": "auto", "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
+    # "auto" here keeps the base checkpoint's own dtype (transformers' "auto"), not the device default.
+    torch_dtype = "auto" if dtype == "auto" else resolve_dtype(dtype)
     model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch_dtype)
     merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     processor = AutoProcessor.from_pretrained(base)

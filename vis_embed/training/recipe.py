@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from vis_embed.errors import ConfigError
+from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, TEXT_LORA_MODULES
 from vis_embed.sampling.settings import SamplingOptions
 
 
@@ -58,7 +59,7 @@ class LoraConfig(_Strict):
     alpha: float = Field(32, gt=0)
     dropout: float = Field(0.05, ge=0, lt=1)
     target_modules: list[str] | str = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        default_factory=lambda: list(TEXT_LORA_MODULES))
     vision: bool = False  # also adapt the vision tower
 
 
@@ -73,7 +74,7 @@ class ModelOptions(_Strict):
     attn_implementation: str | None = None  # None: flash_attention_2 on GPU when installed, else sdpa
     gradient_checkpointing: bool = False
     min_pixels: int | None = Field(None, gt=0)
-    max_pixels: int = Field(200704, gt=0)
+    max_pixels: int = Field(DEFAULT_MAX_PIXELS, gt=0)
     max_length: int | None = Field(None, gt=0)  # token cap; needs EmbeddingModel support (warned if absent)
     prompt_format: Literal["chat", "vlm2vec"] = "chat"
 

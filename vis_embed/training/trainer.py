@@ -31,7 +31,7 @@ from transformers import set_seed
 from vis_embed.data import load_train_config
 from vis_embed.errors import ConfigError, VisEmbedError
 from vis_embed.io import atomic_write_text
-from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.embedding_model import EmbeddingModel, resolve_dtype
 from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
@@ -62,12 +62,6 @@ class PreparedStep:
     identities: torch.Tensor  # (global batch,) identity ids in slot order
 
 
-def resolve_dtype(name: str) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    return {"bfloat16": torch.bfloat16, "float32": torch.float32}[name]
-
-
 def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
     """EmbeddingModel from the recipe: dtype, attention, pixels, LoRA, gradient checkpointing."""
     options = recipe.model_options
@@ -75,7 +69,7 @@ def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
     # model's default) leaves the choice to EmbeddingModel.from_pretrained.
     optional = {"attn_implementation": options.attn_implementation, "min_pixels": options.min_pixels}
     model = EmbeddingModel.from_pretrained(
-        recipe.model, device=device, dtype=resolve_dtype(options.dtype), max_pixels=options.max_pixels,
+        recipe.model, device=device, dtype=resolve_dtype(options.dtype, device), max_pixels=options.max_pixels,
         prompt_format=options.prompt_format, max_length=options.max_length,
         **{key: value for key, value in optional.items() if value is not None})
     if recipe.lora.enabled:
@@ -114,7 +108,7 @@ class Trainer:
         self.local_batch_size = recipe.global_batch_size // self.world_size
         self.show_progress = recipe.logging.progress_bar if show_progress is None else show_progress
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
-        self.dtype = resolve_dtype(recipe.model_options.dtype)
+        self.dtype = resolve_dtype(recipe.model_options.dtype, self.device)
         self.data = load_train_config(recipe.data, check_images=is_main_process())
         self.schedule: ScheduleSource = open_schedule(recipe, self.data)
         if self.schedule.global_batch_size != recipe.global_batch_size:
