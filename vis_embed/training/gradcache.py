@@ -72,7 +72,7 @@ def _to_device(batch: Batch, device: torch.device | str | None) -> Batch:
 
 
 class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; multiplies the incoming gradient by ``factor`` (see distributed.py)."""
+    """Identity forward; multiplies the incoming gradient by ``factor`` (see backends.py)."""
 
     @staticmethod
     def forward(ctx: Any, tensor: Tensor, factor: float) -> Tensor:
@@ -150,7 +150,7 @@ def _gradcache_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch]
     if not math.isfinite(float(loss.detach())):
         # Caller's guard handles it; do not waste a second pass on a NaN batch.
         return StepResult(loss=float(loss.detach()))
-    cached = [leaf.grad * get_world_size() for leaf in leaves]  # see distributed.py: reducers average
+    cached = [leaf.grad * get_world_size() for leaf in leaves]  # see backends.py: reducers average
 
     # Pass 2: replay each chunk with grad and back-propagate its cached gradient.
     max_diff = 0.0
