@@ -110,3 +110,38 @@ def test_mveb_template_covers_the_four_meta_tasks() -> None:
     entries = yaml.safe_load((REPO / "eval" / "mveb.yaml").read_text())["datasets"]
     assert {e["meta_task"] for e in entries} == {"ID-Rec", "Re-ID", "ID-Grd", "ID-Edit"}
     assert all(e["benchmark"] == "MVEB" for e in entries)
+
+
+def test_bar_chart_titles_name_the_adapter(tmp_path: Path) -> None:
+    """Before/after charts of the same base model must not look alike."""
+    import numpy as np
+
+    from vis_embed.evaluation.plots import meta_task_bars
+
+    datasets = {"X": {"meta_task": "ID-Rec", "split": "IND", "metrics": {"P@1": 40.0}}}
+    charts = {}
+    for adapter in (None, "run/final"):
+        results = {"model": {"name": "tiny", "adapter": adapter}, "datasets": datasets, "groups": {"ID-Rec": 40.0}}
+        (path,) = meta_task_bars(results, tmp_path / str(adapter))
+        with Image.open(path) as image:
+            charts[adapter] = np.asarray(image.convert("L"))
+    differs = np.nonzero((charts[None] != charts["run/final"]).any(axis=1))[0]
+    assert differs.size and differs.max() < charts[None].shape[0] * 0.15  # only the title line differs
+
+
+def test_retrieval_grid_shows_the_query_instruction(tmp_path: Path) -> None:
+    import numpy as np
+
+    from vis_embed.evaluation import plots
+    from vis_embed.evaluation.layouts import Example
+
+    example = Example(query={"text": "q"}, results=[({"text": "c"}, 0.5, True)])
+    headers = {}
+    for instruction in (None, "Find the same object.", "Find the same colour."):
+        path = plots.retrieval_grid([example], tmp_path / f"{instruction}.png", title="T", instruction=instruction)
+        with Image.open(path) as image:
+            headers[instruction] = np.asarray(image.convert("L"))[: plots.HEADER]
+    first_line = slice(0, plots.HEADER_LINE)
+    assert (headers["Find the same object."][first_line] == headers["Find the same colour."][first_line]).all()
+    assert (headers["Find the same object."] != headers["Find the same colour."]).any()
+    assert (headers[None] != headers["Find the same object."]).any()

@@ -10,13 +10,14 @@ query is 0.4 points); we require the trained model to beat it by at least 5 poin
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from vis_embed import resources
 from vis_embed.errors import ConfigError
-from vis_embed.quickstart import recipe_path, run_quickstart
+from vis_embed.quickstart import StageClock, moving_average, plot_training_curve, recipe_path, run_quickstart
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,10 +41,18 @@ def test_reduced_quickstart_learns_identity(tmp_path: Path) -> None:
     report = (out / "report.md").read_text()
     assert "ID-Rec" in report and "train_curve.png" in report
 
-    # Every stage is resumable: a second call finds all outputs and redoes nothing.
+    assert "before/plots/ID-Rec.png" in report and "after/plots/ID-Rec.png" in report
+
+    # Every stage is resumable: a second call finds all outputs and redoes nothing, and the
+    # report keeps the times the stages took when they did the work.
+    started = time.perf_counter()
     again = run_quickstart(out, seed=0, steps=REDUCED_STEPS, size="small", show_progress=False)
+    assert time.perf_counter() - started < 30
     assert again["after"]["groups"] == after
-    assert sum(again["timings"].values()) < 30
+    assert again["resumed"] == list(result["timings"]) and result["resumed"] == []
+    assert again["timings"] == result["timings"]
+    rows = (out / "report.md").read_text()
+    assert f"| schedule + train (resumed: done by an earlier run) | {result['timings']['schedule + train']:.1f} |" in rows
 
 
 def test_packaged_tiny_recipe_is_the_one_in_recipes() -> None:
@@ -58,3 +67,38 @@ def test_quickstart_recipe_needs_no_checkout(tmp_path: Path, monkeypatch: pytest
         assert default.is_file() and REPO / "recipes" not in default.parents
     with pytest.raises(ConfigError, match="missing.yaml"), recipe_path(tmp_path / "missing.yaml"):
         pass
+
+
+def test_stage_clock_keeps_the_time_of_the_run_that_did_the_work(tmp_path: Path) -> None:
+    marker = tmp_path / "done.txt"
+    first = StageClock(tmp_path, total=1)
+    first.run("stage", "doing it", marker, lambda: (time.sleep(0.2), marker.write_text("x")))
+    took = first.seconds["stage"]
+    assert took >= 0.2 and first.resumed == []
+
+    resumed = StageClock(tmp_path, total=1)
+    resumed.run("stage", "doing it", marker, lambda: None)
+    assert resumed.seconds == {"stage": took} and resumed.resumed == ["stage"]
+    assert f"| stage (resumed: done by an earlier run) | {took:.1f} |" in resumed.table()
+
+
+def test_moving_average_is_a_trailing_mean_that_keeps_every_step() -> None:
+    values = [4.0, 0.0, 2.0, 6.0, 1.0]
+    smoothed = moving_average(values, 3)
+    assert len(smoothed) == len(values)
+    for index, value in enumerate(smoothed):
+        window = values[max(0, index - 2): index + 1]
+        assert value == pytest.approx(sum(window) / len(window))
+
+
+@pytest.mark.parametrize(("taus", "panels"), [([0.07] * 30, 1), ([0.07 - 0.001 * i for i in range(30)], 2)])
+def test_training_curve_has_a_tau_panel_only_when_tau_is_learned(tmp_path: Path, taus: list[float],
+                                                                  panels: int) -> None:
+    from PIL import Image
+
+    log = tmp_path / "train_log.jsonl"
+    log.write_text("".join(json.dumps({"step": step, "loss": 5.0 - 0.1 * step + (step % 3), "tau": tau}) + "\n"
+                           for step, tau in enumerate(taus)))
+    with Image.open(plot_training_curve(log, tmp_path / "curve.png")) as image:
+        width, height = image.size
+    assert width / height == pytest.approx((10 if panels == 2 else 6) / 3.5, rel=0.02)

@@ -20,19 +20,25 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import numpy as np
 
 from data_prep.synth import generate
 from vis_embed import resources
 from vis_embed.errors import ConfigError
-from vis_embed.io import atomic_path, atomic_write_text
+from vis_embed.evaluation.report import model_label
+from vis_embed.io import atomic_path, atomic_write_json, atomic_write_text
 from vis_embed.model.tiny import build_tiny_checkpoint
 
 # torch-heavy modules (evaluation.api, training.*) are imported inside the stages that use
 # them, so that ``vis-embed quickstart --help`` answers at once.
+T = TypeVar("T")
+STAGE_TIMES = "stage_times.json"
+SMOOTHING_STEPS = 15  # moving-average window of the loss curve (the raw loss is drawn faintly)
 STAGE_KEYS = ("Cls", "Ret", "ID-Rec", "Re-ID", "ID-Grd", "ID-Edit", "IND", "OOD", "MMEB", "MVEB", "overall")
 
 
@@ -61,13 +67,46 @@ def recipe_path(explicit: Path | None = None) -> Iterator[Path]:
     yield Path(explicit)
 
 
-def _stage(title: str) -> float:
-    print(f"\n== {title}", flush=True)
-    return time.perf_counter()
+class StageClock:
+    """Seconds per stage, kept in ``OUT/stage_times.json``.
 
+    A resumed quickstart finds a finished stage's output in a fraction of a second; report.md
+    must still show how long the stage took when it did the work (and say it was resumed),
+    not the near-zero time of finding it done.
+    """
 
-def _done(started: float, what: str) -> None:
-    print(f"   {what} ({time.perf_counter() - started:.1f} s)", flush=True)
+    def __init__(self, out: Path, total: int) -> None:
+        self.path = out / STAGE_TIMES
+        self.seconds: dict[str, float] = (json.loads(self.path.read_text(encoding="utf-8"))
+                                          if self.path.is_file() else {})
+        self.resumed: list[str] = []
+        self.total, self.number = total, 0
+
+    def run(self, name: str, title: str, done_marker: Path | None, work: Callable[[], T]) -> T:
+        """Run ``work`` (which skips itself when ``done_marker`` exists) and record its time
+        (not for a stage without a marker: it redoes its work every time, e.g. the report)."""
+        self.number += 1
+        finished = done_marker is not None and done_marker.exists()
+        print(f"\n== {self.number}/{self.total} {title}{' (done in an earlier run)' if finished else ''}", flush=True)
+        started = time.perf_counter()
+        result = work()
+        elapsed = time.perf_counter() - started
+        if finished:
+            self.resumed.append(name)
+        elif done_marker is not None:
+            self.seconds[name] = elapsed
+            atomic_write_json(self.path, self.seconds)
+        print(f"   {result if isinstance(result, Path) else done_marker} ({elapsed:.1f} s)", flush=True)
+        return result
+
+    def table(self) -> list[str]:
+        """Markdown rows: the recorded seconds; a resumed stage says so."""
+        rows = ["| stage | seconds |", "|---|---:|"]
+        for name in dict.fromkeys([*self.seconds, *self.resumed]):
+            seconds = self.seconds.get(name)
+            note = " (resumed: done by an earlier run)" if name in self.resumed else ""
+            rows.append(f"| {name}{note} | {'–' if seconds is None else f'{seconds:.1f}'} |")
+        return rows
 
 
 def render_data(out: Path, seed: int, size: str, show_progress: bool) -> Path:
@@ -113,8 +152,17 @@ def train(out: Path, model_dir: Path, synth_dir: Path, seed: int, steps: int | N
     return Trainer(recipe, resume=resume, show_progress=show_progress).train()
 
 
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over the last ``window`` values (fewer at the start, so no step is dropped)."""
+    sums = np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=np.float64))])
+    ends = np.arange(1, len(values) + 1)
+    starts = np.maximum(ends - window, 0)
+    return ((sums[ends] - sums[starts]) / (ends - starts)).tolist()
+
+
 def plot_training_curve(log_path: Path, out_path: Path) -> Path | None:
-    """Loss and tau against the step, from the trainer's ``train_log.jsonl``."""
+    """The loss (raw, faint, and its moving average) against the step, from the trainer's
+    ``train_log.jsonl``; a temperature panel only when tau was learned (a fixed tau is a flat line)."""
     if not log_path.is_file():
         return None
     import matplotlib
@@ -123,12 +171,21 @@ def plot_training_curve(log_path: Path, out_path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     rows = [json.loads(line) for line in log_path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    steps = [row["step"] for row in rows]
-    figure, (loss_axis, tau_axis) = plt.subplots(1, 2, figsize=(10, 3.5))
-    loss_axis.plot(steps, [row["loss"] for row in rows], linewidth=0.8)
-    loss_axis.set(xlabel="step", ylabel="InfoNCE loss", title="training loss")
-    tau_axis.plot(steps, [row["tau"] for row in rows], color="tab:orange")
-    tau_axis.set(xlabel="step", ylabel="tau", title="temperature")
+    steps, losses, taus = ([row[key] for row in rows] for key in ("step", "loss", "tau"))
+    tau_learned = max(taus) - min(taus) > 1e-6 * max(abs(tau) for tau in taus)
+    figure, axes = plt.subplots(1, 2 if tau_learned else 1, figsize=(10, 3.5) if tau_learned else (6, 3.5),
+                                squeeze=False)
+    loss_axis = axes[0][0]
+    window = min(SMOOTHING_STEPS, len(losses))
+    loss_axis.plot(steps, losses, linewidth=0.6, alpha=0.3, color="tab:blue", label="per step")
+    loss_axis.plot(steps, moving_average(losses, window), linewidth=1.6, color="tab:blue",
+                   label=f"mean of the last {window} steps")
+    title = "training loss" if tau_learned else f"training loss (tau fixed at {taus[0]:.3f})"
+    loss_axis.set(xlabel="step", ylabel="InfoNCE loss", title=title)
+    loss_axis.legend(loc="upper right", fontsize=8)
+    if tau_learned:
+        axes[0][1].plot(steps, taus, color="tab:orange")
+        axes[0][1].set(xlabel="step", ylabel="tau", title="temperature (learned)")
     figure.tight_layout()
     with atomic_path(out_path) as tmp:
         figure.savefig(tmp, dpi=110)
@@ -157,8 +214,23 @@ def comparison_markdown(before: dict[str, Any], after: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _bar_chart_section(out: Path, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Per meta-task, the untrained chart beside the trained one (their titles name the model)."""
+    charts = sorted((out / "after" / "plots").glob("*.png")) if (out / "after" / "plots").is_dir() else []
+    if not charts:
+        return []
+    parts = ["## Precision@1 per meta-task", "",
+             f"Left: {model_label(before.get('model', {}))}; right: {model_label(after.get('model', {}))}.", ""]
+    for chart in charts:
+        untrained = out / "before" / "plots" / chart.name
+        pair = [f"![{chart.stem} untrained]({untrained.relative_to(out)})"] if untrained.is_file() else []
+        parts.append(" ".join([*pair, f"![{chart.stem} trained]({chart.relative_to(out)})"]))
+    return [*parts, ""]
+
+
 def write_report(out: Path, before: dict[str, Any], after: dict[str, Any], curve: Path | None,
-                 timings: dict[str, float]) -> Path:
+                 stage_rows: list[str]) -> Path:
+    """OUT/report.md: the before/after tables, bar charts, training curve, grids and stage times."""
     grids = sorted((out / "after" / "grids").glob("*.png")) if (out / "after" / "grids").is_dir() else []
     parts = [
         "# vis_embed quickstart report", "",
@@ -167,14 +239,14 @@ def write_report(out: Path, before: dict[str, Any], after: dict[str, Any], curve
         "identities only: nothing evaluated here was seen in training.", "",
         "## Precision@1 (%)", "", comparison_markdown(before, after), "",
     ]
+    parts += _bar_chart_section(out, before, after)
     if curve is not None:
-        parts += ["## Training curve", "", f"![loss and tau]({curve.relative_to(out)})", ""]
+        parts += ["## Training curve", "", f"![training loss]({curve.relative_to(out)})", ""]
     if grids:
         parts += ["## Retrieval examples after training (green = correct identity)", ""]
         parts += [f"![{grid.stem}]({grid.relative_to(out)})" for grid in grids]
         parts.append("")
-    parts += ["## Time per stage", "", "| stage | seconds |", "|---|---:|"]
-    parts += [f"| {stage} | {seconds:.1f} |" for stage, seconds in timings.items()]
+    parts += ["## Time per stage", "", *stage_rows]
     report = out / "report.md"
     atomic_write_text(report, "\n".join(parts) + "\n")
     return report
@@ -183,43 +255,38 @@ def write_report(out: Path, before: dict[str, Any], after: dict[str, Any], curve
 def run_quickstart(out: Path, seed: int = 0, steps: int | None = None, size: str = "small",
                    recipe: Path | None = None, overrides: list[str] | None = None,
                    show_progress: bool = True) -> dict[str, Any]:
-    """Run every stage; return ``{"before", "after", "report", "timings"}``."""
+    """Run every stage; return ``{"before", "after", "report", "timings", "resumed"}``.
+
+    ``timings``: seconds per stage as recorded when the stage did its work (a resumed stage
+    keeps its earlier time); ``resumed``: the stages found done by an earlier run.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    timings: dict[str, float] = {}
-
-    started = _stage("1/6 rendering the synthetic identity benchmark")
-    synth_dir = render_data(out, seed, size, show_progress)
-    timings["render data"] = time.perf_counter() - started
-    _done(started, f"{synth_dir}")
-
-    started = _stage("2/6 building a tiny random Qwen2-VL")
-    model_dir = build_quickstart_checkpoint(out, seed)
-    timings["build model"] = time.perf_counter() - started
-    _done(started, f"{model_dir}")
-
+    clock = StageClock(out, total=6)
+    synth_dir = clock.run("render data", "rendering the synthetic identity benchmark", out / "synth" / "synth.json",
+                          lambda: render_data(out, seed, size, show_progress))
+    model_dir = clock.run("build model", "building a tiny random Qwen2-VL", out / "model" / "config.json",
+                          lambda: build_quickstart_checkpoint(out, seed))
     benchmark = synth_dir / "benchmark.yaml"
-    started = _stage("3/6 evaluating the untrained model")
-    before = evaluate(model_dir, None, benchmark, out / "before", show_progress)
-    timings["evaluate untrained"] = time.perf_counter() - started
-    _done(started, f"{out / 'before' / 'results.json'}")
+    before = clock.run("evaluate untrained", "evaluating the untrained model", out / "before" / "results.json",
+                       lambda: evaluate(model_dir, None, benchmark, out / "before", show_progress))
 
-    started = _stage("4/6 scheduling and training (LoRA, GradCache)")
-    with recipe_path(recipe) as recipe_file:
-        adapter = train(out, model_dir, synth_dir, seed, steps, recipe_file, list(overrides or []), show_progress)
-    timings["schedule + train"] = time.perf_counter() - started
-    _done(started, f"{adapter}")
+    def schedule_and_train() -> Path:
+        with recipe_path(recipe) as recipe_file:
+            return train(out, model_dir, synth_dir, seed, steps, recipe_file, list(overrides or []), show_progress)
 
-    started = _stage("5/6 evaluating the trained adapter")
-    after = evaluate(model_dir, adapter, benchmark, out / "after", show_progress)
-    timings["evaluate trained"] = time.perf_counter() - started
-    _done(started, f"{out / 'after' / 'results.json'}")
+    adapter = clock.run("schedule + train", "scheduling and training (LoRA, GradCache)",
+                        out / "run" / "final" / "adapter_config.json", schedule_and_train)
+    after = clock.run("evaluate trained", "evaluating the trained adapter", out / "after" / "results.json",
+                      lambda: evaluate(model_dir, adapter, benchmark, out / "after", show_progress))
 
-    started = _stage("6/6 writing the report")
-    curve = plot_training_curve(out / "run" / "train_log.jsonl", out / "train_curve.png")
-    report = write_report(out, before, after, curve, timings)
-    _done(started, f"{report}")
-    return {"before": before, "after": after, "report": report, "timings": timings}
+    def write() -> Path:
+        curve = plot_training_curve(out / "run" / "train_log.jsonl", out / "train_curve.png")
+        return write_report(out, before, after, curve, clock.table())
+
+    report = clock.run("write report", "writing the report", None, write)
+    return {"before": before, "after": after, "report": report, "timings": dict(clock.seconds),
+            "resumed": clock.resumed}
 
 
 def run(args: argparse.Namespace) -> int:

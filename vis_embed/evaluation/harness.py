@@ -183,7 +183,8 @@ class Harness:
         }
         if self.settings.pictures and outcome.examples:
             grid_path = self.out_dir / "grids" / f"{safe_name(spec.name)}.png"
-            retrieval_grid(outcome.examples, grid_path, title=f"{spec.name} ({spec.meta_task})")
+            retrieval_grid(outcome.examples, grid_path, title=f"{spec.name} ({spec.meta_task})",
+                           instruction=spec.query_instruction)
             result["grid"] = str(grid_path.relative_to(self.out_dir))
         atomic_write_json(result_path, {"key": key, "result": result})
         return result

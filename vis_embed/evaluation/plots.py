@@ -1,7 +1,7 @@
 """Pictures of an evaluation: a bar chart per meta-task and retrieval grids.
 
-A retrieval grid shows, for a few queries of a dataset, the query (blue border) followed
-by its top-5 results, with a green border for a positive and red for a negative and the
+A retrieval grid shows the dataset and the instruction its queries were encoded with, then,
+for a few queries, the query (blue border) followed by its top-5 results, with a green border for a positive and red for a negative and the
 cosine score underneath -- the fastest way to see *what* a model confuses.
 Grids are drawn with PIL only (no font or backend dependencies); bar charts use
 matplotlib's Agg backend at a fixed size of ``BAR_FIGSIZE x BAR_DPI`` pixels.
@@ -17,12 +17,15 @@ from typing import Any
 from PIL import Image, ImageDraw, ImageOps
 
 from vis_embed.evaluation.layouts import Example
+from vis_embed.evaluation.report import model_label
 from vis_embed.io import atomic_path, safe_name
 
 TILE = 128          # pixels of one image tile
 GAP = 6             # border width around a tile (the colour carries the verdict)
 CAPTION = 16        # text line under each tile
-HEADER = 20         # title line on top of a grid
+HEADER = 34         # two lines on top of a grid: the title, then the query instruction
+HEADER_LINE = 15    # pixels per header line
+HEADER_CHARS = 130  # characters that fit a header line of the default bitmap font
 TOP_K = 5
 QUERY_COLOUR, POSITIVE_COLOUR, NEGATIVE_COLOUR = (40, 90, 220), (20, 170, 60), (215, 40, 40)
 BAR_FIGSIZE, BAR_DPI = (8.0, 4.0), 100
@@ -52,12 +55,16 @@ def _tile(item: dict[str, Any], tile: int) -> Image.Image:
 
 
 def retrieval_grid(examples: Sequence[Example], path: str | Path, title: str = "",
-                   tile: int = TILE, top_k: int = TOP_K) -> Path:
-    """Write a PNG: one row per example, the query then its top-``top_k`` results."""
+                   tile: int = TILE, top_k: int = TOP_K, instruction: str | None = None) -> Path:
+    """Write a PNG: the title and the query ``instruction``, then one row per example: the query
+    and its top-``top_k`` results.  The instruction is shown because it decides what "the same"
+    means for the model (the same object, the same colour, ...)."""
     width, height = grid_size(len(examples), tile, top_k)
     grid = Image.new("RGB", (width, height), (255, 255, 255))
     draw = ImageDraw.Draw(grid)
-    draw.text((4, 4), title[:120], fill=(0, 0, 0))
+    draw.text((4, 3), textwrap.shorten(title, HEADER_CHARS, placeholder="..."), fill=(0, 0, 0))
+    shown = textwrap.shorten(f"query instruction: {instruction or '(none)'}", HEADER_CHARS, placeholder="...")
+    draw.text((4, 3 + HEADER_LINE), shown, fill=(70, 70, 70))
     cell_w, cell_h = tile + 2 * GAP, tile + 2 * GAP + CAPTION
     for row, example in enumerate(examples):
         top = HEADER + row * cell_h
@@ -76,7 +83,10 @@ def retrieval_grid(examples: Sequence[Example], path: str | Path, title: str = "
 
 
 def meta_task_bars(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
-    """One PNG per meta-task: P@1 of each of its datasets, with the meta-task mean as a line."""
+    """One PNG per meta-task: P@1 of each of its datasets, with the meta-task mean as a line.
+
+    The title names the model *and* the adapter, so the charts of a base model and of its
+    trained adapter (e.g. the quickstart's before/after) cannot be mistaken for each other."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,7 +107,7 @@ def meta_task_bars(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
         axes.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
         axes.set_ylim(0, 100)
         axes.set_ylabel("Precision@1 (%)")
-        axes.set_title(f"{task}: {results['model'].get('name') or 'model'} (teal IND, orange OOD)", fontsize=9)
+        axes.set_title(f"{task}: {model_label(results.get('model', {}))} (teal IND, orange OOD)", fontsize=9)
         axes.legend(loc="upper right", fontsize=7)
         figure.tight_layout()
         path = Path(out_dir) / f"{safe_name(task)}.png"

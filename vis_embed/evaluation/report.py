@@ -132,13 +132,16 @@ def models_table(models: dict[str, dict[str, float]], reference_rows: Sequence[d
     return "\n".join(lines)
 
 
+def model_label(model: dict[str, Any]) -> str:
+    """``NAME + ADAPTER`` of a results.json ``model`` block (just NAME without an adapter)."""
+    label = model.get("name") or "this model"
+    return f"{label} + {model['adapter']}" if model.get("adapter") else label
+
+
 def markdown(results: dict[str, Any], reference_rows: Sequence[dict[str, str]] = ()) -> str:
     """Table 1 layout (published rows, then ours in bold), IND/OOD, then every dataset."""
     groups = results["groups"]
-    model = results.get("model", {})
-    ours = model.get("name") or "this model"
-    if model.get("adapter"):
-        ours += f" + {model['adapter']}"
+    ours = model_label(results.get("model", {}))
     lines = ["## Precision@1 (%), Table 1 layout", "", models_table({ours: groups}, reference_rows, extra_columns=())]
     lines += ["", "MMEB / MVEB = unweighted mean over datasets (not over meta-tasks).", ""]
     splits = [key for key in ("IND", "OOD", "overall") if key in groups]
