@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.common import relative_to, write_report
-from vis_embed.data.records import RowContext, check_bbox, is_url
+from vis_embed.data.images import is_url
+from vis_embed.data.items import check_bbox
+from vis_embed.data.records import RowContext
 from vis_embed.data.tables import write_table
 from vis_embed.errors import DataError
 
@@ -69,7 +71,7 @@ def _parse_bbox(value: str, ctx: RowContext) -> list[float]:
         parsed = json.loads(text) if text.startswith("[") else [float(v) for v in text.split(",")]
     except ValueError:
         raise ctx.error("bbox", f"cannot parse {value!r}; use x0,y0,x1,y1") from None
-    return check_bbox(parsed, ctx)
+    return check_bbox(parsed, "bbox", path=ctx.path, line=ctx.line)
 
 
 def identity_csv_rows(csv_path: str | Path, out_dir: str | Path, image_root: str | Path | None = None

@@ -25,10 +25,10 @@ from typing import Any
 from tqdm import tqdm
 
 from data_prep.common import discover_sources, read_sources, relative_to, write_report, write_yaml
-from vis_embed.data.records import is_url
+from vis_embed.data.images import is_url
 from vis_embed.data.tables import write_table
 from vis_embed.errors import DataError
-from vis_embed.evaluation.taxonomy import MMEB_DATASETS
+from vis_embed.data.taxonomy import MMEB_DATASETS
 
 TRAIN_COLUMNS: tuple[str, ...] = ("qry", "qry_image_path", "pos_text", "pos_image_path",
                                   "neg_text", "neg_image_path")

@@ -123,7 +123,7 @@ def test_malformed_manifest_top_level(bench_dir: Path) -> None:
 @pytest.mark.parametrize("row, pattern", [
     ({"id": "x", "query": {"text": "q"}}, r"cand.jsonl:1: field 'candidates': missing required field"),
     ({"id": "x", "query": {"text": "q"}, "candidates": []}, r"field 'candidates': expected a non-empty list"),
-    ({"id": "x", "query": {"text": "q"}, "candidates": [{"text": 5}]}, r"field 'candidates\[0\].text': expected a string"),
+    ({"id": "x", "query": {"text": "q"}, "candidates": [{"text": 5}]}, r"field 'candidates\[0\].text': must be a string"),
     ({"id": "x", "query": {"image": "missing.png"}, "candidates": [{"text": "a"}]},
      r"field 'query.image': image file not found"),
     ({"query": {"text": "q"}, "candidates": [{"text": "a"}]}, r"field 'id': missing required field"),

@@ -166,7 +166,7 @@ def test_missing_pairs_side(data_dir: Path) -> None:
 def test_empty_item(data_dir: Path) -> None:
     rows = _pairs_rows()
     rows[0]["query"] = {"text": ""}
-    _expect(data_dir, r"pairs.jsonl:1: field 'query': an item needs", pairs_rows=rows)
+    _expect(data_dir, r"pairs.jsonl:1: field 'query.image': item has neither an image nor a text", pairs_rows=rows)
 
 
 def test_unknown_item_key(data_dir: Path) -> None:

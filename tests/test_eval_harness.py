@@ -14,16 +14,17 @@ from PIL import Image
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation import plots, protocols
 from vis_embed.evaluation.harness import EvalSettings, Harness
-from vis_embed.evaluation.layouts import DatasetSpec
+from vis_embed.data import EvalDatasetSpec as DatasetSpec
 
 
 def _specs(files: dict[str, Path]) -> list[DatasetSpec]:
     return [
-        DatasetSpec("Cand", "candidates", "ID-Rec", "IND", "MVEB", {"path": files["candidates"]}, files["images"],
-                    "Find the same object.", "Represent the image."),
-        DatasetSpec("Gal", "gallery", "Re-ID", "OOD", "MVEB",
-                    {"queries": files["queries"], "gallery": files["gallery"]}, files["images"],
-                    "Find the same object.", "Represent the image."),
+        DatasetSpec("Cand", "candidates", "ID-Rec", "IND", "MVEB", path=files["candidates"],
+                    image_root=files["images"], query_instruction="Find the same object.",
+                    candidate_instruction="Represent the image."),
+        DatasetSpec("Gal", "gallery", "Re-ID", "OOD", "MVEB", queries=files["queries"], gallery=files["gallery"],
+                    image_root=files["images"], query_instruction="Find the same object.",
+                    candidate_instruction="Represent the image."),
     ]
 
 
@@ -70,7 +71,7 @@ def test_gallery_excludes_the_query_itself_and_ranks_pessimistically(tmp_path: P
         {"id": "g2", "image": "decoy.png", "identity": "orange"},
         {"id": "g3", "image": "blue.png", "identity": "blue"},
     ])
-    spec = DatasetSpec("G", "gallery", "Re-ID", "IND", "MVEB", {"queries": queries, "gallery": gallery}, images)
+    spec = DatasetSpec("G", "gallery", "Re-ID", "IND", "MVEB", queries=queries, gallery=gallery, image_root=images)
     metrics = _run(FakeEncoder(), [spec], tmp_path / "out", pictures=False)["datasets"]["G"]["metrics"]
     # Remaining ranking: decoy (neg), red_far (pos), blue (neg): the positive is rank 2.
     assert metrics["P@1"] == 0.0
@@ -78,7 +79,7 @@ def test_gallery_excludes_the_query_itself_and_ranks_pessimistically(tmp_path: P
     assert metrics["recall@5"] == 100.0
 
     empty = write_jsonl(tmp_path / "empty.jsonl", [])
-    bad = DatasetSpec("E", "gallery", "Re-ID", "IND", "MVEB", {"queries": queries, "gallery": empty}, images)
+    bad = DatasetSpec("E", "gallery", "Re-ID", "IND", "MVEB", queries=queries, gallery=empty, image_root=images)
     with pytest.raises(DataError, match="empty.jsonl: data file has no rows"):
         _run(FakeEncoder(), [bad], tmp_path / "out2", pictures=False)
 
@@ -198,11 +199,11 @@ def test_peer_protocol_layouts_match_the_protocol_functions(tmp_path: Path) -> N
         for i, (c, d) in enumerate([("red", "red"), ("red", "yellow"), ("blue", "blue"), ("cyan", "blue")])
     ])
     common = {"image_root": images, "split": None, "benchmark": "other"}
-    specs = [DatasetSpec("AFC", "2afc", "2AFC", files={"path": afc}, **common),
-             DatasetSpec("NearID", "nearid", "NearID", files={"path": nearid}, **common),
-             DatasetSpec("TLL", "asym_recall", "AsymRecall", files={"path": pairs}, **common),
-             DatasetSpec("AP", "pair_ap", "PairAP", files={"path": pairs}, **common),
-             DatasetSpec("Corr", "human_corr", "HumanCorr", files={"path": pairs}, **common)]
+    specs = [DatasetSpec("AFC", "2afc", "2AFC", path=afc, **common),
+             DatasetSpec("NearID", "nearid", "NearID", path=nearid, **common),
+             DatasetSpec("TLL", "asym_recall", "AsymRecall", path=pairs, **common),
+             DatasetSpec("AP", "pair_ap", "PairAP", path=pairs, **common),
+             DatasetSpec("Corr", "human_corr", "HumanCorr", path=pairs, **common)]
     results = _run(encoder, specs, tmp_path / "out", pictures=False)
     got = {name: entry["metrics"] for name, entry in results["datasets"].items()}
 
@@ -235,7 +236,7 @@ def test_peer_protocol_rows_are_validated(tmp_path: Path) -> None:
         {"id": "t0", "reference": "red_0.png", "a": "red_1.png", "b": "blue_1.png", "label": 1},
         {"id": "t1", "reference": "red_0.png", "a": "missing.png", "b": "blue_1.png", "label": 1},
     ])
-    spec = DatasetSpec("AFC", "2afc", "2AFC", files={"path": rows}, image_root=files["images"])
+    spec = DatasetSpec("AFC", "2afc", "2AFC", path=rows, image_root=files["images"])
     with pytest.raises(DataError, match=r"afc.jsonl:2: field 'a.image': image file not found"):
         _run(FakeEncoder(), [spec], tmp_path / "out", pictures=False)
     write_jsonl(rows, [{"id": "t0", "reference": "red_0.png", "a": "red_1.png", "b": "blue_1.png", "label": 2}])

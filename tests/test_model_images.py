@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from vis_embed.errors import DataError
-from vis_embed.model import images
-from vis_embed.model.images import load_image
+from vis_embed.data import images
+from vis_embed.data.images import load_image
 
 
 @pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA", "P", "L", "1", "CMYK", "YCbCr", "I;16", "I", "F"])

@@ -96,15 +96,27 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` of a UTF-8 file; bytes that are not UTF-8 are a
+    ``DataError`` naming the file and line (not a ``UnicodeDecodeError`` without either)."""
+    path = Path(path)
+    with path.open("rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            try:
+                yield line_number, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"not UTF-8 text (invalid byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)",
+                                path=path, line=line_number) from None
+
+
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-empty line; errors name file and line."""
     path = Path(path)
     if not path.is_file():
         raise DataError("file not found", path=path)
-    with path.open("r", encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if line.strip():
-                yield line_number, parse_jsonl_line(line, path, line_number)
+    for line_number, line in read_text_lines(path):
+        if line.strip():
+            yield line_number, parse_jsonl_line(line, path, line_number)
 
 
 def parse_jsonl_line(line: str, path: str | Path, line_number: int) -> dict[str, Any]:

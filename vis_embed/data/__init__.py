@@ -10,6 +10,7 @@ Formats are documented in docs/data.md.  Entry points::
 from __future__ import annotations
 
 from vis_embed.data.benchmark import (
+    FILE_ROLES,
     LAYOUTS,
     Benchmark,
     CandidateQuery,
@@ -20,6 +21,9 @@ from vis_embed.data.benchmark import (
     load_candidates,
     load_gallery,
 )
+from vis_embed.data.factorize import factorize
+from vis_embed.data.images import crop_to_bbox, is_url, load_image, resolve_image
+from vis_embed.data.items import ITEM_KEYS, Item, check_bbox, check_item
 from vis_embed.data.tables import read_table, write_table
 from vis_embed.data.train import (
     KINDS,
@@ -31,7 +35,9 @@ from vis_embed.data.train import (
 )
 
 __all__ = [
-    "KINDS", "LAYOUTS", "Benchmark", "CandidateQuery", "DatasetArrays", "EvalDatasetSpec",
-    "GalleryData", "GalleryRow", "TrainDataConfig", "TrainDataset", "crop_image", "load_benchmark",
-    "load_candidates", "load_gallery", "load_train_config", "read_table", "write_table",
+    "FILE_ROLES", "ITEM_KEYS", "KINDS", "LAYOUTS", "Benchmark", "CandidateQuery", "DatasetArrays",
+    "EvalDatasetSpec", "GalleryData", "GalleryRow", "Item", "TrainDataConfig", "TrainDataset",
+    "check_bbox", "check_item", "crop_image", "crop_to_bbox", "factorize", "is_url", "load_benchmark",
+    "load_candidates", "load_gallery", "load_image", "load_train_config", "read_table",
+    "resolve_image", "write_table",
 ]

@@ -14,20 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vis_embed.data.records import (
-    ITEM_KEYS,
-    ImageChecker,
-    Item,
-    RowContext,
-    check_item,
-    require_str,
-    resolve_image,
-)
+from vis_embed.data.images import resolve_image
+from vis_embed.data.items import Item, check_item
+from vis_embed.data.records import ImageChecker, RowContext, require_str
 from vis_embed.data.tables import TABLE_SUFFIXES, read_table
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
 from vis_embed.errors import DataError
 from vis_embed.io import fingerprint_files, fingerprint_json
-from vis_embed.evaluation.taxonomy import (
+from vis_embed.data.taxonomy import (
     BENCHMARKS,
     MMEB_DATASETS,
     MMEB_META_TASKS,
@@ -36,9 +30,12 @@ from vis_embed.evaluation.taxonomy import (
     benchmark_of_meta_task,
 )
 
-LAYOUTS: tuple[str, ...] = ("candidates", "gallery", "2afc", "nearid", "pair_ap", "asym_recall",
-                            "human_corr")
-PEER_LAYOUTS: frozenset[str] = frozenset(LAYOUTS) - {"candidates", "gallery"}
+# The layouts this package reads rows of, then the peer protocols' (rows read by vis_embed.evaluation).
+RETRIEVAL_LAYOUTS: tuple[str, ...] = ("candidates", "gallery")
+PROTOCOL_LAYOUTS: tuple[str, ...] = ("2afc", "nearid", "asym_recall", "pair_ap", "human_corr")
+LAYOUTS: tuple[str, ...] = RETRIEVAL_LAYOUTS + PROTOCOL_LAYOUTS
+PEER_LAYOUTS: frozenset[str] = frozenset(PROTOCOL_LAYOUTS)
+FILE_ROLES: tuple[str, ...] = ("path", "queries", "gallery")
 BENCHMARK_CHOICES: tuple[str, ...] = (*BENCHMARKS, "other")
 
 _MANIFEST_KEYS = ("name", "datasets", "description")
@@ -90,15 +87,14 @@ class GalleryData:
 
 @dataclass(frozen=True)
 class EvalDatasetSpec:
-    """One dataset entry of a benchmark manifest, with paths resolved to absolute ones."""
+    """One evaluation dataset: a manifest entry (paths resolved to absolute ones), or one
+    built in code (``manifest_path``/``line`` then None).  The evaluation layouts read it."""
 
     name: str
-    benchmark: str
-    meta_task: str
-    split: str
     layout: str
-    manifest_path: Path
-    line: int
+    meta_task: str
+    split: str | None = None
+    benchmark: str | None = None
     path: Path | None = None
     queries: Path | None = None
     gallery: Path | None = None
@@ -106,6 +102,25 @@ class EvalDatasetSpec:
     query_instruction: str | None = None
     candidate_instruction: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    manifest_path: Path | None = None
+    line: int | None = None
+
+    @property
+    def files(self) -> dict[str, Path]:
+        """The data files this dataset names, by role."""
+        return {role: Path(getattr(self, role)) for role in FILE_ROLES if getattr(self, role) is not None}
+
+    def file(self, role: str) -> Path:
+        """The data file in ``role`` (``path`` | ``queries`` | ``gallery``) of this layout."""
+        value = getattr(self, role) if role in FILE_ROLES else None
+        if value is None:
+            raise DataError(f"dataset {self.name!r} (layout {self.layout}) needs '{role}'",
+                            path=self.manifest_path, line=self.line, field=role)
+        return Path(value)
+
+    def root_for(self, role: str) -> Path:
+        """Folder relative image paths of ``role``'s file are resolved against."""
+        return Path(self.image_root) if self.image_root is not None else self.file(role).parent
 
     def load_candidates(self, *, check_images: bool = True) -> list[CandidateQuery]:
         if self.layout != "candidates":
@@ -259,17 +274,29 @@ def _check_taxonomy(name: str, benchmark: str, meta_task: str, split: str, fail:
 # Rows of the two layouts
 
 
-def _resolved_item(item: dict[str, Any], image_root: Path, field_name: str, ctx: RowContext,
-                   checker: ImageChecker, shared: dict[tuple[Any, Any], Item] | None = None) -> Item:
-    """The item with its image resolved; equal items share one dict via ``shared``."""
-    key = (item.get("image"), item.get("text"))
-    if shared is not None and key in shared:
-        return shared[key]
-    image = key[0]
-    if image is not None:
-        image = resolve_image(image_root, image)
-        checker.check(image, f"{field_name}.image", ctx)
-    resolved = {"image": image, "text": key[1]}
+def _item_key(item: dict[str, Any]) -> tuple[Any, Any, Any]:
+    bbox = item.get("bbox")
+    return item.get("image"), item.get("text"), None if bbox is None else tuple(bbox)
+
+
+def _resolved_item(raw: Any, image_root: Path, field_name: str, ctx: RowContext,
+                   checker: ImageChecker, shared: dict[tuple[Any, Any, Any], Item] | None = None) -> Item:
+    """The validated item with its image resolved; equal items share one dict via ``shared``."""
+    if shared is not None and isinstance(raw, dict):
+        try:
+            known = shared.get(_item_key(raw))
+        except TypeError:  # an unhashable (hence invalid) value: check_item names it below
+            known = None
+        if known is not None and raw.keys() <= {"image", "text", "bbox"}:
+            return known  # an identical item was already validated
+    item = check_item(raw, field_name, path=ctx.path, line=ctx.line)
+    key = _item_key(item)
+    resolved = {"image": item.get("image"), "text": item.get("text")}
+    if resolved["image"] is not None:
+        resolved["image"] = resolve_image(resolved["image"], image_root)
+        checker.check(resolved["image"], f"{field_name}.image", ctx)
+    if "bbox" in item:
+        resolved["bbox"] = item["bbox"]
     if shared is not None:
         shared[key] = resolved
     return resolved
@@ -287,34 +314,24 @@ def load_candidates(path: str | Path, image_root: str | Path | None = None, *,
     checker = ImageChecker(check_images)
     queries: list[CandidateQuery] = []
     seen: dict[str, int] = {}
-    shared: dict[tuple[Any, Any], Item] = {}
+    shared: dict[tuple[Any, Any, Any], Item] = {}
     for line, row in read_table(path):
         ctx = RowContext(path, line)
         query_id = _unique_id(row, ctx, seen)
         if "query" not in row:
             raise ctx.error("query", "missing required field")
-        query = _resolved_item(check_item(row["query"], "query", ctx), image_root, "query", ctx, checker)
+        query = _resolved_item(row["query"], image_root, "query", ctx, checker)
         candidates = row.get("candidates")
         if "candidates" not in row:
             raise ctx.error("candidates", "missing required field")
         if not isinstance(candidates, list) or not candidates:
             raise ctx.error("candidates", "expected a non-empty list of items (positive first)")
-        items = [_candidate(candidate, k, image_root, ctx, checker, shared)
+        items = [_resolved_item(candidate, image_root, f"candidates[{k}]", ctx, checker, shared)
                  for k, candidate in enumerate(candidates)]
         queries.append(CandidateQuery(id=query_id, query=query, candidates=items, line=line))
     if not queries:
         raise DataError("data file has no rows", path=path)
     return queries
-
-
-def _candidate(raw: Any, position: int, image_root: Path, ctx: RowContext, checker: ImageChecker,
-               shared: dict[tuple[Any, Any], Item]) -> Item:
-    if isinstance(raw, dict) and raw.keys() <= ITEM_KEYS:
-        key = (raw.get("image"), raw.get("text"))
-        if all(v is None or isinstance(v, str) for v in key) and key in shared:
-            return shared[key]  # an identical item was already validated
-    field_name = f"candidates[{position}]"
-    return _resolved_item(check_item(raw, field_name, ctx), image_root, field_name, ctx, checker, shared)
 
 
 def _unique_id(row: dict[str, Any], ctx: RowContext, seen: dict[str, int]) -> str:
@@ -331,7 +348,7 @@ def _read_gallery_rows(path: Path, image_root: Path, checker: ImageChecker) -> l
     for line, row in read_table(path):
         ctx = RowContext(path, line)
         row_id = _unique_id(row, ctx, seen)
-        image = resolve_image(image_root, require_str(row, "image", ctx))  # type: ignore[arg-type]
+        image = resolve_image(require_str(row, "image", ctx), image_root)  # type: ignore[arg-type]
         checker.check(image, "image", ctx)
         identity = require_str(row, "identity", ctx)
         text = require_str(row, "text", ctx, optional=True)

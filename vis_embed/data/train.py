@@ -14,16 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from vis_embed.data.records import (
-    ImageChecker,
-    Item,
-    RowContext,
-    check_bbox,
-    check_id_list,
-    check_item,
-    require_str,
-    resolve_image,
-)
+from vis_embed.data.images import crop_to_bbox, load_image, resolve_image
+from vis_embed.data.items import Item, check_bbox, check_item
+from vis_embed.data.records import ImageChecker, RowContext, check_id_list, require_str
 from vis_embed.data.tables import TABLE_SUFFIXES, read_table
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
 from vis_embed.errors import DataError
@@ -103,12 +96,12 @@ class TrainDataset:
         return None if identity is None else f"{self.namespace}{IDENTITY_SEPARATOR}{identity}"
 
     def resolve_image(self, image: str) -> str:
-        return resolve_image(self.image_root, image)
+        return resolve_image(image, self.image_root)
 
     def query_item(self, rec: dict[str, Any]) -> Item:
         """Query side. Identity rows: the image, cropped to ``bbox`` (a PIL image) if set, + text."""
         if self.kind == "pairs":
-            return self._item(rec["query"])
+            return self._item(rec["query"], rec, "query")
         image_path = self.resolve_image(rec["image"])
         image: Any = image_path
         if "bbox" in rec:
@@ -118,13 +111,17 @@ class TrainDataset:
     def positive_item(self, rec: dict[str, Any]) -> Item:
         """Candidate side. Identity rows: the full image of the row (no crop, no text)."""
         if self.kind == "pairs":
-            return self._item(rec["positive"])
+            return self._item(rec["positive"], rec, "positive")
         return {"image": self.resolve_image(rec["image"]), "text": None}
 
-    def _item(self, obj: dict[str, Any]) -> Item:
+    def _item(self, obj: dict[str, Any], rec: dict[str, Any], side: str) -> Item:
+        """A pairs item with its image resolved, cropped to its ``bbox`` (a PIL image) if set."""
         image = obj.get("image")
-        return {"image": None if image is None else self.resolve_image(image),
-                "text": obj.get("text")}
+        if image is not None:
+            image = self.resolve_image(image)
+            if "bbox" in obj:
+                image = crop_image(image, obj["bbox"], (self.path, self._line(rec)), f"{side}.bbox")
+        return {"image": image, "text": obj.get("text")}
 
     def _line(self, rec: dict[str, Any]) -> int | None:
         position = self.index.get(rec.get("id"))  # type: ignore[arg-type]
@@ -157,20 +154,18 @@ def _dataset_arrays(dataset: TrainDataset) -> DatasetArrays:
     )
 
 
-def crop_image(image_path: str, bbox: list[float], where: tuple[Any, int | None] = (None, None)):
+def crop_image(image_path: str, bbox: list[float], where: tuple[Any, int | None] = (None, None),
+               field: str = "bbox") -> Any:
     """Load ``image_path`` as the model does (RGB, EXIF-upright) and crop it to ``bbox``.
 
     ``bbox`` is in pixels of the image *as displayed* (after EXIF orientation), the frame
     in which the positive side -- the full image -- reaches the model.
     """
-    from vis_embed.model.images import load_image
-
     image = load_image(image_path)
-    x0, y0, x1, y1 = bbox
-    if x1 > image.width or y1 > image.height:
-        raise DataError(f"box {bbox} lies outside the {image.width}x{image.height} image {image_path}",
-                        path=where[0], line=where[1], field="bbox")
-    return image.crop((round(x0), round(y0), round(x1), round(y1)))
+    try:
+        return crop_to_bbox(image, bbox, image_path)
+    except DataError as exc:  # name the data row, not only the image file
+        raise DataError(exc.reason, path=where[0], line=where[1], field=field) from None
 
 
 @dataclass
@@ -299,7 +294,7 @@ def _validate_identity_row(row: dict[str, Any], ctx: RowContext, dataset: TrainD
     require_str(row, "identity", ctx)
     require_str(row, "text", ctx, optional=True)
     if "bbox" in row:
-        check_bbox(row["bbox"], ctx)
+        check_bbox(row["bbox"], "bbox", path=ctx.path, line=ctx.line)
     checker.check(dataset.resolve_image(image), "image", ctx)  # type: ignore[arg-type]
 
 
@@ -308,7 +303,7 @@ def _validate_pairs_row(row: dict[str, Any], ctx: RowContext, dataset: TrainData
     for side in ("query", "positive"):
         if side not in row:
             raise ctx.error(side, "missing required field")
-        item = check_item(row[side], side, ctx)
+        item = check_item(row[side], side, path=ctx.path, line=ctx.line)
         if "image" in item:
             checker.check(dataset.resolve_image(item["image"]), f"{side}.image", ctx)
     require_str(row, "identity", ctx, optional=True)

@@ -24,13 +24,15 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm.auto import tqdm
 
+from vis_embed.data.benchmark import EvalDatasetSpec
+from vis_embed.data.images import is_url
+from vis_embed.data.taxonomy import group_means
 from vis_embed.errors import ConfigError
 from vis_embed.evaluation import layouts
 from vis_embed.evaluation.cache import ContentHasher, EmbeddingCache
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
 from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import EvalSettings
-from vis_embed.evaluation.taxonomy import group_means
 from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
 
 log = logging.getLogger(__name__)
@@ -76,7 +78,7 @@ class _ItemSigner:
     def __call__(self, item: dict[str, Any]) -> str:
         signed = dict(item)
         image = item.get("image")
-        if isinstance(image, str) and not image.startswith(("http://", "https://")):
+        if isinstance(image, str) and not is_url(image):
             signed["image"] = "sha256:" + self.hasher.file(image)
         return layouts.item_key(signed)
 
@@ -112,7 +114,7 @@ def _build_pools(prepared: layouts.PreparedDataset, sign: _ItemSigner, encoder_f
 
 
 class Harness:
-    """Runs a list of :class:`layouts.DatasetSpec` against one encoder into ``out_dir``."""
+    """Runs a list of :class:`EvalDatasetSpec` against one encoder into ``out_dir``."""
 
     def __init__(self, encoder: Encoder, out_dir: str | Path, settings: EvalSettings | None = None,
                  model_info: dict[str, Any] | None = None) -> None:
@@ -125,7 +127,7 @@ class Harness:
         self.hasher = ContentHasher()
         self.sign = _ItemSigner(self.hasher)
 
-    def select(self, specs: Sequence[layouts.DatasetSpec]) -> list[layouts.DatasetSpec]:
+    def select(self, specs: Sequence[EvalDatasetSpec]) -> list[EvalDatasetSpec]:
         wanted = self.settings.datasets
         if not wanted:
             return list(specs)
@@ -135,7 +137,7 @@ class Harness:
             raise ConfigError(f"unknown dataset(s) {unknown}; the manifest has {sorted(names)}")
         return [spec for spec in specs if spec.name in set(wanted)]
 
-    def run(self, specs: Sequence[layouts.DatasetSpec], benchmark_fingerprint: str | None = None) -> dict[str, Any]:
+    def run(self, specs: Sequence[EvalDatasetSpec], benchmark_fingerprint: str | None = None) -> dict[str, Any]:
         selected = self.select(specs)
         datasets: dict[str, dict[str, Any]] = {}
         progress = tqdm(selected, desc="datasets", unit="ds", disable=not self.settings.show_progress)
@@ -148,8 +150,10 @@ class Harness:
         self.write_outputs(results)
         return results
 
-    def _dataset_key(self, spec: layouts.DatasetSpec, prepared: layouts.PreparedDataset, pools: list[_Pool]) -> str:
-        spec_fields = asdict(spec)
+    def _dataset_key(self, spec: EvalDatasetSpec, prepared: layouts.PreparedDataset, pools: list[_Pool]) -> str:
+        # where the manifest and files live is not what the result depends on (their content is)
+        spec_fields = {key: value for key, value in asdict(spec).items()
+                       if key not in ("path", "queries", "gallery", "manifest_path", "line")}
         spec_fields["files"] = {role: self.hasher.file(path) for role, path in spec.files.items()}
         spec_fields["image_root"] = None  # content matters, not where it lives
         return fingerprint_json({
@@ -161,7 +165,7 @@ class Harness:
             "metrics_version": METRICS_VERSION,
         })
 
-    def run_dataset(self, spec: layouts.DatasetSpec) -> dict[str, Any]:
+    def run_dataset(self, spec: EvalDatasetSpec) -> dict[str, Any]:
         options = layouts.ScoringOptions(index=self.settings.index, depth=self.settings.depth,
                                          n_examples=self.settings.n_examples)
         prepared = layouts.prepare(spec, self.settings.max_queries, options)
@@ -189,7 +193,7 @@ class Harness:
         atomic_write_json(result_path, {"key": key, "result": result})
         return result
 
-    def _encode_pool(self, spec: layouts.DatasetSpec, pool: _Pool) -> np.ndarray:
+    def _encode_pool(self, spec: EvalDatasetSpec, pool: _Pool) -> np.ndarray:
         def encode(chunk: Sequence[dict[str, Any]]) -> np.ndarray:
             return self.encoder.encode(list(chunk), instruction=pool.instruction,
                                        batch_size=self.settings.batch_size,

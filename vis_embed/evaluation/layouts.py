@@ -1,6 +1,6 @@
 """Benchmark layouts: how a manifest entry's rows become items to encode and metrics.
 
-Every layout turns a :class:`DatasetSpec` into a :class:`PreparedDataset`: named *sides*
+Every layout turns an :class:`~vis_embed.data.benchmark.EvalDatasetSpec` into a :class:`PreparedDataset`: named *sides*
 (items + the instruction they are encoded with) and a ``score`` function mapping the
 sides' embeddings to metrics.  The harness encodes each distinct (instruction, item) once,
 whatever side or row it appears in.
@@ -20,42 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from vis_embed.data.records import ImageChecker, RowContext, resolve_image
+from vis_embed.data.benchmark import LAYOUTS, EvalDatasetSpec, load_candidates, load_gallery
+from vis_embed.data.factorize import factorize
+from vis_embed.data.images import resolve_image
+from vis_embed.data.items import Item, check_item
+from vis_embed.data.records import ImageChecker, RowContext
 from vis_embed.data.tables import read_table
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation import metrics, protocols, search
 
-
-Item = dict[str, Any]
-RETRIEVAL_LAYOUTS: tuple[str, ...] = ("candidates", "gallery")
-PROTOCOL_LAYOUTS: tuple[str, ...] = ("2afc", "nearid", "asym_recall", "pair_ap", "human_corr")
-LAYOUTS: tuple[str, ...] = RETRIEVAL_LAYOUTS + PROTOCOL_LAYOUTS
 GALLERY_FULL_RANKING_LIMIT = 10_000  # galleries up to this size are ranked completely
 GALLERY_DEFAULT_DEPTH = 1_000        # otherwise the top-1000 are ranked (mAP@1000 etc.)
-
-
-@dataclass
-class DatasetSpec:
-    """One benchmark dataset, independent of how the manifest was parsed."""
-
-    name: str
-    layout: str
-    meta_task: str
-    split: str | None = None
-    benchmark: str | None = None
-    files: dict[str, Path] = field(default_factory=dict)  # path | queries | gallery
-    image_root: Path | None = None
-    query_instruction: str | None = None
-    candidate_instruction: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def file(self, role: str) -> Path:
-        if role not in self.files:
-            raise ConfigError(f"dataset {self.name!r} (layout {self.layout}) needs '{role}'")
-        return self.files[role]
-
-    def root_for(self, role: str) -> Path:
-        return self.image_root if self.image_root is not None else self.file(role).parent
 
 
 @dataclass
@@ -92,14 +67,13 @@ class ScoringOptions:
 # ---------------------------------------------------------------- item helpers
 
 def normalise_item(value: Any, root: Path, path: Path, line: int, field_name: str) -> Item:
-    """``{"image"?: abs path, "text"?}`` (+ passthrough keys such as bbox); errors name the row."""
+    """The row's item (:func:`vis_embed.data.items.check_item`) with its image resolved
+    against ``root`` and checked to exist; errors name the row."""
     if isinstance(value, str):  # a bare string is an image path: convenient for peer protocols
         value = {"image": value}
-    if not isinstance(value, dict) or not (value.get("image") or value.get("text")):
-        raise DataError("expected an item with 'image' and/or 'text'", path=path, line=line, field=field_name)
-    item = dict(value)
-    if item.get("image"):
-        item["image"] = resolve_image(root, str(item["image"]))
+    item = check_item(value, field_name, path=path, line=line)
+    if "image" in item:
+        item["image"] = resolve_image(item["image"], root)
         ImageChecker().check(item["image"], f"{field_name}.image", RowContext(path, line))
     return item
 
@@ -109,7 +83,7 @@ def item_key(item: Item) -> str:
     return repr(sorted((k, repr(v)) for k, v in item.items()))
 
 
-def _rows(spec: DatasetSpec, role: str, max_rows: int | None = None) -> Iterable[tuple[int, dict[str, Any]]]:
+def _rows(spec: EvalDatasetSpec, role: str, max_rows: int | None = None) -> Iterable[tuple[int, dict[str, Any]]]:
     for count, (line, row) in enumerate(read_table(spec.file(role))):
         if max_rows is not None and count >= max_rows:
             return
@@ -128,13 +102,11 @@ def _clean(item: Item) -> Item:
     return {key: value for key, value in item.items() if value is not None}
 
 
-def prepare_candidates(spec: DatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
+def prepare_candidates(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
     """MMEB-eval: ``{"id", "query": item, "candidates": [item, ...]}``, positive first.
 
     Rows are read and validated by :func:`vis_embed.data.load_candidates`.
     """
-    from vis_embed.data import load_candidates
-
     rows = load_candidates(spec.file("path"), spec.root_for("path"))[:max_queries]
     queries = [_clean(row.query) for row in rows]
     pool: list[Item] = []
@@ -171,23 +143,20 @@ def prepare_candidates(spec: DatasetSpec, max_queries: int | None, options: Scor
 
 # ---------------------------------------------------------------- gallery
 
-def prepare_gallery(spec: DatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
+def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
     """Identity retrieval: rows ``{"id", "image", "text"?, "identity"}`` in queries and gallery.
 
     Rows are read and validated by :func:`vis_embed.data.load_gallery`.  Positives of a query
     are gallery rows of its identity; a gallery row with the query's id or the same resolved
     image file is excluded for that query (a query never finds itself).
     """
-    from vis_embed.data import load_gallery
-
     data = load_gallery(spec.file("queries"), spec.file("gallery"), spec.root_for("queries"))
     query_rows = data.queries[:max_queries]
     excluded = [np.asarray(e, dtype=np.int64) for e in data.excluded()[:max_queries]]
     queries = [_clean(row.item()) for row in query_rows]
     gallery = [_clean(row.item()) for row in data.gallery]
-    identity_codes: dict[str, int] = {}
-    gallery_codes = np.asarray([identity_codes.setdefault(r.identity, len(identity_codes)) for r in data.gallery])
-    query_codes = np.asarray([identity_codes.setdefault(r.identity, len(identity_codes)) for r in query_rows])
+    codes, _identities = factorize([r.identity for r in data.gallery] + [r.identity for r in query_rows])
+    gallery_codes, query_codes = codes[:len(data.gallery)], codes[len(data.gallery):]
     depth_option = spec.options.get("depth", options.depth)
     index_kind = spec.options.get("index", options.index)
     if index_kind not in search.INDEX_KINDS:  # checked before any encoding, not after it
@@ -235,7 +204,7 @@ def prepare_gallery(spec: DatasetSpec, max_queries: int | None, options: Scoring
 
 # ---------------------------------------------------------------- peer protocols
 
-def _pair_dataset(spec: DatasetSpec, rows: list[tuple[int, dict[str, Any]]],
+def _pair_dataset(spec: EvalDatasetSpec, rows: list[tuple[int, dict[str, Any]]],
                   score: Callable[[dict[str, np.ndarray]], Outcome]) -> PreparedDataset:
     """Pools "a" (query instruction) and "b" (candidate instruction) of the pair-row protocols."""
     return PreparedDataset({"a": (spec.query_instruction, _item_column(spec, rows, "a")),
@@ -243,12 +212,12 @@ def _pair_dataset(spec: DatasetSpec, rows: list[tuple[int, dict[str, Any]]],
                            score, [spec.file("path")])
 
 
-def _item_column(spec: DatasetSpec, rows: list[tuple[int, dict[str, Any]]], key: str) -> list[Item]:
+def _item_column(spec: EvalDatasetSpec, rows: list[tuple[int, dict[str, Any]]], key: str) -> list[Item]:
     path, root = spec.file("path"), spec.root_for("path")
     return [normalise_item(_require(row, key, path, line), root, path, line, key) for line, row in rows]
 
 
-def _float_column(spec: DatasetSpec, rows: list[tuple[int, dict[str, Any]]], key: str) -> np.ndarray:
+def _float_column(spec: EvalDatasetSpec, rows: list[tuple[int, dict[str, Any]]], key: str) -> np.ndarray:
     values = []
     for line, row in rows:
         value = _require(row, key, spec.file("path"), line)
@@ -262,7 +231,7 @@ def _rowwise_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("nd,nd->n", a.astype(np.float64), b.astype(np.float64))
 
 
-def prepare_2afc(spec: DatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
+def prepare_2afc(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
     """Rows ``{"id", "reference", "a", "b", "label"}``; label = share of humans choosing A."""
     rows = list(_rows(spec, "path", max_queries))
     labels = _float_column(spec, rows, "label")
@@ -283,7 +252,7 @@ def prepare_2afc(spec: DatasetSpec, max_queries: int | None, options: ScoringOpt
                            score, [spec.file("path")])
 
 
-def prepare_nearid(spec: DatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
+def prepare_nearid(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
     """Rows ``{"id", "views": [item, ...], "negatives": [item | null, ...]}`` (one per identity).
 
     ``negatives[i]`` is the near-identity negative n_i paired with view i (null: none).
@@ -323,7 +292,7 @@ def prepare_nearid(spec: DatasetSpec, max_queries: int | None, options: ScoringO
                             "negative": (spec.candidate_instruction, negatives)}, score, [path])
 
 
-def prepare_asym_recall(spec: DatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
+def prepare_asym_recall(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
     """Rows ``{"id", "a": item, "b": item}``: aligned pairs (e.g. two views of one identity)."""
     rows = list(_rows(spec, "path", max_queries))
     ks = tuple(int(k) for k in spec.options.get("ks", (1, 5, 10)))
@@ -335,7 +304,7 @@ def prepare_asym_recall(spec: DatasetSpec, max_queries: int | None, options: Sco
     return _pair_dataset(spec, rows, score)
 
 
-def prepare_pair_ap(spec: DatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
+def prepare_pair_ap(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
     """Rows ``{"id", "a": item, "b": item, "label": 0 | 1}`` (1 = same identity)."""
     rows = list(_rows(spec, "path", max_queries))
     labels = _float_column(spec, rows, "label")
@@ -349,7 +318,7 @@ def prepare_pair_ap(spec: DatasetSpec, max_queries: int | None, options: Scoring
     return _pair_dataset(spec, rows, score)
 
 
-def prepare_human_corr(spec: DatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
+def prepare_human_corr(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
     """Rows ``{"id", "a": item, "b": item, "score": float, "group"?: str}`` (human similarity)."""
     rows = list(_rows(spec, "path", max_queries))
     human = _float_column(spec, rows, "score")
@@ -363,14 +332,14 @@ def prepare_human_corr(spec: DatasetSpec, max_queries: int | None, options: Scor
     return _pair_dataset(spec, rows, score)
 
 
-PREPARERS: dict[str, Callable[[DatasetSpec, int | None, ScoringOptions], PreparedDataset]] = {
+PREPARERS: dict[str, Callable[[EvalDatasetSpec, int | None, ScoringOptions], PreparedDataset]] = {
     "candidates": prepare_candidates, "gallery": prepare_gallery, "2afc": prepare_2afc,
     "nearid": prepare_nearid, "asym_recall": prepare_asym_recall, "pair_ap": prepare_pair_ap,
     "human_corr": prepare_human_corr,
 }
 
 
-def prepare(spec: DatasetSpec, max_queries: int | None = None, options: ScoringOptions | None = None) -> PreparedDataset:
+def prepare(spec: EvalDatasetSpec, max_queries: int | None = None, options: ScoringOptions | None = None) -> PreparedDataset:
     if spec.layout not in PREPARERS:
         raise ConfigError(f"dataset {spec.name!r}: unknown layout {spec.layout!r}; expected one of {LAYOUTS}")
     return PREPARERS[spec.layout](spec, max_queries, options or ScoringOptions())

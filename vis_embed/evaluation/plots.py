@@ -16,6 +16,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageOps
 
+from vis_embed.data.images import is_url
 from vis_embed.evaluation.layouts import Example
 from vis_embed.evaluation.report import model_label
 from vis_embed.io import atomic_path, safe_name
@@ -40,7 +41,7 @@ def _tile(item: dict[str, Any], tile: int) -> Image.Image:
     """The item's image fitted into a square tile, or its text written on grey."""
     canvas = Image.new("RGB", (tile, tile), (235, 235, 235))
     image_path = item.get("image")
-    if isinstance(image_path, str) and not image_path.startswith(("http://", "https://")):
+    if isinstance(image_path, str) and not is_url(image_path):
         try:
             with Image.open(image_path) as image:
                 fitted = ImageOps.contain(image.convert("RGB"), (tile, tile))

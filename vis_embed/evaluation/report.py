@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from vis_embed import resources
 from vis_embed.errors import DataError
-from vis_embed.evaluation.taxonomy import (GROUP_KEYS, MMEB_DATASETS, MMEB_META_TASKS, MVEB_META_TASKS,
+from vis_embed.data.taxonomy import (GROUP_KEYS, MMEB_DATASETS, MMEB_META_TASKS, MVEB_META_TASKS,
                                            group_means, mmeb_entry)
 from vis_embed.io import atomic_write_text
 

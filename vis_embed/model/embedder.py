@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from vis_embed.data.images import image_size, is_url
+from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
 from vis_embed.io import fingerprint_files, fingerprint_json
 from vis_embed.model.batching import chunk_order
@@ -27,9 +29,7 @@ from vis_embed.model.embedding_model import (
     DEFAULT_MIN_PIXELS,
     EmbeddingModel,
     PreparedItem,
-    check_item,
 )
-from vis_embed.model.images import image_size, is_url
 from vis_embed.model.prompts import join_instruction
 
 # Keys that record how a file was loaded or written, not what the model computes.
@@ -77,7 +77,9 @@ class Embedder:
         """(N, D) float32, L2-normalised; row i is item i.
 
         A bad item raises :class:`DataError` (its ``field``, ``path`` for image files, and
-        ``item_index``: the position in ``items``).
+        ``item_index``: the position in ``items``).  Items follow the one item contract
+        (:mod:`vis_embed.data.items`): an unknown key such as ``"img"`` is an error naming it
+        and the item (``items[3].img``), and a ``bbox`` crops the image.
         """
         embeddings, _kept, _errors = self.encode_partial(
             items, instruction, batch_size, show_progress, base_dir, on_error="raise")
@@ -96,10 +98,10 @@ class Embedder:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        errors = _invalid_items(items, on_error)  # before any model work: a typo fails at once
         batches = chunk_order(self._length_estimates(items, instruction, base_dir), batch_size,
                               max_padding=MAX_PADDING)
         vectors: dict[int, np.ndarray] = {}
-        errors: dict[int, DataError] = {}
         progress = _progress(len(items), show_progress)
         try:
             with torch.inference_mode():
@@ -124,6 +126,8 @@ class Embedder:
         prepared: list[PreparedItem] = []
         kept: list[int] = []
         for index in indices:
+            if index in errors:  # rejected by the item contract (on_error="skip")
+                continue
             try:
                 prepared.append(self.model.prepare_one(items[index], instruction, base_dir))
             except DataError as exc:
@@ -151,12 +155,16 @@ class Embedder:
     def _visual_tokens(self, item: Any, base_dir: str | Path | None) -> int:
         """Merged visual tokens the processor will produce for the item's image (estimate)."""
         try:
-            image, _text = check_item(item)
+            checked = check_item(item)
         except DataError:
             return 0
+        image, bbox = checked.get("image"), checked.get("bbox")
         if image is None:
             return 0
-        size = None if is_url(image) else image_size(image, base_dir)
+        if bbox is not None:
+            size = (round(bbox[2] - bbox[0]), round(bbox[3] - bbox[1]))
+        else:
+            size = None if is_url(image) else image_size(image, base_dir)
         pixel_budget = self.model.max_pixels if size is None else \
             min(max(size[0] * size[1], self.model.min_pixels), self.model.max_pixels)
         return math.ceil(pixel_budget / (28 * 28))
@@ -175,6 +183,20 @@ class Embedder:
                 "dtype": str(model.dtype),
             })
         return self._fingerprint
+
+
+def _invalid_items(items: Sequence[Any], on_error: str) -> dict[int, DataError]:
+    """Items that break the item contract, by index (the first one raises with ``on_error="raise"``)."""
+    errors: dict[int, DataError] = {}
+    for index, item in enumerate(items):
+        try:
+            check_item(item, f"items[{index}]")
+        except DataError as exc:
+            exc.item_index = index  # type: ignore[attr-defined]  # callers map it to a line
+            if on_error == "raise":
+                raise exc from None
+            errors[index] = exc
+    return errors
 
 
 def _checkpoint_fingerprint(name_or_path: str | None, backbone: Any) -> str:

@@ -27,9 +27,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from vis_embed.data.images import crop_to_bbox, load_image
+from vis_embed.data.items import check_item
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES, TEXT_LORA_MODULES
-from vis_embed.model.images import load_image
 from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.prompts import build_prompt, check_prompt_format
 
@@ -51,22 +52,6 @@ class PreparedItem:
     @property
     def length(self) -> int:
         return int(self.input_ids.shape[0])
-
-
-def check_item(item: Any) -> tuple[Any, str | None]:
-    """Validate an item dict; return ``(image, text)``.  Errors name the field."""
-    if not isinstance(item, dict):
-        raise DataError(f"an item must be a dict with 'image' and/or 'text', got {type(item).__name__}")
-    image, text = item.get("image"), item.get("text")
-    if text is not None and not isinstance(text, str):
-        raise DataError(f"must be a string, got {type(text).__name__}", field="text")
-    if image is not None and not isinstance(image, (str, os.PathLike)) and not hasattr(image, "convert"):
-        raise DataError(f"must be a path, URL or PIL image, got {type(image).__name__}", field="image")
-    if isinstance(image, str) and not image.strip():
-        image = None
-    if image is None and (text is None or not text.strip()):
-        raise DataError("item has neither an image nor a text", field="image")
-    return image, text
 
 
 def default_device() -> torch.device:
@@ -220,13 +205,16 @@ class EmbeddingModel(torch.nn.Module):
     # ------------------------------------------------------------------ items -> tensors
     def prepare_one(self, item: dict[str, Any], instruction: str | None = None,
                     base_dir: str | Path | None = None) -> PreparedItem:
-        image, text = check_item(item)
+        item = check_item(item)
+        image, text = item.get("image"), item.get("text")
         pil_image = None
         if image is not None:
             try:
                 pil_image = load_image(image, base_dir=base_dir)
             except DataError as exc:
                 raise DataError(exc.reason, path=exc.path, line=exc.line, field="image") from None
+            if "bbox" in item:
+                pil_image = crop_to_bbox(pil_image, item["bbox"], None if hasattr(image, "convert") else str(image))
         prepared = self._process(pil_image, instruction, text)
         while self.max_length is not None and prepared.length > self.max_length and text:
             # Cut the end of the item's text only: visual tokens and the template must stay.

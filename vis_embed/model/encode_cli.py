@@ -1,8 +1,9 @@
 """Encode a JSONL of items into an ``.npy`` matrix: the library half of ``vis-embed encode``
 (arguments: :mod:`vis_embed.model.cli`).
 
-Input: one JSON object per line with ``image`` (path, relative to the JSONL's folder unless
-absolute, or an http(s) URL) and/or ``text``.
+Input: one JSON object per line: an item (:mod:`vis_embed.data.items`: ``image`` -- a path,
+relative to the JSONL's folder unless absolute, or an http(s) URL -- and/or ``text``, and
+optionally ``bbox``) plus an optional ``id``.  Any other key is an error naming it.
 
 Outputs (all written atomically):
 
@@ -23,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
-from vis_embed.io import atomic_path, atomic_write_json, parse_jsonl_line, write_jsonl
+from vis_embed.io import atomic_path, atomic_write_json, parse_jsonl_line, read_text_lines, write_jsonl
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from vis_embed.model.embedder import Embedder
 
@@ -35,28 +37,32 @@ def sidecar_paths(output: Path) -> tuple[Path, Path]:
     return Path(f"{stem}.ids.json"), Path(f"{stem}.rejects.jsonl")
 
 
-def read_items(path: Path, on_error: str) -> tuple[list[dict[str, Any]], list[int], list[dict[str, Any]]]:
-    """Parse the JSONL: ``(items, line_numbers, rejects)``; malformed lines raise or are rejected."""
+def read_items(path: Path, on_error: str) -> tuple[list[dict[str, Any]], list[Any], list[int], list[dict[str, Any]]]:
+    """Parse the JSONL: ``(items, ids, line_numbers, rejects)``; malformed lines and items that
+    break the item contract raise or are rejected."""
     if not path.is_file():
         raise DataError("input file not found", path=path)
     items: list[dict[str, Any]] = []
+    ids: list[Any] = []
     lines: list[int] = []
     rejects: list[dict[str, Any]] = []
-    with path.open("r", encoding="utf-8") as handle:
-        for line_number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = parse_jsonl_line(raw, path, line_number)
-            except DataError as error:
-                if on_error == "raise":
-                    raise
-                rejects.append({"line": line_number, "field": None, "reason": error.reason,
-                                "row": raw.rstrip("\n")})
-                continue
-            items.append({"image": row.get("image"), "text": row.get("text"), "id": row.get("id")})
-            lines.append(line_number)
-    return items, lines, rejects
+    for line_number, raw in read_text_lines(path):
+        if not raw.strip():
+            continue
+        try:
+            row = parse_jsonl_line(raw, path, line_number)
+            item = check_item({key: value for key, value in row.items() if key != "id"},
+                              path=path, line=line_number)
+        except DataError as error:
+            if on_error == "raise":
+                raise
+            rejects.append({"line": line_number, "field": error.field, "reason": error.reason,
+                            "row": raw.rstrip("\n")})
+            continue
+        items.append(item)
+        ids.append(row.get("id"))
+        lines.append(line_number)
+    return items, ids, lines, rejects
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,7 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
                  prompt_format: str = "chat", on_error: str = "raise", show_progress: bool = True) -> EncodedFile:
     """Encode every item of ``input_path`` with ``model`` (+ ``adapter``) into ``output`` and its sidecars."""
     input_path, output = Path(input_path), Path(output)
-    items, lines, rejects = read_items(input_path, on_error)
+    items, ids, lines, rejects = read_items(input_path, on_error)
     embedder = Embedder.from_pretrained(
         model, adapter=adapter, device=device, dtype=dtype,
         min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format)
@@ -96,13 +102,13 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
     for index, error in errors.items():
         anchored = _anchor(error, input_path, lines)
         rejects.append({"line": anchored.line, "field": anchored.field, "reason": anchored.reason,
-                        "row": _jsonable(items[index])})
+                        "row": _jsonable({**items[index], "id": ids[index]})})
     rejects.sort(key=lambda reject: reject["line"])
     ids_path, rejects_path = sidecar_paths(output)
     with atomic_path(output) as tmp:
         np.save(tmp, embeddings)
     atomic_write_json(ids_path, {"input": str(input_path), "lines": [lines[i] for i in kept],
-                                 "ids": [items[i].get("id") for i in kept]})
+                                 "ids": [ids[i] for i in kept]})
     if on_error == "skip":
         write_jsonl(rejects_path, rejects)
     return EncodedFile(output=output, rows=int(embeddings.shape[0]), dim=int(embeddings.shape[1]),

@@ -14,6 +14,7 @@ Resizing to the model's pixel budget (min/max pixels) is the processor's job, no
 from __future__ import annotations
 
 import io
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -29,15 +30,19 @@ URL_TIMEOUT_S = 30
 
 
 def is_url(source: Any) -> bool:
+    """True for an http(s) URL string (fetched, never resolved against a folder)."""
     return isinstance(source, str) and source.startswith(URL_PREFIXES)
 
 
-def resolve_image_path(source: str | Path, base_dir: str | Path | None = None) -> Path:
-    """``source`` if absolute, else relative to ``base_dir`` (or the working directory)."""
-    path = Path(source).expanduser()
-    if not path.is_absolute() and base_dir is not None:
-        path = Path(base_dir) / path
-    return path
+def resolve_image(source: str | Path, base_dir: str | Path | None = None) -> str:
+    """The image's location as a string: a URL unchanged; a path with ``~`` expanded, made
+    relative to ``base_dir`` unless absolute (no ``base_dir``: the working directory), normalised."""
+    if is_url(source):
+        return str(source)
+    path = os.path.expanduser(str(source))
+    if base_dir is not None:
+        path = os.path.join(base_dir, path)  # an absolute ``path`` wins: join drops base_dir
+    return os.path.normpath(path)
 
 
 def _fetch_url(url: str) -> bytes:
@@ -108,8 +113,8 @@ def load_image(source: str | Path | Image.Image, base_dir: str | Path | None = N
     if is_url(source):
         image = _open(io.BytesIO(_fetch_url(source)), source, max_image_pixels)
     elif isinstance(source, (str, Path)) and str(source):
-        path = resolve_image_path(source, base_dir)
-        image = _open(path, str(path), max_image_pixels)
+        path = resolve_image(source, base_dir)
+        image = _open(Path(path), path, max_image_pixels)
     else:
         raise DataError(f"image must be a path, URL or PIL image, got {type(source).__name__}")
     return to_rgb(ImageOps.exif_transpose(image) or image)
@@ -122,7 +127,21 @@ def image_size(source: str | Path | Image.Image, base_dir: str | Path | None = N
     if is_url(source) or not isinstance(source, (str, Path)):
         return None
     try:
-        with Image.open(resolve_image_path(source, base_dir)) as image:
+        with Image.open(resolve_image(source, base_dir)) as image:
             return image.size
     except Exception:  # the real load reports the error properly; this is only a hint
         return None
+
+
+def crop_to_bbox(image: Image.Image, bbox: list[float], name: str | None = None) -> Image.Image:
+    """``image`` (as loaded: RGB, EXIF-upright) cropped to ``bbox = [x0, y0, x1, y1]`` pixels.
+
+    The box is in the frame of the image *as displayed*, the frame in which an uncropped
+    item reaches the model; a box reaching past the image is an error, not a silent clamp.
+    """
+    x0, y0, x1, y1 = bbox
+    if x1 > image.width or y1 > image.height:
+        where = f" {name}" if name else ""
+        raise DataError(f"box {list(bbox)} lies outside the {image.width}x{image.height} image{where}",
+                        field="bbox")
+    return image.crop((round(x0), round(y0), round(x1), round(y1)))

@@ -1,0 +1,87 @@
+"""The item contract: what one thing to embed looks like, on every path.
+
+An item is a mapping with the keys
+
+* ``image``: a path (relative to the data file's folder or ``image_root``, or absolute), an
+  http(s) URL, or -- in the Python API -- an ``os.PathLike`` or a PIL image;
+* ``text``: a string;
+* ``bbox`` (optional): ``[x0, y0, x1, y1]`` in pixels of the image *as displayed* (after EXIF
+  orientation); the image is cropped to it before the model sees it.
+
+An item needs an image or a non-blank text; ``null`` means "absent".  Any other key is an
+error naming it: a typo such as ``"img"`` would otherwise turn an image item into a silent
+text-only (or empty) one.  :func:`check_item` is the one validator, used by the training
+data config (pairs rows), the benchmark manifest's rows, ``vis-embed encode`` and
+``Embedder.encode`` / ``EmbeddingModel`` -- so one item gets one decision everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from vis_embed.errors import DataError
+
+Item = dict[str, Any]
+ITEM_KEYS: tuple[str, ...] = ("image", "text", "bbox")
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _is_image_value(value: Any) -> bool:
+    """A path string, an ``os.PathLike`` or a PIL image (anything with ``convert``)."""
+    return isinstance(value, (str, os.PathLike)) or hasattr(value, "convert")
+
+
+def check_bbox(value: Any, field: str = "bbox", *, path: str | Path | None = None,
+               line: int | None = None) -> list[float]:
+    """``[x0, y0, x1, y1]`` in pixels of the displayed image, ``0 <= x0 < x1`` and ``0 <= y0 < y1``."""
+    if (not isinstance(value, (list, tuple)) or len(value) != 4
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+        raise DataError(f"expected [x0, y0, x1, y1] (4 numbers), got {value!r:.80}",
+                        path=path, line=line, field=field)
+    x0, y0, x1, y1 = value
+    if not (0 <= x0 < x1 and 0 <= y0 < y1):
+        raise DataError(f"empty or negative box {list(value)}: need 0 <= x0 < x1 and 0 <= y0 < y1",
+                        path=path, line=line, field=field)
+    return list(value)
+
+
+def check_item(value: Any, field: str | None = None, *, path: str | Path | None = None,
+               line: int | None = None) -> Item:
+    """Validate one item; return it with absent (``None``) keys dropped.
+
+    Errors are ``DataError``s naming ``path``/``line`` when given and the field, dotted
+    under ``field`` (``positive.img``, ``candidates[3].text``; without ``field``: ``img``).
+    """
+    def where(key: str | None) -> str | None:
+        if key is None:
+            return field
+        return key if field is None else f"{field}.{key}"
+
+    def fail(key: str | None, message: str) -> DataError:
+        return DataError(message, path=path, line=line, field=where(key))
+
+    if not isinstance(value, dict):
+        raise fail(None, f"an item must be an object with 'image' and/or 'text', got {_type_name(value)}")
+    unknown = [key for key in value if key not in ITEM_KEYS]
+    if unknown:
+        raise fail(str(unknown[0]), f"unknown item key {unknown[0]!r} (items have {', '.join(ITEM_KEYS)})")
+    item = {key: value[key] for key in ITEM_KEYS if value.get(key) is not None}
+    image, text = item.get("image"), item.get("text")
+    if image is not None and not _is_image_value(image):
+        raise fail("image", f"must be a path, URL or PIL image, got {_type_name(image)} ({image!r:.60})")
+    if isinstance(image, str) and not image.strip():
+        raise fail("image", "must not be empty (leave 'image' out, or null, for a text-only item)")
+    if text is not None and not isinstance(text, str):
+        raise fail("text", f"must be a string, got {_type_name(text)} ({text!r:.60})")
+    if image is None and (text is None or not text.strip()):
+        raise fail("image", "item has neither an image nor a text (it needs a non-empty 'image' or 'text')")
+    if "bbox" in item:
+        if image is None:
+            raise fail("bbox", "a bbox crops the item's image, but the item has no image")
+        item["bbox"] = check_bbox(item["bbox"], where("bbox"), path=path, line=line)  # type: ignore[arg-type]
+    return item
