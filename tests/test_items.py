@@ -166,3 +166,32 @@ def test_bbox_outside_the_image_is_the_same_error_everywhere(tiny_checkpoint: Ca
     with pytest.raises(DataError, match=r"field 'bbox': box .* lies outside the 16x12 image") as info:
         _embedder(tiny_checkpoint).encode([{"image": "a.png", "bbox": outside}], base_dir=folder)
     assert info.value.item_index == 0
+
+
+@pytest.mark.parametrize("kind", ["data config", "manifest", "jsonl rows"])
+def test_bytes_that_are_not_utf8_name_file_and_line(folder: Path, kind: str) -> None:
+    bad = "caf\u00e9".encode("latin-1")  # a Latin-1 e-acute: not UTF-8
+    if kind == "data config":
+        path = folder / "train.yaml"
+        path.write_bytes(b"datasets:\n  - name: " + bad + b"\n    kind: pairs\n")
+        load = lambda: load_train_config(path)  # noqa: E731
+    elif kind == "manifest":
+        path = folder / "bench.yaml"
+        path.write_bytes(b"name: t\ndatasets:\n  - name: " + bad + b"\n")
+        load = lambda: load_benchmark(path)  # noqa: E731
+    else:
+        path = folder / "pairs.jsonl"
+        path.write_bytes(b'{"id": "p1", "query": {"text": "q"}, "positive": {"image": "a.png"}}\n'
+                         b'{"id": "p2", "query": {"text": "' + bad + b'"}, "positive": {"image": "b.png"}}\n')
+        (folder / "train.yaml").write_text(yaml.safe_dump(
+            {"datasets": [{"name": "p", "kind": "pairs", "path": "pairs.jsonl"}]}))
+        load = lambda: load_train_config(folder / "train.yaml")  # noqa: E731
+    line = 3 if kind == "manifest" else 2
+    with pytest.raises(DataError, match=rf"{path.name}:{line}: not UTF-8 text \(invalid byte 0xe9"):
+        load()
+
+
+def test_encode_cli_input_that_is_not_utf8_names_the_line(folder: Path) -> None:
+    (folder / "items.jsonl").write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
+    with pytest.raises(DataError, match=r"items.jsonl:2: not UTF-8 text"):
+        read_items(folder / "items.jsonl", on_error="raise")

@@ -53,7 +53,12 @@ def load_yaml_with_lines(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise DataError("file not found", path=path)
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x})", path=path,
+                        line=data.count(b"\n", 0, exc.start) + 1) from None
     loader = _LineLoader(text)
     loader.source_path = str(path)  # type: ignore[attr-defined]
     try:

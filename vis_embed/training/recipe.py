@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from vis_embed.config import format_validation_error
 from vis_embed.errors import ConfigError
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, TEXT_LORA_MODULES
 from vis_embed.sampling.settings import SamplingOptions
@@ -154,16 +155,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 
 def _format_errors(error: ValidationError, source: str) -> str:
-    lines = []
-    for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "(root)"
-        if item["type"] == "extra_forbidden":
-            lines.append(f"{source}: field '{field}': unknown key")
-        elif item["type"] == "missing":
-            lines.append(f"{source}: field '{field}': required key missing")
-        else:
-            lines.append(f"{source}: field '{field}': {item['msg']} (got {item.get('input')!r})")
-    return "\n".join(lines)
+    """The project's one ValidationError formatter (:mod:`vis_embed.config`), keys dotted as in ``--set``."""
+    problems = format_validation_error(error, source, dotted=lambda loc: ".".join(map(str, loc)) or "(root)")
+    return "\n".join(str(problem) for problem in problems)
 
 
 def load_recipe(path: str | Path | None = None, overrides: list[str] | None = None,
