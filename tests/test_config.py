@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from vis_embed.config import dotted_field, format_validation_error
+from vis_embed.config import dotted_field, format_validation_error, invalid, validate_document
 from vis_embed.data.yaml_lines import load_yaml_with_lines
+from vis_embed.errors import DataError
 
 
 class _Entry(BaseModel):
@@ -44,3 +45,33 @@ def test_without_a_document_the_message_names_file_and_field(tmp_path: Path) -> 
         _Doc.model_validate({"datasets": [{}]})
     assert [str(e) for e in format_validation_error(info.value, "x.yaml")] == [
         "x.yaml: field 'datasets[0].name': required key missing"]
+
+
+class _Checked(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    datasets: list[_Entry]
+
+    @field_validator("datasets")
+    @classmethod
+    def _unique(cls, datasets: list[_Entry]) -> list[_Entry]:
+        names = [entry.name for entry in datasets]
+        if len(set(names)) < len(names):
+            raise invalid(f"duplicate name {names[-1]!r} {{not a template}}", len(names) - 1, "name")
+        return datasets
+
+
+def test_invalid_shows_its_message_and_points_at_the_field_it_names(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("datasets:\n  - name: a\n  - weight: 2\n    name: a\n")
+    with pytest.raises(DataError) as info:
+        validate_document(_Checked, load_yaml_with_lines(path), path)
+    assert str(info.value) == f"{path}:4: field 'datasets[1].name': duplicate name 'a' {{not a template}}"
+
+
+def test_validate_document_raises_the_first_problem_and_lists_the_others(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("datasets:\n  - name: a\n    wieght: 2\n  - {}\n")
+    with pytest.raises(DataError) as info:
+        validate_document(_Doc, load_yaml_with_lines(path), path)
+    assert (info.value.line, info.value.field) == (3, "datasets[0].wieght")
+    assert f"also: {path}:4: field 'datasets[1].name': required key missing" in info.value.reason

@@ -100,7 +100,8 @@ def test_gallery_query_without_answer_is_an_error(bench_dir: Path) -> None:
     ({"margin": 0.1}, r"field 'datasets\[0\].margin': unknown key for layout 'candidates'"),
     ({"queries": "eval/queries.jsonl"}, r"layout 'candidates' takes path, not 'queries'"),
     ({"layout": "gallery"}, r"layout 'gallery' takes queries and gallery, not 'path'"),
-    ({"split": None}, r"field 'datasets\[0\].split': missing required key"),
+    # the wording of every configuration (recipe, data config, manifest): vis_embed.config
+    ({"split": None}, r"benchmark.yaml:3: field 'datasets\[0\].split': required key missing"),
     ({"name": 3}, r"field 'datasets\[0\].name': expected a non-empty string"),
 ])
 def test_malformed_manifest_entries(bench_dir: Path, change: dict, pattern: str) -> None:
@@ -113,7 +114,7 @@ def test_malformed_manifest_entries(bench_dir: Path, change: dict, pattern: str)
 def test_malformed_manifest_top_level(bench_dir: Path) -> None:
     with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'seed': unknown key"):
         load_benchmark(_manifest(bench_dir, [CAND], seed=1))
-    with pytest.raises(DataError, match="duplicate dataset name 'ImageNet-1K'"):
+    with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[1\].name': duplicate dataset name 'ImageNet-1K'"):
         load_benchmark(_manifest(bench_dir, [CAND, CAND]))
     (bench_dir / "dup.yaml").write_text("name: a\nname: b\ndatasets: []\n")
     with pytest.raises(DataError, match=r"dup.yaml:2: field 'name': duplicate key"):

@@ -1,19 +1,27 @@
 """One formatter from pydantic's ``ValidationError`` to messages naming file, line and field.
 
-Every YAML configuration (recipes; data configs and manifests as they move to pydantic)
-reports a bad key the same way: ``FILE[:LINE]: field 'dotted.key': reason``.  The line is
-known when the document was read with :func:`vis_embed.data.yaml_lines.load_yaml_with_lines`
-(its mappings remember where each key is); without it the message names file and field.
+Every YAML configuration (recipes, training-data configs, benchmark manifests) is a pydantic
+model and reports a bad key the same way: ``FILE[:LINE]: field 'dotted.key': reason``.  The
+line is known when the document was read with
+:func:`vis_embed.data.yaml_lines.load_yaml_with_lines` (its mappings remember where each key
+is); without it the message names file and field.
+
+Validators raise :func:`invalid` for checks pydantic cannot express (vocabularies, files that
+must exist, keys that depend on another key): its message is shown as written, and it may
+name the field it is about, so a check on a whole entry still points at the offending key.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
 
 from vis_embed.errors import DataError
+
+Model = TypeVar("Model", bound=BaseModel)
 
 
 def dotted_field(loc: tuple[Any, ...]) -> str:
@@ -39,7 +47,28 @@ def line_of(document: Any, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
+_INVALID = "vis_embed_invalid"
+
+
+def invalid(message: str, *field: str | int) -> PydanticCustomError:
+    """A validation error shown as ``message``; ``field`` extends the location it points at.
+
+    ``raise invalid("unknown kind 'x'")`` in a field validator names that field;
+    ``raise invalid("duplicate name", "datasets", 1, "name")`` in a model validator names
+    ``datasets[1].name`` (relative to the model the validator belongs to).
+    """
+    # The message travels in the context: a template with braces in user text would break.
+    return PydanticCustomError(_INVALID, "{reason}", {"reason": message, "field": list(field)})
+
+
+def _location(item: Any) -> tuple[Any, ...]:
+    extra = item.get("ctx", {}).get("field", []) if item["type"] == _INVALID else []
+    return (*item["loc"], *extra)
+
+
 def _reason(item: Any) -> str:
+    if item["type"] == _INVALID:
+        return item["ctx"]["reason"]
     if item["type"] == "extra_forbidden":
         return "unknown key"
     if item["type"] == "missing":
@@ -54,5 +83,21 @@ def format_validation_error(error: ValidationError, source: str | Path, document
     ``dotted`` turns a ``loc`` into the field name (default :func:`dotted_field`).
     """
     name = dotted or dotted_field
-    return [DataError(_reason(item), path=source, line=None if document is None else line_of(document, item["loc"]),
-                      field=name(item["loc"])) for item in error.errors()]
+    return [DataError(_reason(item), path=source, line=None if document is None else line_of(document, _location(item)),
+                      field=name(_location(item))) for item in error.errors()]
+
+
+def validate_document(model: type[Model], document: Any, source: str | Path,
+                      context: dict[str, Any] | None = None) -> Model:
+    """``model`` validated from a line-aware YAML ``document``; raises the first problem as a DataError.
+
+    Further problems pydantic found are listed under the first one, so one run shows them all.
+    """
+    try:
+        return model.model_validate(document, context=context)
+    except ValidationError as exc:
+        first, *others = format_validation_error(exc, source, document)
+    if others:
+        reason = "\n".join([first.reason, *(f"  also: {other}" for other in others)])
+        raise DataError(reason, path=first.path, line=first.line, field=first.field) from None
+    raise first from None

@@ -10,8 +10,6 @@ Formats are documented in docs/data.md.  Entry points::
 from __future__ import annotations
 
 from vis_embed.data.benchmark import (
-    FILE_ROLES,
-    LAYOUTS,
     Benchmark,
     CandidateQuery,
     EvalDatasetSpec,
@@ -24,6 +22,7 @@ from vis_embed.data.benchmark import (
 from vis_embed.data.factorize import factorize
 from vis_embed.data.images import crop_to_bbox, is_url, load_image, resolve_image
 from vis_embed.data.items import ITEM_KEYS, Item, check_bbox, check_item
+from vis_embed.data.manifest import FILE_ROLES, LAYOUTS
 from vis_embed.data.tables import read_table, write_table
 from vis_embed.data.train import (
     KINDS,

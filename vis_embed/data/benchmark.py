@@ -1,7 +1,7 @@
 """Evaluation data: the benchmark manifest YAML and the ``candidates`` / ``gallery`` layouts.
 
-``load_benchmark`` validates the manifest (keys, vocabularies, that files exist) without
-reading the data files; ``EvalDatasetSpec.load_candidates()`` / ``.load_gallery()`` read
+``load_benchmark`` validates the manifest (the pydantic schema in :mod:`vis_embed.data.manifest`:
+keys, vocabularies, that files exist) without reading the data files; ``EvalDatasetSpec.load_candidates()`` / ``.load_gallery()`` read
 and validate the rows of the two layouts this package owns.  The peer-protocol layouts
 (2afc, nearid, pair_ap, asym_recall, human_corr) are parsed by vis_embed.evaluation; their
 extra manifest keys are kept in ``EvalDatasetSpec.options``.
@@ -14,35 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vis_embed.config import validate_document
 from vis_embed.data.images import resolve_image
 from vis_embed.data.items import Item, check_item
+from vis_embed.data.manifest import LAYOUTS  # noqa: F401  (re-exported with the spec it describes)
+from vis_embed.data.manifest import FILE_ROLES, Manifest, ManifestEntry, files_of_layout
 from vis_embed.data.records import ImageChecker, RowContext, require_str
-from vis_embed.data.tables import TABLE_SUFFIXES, read_table
-from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
+from vis_embed.data.tables import read_table
+from vis_embed.data.yaml_lines import load_yaml_with_lines
 from vis_embed.errors import DataError
 from vis_embed.io import fingerprint_files, fingerprint_json
-from vis_embed.data.taxonomy import (
-    BENCHMARKS,
-    MMEB_DATASETS,
-    MMEB_META_TASKS,
-    MVEB_META_TASKS,
-    SPLITS,
-    benchmark_of_meta_task,
-)
-
-# The layouts this package reads rows of, then the peer protocols' (rows read by vis_embed.evaluation).
-RETRIEVAL_LAYOUTS: tuple[str, ...] = ("candidates", "gallery")
-PROTOCOL_LAYOUTS: tuple[str, ...] = ("2afc", "nearid", "asym_recall", "pair_ap", "human_corr")
-LAYOUTS: tuple[str, ...] = RETRIEVAL_LAYOUTS + PROTOCOL_LAYOUTS
-PEER_LAYOUTS: frozenset[str] = frozenset(PROTOCOL_LAYOUTS)
-FILE_ROLES: tuple[str, ...] = ("path", "queries", "gallery")
-BENCHMARK_CHOICES: tuple[str, ...] = (*BENCHMARKS, "other")
-
-_MANIFEST_KEYS = ("name", "datasets", "description")
-_STRING_KEYS = ("name", "benchmark", "meta_task", "split", "layout", "path", "queries", "gallery",
-                "image_root")
-_OPTIONAL_TEXT_KEYS = ("query_instruction", "candidate_instruction")
-_ENTRY_KEYS = (*_STRING_KEYS, *_OPTIONAL_TEXT_KEYS, "options")
 
 
 @dataclass(frozen=True)
@@ -166,108 +147,27 @@ class Benchmark:
 def load_benchmark(manifest_path: str | Path) -> Benchmark:
     """Read and validate a benchmark manifest; raises ``DataError`` naming file, line and key."""
     manifest_path = Path(manifest_path).resolve()
-    doc = load_yaml_with_lines(manifest_path)
-    if not isinstance(doc, LineDict):
-        raise DataError("expected a mapping with 'name' and 'datasets'", path=manifest_path, line=1)
-    for key in doc:
-        if key not in _MANIFEST_KEYS:
-            raise DataError(f"unknown key (allowed: {', '.join(_MANIFEST_KEYS)})",
-                            path=manifest_path, line=doc.line_of(key), field=str(key))
-    name = doc.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise DataError("missing or empty benchmark name", path=manifest_path,
-                        line=doc.line_of("name"), field="name")
-    entries = doc.get("datasets")
-    if not isinstance(entries, list) or not entries:
-        raise DataError("'datasets' must be a non-empty list", path=manifest_path,
-                        line=doc.line_of("datasets"), field="datasets")
-    specs: list[EvalDatasetSpec] = []
-    for position, entry in enumerate(entries):
-        spec = _parse_eval_entry(entry, f"datasets[{position}]", manifest_path)
-        if any(other.name == spec.name for other in specs):
-            raise DataError(f"duplicate dataset name {spec.name!r}", path=manifest_path,
-                            line=spec.line, field=f"datasets[{position}].name")
-        specs.append(spec)
-    description = doc.get("description")
-    return Benchmark(name=name, path=manifest_path, datasets=specs,
+    document = load_yaml_with_lines(manifest_path)
+    manifest = validate_document(Manifest, document, manifest_path, context={"base": manifest_path.parent})
+    specs = [_spec(entry, manifest_path, line=getattr(raw, "line", None))
+             for entry, raw in zip(manifest.datasets, document["datasets"])]
+    description = manifest.description
+    return Benchmark(name=manifest.name, path=manifest_path, datasets=specs,
                      description=None if description is None else str(description))
 
 
-def _parse_eval_entry(entry: Any, where: str, manifest_path: Path) -> EvalDatasetSpec:
-    if not isinstance(entry, LineDict):
-        raise DataError("expected a mapping", path=manifest_path, field=where)
-
-    def fail(key: str, message: str) -> DataError:
-        return DataError(message, path=manifest_path, line=entry.line_of(key), field=f"{where}.{key}")
-
-    for key in ("name", "meta_task", "split", "layout"):
-        if key not in entry:
-            raise DataError("missing required key", path=manifest_path, line=entry.line,
-                            field=f"{where}.{key}")
-    layout = entry["layout"]
-    if layout not in LAYOUTS:
-        raise fail("layout", f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
-    options: dict[str, Any] = {}
-    for key, value in entry.items():
-        if key not in _ENTRY_KEYS:
-            if layout in PEER_LAYOUTS:  # protocol-specific keys, interpreted by vis_embed.evaluation
-                options[key] = value
-                continue
-            raise fail(key, f"unknown key for layout {layout!r} (allowed: {', '.join(_ENTRY_KEYS)}; "
-                            "put extra settings under 'options')")
-        if key in _STRING_KEYS and (not isinstance(value, str) or not value.strip()):
-            raise fail(key, f"expected a non-empty string, got {value!r:.60}")
-        if key in _OPTIONAL_TEXT_KEYS and value is not None and not isinstance(value, str):
-            raise fail(key, f"expected a string, got {type(value).__name__}")
-        if key == "options" and not isinstance(value, dict):
-            raise fail(key, "expected a mapping")
-    options.update(entry.get("options") or {})
-
-    meta_task, split = entry["meta_task"], entry["split"]
-    benchmark = entry.get("benchmark") or benchmark_of_meta_task(meta_task) or "other"
-    _check_taxonomy(entry["name"], benchmark, meta_task, split, fail)
-
+def _spec(entry: ManifestEntry, manifest_path: Path, line: int | None) -> EvalDatasetSpec:
+    """The dataset spec of a validated manifest entry, its files resolved against the manifest's folder."""
     base = manifest_path.parent
-    files = _required_files(layout)
-    for key in ("path", "queries", "gallery"):
-        if key in entry and key not in files:
-            raise fail(key, f"layout {layout!r} takes {' and '.join(files)}, not {key!r}")
-    resolved: dict[str, Path] = {}
-    for key in files:
-        if key not in entry:
-            raise DataError(f"layout {layout!r} requires {key!r}", path=manifest_path,
-                            line=entry.line, field=f"{where}.{key}")
-        resolved[key] = (base / entry[key]).resolve()
-        if not resolved[key].exists():
-            raise fail(key, f"file not found: {resolved[key]}")
-        if layout in ("candidates", "gallery") and resolved[key].suffix.lower() not in TABLE_SUFFIXES:
-            raise fail(key, "data files must be .jsonl or .parquet")
-    first_file = resolved[files[0]]
-    image_root = (base / entry["image_root"]).resolve() if "image_root" in entry else first_file.parent
+    files = {key: entry.resolved(base, key) for key in files_of_layout(entry.layout)}
+    image_root = entry.resolved(base, "image_root") if entry.image_root is not None \
+        else next(iter(files.values())).parent
     return EvalDatasetSpec(
-        name=entry["name"], benchmark=benchmark, meta_task=meta_task, split=split, layout=layout,
-        manifest_path=manifest_path, line=entry.line, image_root=image_root,
-        query_instruction=entry.get("query_instruction"),
-        candidate_instruction=entry.get("candidate_instruction"), options=options, **resolved,
+        name=entry.name, benchmark=entry.inferred_benchmark, meta_task=entry.meta_task, split=entry.split,
+        layout=entry.layout, manifest_path=manifest_path, line=line, image_root=image_root,
+        query_instruction=entry.query_instruction, candidate_instruction=entry.candidate_instruction,
+        options=entry.all_options, **files,
     )
-
-
-def _required_files(layout: str) -> tuple[str, ...]:
-    return ("queries", "gallery") if layout == "gallery" else ("path",)
-
-
-def _check_taxonomy(name: str, benchmark: str, meta_task: str, split: str, fail: Any) -> None:
-    if benchmark not in BENCHMARK_CHOICES:
-        raise fail("benchmark", f"unknown benchmark {benchmark!r} (known: {', '.join(BENCHMARK_CHOICES)})")
-    if split not in SPLITS:
-        raise fail("split", f"unknown split {split!r} (known: {', '.join(SPLITS)})")
-    allowed = {"MMEB": MMEB_META_TASKS, "MVEB": MVEB_META_TASKS}.get(benchmark)
-    if allowed is not None and meta_task not in allowed:
-        raise fail("meta_task", f"meta-task {meta_task!r} is not one of {benchmark}'s: {', '.join(allowed)}")
-    if benchmark == "MMEB" and name in MMEB_DATASETS and MMEB_DATASETS[name] != (meta_task, split):
-        expected = MMEB_DATASETS[name]
-        raise fail("meta_task", f"MMEB dataset {name!r} is {expected[0]}/{expected[1]}, "
-                                f"not {meta_task}/{split}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,158 @@
+"""The benchmark manifest's schema: a pydantic model, validated with :mod:`vis_embed.config`.
+
+A manifest names evaluation datasets, their place in the benchmark vocabulary
+(:mod:`vis_embed.data.taxonomy`) and their data files; errors name file, line and key
+like every configuration of the package.  ``benchmark.load_benchmark`` turns the validated
+model into ``EvalDatasetSpec``s; no data file is read here (only checked to exist).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
+
+from vis_embed.config import invalid
+from vis_embed.data.tables import TABLE_SUFFIXES
+from vis_embed.data.taxonomy import (
+    BENCHMARKS,
+    MMEB_DATASETS,
+    MMEB_META_TASKS,
+    MVEB_META_TASKS,
+    SPLITS,
+    benchmark_of_meta_task,
+)
+
+# The layouts vis_embed.data reads rows of, then the peer protocols' (rows read by vis_embed.evaluation).
+RETRIEVAL_LAYOUTS: tuple[str, ...] = ("candidates", "gallery")
+PROTOCOL_LAYOUTS: tuple[str, ...] = ("2afc", "nearid", "asym_recall", "pair_ap", "human_corr")
+LAYOUTS: tuple[str, ...] = RETRIEVAL_LAYOUTS + PROTOCOL_LAYOUTS
+PEER_LAYOUTS: frozenset[str] = frozenset(PROTOCOL_LAYOUTS)
+FILE_ROLES: tuple[str, ...] = ("path", "queries", "gallery")
+BENCHMARK_CHOICES: tuple[str, ...] = (*BENCHMARKS, "other")
+
+
+def _non_empty_string(value: Any) -> Any:
+    if not isinstance(value, str) or not value.strip():
+        raise invalid(f"expected a non-empty string, got {value!r:.60}")
+    return value
+
+
+def _optional_string(value: Any) -> Any:
+    if value is not None and not isinstance(value, str):
+        raise invalid(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+Name = Annotated[str, BeforeValidator(_non_empty_string)]
+OptionalText = Annotated[str | None, BeforeValidator(_optional_string)]
+
+
+def files_of_layout(layout: str) -> tuple[str, ...]:
+    """The file keys a layout takes: ``queries`` and ``gallery`` for a gallery, else ``path``."""
+    return ("queries", "gallery") if layout == "gallery" else ("path",)
+
+
+class ManifestEntry(BaseModel):
+    """One dataset of a manifest.  Keys other than these are protocol options, allowed only
+    for the peer layouts (interpreted by vis_embed.evaluation)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: Name
+    meta_task: Name
+    split: Name
+    layout: Name
+    benchmark: Name | None = None  # default: the meta-task's benchmark, else "other"
+    path: Name | None = None
+    queries: Name | None = None
+    gallery: Name | None = None
+    image_root: Name | None = None
+    query_instruction: OptionalText = None
+    candidate_instruction: OptionalText = None
+    options: dict[str, Any] = {}
+
+    @field_validator("layout")
+    @classmethod
+    def _known_layout(cls, layout: str) -> str:
+        if layout not in LAYOUTS:
+            raise invalid(f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
+        return layout
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo) -> "ManifestEntry":
+        self._check_options()
+        self._check_taxonomy()
+        self._check_files(Path((info.context or {}).get("base", ".")))
+        return self
+
+    @property
+    def inferred_benchmark(self) -> str:
+        return self.benchmark or benchmark_of_meta_task(self.meta_task) or "other"
+
+    @property
+    def all_options(self) -> dict[str, Any]:
+        """Protocol options: the entry's extra keys, then its ``options`` mapping."""
+        return {**(self.model_extra or {}), **self.options}
+
+    def _check_options(self) -> None:
+        if self.layout in PEER_LAYOUTS:
+            return
+        for key in self.model_extra or {}:
+            raise invalid(f"unknown key for layout {self.layout!r} (allowed: "
+                          f"{', '.join(ManifestEntry.model_fields)}; put extra settings under 'options')", key)
+
+    def _check_taxonomy(self) -> None:
+        benchmark, meta_task, split = self.inferred_benchmark, self.meta_task, self.split
+        if benchmark not in BENCHMARK_CHOICES:
+            raise invalid(f"unknown benchmark {benchmark!r} (known: {', '.join(BENCHMARK_CHOICES)})", "benchmark")
+        if split not in SPLITS:
+            raise invalid(f"unknown split {split!r} (known: {', '.join(SPLITS)})", "split")
+        allowed = {"MMEB": MMEB_META_TASKS, "MVEB": MVEB_META_TASKS}.get(benchmark)
+        if allowed is not None and meta_task not in allowed:
+            raise invalid(f"meta-task {meta_task!r} is not one of {benchmark}'s: {', '.join(allowed)}", "meta_task")
+        expected = MMEB_DATASETS.get(self.name) if benchmark == "MMEB" else None
+        if expected is not None and expected != (meta_task, split):
+            raise invalid(f"MMEB dataset {self.name!r} is {expected[0]}/{expected[1]}, not {meta_task}/{split}",
+                          "meta_task")
+
+    def _check_files(self, base: Path) -> None:
+        files = files_of_layout(self.layout)
+        for key in FILE_ROLES:
+            if getattr(self, key) is not None and key not in files:
+                raise invalid(f"layout {self.layout!r} takes {' and '.join(files)}, not {key!r}", key)
+        for key in files:
+            if getattr(self, key) is None:
+                raise invalid(f"layout {self.layout!r} requires {key!r}", key)
+            resolved = self.resolved(base, key)
+            if not resolved.exists():
+                raise invalid(f"file not found: {resolved}", key)
+            if self.layout in RETRIEVAL_LAYOUTS and resolved.suffix.lower() not in TABLE_SUFFIXES:
+                raise invalid("data files must be .jsonl or .parquet", key)
+
+    def resolved(self, base: Path, key: str) -> Path:
+        """The file or folder under ``key``, relative to the manifest's folder ``base``."""
+        return (base / getattr(self, key)).resolve()
+
+
+class Manifest(BaseModel):
+    """A benchmark manifest: a name and a non-empty list of datasets with unique names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Name
+    datasets: list[ManifestEntry]
+    description: Any = None
+
+    @field_validator("datasets")
+    @classmethod
+    def _unique_names(cls, datasets: list[ManifestEntry]) -> list[ManifestEntry]:
+        if not datasets:
+            raise invalid("'datasets' must be a non-empty list")
+        seen: set[str] = set()
+        for position, entry in enumerate(datasets):
+            if entry.name in seen:
+                raise invalid(f"duplicate dataset name {entry.name!r}", position, "name")
+            seen.add(entry.name)
+        return datasets
