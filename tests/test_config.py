@@ -75,3 +75,20 @@ def test_validate_document_raises_the_first_problem_and_lists_the_others(tmp_pat
         validate_document(_Doc, load_yaml_with_lines(path), path)
     assert (info.value.line, info.value.field) == (3, "datasets[0].wieght")
     assert f"also: {path}:4: field 'datasets[1].name': required key missing" in info.value.reason
+
+
+def test_every_configuration_speaks_the_same_way(tmp_path: Path) -> None:
+    """Recipe, training-data config and benchmark manifest: one wording, file and dotted key."""
+    from vis_embed.data import load_benchmark, load_train_config
+    from vis_embed.errors import ConfigError
+    from vis_embed.training.recipe import load_recipe
+
+    (tmp_path / "train.yaml").write_text("datasets:\n  - kind: pairs\n    path: p.jsonl\n")
+    (tmp_path / "bench.yaml").write_text("name: b\ndatasets:\n  - layout: candidates\n")
+    (tmp_path / "recipe.yaml").write_text("data: d\n")
+    with pytest.raises(DataError, match=r"train.yaml:2: field 'datasets\[0\].name': required key missing"):
+        load_train_config(tmp_path / "train.yaml")
+    with pytest.raises(DataError, match=r"bench.yaml:3: field 'datasets\[0\].name': required key missing"):
+        load_benchmark(tmp_path / "bench.yaml")
+    with pytest.raises(ConfigError, match=r"recipe.yaml: field 'model': required key missing"):
+        load_recipe(tmp_path / "recipe.yaml")

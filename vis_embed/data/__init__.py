@@ -24,8 +24,8 @@ from vis_embed.data.images import crop_to_bbox, is_url, load_image, resolve_imag
 from vis_embed.data.items import ITEM_KEYS, Item, check_bbox, check_item
 from vis_embed.data.manifest import FILE_ROLES, LAYOUTS
 from vis_embed.data.tables import read_table, write_table
+from vis_embed.data.train_config import KINDS
 from vis_embed.data.train import (
-    KINDS,
     DatasetArrays,
     TrainDataConfig,
     TrainDataset,

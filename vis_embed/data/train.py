@@ -17,25 +17,12 @@ import numpy as np
 from vis_embed.data.images import crop_to_bbox, load_image, resolve_image
 from vis_embed.data.items import Item, check_bbox, check_item
 from vis_embed.data.records import ImageChecker, RowContext, check_id_list, require_str
-from vis_embed.data.tables import TABLE_SUFFIXES, read_table
-from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
+from vis_embed.config import validate_document
+from vis_embed.data.tables import read_table
+from vis_embed.data.train_config import IDENTITY_SEPARATOR, TrainDataDocument, TrainDataEntry
+from vis_embed.data.yaml_lines import load_yaml_with_lines
 from vis_embed.errors import DataError
 from vis_embed.io import fingerprint_files, fingerprint_json
-
-KINDS: tuple[str, ...] = ("identity", "pairs")
-IDENTITY_SEPARATOR = "::"
-
-# key -> (accepted types, required)
-_ENTRY_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
-    "name": ((str,), True),
-    "kind": ((str,), True),
-    "path": ((str,), True),
-    "image_root": ((str,), False),
-    "weight": ((int, float), False),
-    "query_instruction": ((str, type(None)), False),
-    "candidate_instruction": ((str, type(None)), False),
-    "identity_namespace": ((str,), False),
-}
 
 
 @dataclass(frozen=True)
@@ -196,74 +183,24 @@ def load_train_config(yaml_path: str | Path, *, check_images: bool = True) -> Tr
     ``check_images=False`` skips the existence check of image files (one stat per image).
     """
     yaml_path = Path(yaml_path).resolve()
-    doc = load_yaml_with_lines(yaml_path)
-    if not isinstance(doc, LineDict):
-        raise DataError("expected a mapping with a 'datasets' list", path=yaml_path, line=1)
-    for key in doc:
-        if key != "datasets":
-            raise DataError("unknown key (allowed: datasets)", path=yaml_path,
-                            line=doc.line_of(key), field=str(key))
-    entries = doc.get("datasets")
-    if not isinstance(entries, list) or not entries:
-        raise DataError("'datasets' must be a non-empty list", path=yaml_path,
-                        line=doc.line_of("datasets"), field="datasets")
+    document = load_yaml_with_lines(yaml_path)
+    config = validate_document(TrainDataDocument, document, yaml_path, context={"base": yaml_path.parent})
     checker = ImageChecker(check_images)
-    datasets: list[TrainDataset] = []
-    for position, entry in enumerate(entries):
-        dataset = _parse_entry(entry, position, yaml_path)
-        if any(other.name == dataset.name for other in datasets):
-            raise DataError(f"duplicate dataset name {dataset.name!r}", path=yaml_path,
-                            line=entry.line_of("name"), field=f"datasets[{position}].name")
+    datasets = [_dataset(entry, raw, yaml_path) for entry, raw in zip(config.datasets, document["datasets"])]
+    for dataset in datasets:
         _load_rows(dataset, checker)
-        datasets.append(dataset)
     return TrainDataConfig(path=yaml_path, datasets=datasets)
 
 
-def _parse_entry(entry: Any, position: int, yaml_path: Path) -> TrainDataset:
-    where = f"datasets[{position}]"
-    if not isinstance(entry, LineDict):
-        raise DataError("expected a mapping", path=yaml_path, field=where)
-    for key, value in entry.items():
-        line = entry.line_of(key)
-        if key not in _ENTRY_KEYS:
-            raise DataError(f"unknown key (allowed: {', '.join(_ENTRY_KEYS)})", path=yaml_path,
-                            line=line, field=f"{where}.{key}")
-        types, _required = _ENTRY_KEYS[key]
-        if not isinstance(value, types) or isinstance(value, bool):
-            raise DataError(f"wrong type {type(value).__name__}", path=yaml_path, line=line,
-                            field=f"{where}.{key}")
-    for key, (_types, required) in _ENTRY_KEYS.items():
-        if required and key not in entry:
-            raise DataError("missing required key", path=yaml_path, line=entry.line,
-                            field=f"{where}.{key}")
-    name, kind = entry["name"], entry["kind"]
-    if kind not in KINDS:
-        raise DataError(f"unknown kind {kind!r} (known: {', '.join(KINDS)})", path=yaml_path,
-                        line=entry.line_of("kind"), field=f"{where}.kind")
-    for key in ("name", "identity_namespace"):
-        value = entry.get(key)
-        if value is not None and (IDENTITY_SEPARATOR in value or not value.strip()):
-            raise DataError(f"must be non-empty and not contain {IDENTITY_SEPARATOR!r}",
-                            path=yaml_path, line=entry.line_of(key), field=f"{where}.{key}")
-    weight = float(entry.get("weight", 1.0))
-    if not weight > 0:
-        raise DataError("weight must be > 0", path=yaml_path, line=entry.line_of("weight"),
-                        field=f"{where}.weight")
-    data_path = (yaml_path.parent / entry["path"]).resolve()
-    if data_path.suffix.lower() not in TABLE_SUFFIXES:
-        raise DataError("data files must be .jsonl or .parquet", path=yaml_path,
-                        line=entry.line_of("path"), field=f"{where}.path")
-    if not data_path.is_file():
-        raise DataError(f"data file not found: {data_path}", path=yaml_path,
-                        line=entry.line_of("path"), field=f"{where}.path")
-    image_root = (yaml_path.parent / entry["image_root"]).resolve() if "image_root" in entry \
-        else data_path.parent
+def _dataset(entry: TrainDataEntry, raw: dict[str, Any], yaml_path: Path) -> TrainDataset:
+    """The (row-less) dataset of a validated config entry, paths resolved against the YAML's folder."""
+    base = yaml_path.parent
     return TrainDataset(
-        name=name, kind=kind, path=data_path, image_root=image_root, weight=weight,
-        query_instruction=entry.get("query_instruction"),
-        candidate_instruction=entry.get("candidate_instruction"),
-        identity_namespace=entry.get("identity_namespace"),
-        config_entry={key: entry[key] for key in _ENTRY_KEYS if key in entry},
+        name=entry.name, kind=entry.kind, path=entry.data_path(base), image_root=entry.image_folder(base),
+        weight=float(entry.weight), query_instruction=entry.query_instruction,
+        candidate_instruction=entry.candidate_instruction, identity_namespace=entry.identity_namespace,
+        # the entry as written (1 stays 1, not 1.0): part of the data fingerprint schedules check
+        config_entry={key: raw[key] for key in TrainDataEntry.model_fields if key in raw},
     )
 
 
