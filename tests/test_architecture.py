@@ -1,0 +1,196 @@
+"""The package's structure as tests: import layers, no cycles, module size, real dependencies.
+
+The import graph is read from the source (the AST of every module, imports inside functions
+included), not from what a test run happens to import, so a lazy import that closes a
+circle or crosses a layer is caught too.  docs/architecture.md describes the layers.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from functools import lru_cache
+from importlib.metadata import packages_distributions
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("vis_embed", "data_prep")
+MAX_MODULE_LINES = 400
+
+# Distribution name -> import name, where they differ and the distribution may not be installed.
+IMPORT_NAMES = {"pillow": "PIL", "pyyaml": "yaml", "faiss-cpu": "faiss", "faiss-gpu": "faiss",
+                "qwen-vl-utils": "qwen_vl_utils", "scikit-learn": "sklearn", "opencv-python": "cv2"}
+# Distributions imported under another package's name: torch.utils.tensorboard is tensorboard.
+IMPORTED_AS = {"tensorboard": "torch.utils.tensorboard"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@lru_cache(maxsize=None)
+def _sources() -> dict[str, Path]:
+    """Every module of the project's packages, by dotted name."""
+    return {_module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """``(imported module, names taken from it)`` for every import statement of ``module``,
+    anywhere in its source; relative imports are resolved."""
+    found: list[tuple[str, tuple[str, ...]]] = []
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, ()) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.append((base, tuple(alias.name for alias in node.names)))
+    return found
+
+
+def _targets(base: str, names: tuple[str, ...], modules: set[str] | dict[str, Path]) -> set[str]:
+    """``from base import a, b``: each name that is a submodule, and ``base`` if any is not.
+
+    A package's ``__init__`` that runs only because a submodule is imported is not counted
+    (it would make every package that re-exports its submodules look circular).
+    """
+    submodules = {f"{base}.{name}" for name in names if f"{base}.{name}" in modules}
+    return submodules | ({base} if len(submodules) < len(names) or not names else set())
+
+
+@lru_cache(maxsize=None)
+def import_graph() -> dict[str, frozenset[str]]:
+    """Project module -> the project modules it imports."""
+    modules = _sources()
+    return {module: frozenset(target for base, names in _imports(module, path)
+                              for target in _targets(base, names, modules)
+                              if target in modules and target != module)
+            for module, path in modules.items()}
+
+
+def _cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def is_cli(module: str) -> bool:
+    """Command-line modules: ``cli.py``, ``*_cli.py`` and ``__main__.py`` in any package."""
+    leaf = module.rpartition(".")[2]
+    return leaf in ("cli", "__main__") or leaf.endswith("_cli")
+
+
+def _in(module: str, *packages: str) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
+def _violations(importer: Callable[[str], bool], forbidden: tuple[str, ...] = (), cli: bool = False) -> list[str]:
+    """``"A imports B"`` for each module A that ``importer`` selects and B forbidden to it."""
+    return sorted(f"{module} imports {target}" for module, targets in import_graph().items()
+                  if importer(module) for target in targets
+                  if _in(target, *forbidden) or (cli and is_cli(target)))
+
+
+def test_the_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> None:
+    source = tmp_path / "pkg" / "sub" / "mod.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("def f():\n    from vis_embed.model import embedder\n    from .. import other\n"
+                      "    from .sibling import x\n")
+    imports = _imports("pkg.sub.mod", source)
+    assert imports == [("vis_embed.model", ("embedder",)), ("pkg", ("other",)), ("pkg.sub.sibling", ("x",))]
+    modules = {"vis_embed.model", "vis_embed.model.embedder", "pkg", "pkg.other", "pkg.sub.sibling"}
+    assert [_targets(base, names, modules) for base, names in imports] == [
+        {"vis_embed.model.embedder"}, {"pkg.other"}, {"pkg.sub.sibling"}]
+    assert _cycles({"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset({"a"})}) \
+        == [["a", "b", "c"]]
+
+
+def test_the_graph_holds_the_real_imports() -> None:
+    """Guards the checks below against an empty or mis-rooted graph (they would pass vacuously)."""
+    assert len(import_graph()) > 50
+    assert "vis_embed.data" in import_graph()["vis_embed.training.trainer"]
+    assert _violations(lambda module: module == "vis_embed.training.trainer", ("vis_embed.data",))
+
+
+def test_no_import_cycle() -> None:
+    assert _cycles(import_graph()) == []
+
+
+def test_data_and_data_prep_import_no_model_training_or_evaluation() -> None:
+    assert _violations(lambda module: _in(module, "vis_embed.data", "data_prep"),
+                       ("vis_embed.model", "vis_embed.training", "vis_embed.evaluation")) == []
+
+
+def test_model_imports_no_training_evaluation_or_cli() -> None:
+    assert _violations(lambda module: _in(module, "vis_embed.model") and not is_cli(module),
+                       ("vis_embed.training", "vis_embed.evaluation"), cli=True) == []
+
+
+def test_no_library_module_imports_a_cli_module() -> None:
+    assert _violations(lambda module: not is_cli(module), cli=True) == []
+
+
+def test_no_module_over_the_line_limit() -> None:
+    sizes = {module: len(path.read_text(encoding="utf-8").splitlines())
+             for module, path in _sources().items() if module.startswith("vis_embed")}
+    assert {module: lines for module, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}
+
+
+def _import_names(distribution: str) -> set[str]:
+    normalised = re.sub(r"[-_.]+", "-", distribution).lower()
+    installed = {name for name, dists in packages_distributions().items()
+                 if normalised in {re.sub(r"[-_.]+", "-", d).lower() for d in dists}}
+    return installed | {IMPORT_NAMES.get(normalised, normalised.replace("-", "_"))}
+
+
+def test_every_runtime_dependency_is_imported() -> None:
+    requirements = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    distributions = [re.match(r"[A-Za-z0-9_.\-]+", requirement).group(0) for requirement in requirements]
+    imported = {base for module, path in _sources().items() for base, _ in _imports(module, path)}
+    top_level = {name.split(".")[0] for name in imported}
+
+    def is_imported(distribution: str) -> bool:
+        return bool(_import_names(distribution) & top_level) or IMPORTED_AS.get(distribution) in imported
+
+    assert sorted(d for d in distributions if not is_imported(d)) == []
