@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 from vis_embed.errors import DataError
 
 Model = TypeVar("Model", bound=BaseModel)
+Entry = TypeVar("Entry", bound=BaseModel)
 
 
 def dotted_field(loc: tuple[Any, ...]) -> str:
@@ -59,6 +60,18 @@ def invalid(message: str, *field: str | int) -> PydanticCustomError:
     """
     # The message travels in the context: a template with braces in user text would break.
     return PydanticCustomError(_INVALID, "{reason}", {"reason": message, "field": list(field)})
+
+
+def uniquely_named(entries: list[Entry], what: str = "dataset") -> list[Entry]:
+    """A field validator's body for ``datasets:`` lists: non-empty, and no two entries share a ``name``."""
+    if not entries:
+        raise invalid(f"'{what}s' must be a non-empty list")
+    seen: set[str] = set()
+    for position, entry in enumerate(entries):
+        if entry.name in seen:  # type: ignore[attr-defined]
+            raise invalid(f"duplicate {what} name {entry.name!r}", position, "name")  # type: ignore[attr-defined]
+        seen.add(entry.name)  # type: ignore[attr-defined]
+    return entries
 
 
 def _location(item: Any) -> tuple[Any, ...]:

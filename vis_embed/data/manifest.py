@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from vis_embed.config import invalid
+from vis_embed.config import invalid, uniquely_named
 from vis_embed.data.tables import TABLE_SUFFIXES
 from vis_embed.data.taxonomy import (
     BENCHMARKS,
@@ -148,11 +148,4 @@ class Manifest(BaseModel):
     @field_validator("datasets")
     @classmethod
     def _unique_names(cls, datasets: list[ManifestEntry]) -> list[ManifestEntry]:
-        if not datasets:
-            raise invalid("'datasets' must be a non-empty list")
-        seen: set[str] = set()
-        for position, entry in enumerate(datasets):
-            if entry.name in seen:
-                raise invalid(f"duplicate dataset name {entry.name!r}", position, "name")
-            seen.add(entry.name)
-        return datasets
+        return uniquely_named(datasets)

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -34,19 +34,13 @@ from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
 from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
+from vis_embed.model.encoder import Encoder
 
 log = logging.getLogger(__name__)
 
 # Bump when a metric's definition changes so old per-dataset results are recomputed.
 METRICS_VERSION = 1
 PRIMARY_METRIC = "P@1"
-
-
-class Encoder(Protocol):
-    def encode(self, items: Sequence[dict[str, Any]], instruction: str | None = None, batch_size: int = 16,
-               show_progress: bool = False, base_dir: str | Path | None = None) -> np.ndarray: ...
-
-    def fingerprint(self) -> str: ...
 
 
 def describe_encoder(encoder: Encoder, name: str | None = None, adapter: str | None = None) -> dict[str, Any]:

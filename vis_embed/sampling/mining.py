@@ -23,18 +23,15 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from vis_embed.data.factorize import factorize
 from vis_embed.errors import ConfigError, DataError
+from vis_embed.model.encoder import Encoder
 
 _SEARCH_CHUNK = 4096
-
-
-class Encoder(Protocol):
-    def encode(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
-               batch_size: int = 16, show_progress: bool = False) -> np.ndarray: ...
 
 
 @dataclass
@@ -52,16 +49,11 @@ class MiningResult:
 
 
 def _codes(values: Sequence[Any]) -> np.ndarray:
-    """Integer codes; ``None`` values get codes of their own (each unique)."""
-    table: dict[Any, int] = {}
+    """Integer codes (``factorize``); ``None`` values get negative codes of their own (each unique)."""
+    missing = np.fromiter((value is None for value in values), dtype=bool, count=len(values))
     codes = np.empty(len(values), dtype=np.int64)
-    fresh = -1
-    for i, value in enumerate(values):
-        if value is None:
-            codes[i] = fresh
-            fresh -= 1
-        else:
-            codes[i] = table.setdefault(value, len(table))
+    codes[~missing] = factorize([value for value in values if value is not None])[0]
+    codes[missing] = -1 - np.arange(int(missing.sum()))
     return codes
 
 

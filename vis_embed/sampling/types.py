@@ -10,12 +10,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from vis_embed.data.train_config import KINDS
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.sampling.settings import ScheduleSettings
 
 ROLES: tuple[str, str] = ("anchor", "hard_negative")
 ROLE_ANCHOR, ROLE_HARD_NEGATIVE = 0, 1
-KINDS: tuple[str, str] = ("identity", "pairs")
 
 
 @dataclass
