@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from vis_embed.data.factorize import factorize
 from vis_embed.io import atomic_write_json
 from vis_embed.sampling.naive import format_naive_report, plan_naive_schedule
 from vis_embed.sampling.report import format_report
@@ -50,14 +51,8 @@ def _merge_identity_keys(keys_per_dataset: list[list[str]]) -> tuple[np.ndarray,
     First-seen order (not sorted order) keeps the identity numbering, and so the schedule,
     what it has always been for the same data and seed.
     """
-    keys = np.array([key for keys in keys_per_dataset for key in keys], dtype=object)
-    if not len(keys):
-        return np.zeros(0, dtype=np.int64), keys
-    distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank[inverse], distinct[order]
+    codes, distinct = factorize([key for keys in keys_per_dataset for key in keys])
+    return codes, np.array(distinct, dtype=object)
 
 
 def build_schedule(data: Any, out: str | Path, settings: ScheduleSettings | None = None, *,
