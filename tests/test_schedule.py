@@ -1,7 +1,8 @@
 """The scheduler's invariants, checked exactly on every batch of seeded random configurations.
 
 Each configuration is checked by an independent, slow, per-member reference checker
-(``check_invariants``) written from the issue's contract, not from the implementation.
+(``check_invariants``) written from the scheduler's guarantees (docs/scheduling.md), not from the
+implementation.
 """
 
 from __future__ import annotations
