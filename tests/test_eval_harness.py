@@ -38,7 +38,8 @@ def test_results_json_layout_groups_and_single_encoding(tmp_path: Path) -> None:
     results = _run(encoder, _specs(files), tmp_path / "out", pictures=False)
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved == json.loads(json.dumps(results))
-    assert set(saved) == {"model", "datasets", "groups"}
+    assert set(saved) == {"model", "tie_policy", "datasets", "groups"}
+    assert saved["tie_policy"] == "pessimistic"
     assert {"name", "adapter", "prompt_format", "pixels", "fingerprints"} <= set(saved["model"])
     assert saved["model"]["fingerprints"]["model"] == encoder.fingerprint()
     for entry in saved["datasets"].values():

@@ -57,12 +57,63 @@ def test_missed_positives_in_truncated_list_count_against_recall_and_map() -> No
     assert m["NDCG@5"] == pytest.approx(1 / (1 + 1 / math.log2(3)))
 
 
-def test_truncated_relevance_marks_boundary_ties_as_missed() -> None:
+def _full_ranking_values(scores: np.ndarray, positives: np.ndarray, ks: tuple[int, ...]) -> dict[str, float]:
+    return metrics.query_metrics(metrics.ranked_relevance(scores, positives), ks=ks)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_truncated_ranking_equals_full_ranking_at_every_depth(depth: int) -> None:
+    # Gallery of 6: the positive at rank 2, another at rank 4; the list is cut at ``depth``
+    # with one look-ahead result (what the gallery layout fetches).
+    scores = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4])
+    positives = np.array([False, True, False, True, False, False])
+    full = _full_ranking_values(scores, positives, ks=(1, 2, 3, 4))
+    fetched = slice(0, depth + 1)
+    relevance = metrics.truncated_relevance(scores[fetched], positives[fetched], depth, complete=False)
+    assert len(relevance) == depth
+    truncated = metrics.query_metrics(relevance, n_positives=2, ks=(1, 2, 3, 4))
+    assert truncated["P@1"] == full["P@1"]
+    for k in range(1, depth + 1):  # the item at rank depth (k == depth) counts
+        assert truncated[f"recall@{k}"] == full[f"recall@{k}"], k
+
+
+def test_depth_one_counts_the_top_result() -> None:
+    relevance = metrics.truncated_relevance(np.array([0.9, 0.3]), np.array([True, False]), 1, complete=False)
+    assert relevance.tolist() == [True]
+    # the whole (eligible) gallery fetched: nothing unseen, the only result counts
+    assert metrics.truncated_relevance(np.array([0.9]), np.array([True]), 1, complete=True).tolist() == [True]
+
+
+def test_tie_across_the_cut_off() -> None:
     scores = np.array([0.9, 0.5, 0.5])
-    positives = np.array([False, False, True])
-    assert metrics.truncated_relevance(scores, positives, truncated=True).tolist() == [False, False, False]
-    # not truncated: nothing unseen can tie, the positive keeps rank 3
-    assert metrics.truncated_relevance(scores, positives, truncated=False).tolist() == [False, False, True]
+    positives = np.array([False, True, False])
+    # the whole tie group was fetched: pessimistic order puts the tied negative first, so at
+    # depth 2 the positive (full rank 3) is missed, exactly as in the full ranking
+    assert metrics.truncated_relevance(scores, positives, 2, complete=False).tolist() == [False, False]
+    assert not metrics.boundary_tie_unresolved(np.array([0.9, 0.5, 0.4]), 2, complete=False)
+    # the tie reaches the last fetched result: unseen negatives may share it -> counted as missed
+    assert metrics.boundary_tie_unresolved(scores[:2], 2, complete=False)
+    assert metrics.truncated_relevance(scores[:2], positives[:2], 2, complete=False).tolist() == [False, False]
+    # ... unless the list is every eligible item
+    assert not metrics.boundary_tie_unresolved(scores[:2], 2, complete=True)
+    assert metrics.truncated_relevance(scores[:2], positives[:2], 2, complete=True).tolist() == [False, True]
+
+
+def test_tie_policies_differ_only_on_ties() -> None:
+    tied, positive_first = np.array([0.4, 0.4, 0.4]), np.array([True, False, False])
+    assert metrics.ranked_relevance(tied, positive_first, "pessimistic").tolist() == [False, False, True]
+    # VLM2Vec's argmax: the first listed candidate wins a tie
+    assert metrics.ranked_relevance(tied, positive_first, "first").tolist() == [True, False, False]
+    assert int(np.argmax(tied)) == 0
+    positive_last = np.array([False, False, True])
+    assert metrics.ranked_relevance(tied, positive_last, "first").tolist() == [False, False, True]
+    untied = np.array([0.2, 0.9, 0.5])
+    for policy in metrics.TIE_POLICIES:
+        assert metrics.ranked_relevance(untied, positive_first, policy).tolist() == [False, False, True]
+    assert metrics.candidate_list_metrics([tied], [positive_first], tie_policy="first")["P@1"] == 100.0
+    assert metrics.candidate_list_metrics([tied], [positive_first])["P@1"] == 0.0
+    with pytest.raises(ValueError, match="unknown tie policy"):
+        metrics.ranked_relevance(tied, positive_first, "optimistic")
 
 
 def test_empty_gallery_and_no_positive_are_errors() -> None:

@@ -22,7 +22,7 @@ from typing import Any
 from vis_embed.errors import ConfigError
 from vis_embed import resources
 from vis_embed.evaluation.report import find_reference, load_groups, load_models, models_table, read_reference
-from vis_embed.evaluation.settings import INDEX_KINDS, EvalSettings
+from vis_embed.evaluation.settings import DEFAULT_TIE_POLICY, INDEX_KINDS, TIE_POLICIES, EvalSettings
 from vis_embed.io import atomic_write_json
 
 
@@ -40,6 +40,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                              "or ivf (approximate)")
     parser.add_argument("--depth", type=int, default=None,
                         help="gallery ranking depth (default: whole gallery up to 10k, else 1000)")
+    parser.add_argument("--tie-policy", choices=TIE_POLICIES, default=DEFAULT_TIE_POLICY,
+                        help="order of tied scores in candidate and gallery rankings: pessimistic (default: a "
+                             "negative tied with a positive ranks first, so a collapsed model scores 0) or first "
+                             "(listed order, as argmax in VLM2Vec's scorer: reproduces published MMEB numbers)")
     parser.add_argument("--prompt-format", default=None, help="override the model's prompt format (chat | vlm2vec)")
     parser.add_argument("--max-pixels", type=int, default=None, help="override the image pixel budget")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available)")
@@ -68,7 +72,8 @@ def run_eval(args: argparse.Namespace) -> int:
     settings = EvalSettings(
         batch_size=args.batch_size, max_queries=args.max_queries,
         datasets=[name.strip() for name in args.datasets.split(",") if name.strip()] if args.datasets else None,
-        index=args.index, depth=args.depth, n_examples=args.examples, cache_dir=args.cache_dir,
+        index=args.index, depth=args.depth, tie_policy=args.tie_policy, n_examples=args.examples,
+        cache_dir=args.cache_dir,
         show_progress=not args.quiet, pictures=not args.no_pictures, reference=args.reference,
     )
     encoder = _load_encoder(args)

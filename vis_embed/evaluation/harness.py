@@ -32,14 +32,15 @@ from vis_embed.evaluation import layouts
 from vis_embed.evaluation.cache import ContentHasher, EmbeddingCache
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
 from vis_embed.evaluation.report import write_markdown
-from vis_embed.evaluation.settings import EvalSettings
+from vis_embed.evaluation.settings import TIE_POLICIES, EvalSettings
 from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
 from vis_embed.model.encoder import Encoder
 
 log = logging.getLogger(__name__)
 
 # Bump when a metric's definition changes so old per-dataset results are recomputed.
-METRICS_VERSION = 1
+# 2: zero NearID margins are exactly 0; gallery cut-offs no longer miss the item at rank depth.
+METRICS_VERSION = 2
 PRIMARY_METRIC = "P@1"
 
 
@@ -115,6 +116,8 @@ class Harness:
         self.encoder = encoder
         self.out_dir = Path(out_dir)
         self.settings = settings or EvalSettings()
+        if self.settings.tie_policy not in TIE_POLICIES:
+            raise ConfigError(f"tie_policy must be one of {', '.join(TIE_POLICIES)}, got {self.settings.tie_policy!r}")
         self.encoder_fingerprint = encoder.fingerprint()
         self.model_info = model_info or describe_encoder(encoder)
         self.cache = EmbeddingCache(self.settings.cache_dir or self.out_dir / "cache", self.settings.shard_size)
@@ -138,7 +141,8 @@ class Harness:
         for spec in progress:
             progress.set_postfix_str(spec.name)
             datasets[spec.name] = self.run_dataset(spec)
-        results = {"model": dict(self.model_info), "datasets": datasets, "groups": aggregate(datasets)}
+        results = {"model": dict(self.model_info), "tie_policy": self.settings.tie_policy,
+                   "datasets": datasets, "groups": aggregate(datasets)}
         if benchmark_fingerprint:
             results["model"].setdefault("fingerprints", {})["benchmark"] = benchmark_fingerprint
         self.write_outputs(results)
@@ -156,12 +160,13 @@ class Harness:
             "pools": [pool.key for pool in pools], "max_queries": self.settings.max_queries,
             "index": self.settings.index, "depth": self.settings.depth,
             "n_examples": self.settings.n_examples, "pictures": self.settings.pictures,
+            "tie_policy": self.settings.tie_policy,
             "metrics_version": METRICS_VERSION,
         })
 
     def run_dataset(self, spec: EvalDatasetSpec) -> dict[str, Any]:
         options = layouts.ScoringOptions(index=self.settings.index, depth=self.settings.depth,
-                                         n_examples=self.settings.n_examples)
+                                         n_examples=self.settings.n_examples, tie_policy=self.settings.tie_policy)
         prepared = layouts.prepare(spec, self.settings.max_queries, options)
         pools, side_rows = _build_pools(prepared, self.sign, self.encoder_fingerprint)
         key = self._dataset_key(spec, prepared, pools)

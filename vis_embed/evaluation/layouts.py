@@ -27,7 +27,7 @@ from vis_embed.data.items import Item, check_item
 from vis_embed.data.records import ImageChecker, RowContext
 from vis_embed.data.tables import read_table
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.evaluation import metrics, protocols, search
+from vis_embed.evaluation import gallery_ranking, metrics, protocols, search
 
 GALLERY_FULL_RANKING_LIMIT = 10_000  # galleries up to this size are ranked completely
 GALLERY_DEFAULT_DEPTH = 1_000        # otherwise the top-1000 are ranked (mAP@1000 etc.)
@@ -62,6 +62,7 @@ class ScoringOptions:
     index: str = "exact"
     depth: int | None = None
     n_examples: int = 3
+    tie_policy: str = metrics.DEFAULT_TIE_POLICY  # candidates and gallery rankings
 
 
 # ---------------------------------------------------------------- item helpers
@@ -90,6 +91,15 @@ def _rows(spec: EvalDatasetSpec, role: str, max_rows: int | None = None) -> Iter
         yield line, row
 
 
+def _tie_policy(spec: EvalDatasetSpec, options: ScoringOptions) -> str:
+    """The dataset's ``options.tie_policy`` or the run's; checked before any encoding."""
+    tie_policy = spec.options.get("tie_policy", options.tie_policy)
+    if tie_policy not in metrics.TIE_POLICIES:
+        raise ConfigError(f"dataset {spec.name!r}: tie_policy must be one of {', '.join(metrics.TIE_POLICIES)}, "
+                          f"got {tie_policy!r}")
+    return tie_policy
+
+
 def _require(row: Mapping[str, Any], key: str, path: Path, line: int) -> Any:
     if key not in row:
         raise DataError("missing required field", path=path, line=line, field=key)
@@ -107,6 +117,7 @@ def prepare_candidates(spec: EvalDatasetSpec, max_queries: int | None, options: 
 
     Rows are read and validated by :func:`vis_embed.data.load_candidates`.
     """
+    tie_policy = _tie_policy(spec, options)
     rows = load_candidates(spec.file("path"), spec.root_for("path"))[:max_queries]
     queries = [_clean(row.query) for row in rows]
     pool: list[Item] = []
@@ -130,12 +141,12 @@ def prepare_candidates(spec: EvalDatasetSpec, max_queries: int | None, options: 
             scores = pool_emb[indices] @ query_emb[i]
             mask = np.zeros(len(indices), dtype=bool)
             mask[0] = True  # the positive is first
-            per_query.append(metrics.query_metrics(metrics.ranked_relevance(scores, mask)))
+            per_query.append(metrics.query_metrics(metrics.ranked_relevance(scores, mask, tie_policy)))
             if i < options.n_examples:
-                order = metrics.pessimistic_order(scores, mask)[:5]
+                order = metrics.tie_order(scores, mask, tie_policy)[:5]
                 examples.append(Example(queries[i], [(pool[indices[j]], float(scores[j]), bool(mask[j]))
                                                      for j in order]))
-        return Outcome(metrics.summarize(per_query), "P@1", len(per_query), examples)
+        return Outcome(metrics.summarize(per_query), "P@1", len(per_query), examples, {"tie_policy": tie_policy})
 
     return PreparedDataset({"query": (spec.query_instruction, queries),
                             "candidate": (spec.candidate_instruction, pool)}, score, [spec.file("path")])
@@ -158,6 +169,7 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
     codes, _identities = factorize([r.identity for r in data.gallery] + [r.identity for r in query_rows])
     gallery_codes, query_codes = codes[:len(data.gallery)], codes[len(data.gallery):]
     depth_option = spec.options.get("depth", options.depth)
+    tie_policy = _tie_policy(spec, options)
     index_kind = spec.options.get("index", options.index)
     if index_kind not in search.INDEX_KINDS:  # checked before any encoding, not after it
         raise ConfigError(f"dataset {spec.name!r}: options.index must be one of {', '.join(search.INDEX_KINDS)}, "
@@ -169,8 +181,9 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
         depth = int(depth_option) if depth_option else (
             n_gallery if n_gallery <= GALLERY_FULL_RANKING_LIMIT else GALLERY_DEFAULT_DEPTH)
         index = search.build_index(gallery_emb, kind=index_kind)
-        k_search = min(n_gallery, depth + max((len(e) for e in excluded), default=0))
-        per_query, examples, skipped = [], [], 0
+        # one result past the cut-off shows whether a score tie crosses it
+        k_search = min(n_gallery, depth + 1 + max((len(e) for e in excluded), default=0))
+        per_query, examples, skipped, unresolved_ties = [], [], 0, 0
         chunk = 1024  # bounds the (chunk x k_search) result matrices
         for start in range(0, len(queries), chunk):
             top_scores, top_ids = search.search(index, query_emb[start:start + chunk], k_search)
@@ -182,20 +195,21 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
                 if n_positives == 0:  # load_gallery rejects these; kept for direct callers
                     skipped += 1
                     continue
-                keep = (top_ids[offset] >= 0) & ~np.isin(top_ids[offset], excluded[q])
-                ids, scores = top_ids[offset][keep][:depth], top_scores[offset][keep][:depth]
-                eligible = n_gallery - len(excluded[q])
-                relevance = metrics.truncated_relevance(scores, is_positive[ids], truncated=len(ids) < eligible)
+                ids, scores, complete = gallery_ranking.results_past_ties(
+                    index, query_emb[q], top_ids[offset], top_scores[offset], excluded[q], depth, n_gallery)
+                relevance = metrics.truncated_relevance(scores, is_positive[ids], depth, complete, tie_policy)
+                unresolved_ties += metrics.boundary_tie_unresolved(scores, depth, complete)
                 per_query.append(metrics.query_metrics(relevance, n_positives=n_positives))
                 if len(examples) < options.n_examples:
-                    order = metrics.pessimistic_order(scores, is_positive[ids])[:5]
+                    order = metrics.tie_order(scores, is_positive[ids], tie_policy)[:5]
                     examples.append(Example(queries[q], [(gallery[ids[j]], float(scores[j]),
                                                           bool(is_positive[ids[j]])) for j in order]))
         if not per_query:
             raise DataError("no query has a positive in the gallery", path=spec.file("queries"))
         return Outcome(metrics.summarize(per_query), "P@1", len(per_query), examples,
                        {"n_skipped_queries": skipped, "depth": depth, "n_gallery": n_gallery,
-                        "index": index_kind})
+                        "index": index_kind, "tie_policy": tie_policy,
+                        "n_unresolved_boundary_ties": unresolved_ties})
 
     return PreparedDataset({"query": (spec.query_instruction, queries),
                             "gallery": (spec.candidate_instruction, gallery)}, score,
@@ -223,8 +237,26 @@ def _float_column(spec: EvalDatasetSpec, rows: list[tuple[int, dict[str, Any]]],
         value = _require(row, key, spec.file("path"), line)
         if not isinstance(value, (int, float)):  # bool is an int: true/false labels are fine
             raise DataError(f"expected a number, got {value!r}", path=spec.file("path"), line=line, field=key)
+        if not np.isfinite(value):  # NaN would turn into a finite, wrong score
+            raise DataError(f"expected a finite number, got {value!r}", path=spec.file("path"), line=line, field=key)
         values.append(float(value))
     return np.asarray(values)
+
+
+def _check_embedded(spec: EvalDatasetSpec, embeddings: np.ndarray, places: list[tuple[int, str]]) -> None:
+    """DataError naming the row and field of the first item the model embedded as NaN or infinity
+    (``places[i]`` is item i's (line, field)): such a similarity would otherwise score."""
+    bad = np.flatnonzero(~np.isfinite(embeddings).all(axis=1))
+    if len(bad):
+        line, field_name = places[int(bad[0])]
+        raise DataError("the model embedded this item as NaN or infinite values", path=spec.file("path"),
+                        line=line, field=field_name)
+
+
+def _check_row_sides(spec: EvalDatasetSpec, rows: list[tuple[int, dict[str, Any]]],
+                     emb: dict[str, np.ndarray]) -> None:
+    for side, embeddings in emb.items():
+        _check_embedded(spec, embeddings, [(line, side) for line, _row in rows])
 
 
 def _rowwise_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -240,6 +272,7 @@ def prepare_2afc(spec: EvalDatasetSpec, max_queries: int | None, options: Scorin
         raise DataError("label must lie in [0, 1]", path=spec.file("path"), line=rows[bad][0], field="label")
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
+        _check_row_sides(spec, rows, emb)
         per_triplet = protocols.two_afc_accuracy(_rowwise_cosine(emb["reference"], emb["a"]),
                                                  _rowwise_cosine(emb["reference"], emb["b"]), labels)
         low, high = protocols.bootstrap_interval(per_triplet, seed=int(spec.options.get("seed", 0)))
@@ -261,6 +294,8 @@ def prepare_nearid(spec: EvalDatasetSpec, max_queries: int | None, options: Scor
     views: list[Item] = []
     negatives: list[Item] = []
     structure: list[tuple[int, int, np.ndarray]] = []  # (first view, n views, negative slot per view or -1)
+    view_places: list[tuple[int, str]] = []            # (line, field) of each view, for errors
+    negative_places: list[tuple[int, str]] = []
     for line, row in _rows(spec, "path", max_queries):
         raw_views = _require(row, "views", path, line)
         raw_negatives = row.get("negatives", [])
@@ -269,14 +304,18 @@ def prepare_nearid(spec: EvalDatasetSpec, max_queries: int | None, options: Scor
                             field="negatives")
         first = len(views)
         views += [normalise_item(v, root, path, line, f"views[{i}]") for i, v in enumerate(raw_views)]
+        view_places += [(line, f"views[{i}]") for i in range(len(raw_views))]
         slots = np.full(len(raw_views), -1)
         for i, raw in enumerate(raw_negatives):
             if raw is not None:
                 slots[i] = len(negatives)
                 negatives.append(normalise_item(raw, root, path, line, f"negatives[{i}]"))
+                negative_places.append((line, f"negatives[{i}]"))
         structure.append((first, len(raw_views), slots))
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
+        for side, places in (("anchor", view_places), ("view", view_places), ("negative", negative_places)):
+            _check_embedded(spec, emb[side], places)
         margins = []
         for first, count, slots in structure:
             anchors = emb["anchor"][first:first + count]
@@ -295,9 +334,10 @@ def prepare_nearid(spec: EvalDatasetSpec, max_queries: int | None, options: Scor
 def prepare_asym_recall(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
     """Rows ``{"id", "a": item, "b": item}``: aligned pairs (e.g. two views of one identity)."""
     rows = list(_rows(spec, "path", max_queries))
-    ks = tuple(int(k) for k in spec.options.get("ks", (1, 5, 10)))
+    ks = tuple(int(k) for k in spec.options.get("ks", protocols.ASYM_RECALL_KS))
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
+        _check_row_sides(spec, rows, emb)
         result = protocols.asymmetric_recall_at_k(emb["a"], emb["b"], ks=ks)
         return Outcome({k: 100 * v for k, v in result.items()}, f"R@{ks[0]}", len(rows))
 
@@ -312,6 +352,7 @@ def prepare_pair_ap(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
         raise DataError("label must be 0 or 1", path=spec.file("path"), field="label")
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
+        _check_row_sides(spec, rows, emb)
         ap = protocols.average_precision(_rowwise_cosine(emb["a"], emb["b"]), labels.astype(bool))
         return Outcome({"AP": 100 * ap}, "AP", len(rows))
 
@@ -325,9 +366,12 @@ def prepare_human_corr(spec: EvalDatasetSpec, max_queries: int | None, options: 
     groups = [str(row.get("group", "all")) for _line, row in rows]
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
+        _check_row_sides(spec, rows, emb)
         result = protocols.correlation_with_humans(_rowwise_cosine(emb["a"], emb["b"]), human, groups)
-        return Outcome({"pearson": 100 * result["pearson"], "spearman": 100 * result["spearman"],
-                        "n_groups": result["n_groups"]}, "spearman", len(rows))
+        # undefined (every group constant) is null in results.json, not NaN (invalid JSON)
+        percent = {key: None if np.isnan(result[key]) else 100 * result[key] for key in ("pearson", "spearman")}
+        return Outcome({**percent, "n_groups": result["n_groups"], "n_constant_groups": result["n_constant_groups"]},
+                       "spearman", len(rows), extra={"constant_groups": result["constant_groups"]})
 
     return _pair_dataset(spec, rows, score)
 

@@ -1,11 +1,16 @@
 """Ranking metrics for retrieval-style evaluation (Precision@1, hit/recall@k, MRR, mAP, NDCG@k).
 
-Tie policy (pessimistic): when a positive and a negative candidate have exactly the same
-score, the negative is ranked first.  A model that outputs a constant score therefore gets
-P@1 = 0, not 1 -- peers that sort stably with the positive first (MMEB's layout puts it at
-index 0) silently reward collapsed embeddings.  Ties between two positives do not change any
-metric.  For truncated rankings (top-``depth`` gallery search) a positive whose score equals
-the score at the cut-off is counted as missed, because unseen negatives may share that score.
+Tie policies (how candidates with exactly the same score are ordered):
+
+- ``pessimistic`` (default): a negative tied with a positive is ranked first.  A model that
+  outputs a constant score therefore gets P@1 = 0, not 1 -- peers that sort stably with the
+  positive first (MMEB's layout puts it at index 0) silently reward collapsed embeddings.
+- ``first``: ties keep the candidates' listed order, as ``argmax`` does in VLM2Vec's MMEB
+  scorer (the first index wins).  Reproduces published MMEB numbers exactly, including the
+  credit a collapsed model gets there.
+
+Ties between two positives do not change any metric under either policy.  For truncated
+rankings (top-``depth`` gallery search) see :func:`truncated_relevance`.
 
 All per-query values are fractions in [0, 1]; :func:`summarize` averages them over queries
 and reports percentages, which is what ``results.json`` stores.
@@ -17,28 +22,45 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from vis_embed.evaluation.settings import DEFAULT_TIE_POLICY, TIE_POLICIES
+
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10)
 NDCG_KS: tuple[int, ...] = (5, 10)
 
 
-def pessimistic_order(scores: np.ndarray, is_positive: np.ndarray) -> np.ndarray:
-    """Indices sorting candidates by score (descending), negatives before positives on ties."""
+def check_tie_policy(tie_policy: str) -> str:
+    if tie_policy not in TIE_POLICIES:
+        raise ValueError(f"unknown tie policy {tie_policy!r}; expected one of {', '.join(TIE_POLICIES)}")
+    return tie_policy
+
+
+def tie_order(scores: np.ndarray, is_positive: np.ndarray, tie_policy: str = DEFAULT_TIE_POLICY) -> np.ndarray:
+    """Indices sorting candidates by score (descending), ties ordered by ``tie_policy``."""
     scores = np.asarray(scores, dtype=np.float64)
     is_positive = np.asarray(is_positive, dtype=bool)
+    check_tie_policy(tie_policy)
     if scores.shape != is_positive.shape or scores.ndim != 1:
         raise ValueError(f"scores {scores.shape} and is_positive {is_positive.shape} must be equal 1-D shapes")
-    if np.isnan(scores).any():
-        raise ValueError("scores contain NaN")
+    if not np.isfinite(scores).all():
+        raise ValueError(f"scores contain NaN or infinite values (candidate {int(np.flatnonzero(~np.isfinite(scores))[0])})")
+    if tie_policy == "first":
+        return np.argsort(-scores, kind="stable")
     # lexsort: the LAST key is the primary one.
     return np.lexsort((is_positive.astype(np.int8), -scores))
 
 
-def ranked_relevance(scores: np.ndarray, is_positive: np.ndarray) -> np.ndarray:
-    """Boolean relevance of the ranked list (rank 1 first) under the pessimistic tie policy."""
+def pessimistic_order(scores: np.ndarray, is_positive: np.ndarray) -> np.ndarray:
+    """Indices sorting candidates by score (descending), negatives before positives on ties."""
+    return tie_order(scores, is_positive, "pessimistic")
+
+
+def ranked_relevance(scores: np.ndarray, is_positive: np.ndarray,
+                     tie_policy: str = DEFAULT_TIE_POLICY) -> np.ndarray:
+    """Boolean relevance of the ranked list (rank 1 first) under ``tie_policy``."""
     if len(scores) == 0:
         raise ValueError("empty candidate list / gallery: nothing to rank")
     is_positive = np.asarray(is_positive, dtype=bool)
-    return is_positive[pessimistic_order(scores, is_positive)]
+    return is_positive[tie_order(scores, is_positive, tie_policy)]
 
 
 def query_metrics(relevance: np.ndarray, n_positives: int | None = None,
@@ -81,7 +103,7 @@ def summarize(per_query: Sequence[dict[str, float]]) -> dict[str, float]:
 
 
 def candidate_list_metrics(scores: Sequence[np.ndarray], positives: Sequence[np.ndarray],
-                           ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
+                           ks: Sequence[int] = DEFAULT_KS, tie_policy: str = DEFAULT_TIE_POLICY) -> dict[str, float]:
     """Dataset metrics (percent) when every query ranks its own candidate list.
 
     ``scores[i]`` holds query i's candidate scores and ``positives[i]`` a boolean mask of the
@@ -89,22 +111,39 @@ def candidate_list_metrics(scores: Sequence[np.ndarray], positives: Sequence[np.
     """
     if len(scores) == 0:
         raise ValueError("dataset has no queries")
-    per_query = [query_metrics(ranked_relevance(s, p), ks=ks) for s, p in zip(scores, positives, strict=True)]
+    per_query = [query_metrics(ranked_relevance(s, p, tie_policy), ks=ks) for s, p in zip(scores, positives, strict=True)]
     return summarize(per_query)
 
 
-def truncated_relevance(scores: np.ndarray, is_positive: np.ndarray, truncated: bool) -> np.ndarray:
-    """Ranked relevance of a top-``depth`` result list (e.g. from faiss).
+def truncated_relevance(scores: np.ndarray, is_positive: np.ndarray, depth: int, complete: bool,
+                        tie_policy: str = DEFAULT_TIE_POLICY) -> np.ndarray:
+    """Ranked relevance, cut at ``depth``, of the best results of a larger ranking (e.g. faiss).
 
-    The list is re-ordered pessimistically; when ``truncated`` (more eligible items exist
-    than were returned) positives tied with the last returned score are marked missed.
+    ``scores`` / ``is_positive`` are the fetched results: the best ``len(scores)`` items of
+    the whole collection, listed in collection order for the ``first`` policy.  ``complete``
+    says they are every eligible item.  The result equals the first ``depth`` entries of the
+    full ranking -- so P@1 and recall@k for any k <= depth are the full-ranking values --
+    whenever the fetched list reaches past the items tied with the score at rank ``depth``
+    (fetch at least ``depth + 1`` results).  Only when that tie group may continue into the
+    unseen items (an incomplete list whose lowest score is the score at rank ``depth``) are
+    the positives tied with it counted as missed: unseen negatives could rank before them.
     """
-    if len(scores) == 0:
-        return np.zeros(0, dtype=bool)
+    if depth <= 0:
+        raise ValueError(f"depth must be positive, got {depth}")
     scores = np.asarray(scores, dtype=np.float64)
     is_positive = np.asarray(is_positive, dtype=bool)
-    order = pessimistic_order(scores, is_positive)
+    if len(scores) == 0:
+        return np.zeros(0, dtype=bool)
+    order = tie_order(scores, is_positive, tie_policy)[:depth]
     relevance = is_positive[order].copy()
-    if truncated:
-        relevance &= scores[order] > scores[order][-1]
+    if not complete:
+        relevance &= scores[order] > scores.min()
     return relevance
+
+
+def boundary_tie_unresolved(scores: np.ndarray, depth: int, complete: bool) -> bool:
+    """Whether the items tied with the score at rank ``depth`` may continue past the fetched list."""
+    if complete or len(scores) == 0:
+        return False
+    top = np.sort(np.asarray(scores, dtype=np.float64))[::-1]
+    return bool(top[min(depth, len(top)) - 1] == top[-1])

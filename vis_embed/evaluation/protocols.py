@@ -12,6 +12,11 @@ documented in docs/evaluation.md (layouts ``2afc``, ``nearid``, ``asym_recall``,
 - :func:`asymmetric_recall_at_k` -- TLL: a pair counts if found in either direction.
 - :func:`average_precision` -- AP of same/different pair scores (pessimistic ties).
 - :func:`correlation_with_humans` -- Pearson / Spearman, Fisher-z averaged across groups.
+
+A collapsed model (every item embedded as the same vector) must never score above chance:
+ties are resolved against the model everywhere (a zero NearID margin fails, a 2AFC tie
+scores 0.5, tied ranks are pessimistic) and a constant group has no correlation (NaN,
+counted).  Non-finite similarities or labels are errors naming the item, never a score.
 """
 
 from __future__ import annotations
@@ -21,6 +26,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from vis_embed.evaluation.metrics import pessimistic_order
+
+# TLL reports asymmetric recall at these k.
+ASYM_RECALL_KS: tuple[int, ...] = (1, 5, 20)
+
+
+def check_finite(values: np.ndarray, what: str, item: str = "item") -> None:
+    """Raise ValueError naming the first ``item`` (row index) of ``values`` that is NaN or infinite."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return
+    bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+    if bad.any():
+        raise ValueError(f"{what} of {item} {int(np.flatnonzero(bad)[0])} is NaN or infinite")
 
 
 def two_afc_accuracy(sim_a: np.ndarray, sim_b: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -34,6 +52,8 @@ def two_afc_accuracy(sim_a: np.ndarray, sim_b: np.ndarray, labels: np.ndarray) -
     sim_a, sim_b, labels = (np.asarray(x, dtype=np.float64) for x in (sim_a, sim_b, labels))
     if not (sim_a.shape == sim_b.shape == labels.shape):
         raise ValueError("sim_a, sim_b and labels must have the same shape")
+    for values, what in ((sim_a, "similarity to A"), (sim_b, "similarity to B"), (labels, "label")):
+        check_finite(values, what, "triplet")
     if ((labels < 0) | (labels > 1)).any():
         raise ValueError("2AFC labels must lie in [0, 1]")
     return np.where(sim_a > sim_b, labels, np.where(sim_a < sim_b, 1.0 - labels, 0.5))
@@ -64,14 +84,20 @@ def nearid_margins(anchor_embeddings: np.ndarray, negative_embeddings: np.ndarra
     whether view i has one.  ``view_embeddings`` are the views encoded as targets when the
     anchor side uses a different instruction (default: the anchors themselves).  Returns the
     valid margins (i != j and n_i present) as a flat array.
+
+    Each margin is one product p_i . (p_j - n_i), not the difference of two separately
+    rounded similarities: when p_j and n_i are the same vector the margin is exactly 0 (and
+    fails), instead of +-1e-16 that would count as a success for a collapsed model.
     """
     anchors = np.asarray(anchor_embeddings, dtype=np.float64)
     targets = anchors if view_embeddings is None else np.asarray(view_embeddings, dtype=np.float64)
     negatives = np.asarray(negative_embeddings, dtype=np.float64)
     valid = np.asarray(negative_valid, dtype=bool)
-    positive_sim = anchors @ targets.T                         # s(p_i, p_j)
-    negative_sim = np.einsum("id,id->i", anchors, negatives)   # s(p_i, n_i)
-    margins = positive_sim - negative_sim[:, None]
+    for values, what in ((anchors, "anchor embedding"), (targets, "view embedding")):
+        check_finite(values, what, "view")
+    check_finite(negatives[valid], "negative embedding", "paired negative")
+    differences = targets[None, :, :] - negatives[:, None, :]        # (p_j - n_i) for every (i, j)
+    margins = np.einsum("id,ijd->ij", anchors, differences)
     mask = valid[:, None] & ~np.eye(len(anchors), dtype=bool)
     return margins[mask]
 
@@ -95,16 +121,19 @@ def nearid_scores(margins_per_identity: Sequence[np.ndarray]) -> dict[str, float
 
 
 def asymmetric_recall_at_k(a_embeddings: np.ndarray, b_embeddings: np.ndarray,
-                           ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+                           ks: Sequence[int] = ASYM_RECALL_KS) -> dict[str, float]:
     """TLL asymmetric Recall@k over aligned pairs (a_i, b_i).
 
     Pair i counts at k if b_i is among a_i's top-k over all b, OR a_i is among b_i's top-k
-    over all a.  Ranks use the pessimistic tie policy of :mod:`metrics`.
+    over all a.  Ranks use the pessimistic tie policy of :mod:`metrics` (a collapsed model
+    ranks every partner last: R@k = 0 for k < number of pairs).
     """
     a = np.asarray(a_embeddings, dtype=np.float64)
     b = np.asarray(b_embeddings, dtype=np.float64)
     if a.shape != b.shape or len(a) == 0:
         raise ValueError("a and b must be non-empty with equal shapes (aligned pairs)")
+    check_finite(a, "embedding a", "pair")
+    check_finite(b, "embedding b", "pair")
     similarity = a @ b.T
     diagonal = np.diag(similarity)
     # Pessimistic rank: every other item scoring >= the partner's score comes first.
@@ -116,6 +145,8 @@ def asymmetric_recall_at_k(a_embeddings: np.ndarray, b_embeddings: np.ndarray,
 
 def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
     """AP of same (1) / different (0) pairs ranked by score; ties put different pairs first."""
+    check_finite(np.asarray(scores), "similarity", "pair")
+    check_finite(np.asarray(labels), "label", "pair")
     labels = np.asarray(labels, dtype=bool)
     if not labels.any():
         raise ValueError("average precision needs at least one 'same' pair")
@@ -136,11 +167,12 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 
 
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson's r; NaN when either variable is constant (the correlation is undefined)."""
     x = np.asarray(x, dtype=np.float64) - np.mean(x)
     y = np.asarray(y, dtype=np.float64) - np.mean(y)
     denominator = np.sqrt((x * x).sum() * (y * y).sum())
     if denominator == 0:
-        raise ValueError("correlation undefined: a variable is constant")
+        return float("nan")
     return float((x * y).sum() / denominator)
 
 
@@ -149,35 +181,46 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def fisher_z_mean(correlations: Sequence[float]) -> float:
-    """Average correlations in Fisher-z space: tanh(mean(arctanh(r))).
+    """Average correlations in Fisher-z space: tanh(mean(arctanh(r))); NaN when there are none.
 
     Averaging r directly is biased towards 0 because r is bounded; z is ~normal.
     """
+    if len(correlations) == 0:
+        return float("nan")
     r = np.clip(np.asarray(correlations, dtype=np.float64), -0.9999999, 0.9999999)
     return float(np.tanh(np.arctanh(r).mean()))
 
 
 def correlation_with_humans(model_scores: np.ndarray, human_scores: np.ndarray,
-                            groups: Sequence[str] | None = None) -> dict[str, float]:
+                            groups: Sequence[str] | None = None) -> dict[str, float | list[str]]:
     """Pearson and Spearman between model similarities and human scores.
 
     With ``groups`` (e.g. one per annotation set or category) each group's correlation is
     computed separately and the groups are combined by an unweighted Fisher-z mean; groups
-    with fewer than 3 pairs are skipped.
+    with fewer than 3 pairs are skipped.  A group where the model (or the humans) give one
+    constant score has no correlation: it is left out of the mean, counted in
+    ``n_constant_groups`` and named in ``constant_groups``; when every group is constant the
+    correlations are NaN.  The run is never stopped by it.
     """
     model_scores = np.asarray(model_scores, dtype=np.float64)
     human_scores = np.asarray(human_scores, dtype=np.float64)
     if model_scores.shape != human_scores.shape:
         raise ValueError("model and human scores must align")
+    check_finite(model_scores, "model similarity", "pair")
+    check_finite(human_scores, "human score", "pair")
     group_labels = np.asarray(["all"] * len(model_scores) if groups is None else list(groups))
-    pearsons, spearmans = [], []
+    pearsons, spearmans, constant = [], [], []
     for name in dict.fromkeys(group_labels.tolist()):
         members = group_labels == name
         if members.sum() < 3:
             continue
-        pearsons.append(pearson(model_scores[members], human_scores[members]))
+        r = pearson(model_scores[members], human_scores[members])
+        if np.isnan(r):
+            constant.append(str(name))
+            continue
+        pearsons.append(r)
         spearmans.append(spearman(model_scores[members], human_scores[members]))
-    if not pearsons:
+    if not pearsons and not constant:
         raise ValueError("need at least one group with >= 3 scored pairs")
     return {"pearson": fisher_z_mean(pearsons), "spearman": fisher_z_mean(spearmans),
-            "n_groups": len(pearsons)}
+            "n_groups": len(pearsons), "n_constant_groups": len(constant), "constant_groups": constant}

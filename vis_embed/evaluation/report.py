@@ -138,12 +138,20 @@ def model_label(model: dict[str, Any]) -> str:
     return f"{label} + {model['adapter']}" if model.get("adapter") else label
 
 
+TIE_POLICY_NOTES = {
+    "pessimistic": "pessimistic (a negative tied with the positive ranks first; the project's default)",
+    "first": "first (listed order wins, as argmax in VLM2Vec's MMEB scorer)",
+}
+
+
 def markdown(results: dict[str, Any], reference_rows: Sequence[dict[str, str]] = ()) -> str:
     """Table 1 layout (published rows, then ours in bold), IND/OOD, then every dataset."""
     groups = results["groups"]
     ours = model_label(results.get("model", {}))
     lines = ["## Precision@1 (%), Table 1 layout", "", models_table({ours: groups}, reference_rows, extra_columns=())]
     lines += ["", "MMEB / MVEB = unweighted mean over datasets (not over meta-tasks).", ""]
+    tie_policy = results.get("tie_policy", "pessimistic")  # files written before the option: pessimistic
+    lines += [f"Tied scores: {TIE_POLICY_NOTES.get(tie_policy, tie_policy)}.", ""]
     splits = [key for key in ("IND", "OOD", "overall") if key in groups]
     if splits:
         lines += ["| " + " | ".join(splits) + " |", "|" + "---|" * len(splits),

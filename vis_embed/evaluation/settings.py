@@ -12,6 +12,10 @@ from pathlib import Path
 
 # Gallery search backends of :mod:`vis_embed.evaluation.search`.
 INDEX_KINDS: tuple[str, ...] = ("exact", "exact-bf16", "ivf")
+# How tied scores are ordered in candidates / gallery rankings (see evaluation.metrics):
+# pessimistic = negatives before positives; first = listed order, as VLM2Vec's argmax.
+TIE_POLICIES: tuple[str, ...] = ("pessimistic", "first")
+DEFAULT_TIE_POLICY = "pessimistic"
 
 
 @dataclass
@@ -22,6 +26,7 @@ class EvalSettings:
     index: str = "exact"                      # gallery layouts: one of INDEX_KINDS
     depth: int | None = None                  # gallery ranking depth (default: see layouts)
     n_examples: int = 3                       # queries shown per retrieval grid
+    tie_policy: str = DEFAULT_TIE_POLICY      # candidates / gallery rankings: one of TIE_POLICIES
     cache_dir: Path | None = None             # default OUT/cache
     shard_size: int = 1024
     show_progress: bool = True
