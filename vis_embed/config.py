@@ -62,6 +62,13 @@ def invalid(message: str, *field: str | int) -> PydanticCustomError:
     return PydanticCustomError(_INVALID, "{reason}", {"reason": message, "field": list(field)})
 
 
+def one_of(value: Any, choices: tuple[str, ...], what: str, *field: str | int) -> Any:
+    """``value`` if it is one of ``choices``, else ``invalid("unknown WHAT 'x' (known: ...)")``."""
+    if value not in choices:
+        raise invalid(f"unknown {what} {value!r} (known: {', '.join(choices)})", *field)
+    return value
+
+
 def uniquely_named(entries: list[Entry], what: str = "dataset") -> list[Entry]:
     """A field validator's body for ``datasets:`` lists: non-empty, and no two entries share a ``name``."""
     if not entries:

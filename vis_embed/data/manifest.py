@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from vis_embed.config import invalid, uniquely_named
+from vis_embed.config import invalid, one_of, uniquely_named
 from vis_embed.data.tables import TABLE_SUFFIXES
 from vis_embed.data.taxonomy import (
     BENCHMARKS,
@@ -76,9 +76,7 @@ class ManifestEntry(BaseModel):
     @field_validator("layout")
     @classmethod
     def _known_layout(cls, layout: str) -> str:
-        if layout not in LAYOUTS:
-            raise invalid(f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
-        return layout
+        return one_of(layout, LAYOUTS, "layout")
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> "ManifestEntry":
@@ -105,10 +103,8 @@ class ManifestEntry(BaseModel):
 
     def _check_taxonomy(self) -> None:
         benchmark, meta_task, split = self.inferred_benchmark, self.meta_task, self.split
-        if benchmark not in BENCHMARK_CHOICES:
-            raise invalid(f"unknown benchmark {benchmark!r} (known: {', '.join(BENCHMARK_CHOICES)})", "benchmark")
-        if split not in SPLITS:
-            raise invalid(f"unknown split {split!r} (known: {', '.join(SPLITS)})", "split")
+        one_of(benchmark, BENCHMARK_CHOICES, "benchmark", "benchmark")
+        one_of(split, SPLITS, "split", "split")
         allowed = {"MMEB": MMEB_META_TASKS, "MVEB": MVEB_META_TASKS}.get(benchmark)
         if allowed is not None and meta_task not in allowed:
             raise invalid(f"meta-task {meta_task!r} is not one of {benchmark}'s: {', '.join(allowed)}", "meta_task")

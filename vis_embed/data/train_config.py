@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from vis_embed.config import invalid, uniquely_named
+from vis_embed.config import invalid, one_of, uniquely_named
 from vis_embed.data.tables import TABLE_SUFFIXES
 
 KINDS: tuple[str, ...] = ("identity", "pairs")
@@ -50,9 +50,7 @@ class TrainDataEntry(BaseModel):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, kind: str) -> str:
-        if kind not in KINDS:
-            raise invalid(f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
-        return kind
+        return one_of(kind, KINDS, "kind")
 
     @field_validator("name", "identity_namespace")
     @classmethod
