@@ -81,3 +81,48 @@ def test_correlations_match_scipy_and_fisher_z_average() -> None:
     r_y = stats.pearsonr(model[20:], human[20:])[0]
     assert grouped["pearson"] == pytest.approx(np.tanh((np.arctanh(r_x) + np.arctanh(r_y)) / 2), abs=1e-6)
     assert grouped["n_groups"] == 2
+
+
+def test_nearid_margin_of_identical_vectors_is_exactly_zero() -> None:
+    # Target and negative are the same vector: two separately rounded similarities used to
+    # differ by ~1e-16 and count as successes; one product p . (t - n) gives exactly 0.
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        views = rng.standard_normal((4, 33))
+        views /= np.linalg.norm(views, axis=1, keepdims=True)
+        collapsed = np.repeat(views[:1], 4, axis=0)
+        margins = protocols.nearid_margins(views, collapsed, np.ones(4, bool), view_embeddings=collapsed)
+        assert (margins == 0).all()
+        assert protocols.nearid_scores([margins]) | {"n_margins": 0} == {
+            "SSR": 0.0, "pairwise_acc": 0.0, "n_identities": 1, "n_margins": 0}
+
+
+def test_non_finite_inputs_are_errors_naming_the_item() -> None:
+    with pytest.raises(ValueError, match="similarity to A of triplet 1"):
+        protocols.two_afc_accuracy(np.array([0.2, np.nan]), np.array([0.1, 0.1]), np.array([1.0, 0.0]))
+    with pytest.raises(ValueError, match="label of triplet 0"):
+        protocols.two_afc_accuracy(np.array([0.2]), np.array([0.1]), np.array([np.nan]))
+    a = np.eye(3)
+    b = a.copy()
+    b[2, 0] = np.inf
+    with pytest.raises(ValueError, match="embedding b of pair 2"):
+        protocols.asymmetric_recall_at_k(a, b)
+    with pytest.raises(ValueError, match="human score of pair 1"):
+        protocols.correlation_with_humans(np.arange(4.0), np.array([1.0, np.nan, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="negative embedding"):
+        protocols.nearid_margins(a, np.full((3, 3), np.nan), np.ones(3, bool))
+
+
+def test_constant_group_is_nan_counted_and_left_out() -> None:
+    model = np.array([0.3, 0.3, 0.3, 0.1, 0.5, 0.9])
+    human = np.array([1.0, 2.0, 3.0, 1.0, 2.0, 3.0])
+    result = protocols.correlation_with_humans(model, human, ["flat"] * 3 + ["ok"] * 3)
+    assert result["n_groups"] == 1 and result["n_constant_groups"] == 1 and result["constant_groups"] == ["flat"]
+    assert result["spearman"] == pytest.approx(1.0)
+    assert np.isnan(protocols.pearson(model[:3], human[:3]))
+    everything_flat = protocols.correlation_with_humans(np.zeros(4), np.arange(4.0))
+    assert np.isnan(everything_flat["spearman"]) and everything_flat["n_constant_groups"] == 1
+
+
+def test_asymmetric_recall_defaults_to_tll_ks() -> None:
+    assert set(protocols.asymmetric_recall_at_k(np.eye(3), np.eye(3))) == {"R@1", "R@5", "R@20"}
