@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _training_standin import StandInEncoder, TokenItem, random_members  # noqa: E402
 
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend  # noqa: E402
-from vis_embed.training.distributed import get_rank, get_world_size, init_distributed  # noqa: E402
+from vis_embed.distributed import get_rank, get_world_size, init_distributed  # noqa: E402
 from vis_embed.training.gradcache import contrastive_step  # noqa: E402
 from vis_embed.training.losses import Temperature, info_nce_loss  # noqa: E402
 from vis_embed.training.lr_schedule import lr_lambda  # noqa: E402

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vis_embed.training.distributed import get_world_size, is_main_process
+from vis_embed.distributed import get_world_size, is_main_process
 
 
 class TrainBackend:

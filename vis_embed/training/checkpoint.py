@@ -34,7 +34,7 @@ from torch import nn
 
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory, atomic_write_json
-from vis_embed.training.distributed import barrier, broadcast_object, get_rank, is_main_process
+from vis_embed.distributed import barrier, broadcast_object, get_rank, is_main_process
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from vis_embed.errors import ConfigError
-from vis_embed.training.distributed import get_world_size
+from vis_embed.distributed import get_world_size
 from vis_embed.training.recipe import Recipe
 
 

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from vis_embed.model.batching import chunk_order
 from vis_embed.training.backends import TrainBackend
-from vis_embed.training.distributed import gather_with_local_grad, get_world_size
+from vis_embed.distributed import gather_with_local_grad, get_world_size
 
 Batch = dict[str, Tensor]
 LossFn = Callable[[Tensor, Tensor], Tensor]  # (global queries, global candidates) -> scalar loss

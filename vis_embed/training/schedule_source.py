@@ -15,7 +15,7 @@ from vis_embed.io import fingerprint_files
 from vis_embed.sampling.build import build_schedule
 from vis_embed.sampling.schedule_io import check_data_fingerprint, iter_batches, rank_rows
 from vis_embed.sampling.settings import SamplingOptions
-from vis_embed.training.distributed import barrier, is_main_process
+from vis_embed.distributed import barrier, is_main_process
 
 
 def write_recipe_schedule(data: Any, path: str | Path, *, steps: int, global_batch_size: int, seed: int,

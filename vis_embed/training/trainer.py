@@ -35,7 +35,7 @@ from vis_embed.model.embedding_model import EmbeddingModel, resolve_dtype
 from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
-from vis_embed.training.distributed import barrier, get_rank, get_world_size, init_distributed, is_main_process
+from vis_embed.distributed import barrier, get_rank, get_world_size, init_distributed, is_main_process
 from vis_embed.training.gradcache import StepResult, contrastive_step
 from vis_embed.training.labels import loss_label
 from vis_embed.training.losses import Temperature, identity_ids, info_nce_loss
