@@ -20,6 +20,7 @@ from PIL import Image
 from data_prep.synth import SIZES, generate
 from data_prep.synth import build as synth_build
 from data_prep.synth.build import Planner
+from data_prep.synth.dense import DenseLayout
 from data_prep.synth.render import compose
 from data_prep.synth.sampling import apply_edit, identity_signature, single_spec
 from vis_embed.cli import main as cli_main
@@ -383,3 +384,83 @@ def test_skewed_preset_has_a_few_big_identities_and_the_same_budget() -> None:
     with pytest.raises(ConfigError, match="train_identity_sizes"):
         synth_build.train_identity_sizes(np.random.default_rng(0), 3,
                                          dataclasses.replace(SIZES["tiny"], train_identity_sizes="zipf"))
+
+
+# --------------------------------------------------------------------------------------------
+# `small-dense`: few identities, many instances, look-alike families (the dense sampling ablation)
+
+
+def _train_rows_by_dataset(plan: Any) -> dict[str, list[dict[str, Any]]]:
+    return {entry["name"]: plan.tables[entry["path"]] for entry in plan.train_entries}
+
+
+def test_dense_preset_is_identity_subdatasets_with_few_identities_and_many_instances() -> None:
+    size = SIZES["small-dense"]
+    layout = size.dense
+    plan = Planner(0, size).build()
+    by_dataset = _train_rows_by_dataset(plan)
+    assert len(by_dataset) == layout.object_subdatasets + layout.person_subdatasets
+    assert all(entry["kind"] == "identity" for entry in plan.train_entries)
+    all_identities: set[str] = set()
+    for name, rows in by_dataset.items():
+        counts: dict[str, int] = defaultdict(int)
+        for row in rows:
+            counts[row["identity"]] += 1
+        # few identities (a 16-member slot drawn uniformly repeats some), many images each
+        assert len(counts) == layout.families * layout.family_size, name
+        assert set(counts.values()) == {layout.images_per_identity}, name
+        assert not all_identities & counts.keys()  # no identity is in two sub-datasets
+        all_identities |= counts.keys()
+    # the held-out evaluation is the base preset's (same datasets, same sizes)
+    small = Planner(0, SIZES["small"]).build()
+    assert [e["name"] for e in plan.manifest_entries] == [e["name"] for e in small.manifest_entries]
+    assert {p: len(r) for p, r in plan.tables.items() if p.startswith("eval/")} == \
+        {p: len(r) for p, r in small.tables.items() if p.startswith("eval/")}
+    train_identities = {row["identity"] for rows in by_dataset.values() for row in rows}
+    eval_identities = {row["identity"] for path, rows in plan.tables.items() if path.endswith("_gallery.jsonl")
+                       for row in rows}
+    assert not train_identities & eval_identities
+
+
+def test_other_presets_record_no_dense_layout(synth_dir: Path) -> None:
+    """The dense option is absent from the other presets' synth.json, which stays as it was."""
+    assert "dense" not in json.loads((synth_dir / "synth.json").read_text())["settings"]
+
+
+@pytest.fixture(scope="module")
+def dense_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    size = dataclasses.replace(SIZES["small-dense"], image_size=64,
+                               dense=DenseLayout(object_subdatasets=1, person_subdatasets=1, families=3,
+                                                 family_size=4, images_per_identity=3))
+    return generate(tmp_path_factory.mktemp("dense") / "out", seed=0, size=size, workers=1)
+
+
+def test_dense_family_variants_change_one_detail_in_the_anchors_exact_contexts(dense_dir: Path) -> None:
+    by_image = meta_by_image(dense_dir, "train")
+    variants = [row for row in by_image.values() if row.get("role") == "lookalike"]
+    assert len(variants) == 2 * 3 * 3 * 3  # 2 sets x 3 families x 3 variants x 3 images
+    for row in variants:
+        anchor = by_image[row["anchor_image"]]
+        assert anchor["identity"] == row["anchor"] == row["identity"].rsplit("-v", 1)[0]
+        assert anchor["context"] == row["context"]
+        changed = {k for k in row["identity_params"] if row["identity_params"][k] != anchor["identity_params"][k]}
+        assert row["changed"] in changed
+        assert changed <= {row["changed"], "secondary", "pattern_freq", "texture_seed", "bag_colour", "top_secondary"}
+        # the family keeps its dominant look: an object's primary colour, a person's top colour
+        assert {"primary", "top"}.isdisjoint(changed)
+        twin, original = np.asarray(Image.open(row["_path"])), np.asarray(Image.open(anchor["_path"]))
+        assert np.all(twin == original, axis=-1).mean() > 0.3 and not np.array_equal(twin, original)
+
+
+def test_dense_hard_negatives_are_the_family_in_the_same_context(dense_dir: Path) -> None:
+    by_image = meta_by_image(dense_dir, "train")
+    cfg = load_train_config(dense_dir / "train.yaml")
+    assert [d.name for d in cfg.datasets] == ["synth_rec_0", "synth_reid_0"]
+    for dataset in cfg.datasets:
+        for rec in dataset.records:
+            negatives = [dataset.records[dataset.index[i]] for i in rec["hard_negatives"]]
+            assert len(negatives) == 3
+            family = {rec["identity"].split("-v")[0]}
+            assert {n["identity"].split("-v")[0] for n in negatives} == family
+            assert len({n["identity"] for n in negatives} | {rec["identity"]}) == 4
+            assert all(by_image[n["image"]]["context"] == by_image[rec["image"]]["context"] for n in negatives)

@@ -1,4 +1,4 @@
-"""``vis-embed synth OUT_DIR [--seed S] [--size small|full]``: the synthetic identity benchmark.
+"""``vis-embed synth OUT_DIR [--seed S] [--size small|full|tiny|small-skewed|small-dense]``: the synthetic identity benchmark.
 
 Procedurally rendered objects whose *identity* is intrinsic (shape, colour pattern, texture;
 clothes for persons; body and paint for vehicles) and whose *context* varies (background,
@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", choices=list(SIZES), default="small",
                         help="small: 112 px, ~1.2K train identities, renders in seconds (the quickstart's); "
                              "full: 224 px, 7.5K train identities; tiny: for tests; "
-                             "small-skewed: small with skewed train identity sizes (most 2 images, 2%% 20-60)")
+                             "small-skewed: small with skewed train identity sizes (most 2 images, 2%% 20-60); "
+                             "small-dense: small's evaluation, training in 14 identity sub-datasets of 24 "
+                             "identities in look-alike families x 10 images (the dense sampling ablation)")
     parser.add_argument("--workers", type=int, default=None,
                         help="rendering processes (default: min(4, CPU count)); never changes the output")
 

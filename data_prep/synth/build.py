@@ -28,6 +28,7 @@ import numpy as np
 import yaml
 
 from data_prep.synth import render
+from data_prep.synth.dense import DenseLayout, plan_dense_training
 from data_prep.synth.sampling import (
     Params, apply_edit, contrary_edit, make_lookalike, sample_context, sample_edit,
     sample_edit_base, sample_identities, sample_lighting, sample_background,
@@ -67,6 +68,9 @@ class SynthSize:
     # "skewed": most have 2, a few have 20-60 (about the same image count in total) -- the
     # heavy identity skew of real identity data, where naive batches repeat big identities.
     train_identity_sizes: str = "fixed"
+    # Set: the training split is the dense-identity layout instead (data_prep/synth/dense.py);
+    # the train counts above are then unused.
+    dense: DenseLayout | None = None
 
 
 SIZES: dict[str, SynthSize] = {
@@ -97,6 +101,16 @@ SIZES: dict[str, SynthSize] = {
 }
 # The sampling ablation's skewed-identity variant: "small" with skewed train identity sizes.
 SIZES["small-skewed"] = dataclasses.replace(SIZES["small"], train_identity_sizes="skewed")
+# The sampling ablation's dense-identity variant (docs/ablation_dense.md): `small`'s evaluation,
+# and training data in 14 identity sub-datasets of 24 identities (6 look-alike families of 4)
+# x 10 images -- few identities, many instances, so a naive 16-member slot repeats an identity
+# for ~24% of its members.
+SIZES["small-dense"] = dataclasses.replace(
+    SIZES["small"], rec_train_identities=0, reid_train_identities=0, grd_train_targets=0,
+    edit_train_identities=0, cls_train_images=0, ret_train_images=0, lookalike_fraction=0.0,
+    train_images_per_identity=10,
+    dense=DenseLayout(object_subdatasets=10, person_subdatasets=4, families=6, family_size=4,
+                      images_per_identity=10))
 
 SKEWED_BIG_FRACTION = 0.02          # share of identities that are "big"
 SKEWED_BIG_SIZES = (20, 60)         # their image counts, uniform, inclusive
@@ -501,11 +515,14 @@ class Planner:
 
     def build(self) -> Plan:
         size = self.size
-        self.train_identity_set("rec", "object", "obj", size.rec_train_identities, "objects", "rec")
-        self.train_identity_set("reid", "figure", "person", size.reid_train_identities, "persons", "reid")
-        self.train_grounding()
-        self.train_edit()
-        self.train_semantic()
+        if size.dense is not None:
+            plan_dense_training(self, size.dense)
+        else:
+            self.train_identity_set("rec", "object", "obj", size.rec_train_identities, "objects", "rec")
+            self.train_identity_set("reid", "figure", "person", size.reid_train_identities, "persons", "reid")
+            self.train_grounding()
+            self.train_edit()
+            self.train_semantic()
         self.eval_gallery("rec", "SynthRec", "object", "obj", size.rec_eval_identities, "ID-Rec", "IND", "rec")
         self.eval_gallery("reid", "SynthReID", "figure", "person", size.reid_eval_identities, "Re-ID", "IND", "reid")
         # Vehicles are never trained on: the out-of-distribution family.
@@ -627,9 +644,12 @@ def generate(out_dir: str | Path, seed: int = 0, size: str | SynthSize = "small"
             _write(tmp / path, _jsonl(_resolve_boxes(rows, boxes, size.image_size)))
         _write(tmp / "train.yaml", _yaml({"datasets": plan.train_entries}))
         _write(tmp / "benchmark.yaml", _yaml({"name": "synth", "datasets": plan.manifest_entries}))
+        settings = dataclasses.asdict(size)
+        if settings["dense"] is None:  # absent, so the other presets' synth.json stays as it was
+            del settings["dense"]
         summary = {
             "generator_version": GENERATOR_VERSION, "seed": seed, "size": size_name,
-            "settings": dataclasses.asdict(size), "images": len(plan.jobs),
+            "settings": settings, "images": len(plan.jobs),
             "tables": {path: len(rows) for path, rows in sorted(plan.tables.items())},
         }
         _write(tmp / MARKER_FILE, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())

@@ -358,3 +358,62 @@ def apply_edit(context: Params, edit: Params) -> Params:
         factor = 0.55 if edit["value"] == "darker" else 1.45
         edited["lighting"]["brightness"] = round(edited["lighting"]["brightness"] * factor, 3)
     return edited
+
+
+# Attributes a dense-preset family variant may change (docs/synth.md, `small-dense`): the
+# object's primary colour and the person's top colour are left alone so that a family keeps
+# its dominant look and the variants differ from the anchor in a detail.
+_VARIANT_ATTRIBUTES = {
+    "object": ("secondary", "shape", "pattern", "texture"),
+    "figure": ("bottom", "bag", "top_pattern", "sleeves"),
+}
+
+
+def make_variant(rng: np.random.Generator, family: str, anchor: Params,
+                 taken: set[str]) -> tuple[Params, str] | None:
+    """A family variant of ``anchor``: one detail attribute set to *any* other value.
+
+    Unlike :func:`make_lookalike` (a neighbouring hue or shape, often too close for a tiny
+    model to tell apart) the change is always clearly visible, so the variant is a hard
+    negative a small model can learn from.  Returns ``(params, changed attribute)``, or None
+    when 100 draws only found identities already in ``taken`` (which is updated).
+    """
+    for _ in range(100):
+        params = dict(anchor)
+        attribute = _pick(rng, _VARIANT_ATTRIBUTES[family])
+        if family == "object":
+            if attribute == "secondary" and params["secondary"] is None:
+                attribute = "pattern"  # a solid object has no secondary colour to change
+            if attribute == "secondary":
+                params["secondary"] = _pick(rng, OBJECT_COLOURS, exclude=(anchor["primary"], anchor["secondary"]))
+            elif attribute == "shape":
+                params["shape"] = _pick(rng, SHAPES, exclude=(anchor["shape"],))
+            elif attribute == "pattern":
+                params["pattern"] = _pick(rng, PATTERNS, exclude=(anchor["pattern"],))
+                if params["secondary"] is None:
+                    params["secondary"] = _pick(rng, OBJECT_COLOURS, exclude=(anchor["primary"],))
+                if params["pattern_freq"] is None:
+                    params["pattern_freq"] = int(rng.integers(2, 5))
+            else:
+                params["texture"] = _pick(rng, TEXTURES, exclude=(anchor["texture"],))
+            params = _finish_object(params)
+        elif family == "figure":
+            if attribute == "bottom":
+                params["bottom"] = _pick(rng, TROUSER_COLOURS, exclude=(anchor["bottom"],))
+            elif attribute == "bag":
+                params["bag"] = _pick(rng, ("none", "backpack", "handbag"), exclude=(anchor["bag"],))
+                params["bag_colour"] = (None if params["bag"] == "none"
+                                        else anchor["bag_colour"] or _pick(rng, OBJECT_COLOURS))
+            elif attribute == "top_pattern":
+                params["top_pattern"] = _pick(rng, ("solid", "stripes", "split", "logo"), exclude=(anchor["top_pattern"],))
+                params["top_secondary"] = (None if params["top_pattern"] == "solid" else anchor["top_secondary"]
+                                           or _pick(rng, OBJECT_COLOURS, exclude=(anchor["top"],)))
+            else:
+                params["sleeves"] = "short" if anchor["sleeves"] == "long" else "long"
+        else:
+            raise ValueError(f"no family variants for family {family!r}")
+        signature = identity_signature(params)
+        if signature not in taken:
+            taken.add(signature)
+            return params, attribute
+    return None
