@@ -1,49 +1,88 @@
 #!/usr/bin/env bash
 # The paper's sampling ablation (its Table 2) in miniature, on the synthetic benchmark:
-# same tiny model, same data, same steps; three schedules x SEEDS training seeds.
-#   naive           one sub-dataset per batch, rows drawn uniformly, no identity constraint
+# same tiny model, same data, same steps for every variant; VARIANTS x SEEDS training runs.
+#   naive_unmasked  the paper's baseline: interleaved sub-batches (each slot of M members from one
+#                   sub-dataset, rows drawn uniformly), no identity constraint, loss.identity_mask
+#                   false -- another instance of the query's identity in the batch is a negative
+#   naive_masked    the same schedule (same seed -> same batches), loss mask on
 #   identity        identity-aware: each identity at most once per batch, p(identity) ∝ instances
-#   identity_hn     identity-aware + k=5 structured hard negatives (look-alikes) in the same batch
-# Writes OUT/<schedule>-<seed>/{run,eval}/ and docs/ablation.md (mean ± std over seeds).
+#   identity_hn     identity-aware + k=HN structured hard negatives (look-alikes) in the anchor's slot
+#   naive           older name of naive_masked (the first ablation's baseline)
+# Every variant except naive_unmasked trains with the loss mask on (the recipe default).
+# Writes OUT/<variant>-<seed>/{schedule.parquet,run,eval,log.txt} and the table TABLE.
 #
-#   bash eval/ablation_sampling.sh [OUT=ablation_out] [SEEDS="0 1 2"]
-# The skewed-identity variant (docs/ablation_skewed.md): most train identities have 2 images,
-# 2% have 20-60 (`vis-embed synth --size small-skewed`):
-#   OUT=ablation_skewed_out SIZE=small-skewed VARIANTS="naive identity" TABLE=docs/ablation_skewed.md \
-#     bash eval/ablation_sampling.sh
+#   bash eval/ablation_sampling.sh                        # SIZE=small: docs/ablation.md
+#   SIZE=small-dense JOBS=2 bash eval/ablation_sampling.sh   # docs/ablation_dense.md (20 runs)
+#   SIZE=small-skewed bash eval/ablation_sampling.sh         # docs/ablation_skewed.md
+# SIZE picks the data (`vis-embed synth --size SIZE`) and the defaults of OUT, RECIPE, TABLE,
+# SEEDS and HN; each can be set. JOBS=N runs N trainings at once, one torch thread each
+# (OMP_NUM_THREADS=1; the recipes set torch_threads: 1): two fit a 2-core machine. The script is
+# resumable: finished runs (eval/results.json) are kept, a run with a checkpoint resumes from it.
+# Accuracy figures are deterministic (same seed -> same numbers whatever JOBS); timings are not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-ablation_out}
-SEEDS=${SEEDS:-"0 1 2"}
 SIZE=${SIZE:-small}
-VARIANTS=${VARIANTS:-"naive identity identity_hn"}
-TABLE=${TABLE:-docs/ablation.md}
+case $SIZE in
+  small-dense)  out=ablation_dense_out;  recipe=recipes/ablation_dense.yaml;    table=docs/ablation_dense.md;  seeds="0 1 2 3 4"; hn=3 ;;
+  small-skewed) out=ablation_skewed_out; recipe=recipes/ablation_sampling.yaml; table=docs/ablation_skewed.md; seeds="0 1 2"; hn=5 ;;
+  *)            out=ablation_out;        recipe=recipes/ablation_sampling.yaml; table=docs/ablation.md;        seeds="0 1 2"; hn=5 ;;
+esac
+OUT=${OUT:-$out}
+RECIPE=${RECIPE:-$recipe}
+TABLE=${TABLE:-$table}
+SEEDS=${SEEDS:-$seeds}
+HN=${HN:-$hn}
+VARIANTS=${VARIANTS:-"naive_unmasked naive_masked identity identity_hn"}
+JOBS=${JOBS:-1}
 VIS=${VIS:-.venv/bin/vis-embed}
-RECIPE=recipes/ablation_sampling.yaml
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p "$OUT"
+
+for variant in $VARIANTS; do  # fail before hours of training, not in the middle
+  case $variant in naive_unmasked|naive_masked|naive|identity|identity_hn) ;;
+    *) echo "unknown variant '$variant' (naive_unmasked naive_masked identity identity_hn naive)" >&2; exit 2 ;;
+  esac
+done
 
 [ -f "$OUT/synth/synth.json" ] || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
 [ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
 
+# One training + evaluation; its output goes to OUT/<variant>-<seed>/log.txt.
+run_one() {
+  local variant=$1 seed=$2 strategy negatives=0 mask=true
+  case $variant in
+    naive_unmasked) strategy=naive; mask=false ;;
+    naive_masked|naive) strategy=naive ;;
+    identity)       strategy=identity_aware ;;
+    identity_hn)    strategy=identity_aware; negatives=$HN ;;
+  esac
+  local dir="$OUT/$variant-$seed" resume=""
+  [ -f "$dir/eval/results.json" ] && return 0
+  mkdir -p "$dir"
+  ls -d "$dir"/run/checkpoint-* >/dev/null 2>&1 && resume="--resume"
+  echo "== $variant, seed $seed (log: $dir/log.txt)"
+  {
+    [ -f "$dir/run/final/adapter_config.json" ] || $VIS train "$RECIPE" $resume \
+      --set model="$OUT/model" --set data="$OUT/synth/train.yaml" \
+      --set schedule="$dir/schedule.parquet" --set output_dir="$dir/run" --set seed="$seed" \
+      --set sampling.strategy="$strategy" --set sampling.hard_negatives="$negatives" \
+      --set loss.identity_mask="$mask" --set logging.tensorboard=false
+    $VIS eval --model "$OUT/model" --adapter "$dir/run/final" --benchmark "$OUT/synth/benchmark.yaml" \
+      --out "$dir/eval" --no-pictures --quiet
+  } > "$dir/log.txt" 2>&1 || { echo "!! $variant, seed $seed failed: see $dir/log.txt" >&2; return 1; }
+}
+
+failed=0
 for seed in $SEEDS; do
   for variant in $VARIANTS; do
-    case $variant in
-      naive)       strategy=naive;          negatives=0 ;;
-      identity)    strategy=identity_aware; negatives=0 ;;
-      identity_hn) strategy=identity_aware; negatives=5 ;;
-    esac
-    dir="$OUT/$variant-$seed"
-    if [ ! -f "$dir/eval/results.json" ]; then
-      echo "== $variant, seed $seed"
-      resume=""
-      ls -d "$dir"/run/checkpoint-* >/dev/null 2>&1 && resume="--resume"
-      [ -f "$dir/run/final/adapter_config.json" ] || $VIS train "$RECIPE" $resume \
-        --set model="$OUT/model" --set data="$OUT/synth/train.yaml" \
-        --set schedule="$dir/schedule.parquet" --set output_dir="$dir/run" --set seed="$seed" \
-        --set sampling.strategy="$strategy" --set sampling.hard_negatives="$negatives"
-      $VIS eval --model "$OUT/model" --adapter "$dir/run/final" --benchmark "$OUT/synth/benchmark.yaml" \
-        --out "$dir/eval" --no-pictures --quiet
-    fi
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
+    run_one "$variant" "$seed" &
   done
 done
-.venv/bin/python eval/ablation_table.py "$OUT" --seeds $SEEDS --synth-size "$SIZE" --out "$TABLE"
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+[ "$failed" = 0 ] || { echo "some runs failed; rerun the script to resume them" >&2; exit 1; }
+
+# shellcheck disable=SC2086  # SEEDS and VARIANTS are word lists
+.venv/bin/python eval/ablation_table.py "$OUT" --seeds $SEEDS --variants $VARIANTS --synth-size "$SIZE" \
+  --recipe "$RECIPE" --out "$TABLE" \
+  --command "SIZE=$SIZE OUT=$OUT SEEDS=\"$SEEDS\" VARIANTS=\"$VARIANTS\" HN=$HN JOBS=$JOBS bash eval/ablation_sampling.sh"
