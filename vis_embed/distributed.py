@@ -74,8 +74,13 @@ def init_distributed(use_deepspeed: bool = False, timeout: timedelta | None = No
     return True
 
 
+# Ranks other than 0 wait in a collective while rank 0 scores a dataset or writes the output,
+# which on a large gallery can outlast the backends' default timeouts (NCCL: 10 min).
+BATCH_JOB_TIMEOUT = timedelta(hours=2)
+
+
 @contextlib.contextmanager
-def torchrun_group(timeout: timedelta | None = None) -> Iterator[bool]:
+def torchrun_group(timeout: timedelta = BATCH_JOB_TIMEOUT) -> Iterator[bool]:
     """Join torchrun's process group for the block (yields whether this is a multi-process run).
 
     A group that already exists (a library user's own) is used and left alone; one made here

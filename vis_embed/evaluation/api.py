@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.data import EvalDatasetSpec, load_benchmark
+from vis_embed.distributed import local_device, torchrun_group
+from vis_embed.embedding_cache import CacheStats
 from vis_embed.errors import DataError
 from vis_embed.evaluation.harness import Encoder, EvalSettings, Harness, describe_encoder
 from vis_embed.evaluation.settings import INDEX_KINDS
@@ -32,27 +34,40 @@ def load_specs(manifest: Path) -> tuple[list[EvalDatasetSpec], str]:
 
 
 def load_embedder(model: str | Path, adapter: str | Path | None = None, **overrides: Any) -> Embedder:
-    """``Embedder.from_pretrained`` with the overrides that are not None (prompt_format, max_pixels, device)."""
+    """``Embedder.from_pretrained`` with the overrides that are not None (prompt_format, max_pixels, device).
+
+    Without a device, each rank of a torchrun launch on GPUs takes its own (``cuda:LOCAL_RANK``).
+    """
     given = {key: value for key, value in overrides.items() if value is not None}
+    if "device" not in given and local_device() is not None:
+        given["device"] = local_device()
     return Embedder.from_pretrained(str(model), adapter=None if adapter is None else str(adapter), **given)
 
 
 def evaluate_encoder(encoder: Encoder, specs: list[EvalDatasetSpec], benchmark_fingerprint: str, out: str | Path,
                      settings: EvalSettings, *, model_name: str | None = None,
-                     adapter: str | Path | None = None) -> dict[str, Any]:
-    """Run the harness for ``encoder`` on loaded specs; write OUT/results.json etc.; return the results."""
+                     adapter: str | Path | None = None, cache_stats: CacheStats | None = None) -> dict[str, Any] | None:
+    """Run the harness for ``encoder`` on loaded specs; write OUT/results.json etc.; return the results.
+
+    Under torchrun (inside :func:`vis_embed.distributed.torchrun_group`) every rank calls this;
+    rank 0 writes and returns the results, the others return None.  ``cache_stats``, when
+    given, counts this rank's encoded and reused shards.
+    """
     model_info = describe_encoder(encoder, model_name, None if adapter is None else str(adapter))
-    return Harness(encoder, Path(out), settings, model_info).run(specs, benchmark_fingerprint)
+    return Harness(encoder, Path(out), settings, model_info, cache_stats).run(specs, benchmark_fingerprint)
 
 
 def evaluate_model(model: str | Path, benchmark: str | Path, out: str | Path, *, adapter: str | Path | None = None,
-                   show_progress: bool = True, **settings: Any) -> dict[str, Any]:
+                   show_progress: bool = True, **settings: Any) -> dict[str, Any] | None:
     """Evaluate ``model`` (+ ``adapter``) on a manifest; write OUT/results.json etc.; return the results.
 
     ``settings`` are EvalSettings fields (batch_size, datasets, max_queries, pictures, ...).  The
     manifest is validated before the model is loaded, so a bad manifest fails in milliseconds.
+    Launched by torchrun, the ranks share the encoding and rank 0 returns the results (the
+    others None).
     """
     specs, benchmark_fingerprint = load_specs(Path(benchmark))
-    encoder = load_embedder(model, adapter)
-    return evaluate_encoder(encoder, specs, benchmark_fingerprint, out,
-                            EvalSettings(show_progress=show_progress, **settings), model_name=str(model), adapter=adapter)
+    with torchrun_group():
+        encoder = load_embedder(model, adapter)
+        return evaluate_encoder(encoder, specs, benchmark_fingerprint, out, EvalSettings(
+            show_progress=show_progress, **settings), model_name=str(model), adapter=adapter)

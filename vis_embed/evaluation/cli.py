@@ -16,6 +16,7 @@ for torch; the commands import the library when they run.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,9 @@ def _load_encoder(args: argparse.Namespace) -> Any:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from vis_embed.evaluation import api  # torch, transformers: only when the command runs
+    from vis_embed.distributed import get_world_size, torchrun_group  # torch, transformers: only when the command runs
+    from vis_embed.embedding_cache import CacheStats
+    from vis_embed.evaluation import api
 
     if args.batch_size <= 0 or (args.max_queries is not None and args.max_queries <= 0):
         raise ConfigError("--batch-size and --max-queries must be positive")
@@ -76,9 +79,15 @@ def run_eval(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         show_progress=not args.quiet, pictures=not args.no_pictures, reference=args.reference,
     )
-    encoder = _load_encoder(args)
-    results = api.evaluate_encoder(encoder, specs, benchmark_fingerprint, args.out, settings,
-                                   model_name=args.model, adapter=args.adapter)
+    cache_stats = CacheStats()
+    with torchrun_group():  # under torchrun: every rank encodes a share, rank 0 scores
+        encoder = _load_encoder(args)
+        results = api.evaluate_encoder(encoder, specs, benchmark_fingerprint, args.out, settings,
+                                       model_name=args.model, adapter=args.adapter, cache_stats=cache_stats)
+    if get_world_size() > 1:  # under torchrun: what this rank encoded and reused
+        print(cache_stats.summary(), file=sys.stderr)
+    if results is None:  # a rank other than 0
+        return 0
     print(models_table({results["model"].get("name") or "model": results["groups"]}))
     print(f"wrote {args.out / 'results.json'} and {args.out / 'results.md'}")
     return 0

@@ -6,10 +6,14 @@ batch_size=..., show_progress=..., base_dir=None) -> np.ndarray`` (L2-normalised
 
 Per dataset it (1) parses the rows (:mod:`layouts`), (2) pools the distinct items of each
 instruction so every distinct query/candidate is encoded exactly once, (3) encodes through
-the :class:`~vis_embed.evaluation.cache.EmbeddingCache` (content-keyed, sharded), (4)
+the :class:`~vis_embed.embedding_cache.EmbeddingCache` (content-keyed, sharded), (4)
 scores, (5) renders a retrieval grid and (6) atomically writes ``datasets/<name>.json``.
 A dataset whose result file carries the current key is skipped, so an interrupted run
 resumes at the first unfinished dataset (and, inside it, at the first unfinished shard).
+
+Under ``torchrun`` every rank runs the harness: the shards of each pool are dealt out across
+the ranks, and rank 0 alone scores, renders and writes (the other ranks' ``run`` returns
+None); which datasets are finished is rank 0's call, so every rank skips the same ones.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from tqdm.auto import tqdm
 from vis_embed.data.benchmark import EvalDatasetSpec
 from vis_embed.data.images import is_url
 from vis_embed.data.taxonomy import group_means
+from vis_embed.distributed import broadcast_object, is_main_process
+from vis_embed.embedding_cache import CacheStats, ContentHasher, EmbeddingCache
 from vis_embed.errors import ConfigError
 from vis_embed.evaluation import layouts
-from vis_embed.evaluation.cache import ContentHasher, EmbeddingCache
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
 from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import TIE_POLICIES, EvalSettings
@@ -112,7 +117,7 @@ class Harness:
     """Runs a list of :class:`EvalDatasetSpec` against one encoder into ``out_dir``."""
 
     def __init__(self, encoder: Encoder, out_dir: str | Path, settings: EvalSettings | None = None,
-                 model_info: dict[str, Any] | None = None) -> None:
+                 model_info: dict[str, Any] | None = None, cache_stats: CacheStats | None = None) -> None:
         self.encoder = encoder
         self.out_dir = Path(out_dir)
         self.settings = settings or EvalSettings()
@@ -120,7 +125,8 @@ class Harness:
             raise ConfigError(f"tie_policy must be one of {', '.join(TIE_POLICIES)}, got {self.settings.tie_policy!r}")
         self.encoder_fingerprint = encoder.fingerprint()
         self.model_info = model_info or describe_encoder(encoder)
-        self.cache = EmbeddingCache(self.settings.cache_dir or self.out_dir / "cache", self.settings.shard_size)
+        self.cache = EmbeddingCache(self.settings.cache_dir or self.out_dir / "cache", self.settings.shard_size,
+                                    cache_stats)
         self.hasher = ContentHasher()
         self.sign = _ItemSigner(self.hasher)
 
@@ -134,13 +140,16 @@ class Harness:
             raise ConfigError(f"unknown dataset(s) {unknown}; the manifest has {sorted(names)}")
         return [spec for spec in specs if spec.name in set(wanted)]
 
-    def run(self, specs: Sequence[EvalDatasetSpec], benchmark_fingerprint: str | None = None) -> dict[str, Any]:
+    def run(self, specs: Sequence[EvalDatasetSpec], benchmark_fingerprint: str | None = None) -> dict[str, Any] | None:
+        """Results (also written to OUT); None on the ranks other than 0 of a torchrun launch."""
         selected = self.select(specs)
         datasets: dict[str, dict[str, Any]] = {}
-        progress = tqdm(selected, desc="datasets", unit="ds", disable=not self.settings.show_progress)
+        progress = tqdm(selected, desc="datasets", unit="ds", disable=not self._show_progress())
         for spec in progress:
             progress.set_postfix_str(spec.name)
             datasets[spec.name] = self.run_dataset(spec)
+        if not is_main_process():
+            return None
         results = {"model": dict(self.model_info), "tie_policy": self.settings.tie_policy,
                    "datasets": datasets, "groups": aggregate(datasets)}
         if benchmark_fingerprint:
@@ -164,19 +173,36 @@ class Harness:
             "metrics_version": METRICS_VERSION,
         })
 
-    def run_dataset(self, spec: EvalDatasetSpec) -> dict[str, Any]:
+    def _show_progress(self) -> bool:
+        return self.settings.show_progress and is_main_process()  # one set of bars, not one per rank
+
+    def _result_path(self, spec: EvalDatasetSpec) -> Path:
+        return self.out_dir / "datasets" / f"{safe_name(spec.name)}.json"
+
+    def _finished_result(self, spec: EvalDatasetSpec, key: str) -> dict[str, Any] | None:
+        """The saved result of ``spec`` when its file carries ``key`` (rank 0 reads, every rank gets it)."""
+        saved = None
+        if is_main_process() and self._result_path(spec).exists():
+            saved = json.loads(self._result_path(spec).read_text())
+        saved = broadcast_object(saved)
+        if saved is None or saved.get("key") != key:
+            return None
+        log.info("%s: finished in a previous run (same fingerprint), skipped", spec.name)
+        return saved["result"]
+
+    def run_dataset(self, spec: EvalDatasetSpec) -> dict[str, Any] | None:
+        """The dataset's result (rank 0; None on the other ranks of a torchrun launch)."""
         options = layouts.ScoringOptions(index=self.settings.index, depth=self.settings.depth,
                                          n_examples=self.settings.n_examples, tie_policy=self.settings.tie_policy)
         prepared = layouts.prepare(spec, self.settings.max_queries, options)
         pools, side_rows = _build_pools(prepared, self.sign, self.encoder_fingerprint)
         key = self._dataset_key(spec, prepared, pools)
-        result_path = self.out_dir / "datasets" / f"{safe_name(spec.name)}.json"
-        if result_path.exists():
-            saved = json.loads(result_path.read_text())
-            if saved.get("key") == key:
-                log.info("%s: finished in a previous run (same fingerprint), skipped", spec.name)
-                return saved["result"]
+        finished = self._finished_result(spec, key)
+        if finished is not None:
+            return finished
         pool_embeddings = [self._encode_pool(spec, pool) for pool in pools]
+        if not is_main_process():
+            return None
         embeddings = {side: pool_embeddings[number][rows] for side, (number, rows) in side_rows.items()}
         outcome = prepared.score(embeddings)
         result = {
@@ -189,14 +215,14 @@ class Harness:
             retrieval_grid(outcome.examples, grid_path, title=f"{spec.name} ({spec.meta_task})",
                            instruction=spec.query_instruction)
             result["grid"] = str(grid_path.relative_to(self.out_dir))
-        atomic_write_json(result_path, {"key": key, "result": result})
+        atomic_write_json(self._result_path(spec), {"key": key, "result": result})
         return result
 
-    def _encode_pool(self, spec: EvalDatasetSpec, pool: _Pool) -> np.ndarray:
+    def _encode_pool(self, spec: EvalDatasetSpec, pool: _Pool) -> np.ndarray | None:
         def encode(chunk: Sequence[dict[str, Any]]) -> np.ndarray:
             return self.encoder.encode(list(chunk), instruction=pool.instruction,
                                        batch_size=self.settings.batch_size,
-                                       show_progress=self.settings.show_progress)
+                                       show_progress=self._show_progress())
 
         return self.cache.get_or_encode(pool.key, pool.items, encode)
 

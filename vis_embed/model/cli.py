@@ -11,6 +11,7 @@ command imports its library module (:mod:`vis_embed.model.tiny`,
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
@@ -56,12 +57,18 @@ def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_encode(args: argparse.Namespace) -> int:
-    from vis_embed.model.encode_cli import encode_jsonl  # torch: only when the command runs
+    from vis_embed.distributed import get_rank, get_world_size  # torch: only when the command runs
+    from vis_embed.embedding_cache import CacheStats
+    from vis_embed.model.encode_cli import encode_jsonl
 
+    cache_stats = CacheStats()
     written = encode_jsonl(
         args.model, args.input, args.output, adapter=args.adapter, instruction=args.instruction,
         batch_size=args.batch_size, min_pixels=args.min_pixels, max_pixels=args.max_pixels, device=args.device,
         dtype=args.dtype, prompt_format=args.prompt_format, on_error=args.on_error,
-        show_progress=not args.no_progress)
-    print(written.summary())
+        show_progress=not args.no_progress, cache_stats=cache_stats)
+    if get_world_size() > 1:  # under torchrun: what this rank did, then rank 0 alone reports the output
+        print(cache_stats.summary(), file=sys.stderr)
+    if get_rank() == 0:
+        print(written.summary())
     return 0

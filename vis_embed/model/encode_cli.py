@@ -14,6 +14,10 @@ Outputs (all written atomically):
 * With ``--on-error skip`` only: ``emb.rejects.jsonl``, one ``{"line", "field", "reason",
   "row"}`` per skipped line.  Without it (the default, ``raise``) the first bad line stops
   the run with an error naming the file, line and field, and nothing is written.
+
+Under ``torchrun`` the ranks share the items (:mod:`vis_embed.model.encode_shards`: resumable
+shards in ``OUTPUT`` with ``.shards/``, removed once the output is written) and rank 0 writes
+the same files as one process would.
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ from typing import Any
 import numpy as np
 
 from vis_embed.data.items import check_item
+from vis_embed.distributed import broadcast_object, get_world_size, local_device, torchrun_group
+from vis_embed.embedding_cache import CacheStats
 from vis_embed.errors import DataError
 from vis_embed.io import atomic_path, atomic_write_json, parse_jsonl_line, read_text_lines, write_jsonl
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from vis_embed.model.embedder import Embedder
+from vis_embed.model.encode_shards import encode_across_ranks, remove_shards, shards_dir
 
 
 def sidecar_paths(output: Path) -> tuple[Path, Path]:
@@ -86,19 +93,44 @@ class EncodedFile:
 def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: str | Path | None = None,
                  instruction: str | None = None, batch_size: int = 16, min_pixels: int = DEFAULT_MIN_PIXELS,
                  max_pixels: int = DEFAULT_MAX_PIXELS, device: str | None = None, dtype: str | None = None,
-                 prompt_format: str = "chat", on_error: str = "raise", show_progress: bool = True) -> EncodedFile:
-    """Encode every item of ``input_path`` with ``model`` (+ ``adapter``) into ``output`` and its sidecars."""
+                 prompt_format: str = "chat", on_error: str = "raise", show_progress: bool = True,
+                 cache_stats: CacheStats | None = None) -> EncodedFile:
+    """Encode every item of ``input_path`` with ``model`` (+ ``adapter``) into ``output`` and its sidecars.
+
+    Launched by torchrun, every rank calls this and encodes a share (``cache_stats``, when
+    given, counts this rank's encoded and reused shards); rank 0 writes, every rank returns
+    what it wrote.
+    """
     input_path, output = Path(input_path), Path(output)
     items, ids, lines, rejects = read_items(input_path, on_error)
-    embedder = Embedder.from_pretrained(
-        model, adapter=adapter, device=device, dtype=dtype,
-        min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format)
-    try:
-        embeddings, kept, errors = embedder.encode_partial(
-            items, instruction=instruction, batch_size=batch_size,
-            show_progress=show_progress, base_dir=input_path.parent, on_error=on_error)
-    except DataError as exc:
-        raise _anchor(exc, input_path, lines) from None
+    with torchrun_group():
+        embedder = Embedder.from_pretrained(
+            model, adapter=adapter, device=device or local_device(), dtype=dtype,
+            min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format)
+        try:
+            if get_world_size() == 1:
+                encoded = embedder.encode_partial(
+                    items, instruction=instruction, batch_size=batch_size,
+                    show_progress=show_progress, base_dir=input_path.parent, on_error=on_error)
+            else:
+                encoded = encode_across_ranks(
+                    embedder, items, work_dir=shards_dir(output), instruction=instruction, batch_size=batch_size,
+                    show_progress=show_progress, base_dir=input_path.parent, on_error=on_error, stats=cache_stats)
+        except DataError as exc:
+            raise _anchor(exc, input_path, lines) from None
+        written = None if encoded is None else _write_outputs(
+            encoded, items, ids, lines, rejects, input_path, output, on_error)
+        written = broadcast_object(written)  # also: no rank drops the shards before rank 0 has written
+    if get_world_size() > 1:
+        remove_shards(shards_dir(output))
+    return written
+
+
+def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], items: list[dict[str, Any]],
+                   ids: list[Any], lines: list[int], rejects: list[dict[str, Any]], input_path: Path,
+                   output: Path, on_error: str) -> EncodedFile:
+    """Write the matrix, the row alignment and (skip mode) the rejects of an encoded JSONL."""
+    embeddings, kept, errors = encoded
     for index, error in errors.items():
         anchored = _anchor(error, input_path, lines)
         rejects.append({"line": anchored.line, "field": anchored.field, "reason": anchored.reason,
