@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mine-negatives": ("vis_embed.sampling.mining_cli", "mine hard negatives with an embedding model"),
     "train": ("vis_embed.training.cli:train", "train from a recipe"),
     "merge": ("vis_embed.training.cli:merge", "merge a LoRA adapter into a full checkpoint"),
+    "export": ("vis_embed.model.export_cli", "export as a sentence-transformers / vLLM model directory"),
     "eval": ("vis_embed.evaluation.cli:eval", "evaluate a model on a benchmark manifest"),
     "report": ("vis_embed.evaluation.cli:report", "compare results.json / score files side by side (Markdown)"),
     "quickstart": ("vis_embed.quickstart", "render, train and evaluate end to end on this machine"),

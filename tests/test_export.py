@@ -1,0 +1,161 @@
+"""``vis-embed export --format sentence-transformers``: the exported directory gives the same
+vectors in sentence-transformers (no custom code) as vis_embed's Embedder with base + adapter.
+
+The adapter is a LoRA with perturbed weights (lora_B drawn at random instead of peft's zero
+init, on the language model and the vision tower), saved in peft format: cheaper than a
+training run and, unlike a freshly initialised adapter, it changes the vectors (asserted).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vis_embed import Embedder
+from vis_embed.cli import main as cli_main
+from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.export import INSTRUCTION_TEMPLATE_PREFIX, export_sentence_transformers
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+sentence_transformers = pytest.importorskip("sentence_transformers")
+
+ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]
+QUERY = "Find the same object as the one in the given image."
+DOCUMENT = "Represent the given image."
+
+
+def _image(height: int, width: int, seed: int) -> Image.Image:
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def inputs() -> list[tuple[object, dict]]:
+    """(sentence-transformers input, the same vis_embed item): a string, an image, both."""
+    image = _image(70, 130, 0)
+    return [("a red car on a bridge", {"text": "a red car on a bridge"}),
+            (image, {"image": image}),
+            ({"image": image, "text": "the same car"}, {"image": image, "text": "the same car"})]
+
+
+def perturbed_adapter(base: Path, out: Path, seed: int = 0) -> Path:
+    model = EmbeddingModel.from_pretrained(base, device="cpu", dtype="float32")
+    model.add_lora(r=4, alpha=8, dropout=0.0, vision=True)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.backbone.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def exported(request: pytest.FixtureRequest, tiny_checkpoint: Callable[..., Path],
+             tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    base = tiny_checkpoint(request.param)
+    work = tmp_path_factory.mktemp(f"export-{request.param}")
+    adapter = perturbed_adapter(base, work / "adapter")
+    out = export_sentence_transformers(None, work / "st", adapter=adapter,
+                                       query_instruction=QUERY, document_instruction=DOCUMENT)
+    return base, adapter, out
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a / np.linalg.norm(a, axis=-1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=-1, keepdims=True)
+    return (a * b).sum(-1)
+
+
+def test_sentence_transformers_matches_embedder(exported: tuple[Path, Path, Path]) -> None:
+    base, adapter, out = exported
+    model = sentence_transformers.SentenceTransformer(str(out), device="cpu")
+    embedder = Embedder.from_pretrained(base, adapter=adapter, device="cpu", dtype="float32")
+    for st_input, item in inputs():
+        for encode, instruction in ((model.encode_query, QUERY), (model.encode_document, DOCUMENT)):
+            st_vector = np.asarray(encode([st_input], convert_to_numpy=True))
+            ours = embedder.encode([item], instruction=instruction)
+            assert _cosines(st_vector, ours).min() >= 0.9999, (type(st_input).__name__, instruction)
+
+
+def test_batched_sentence_transformers_matches_embedder(exported: tuple[Path, Path, Path]) -> None:
+    """A mixed batch (padding, one message batch) gives each item its own vector."""
+    base, adapter, out = exported
+    model = sentence_transformers.SentenceTransformer(str(out), device="cpu")
+    embedder = Embedder.from_pretrained(base, adapter=adapter, device="cpu", dtype="float32")
+    st_inputs, items = zip(*inputs())
+    st_vectors = np.asarray(model.encode_document(list(st_inputs), convert_to_numpy=True))
+    assert _cosines(st_vectors, embedder.encode(list(items), instruction=DOCUMENT)).min() >= 0.9999
+
+
+def test_adapter_changes_the_vectors(exported: tuple[Path, Path, Path]) -> None:
+    base, adapter, _out = exported
+    items = [item for _input, item in inputs()]
+    plain = Embedder.from_pretrained(base, device="cpu", dtype="float32").encode(items, instruction=QUERY)
+    adapted = Embedder.from_pretrained(base, adapter=adapter, device="cpu", dtype="float32").encode(
+        items, instruction=QUERY)
+    assert _cosines(plain, adapted).max() < 0.999
+
+
+def test_export_files_name_last_token_pooling_and_prompts(exported: tuple[Path, Path, Path]) -> None:
+    _base, _adapter, out = exported
+    pooling = json.loads((out / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode"] == "lasttoken" and pooling["pooling_mode_lasttoken"] is True
+    assert not any(value for key, value in pooling.items()
+                   if key.startswith("pooling_mode_") and key != "pooling_mode_lasttoken")
+    prompts = json.loads((out / "config_sentence_transformers.json").read_text())["prompts"]
+    assert prompts == {"query": QUERY, "document": DOCUMENT}
+    assert (out / "chat_template.jinja").read_text().startswith(INSTRUCTION_TEMPLATE_PREFIX)
+    assert not (out / "adapter_config.json").exists()  # merged: no peft needed to load it
+
+
+def test_export_cli_without_adapter_matches_base(tiny_checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    base = tiny_checkpoint("qwen2-vl")
+    out = tmp_path / "st"
+    assert cli_main(["export", str(base), "--out", str(out), "--query-instruction", "Find it."]) == 0
+    model = sentence_transformers.SentenceTransformer(str(out), device="cpu")
+    ours = Embedder.from_pretrained(base, device="cpu", dtype="float32").encode([{"text": "a cat"}],
+                                                                                 instruction="Find it.")
+    assert _cosines(np.asarray(model.encode_query(["a cat"])), ours).min() >= 0.9999
+
+
+def test_export_cli_missing_base_fails_fast(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["export", str(tmp_path / "nowhere"), "--out", str(tmp_path / "st")]) == 2
+    assert "base model not found" in capsys.readouterr().err
+    assert not (tmp_path / "st").exists()
+
+
+def _vllm_skip_reason() -> str | None:
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU (vLLM's pooling runner)"
+    if importlib.util.find_spec("vllm") is None:
+        return "needs vLLM installed (pip install vllm)"
+    return None
+
+
+@pytest.mark.skipif(_vllm_skip_reason() is not None, reason=_vllm_skip_reason() or "")
+def test_vllm_pooling_runner_matches_embedder(exported: tuple[Path, Path, Path]) -> None:
+    """``vllm serve DIR --runner pooling --convert embed`` reads the same directory: offline LLM."""
+    from transformers import AutoProcessor
+    from vllm import LLM
+
+    base, adapter, out = exported
+    processor = AutoProcessor.from_pretrained(out)
+    llm = LLM(model=str(out), runner="pooling", convert="embed", dtype="float32",
+              max_model_len=4096, enforce_eager=True)
+    embedder = Embedder.from_pretrained(base, adapter=adapter, device="cuda", dtype="float32")
+    for _st_input, item in inputs():
+        content = ([{"type": "image"}] if "image" in item else []) + (
+            [{"type": "text", "text": item["text"]}] if "text" in item else [])
+        messages = [{"role": "system", "content": [{"type": "text", "text": QUERY}]},
+                    {"role": "user", "content": content}]
+        prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        request = {"prompt": prompt, **({"multi_modal_data": {"image": item["image"]}} if "image" in item else {})}
+        vector = np.asarray(llm.embed([request])[0].outputs.embedding, dtype=np.float32)[None]
+        assert _cosines(vector, embedder.encode([item], instruction=QUERY)).min() >= 0.9999

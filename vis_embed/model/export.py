@@ -1,0 +1,216 @@
+"""Export a model (plus an optional LoRA adapter) as a sentence-transformers / vLLM directory.
+
+``export_sentence_transformers(model, out, adapter=...)`` writes ONE directory that
+
+* ``SentenceTransformer(out)`` loads with no custom code (modules: ``Transformer`` with the
+  processor, last-token ``Pooling``, ``Normalize``; prompts ``query`` / ``document``), and
+* ``vllm serve out --runner pooling --convert embed`` serves (a plain Qwen-VL checkpoint with
+  the merged weights, the processor and a ``modules.json`` naming last-token pooling).
+
+How the ``chat`` prompt format is reproduced.  vis_embed builds one user turn whose content is
+the image (if any) followed by the text ``"<instruction> <text>"``, then the generation prompt
+(:mod:`vis_embed.model.prompts`).  sentence-transformers instead sends a prompt (the
+instruction) as a *system* message before the user turn.  The export therefore prepends
+:data:`INSTRUCTION_TEMPLATE_PREFIX` to the processor's own chat template: it folds the system
+message's text into the first user turn as ``"<instruction> <text>"`` (images first, both parts
+stripped, empty parts left out) and then runs the original template unchanged, so the default
+system block, role tokens and generation prompt are the checkpoint's own.  The
+``add_generation_prompt`` flag is stored in ``sentence_bert_config.json``'s
+``processing_kwargs``, and the pixel budget in the processor's image-processor ``size``.
+
+The library half of ``vis-embed export`` (command line in :mod:`vis_embed.model.cli`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from vis_embed.errors import ConfigError
+from vis_embed.io import atomic_directory, atomic_write_json
+from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+
+EXPORT_FORMATS = ("sentence-transformers",)
+# The identity task's instructions (data_prep.synth's "identity" pair): what the quickstart trains.
+DEFAULT_QUERY_INSTRUCTION = "Find the same object as the one in the given image."
+DEFAULT_DOCUMENT_INSTRUCTION = "Represent the given image."
+
+# Jinja prepended to the checkpoint's chat template (see the module docstring).  A top-level
+# ``set messages`` shadows the caller's messages for the original template that follows.
+INSTRUCTION_TEMPLATE_PREFIX = """\
+{#- vis_embed export: a leading system message is the instruction; it joins the first user
+    turn's text as "<instruction> <text>" (images first), vis_embed's "chat" prompt format. -#}
+{%- set ns = namespace(instruction='', rebuilt=[], first_user=true) -%}
+{%- set source = messages -%}
+{%- if source and source[0]['role'] == 'system' -%}
+{%- if source[0]['content'] is string -%}{%- set ns.instruction = source[0]['content'] -%}
+{%- else -%}{%- for part in source[0]['content'] -%}{%- if part['type'] == 'text' -%}\
+{%- set ns.instruction = ns.instruction + part['text'] -%}{%- endif -%}{%- endfor -%}{%- endif -%}
+{%- set source = source[1:] -%}
+{%- endif -%}
+{%- for message in source -%}
+{%- if message['role'] == 'user' -%}
+{%- set parts = namespace(media=[], texts=[]) -%}
+{%- if message['content'] is string -%}{%- set parts.texts = [message['content']] -%}
+{%- else -%}{%- for part in message['content'] -%}
+{%- if part['type'] == 'text' -%}{%- set parts.texts = parts.texts + [part['text']] -%}\
+{%- else -%}{%- set parts.media = parts.media + [part] -%}{%- endif -%}
+{%- endfor -%}{%- endif -%}
+{%- set pieces = ([ns.instruction] if ns.first_user else []) + parts.texts -%}
+{%- set ns.first_user = false -%}
+{%- set body = pieces | map('trim') | select | join(' ') -%}
+{%- set ns.rebuilt = ns.rebuilt + [{'role': 'user', 'content': parts.media + \
+([{'type': 'text', 'text': body}] if body else [])}] -%}
+{%- else -%}{%- set ns.rebuilt = ns.rebuilt + [message] -%}{%- endif -%}
+{%- endfor -%}
+{%- set messages = ns.rebuilt -%}
+"""
+
+
+def looks_like_path(name: str) -> bool:
+    """Whether a model reference is a local path rather than a hub id (``owner/name``)."""
+    return (os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") != 1
+            or os.path.exists(name))
+
+
+def absolute_model_reference(name: str) -> str:
+    """A hub id unchanged; a local path made absolute (so it resolves from any directory)."""
+    if looks_like_path(name) and Path(name).expanduser().exists():
+        return str(Path(name).expanduser().resolve())
+    return name
+
+
+def base_model_of(adapter_dir: str | Path) -> str:
+    """The base model recorded in ``adapter_config.json`` (a hub id or a path)."""
+    config_path = Path(adapter_dir) / "adapter_config.json"
+    if not config_path.is_file():
+        raise ConfigError(f"{adapter_dir}: no adapter_config.json (not a LoRA adapter directory)")
+    base = json.loads(config_path.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if not base:
+        raise ConfigError(f"{config_path}: no base_model_name_or_path; pass --base")
+    return str(base)
+
+
+def check_base_exists(base: str, recorded_in: Path | None = None) -> None:
+    """Fail at once (not after minutes of hub retries) when a path-like base is missing."""
+    if looks_like_path(base) and not Path(base).expanduser().is_dir():
+        where = f" (recorded in {recorded_in})" if recorded_in is not None else ""
+        raise ConfigError(f"base model not found: {base}{where}; pass --base with the base "
+                          "checkpoint's directory or hub id")
+
+
+def load_merged(base: str | None, adapter: str | Path | None = None,
+                dtype: Any = "auto") -> tuple[Any, Any]:
+    """``(model, processor)``: ``base`` with ``adapter`` folded in (base from the adapter if None).
+
+    ``dtype`` "auto" keeps the checkpoint's own dtype (transformers' "auto").
+    """
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from vis_embed.model.embedding_model import resolve_dtype
+
+    adapter_dir = None if adapter is None else Path(adapter).expanduser()
+    if base is None:
+        if adapter_dir is None:
+            raise ConfigError("no model given")
+        base = base_model_of(adapter_dir)
+        check_base_exists(base, adapter_dir / "adapter_config.json")
+    else:
+        check_base_exists(base)
+    torch_dtype = "auto" if dtype == "auto" else resolve_dtype(dtype)
+    local_only = looks_like_path(base)  # a path never needs the hub: no network retries
+    try:
+        model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch_dtype,
+                                                            local_files_only=local_only)
+        processor = AutoProcessor.from_pretrained(base, local_files_only=local_only)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"cannot load base model {base!r}: {exc}") from exc
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        if not (adapter_dir / "adapter_config.json").is_file():
+            raise ConfigError(f"not a peft adapter directory (no adapter_config.json): {adapter_dir}")
+        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    model.eval()
+    return model, processor
+
+
+def sentence_transformers_files(embedding_dim: int, query_instruction: str | None,
+                                document_instruction: str | None) -> dict[str, Any]:
+    """The sentence-transformers module files (relative path -> JSON object)."""
+    prompts = {name: text for name, text in (("query", query_instruction),
+                                            ("document", document_instruction)) if text}
+    module = "sentence_transformers.{}"
+    return {
+        "modules.json": [
+            {"idx": 0, "name": "0", "path": "", "type": module.format("base.modules.transformer.Transformer")},
+            {"idx": 1, "name": "1", "path": "1_Pooling",
+             "type": module.format("sentence_transformer.modules.pooling.Pooling")},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": module.format("base.modules.normalize.Normalize")},
+        ],
+        "sentence_bert_config.json": {
+            "transformer_task": "feature-extraction",
+            # Written out (not inferred at load time): without it sentence-transformers falls
+            # back to text-only tokenisation with no chat template.
+            "modality_config": {
+                **{modality: {"method": "forward", "method_output_name": "last_hidden_state"}
+                   for modality in ("text", "image")},
+                "message": {"method": "forward", "method_output_name": "last_hidden_state",
+                            "format": "structured"},
+            },
+            "module_output_name": "token_embeddings",
+            # The embedding is read after the generation prompt, as vis_embed's "chat" format does.
+            "processing_kwargs": {"chat_template": {"add_generation_prompt": True}},
+        },
+        # Both spellings of last-token pooling: sentence-transformers >= 6 reads pooling_mode,
+        # vLLM (and older sentence-transformers) the pooling_mode_* flags.
+        "1_Pooling/config.json": {
+            "embedding_dimension": embedding_dim, "pooling_mode": "lasttoken", "include_prompt": True,
+            "pooling_mode_lasttoken": True,
+            "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False,
+            "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
+            "pooling_mode_weightedmean_tokens": False,
+        },
+        "2_Normalize/config.json": {"module_input_name": "sentence_embedding",
+                                    "module_output_name": "sentence_embedding"},
+        "config_sentence_transformers.json": {
+            "model_type": "SentenceTransformer", "prompts": prompts, "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
+        },
+    }
+
+
+def prepare_processor(processor: Any, min_pixels: int, max_pixels: int) -> Any:
+    """The processor as the export ships it: vis_embed's pixel budget and instruction template."""
+    template = getattr(processor, "chat_template", None)
+    if not template:
+        raise ConfigError("the model's processor has no chat template; the sentence-transformers "
+                          "export reproduces the 'chat' prompt format only")
+    if INSTRUCTION_TEMPLATE_PREFIX not in template:
+        processor.chat_template = INSTRUCTION_TEMPLATE_PREFIX + template
+    image_processor = getattr(processor, "image_processor", None)
+    if image_processor is not None:
+        image_processor.size = {"shortest_edge": int(min_pixels), "longest_edge": int(max_pixels)}
+    return processor
+
+
+def export_sentence_transformers(model: str | None, out: str | Path, adapter: str | Path | None = None,
+                                 query_instruction: str | None = DEFAULT_QUERY_INSTRUCTION,
+                                 document_instruction: str | None = DEFAULT_DOCUMENT_INSTRUCTION,
+                                 min_pixels: int = DEFAULT_MIN_PIXELS, max_pixels: int = DEFAULT_MAX_PIXELS,
+                                 dtype: Any = "auto") -> Path:
+    """Write the merged checkpoint + sentence-transformers files to ``out`` (atomically)."""
+    if min_pixels > max_pixels:
+        raise ConfigError(f"min_pixels ({min_pixels}) exceeds max_pixels ({max_pixels})")
+    merged, processor = load_merged(model, adapter, dtype)
+    processor = prepare_processor(processor, min_pixels, max_pixels)
+    embedding_dim = int(merged.config.get_text_config().hidden_size)
+    with atomic_directory(out) as tmp:
+        merged.save_pretrained(str(tmp), safe_serialization=True)
+        processor.save_pretrained(str(tmp))
+        files = sentence_transformers_files(embedding_dim, query_instruction, document_instruction)
+        for relative, content in files.items():
+            atomic_write_json(tmp / relative, content)
+    return Path(out)
