@@ -26,12 +26,30 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "dataset"
 
 
+def _umask() -> int:
+    """The process umask (read by setting it, so set straight back)."""
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def _respect_umask(path: str | Path, fd: int | None = None, directory: bool = False) -> None:
+    """Give a mkstemp/mkdtemp result (created 0600/0700) the mode a plain open()/mkdir() would
+    have, so written files are shared like any other (0644 under umask 022)."""
+    mode = (0o777 if directory else 0o666) & ~_umask()
+    if fd is not None:
+        os.fchmod(fd, mode)
+    else:
+        os.chmod(path, mode)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` so readers see either the old file or the new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        _respect_umask(tmp, fd)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -62,6 +80,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.tmp-", suffix=path.suffix, dir=path.parent)
+    _respect_umask(tmp, fd)  # writers that reopen the name keep this mode
     os.close(fd)
     try:
         yield Path(tmp)
@@ -82,6 +101,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    _respect_umask(tmp, directory=True)
     try:
         yield tmp
     except BaseException:

@@ -12,6 +12,11 @@ Layout of one checkpoint directory::
     deepspeed/           the DeepSpeed engine's partitioned optimiser state
     rng_state_rank{R}.pt every RNG of rank R (exact resume)
 
+``final/`` holds what one ships: the adapter (or full weights), the processor,
+``trainer_state.json`` and a model card ``README.md`` (:func:`write_final_extras`);
+optimiser, temperature and RNG state stay in the ``checkpoint-STEP`` directories.  An adapter's
+``base_model_name_or_path`` is a hub id or an absolute path (:func:`record_absolute_base`).
+
 Writes are atomic: rank 0 opens :func:`vis_embed.io.atomic_directory`, every rank writes its
 part into the temporary directory, and only when all have finished is it renamed into place.
 A killed run therefore leaves only complete checkpoints, and ``--resume`` takes the newest.
@@ -33,7 +38,8 @@ import torch
 from torch import nn
 
 from vis_embed.errors import ConfigError
-from vis_embed.io import atomic_directory, atomic_write_json
+from vis_embed.io import atomic_directory, atomic_write_json, atomic_write_text
+from vis_embed.model.export import absolute_model_reference
 from vis_embed.distributed import barrier, broadcast_object, get_rank, is_main_process
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
@@ -109,11 +115,38 @@ def save_weights(model: nn.Module, trainable_state: dict[str, torch.Tensor], dir
         peft_model.save_pretrained(str(directory), state_dict=state, save_embedding_layers=False)
         readme = directory / "README.md"  # peft's auto model card: noise in a checkpoint
         readme.unlink(missing_ok=True)
+        record_absolute_base(directory)
         return
     backbone = getattr(model, "backbone", model)
     backbone.save_pretrained(str(directory), safe_serialization=True)
     if processor is not None:
         processor.save_pretrained(str(directory))
+
+
+def record_absolute_base(adapter_dir: Path) -> None:
+    """Rewrite ``base_model_name_or_path`` as a hub id or an ABSOLUTE path, so that
+    ``AutoPeftModel.from_pretrained(adapter)`` and ``vis-embed merge`` work from any directory
+    (peft records the name the model was loaded with, often relative to the training cwd)."""
+    config_path = adapter_dir / "adapter_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    base = config.get("base_model_name_or_path")
+    if base and absolute_model_reference(base) != base:
+        config["base_model_name_or_path"] = absolute_model_reference(base)
+        atomic_write_json(config_path, config)
+
+
+def write_final_extras(directory: Path, processor: Any, recipe: dict[str, Any], data: Any,
+                       steps: int) -> None:
+    """What ``final/`` adds to the weights: the processor (so the directory is self-describing)
+    and the model card ``README.md`` (``data``: the TrainDataConfig); main process only."""
+    from vis_embed.training.model_card import model_card
+
+    if processor is not None:
+        processor.save_pretrained(str(directory))
+    datasets = [{"name": d.name, "kind": d.kind, "path": d.path, "weight": d.weight} for d in data.datasets]
+    card = model_card(absolute_model_reference(str(recipe["model"])), recipe, steps, datasets,
+                      adapter=(directory / "adapter_config.json").is_file())
+    atomic_write_text(directory / "README.md", card)
 
 
 def write_trainer_state(directory: Path, state: dict[str, Any]) -> None:

@@ -285,24 +285,30 @@ class Trainer:
                 executor.shutdown(wait=True, cancel_futures=True)
             logger.close()
         final = self.output_dir / "final"
-        self.save(final, recipe.max_steps)
+        self.save(final, recipe.max_steps, final=True)
         if is_main_process():
             print(f"training finished: {final}", flush=True)
         return final
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, directory: Path, completed_steps: int) -> None:
-        """Collective: every rank calls it.  Atomic (see checkpoint.py)."""
+    def save(self, directory: Path, completed_steps: int, final: bool = False) -> None:
+        """Collective: every rank calls it.  Atomic (see checkpoint.py).  ``final``: what one
+        ships (weights, processor, model card); optimiser/RNG state stay in the checkpoints."""
         trainable = self.backend.trainable_state_dict()  # collective under ZeRO-3
         with ckpt.shared_atomic_directory(directory) as tmp:
-            self.backend.save(tmp)
-            torch.save(ckpt.capture_rng_state(), ckpt.rng_file(tmp))
+            if not final:
+                self.backend.save(tmp)
+                torch.save(ckpt.capture_rng_state(), ckpt.rng_file(tmp))
             if is_main_process():
                 processor = getattr(self.model, "processor", None)
                 ckpt.save_weights(self.model, trainable, tmp, processor=processor)
-                torch.save({"temperature": self.temperature.state_dict(),
-                            "optimizer": self.tau_optimizer.state_dict(),
-                            "scheduler": self.tau_scheduler.state_dict()}, tmp / "temperature.pt")
+                if final:
+                    ckpt.write_final_extras(tmp, processor, recipe_to_dict(self.recipe), self.data,
+                                            completed_steps)
+                else:
+                    torch.save({"temperature": self.temperature.state_dict(),
+                                "optimizer": self.tau_optimizer.state_dict(),
+                                "scheduler": self.tau_scheduler.state_dict()}, tmp / "temperature.pt")
                 ckpt.write_trainer_state(tmp, {
                     "step": completed_steps, "tau": self.temperature.value,
                     "schedule_fingerprint": self.schedule.fingerprint,
