@@ -157,3 +157,71 @@ def test_markdown_has_published_rows_and_ours(shared_reference: Path) -> None:
     assert "| VisME | Qwen2.5-VL-7B | 66.4 | 70.2 | 72.6 | 90.7 | 72.2 | 80.8 | 70.6 | 76.7 | 88.7 | 78.8 |" in text
     assert "| **mine + lora** |  | **12.5** | **–** |" in text
     assert report.read_reference(report.find_reference()) == rows  # shipped with the package, no flag needed
+
+
+# ------------------------------------------------------------------ MMEB-format score files from eval
+
+def _eval_with_mmeb_names(tmp_path: Path) -> dict:
+    """Run the harness (fake encoder) on two datasets named as MMEB ones and one MVEB dataset."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from eval_fakes import FakeEncoder, make_identity_benchmark
+
+    from vis_embed.data import EvalDatasetSpec
+    from vis_embed.evaluation.harness import EvalSettings, Harness
+
+    files = make_identity_benchmark(tmp_path / "data")
+    common = {"image_root": files["images"], "query_instruction": "Find the same object.",
+              "candidate_instruction": "Represent the image."}
+    specs = [EvalDatasetSpec("ImageNet-1K", "candidates", "Cls", "IND", "MMEB", path=files["candidates"], **common),
+             EvalDatasetSpec("ObjectNet", "gallery", "Cls", "OOD", "MMEB", queries=files["queries"],
+                             gallery=files["gallery"], **common),
+             EvalDatasetSpec("Mine", "candidates", "ID-Rec", "IND", "MVEB", path=files["candidates"], **common)]
+    return Harness(FakeEncoder(), tmp_path / "out", EvalSettings(show_progress=False, pictures=False)).run(specs)
+
+
+def test_eval_writes_vlm2vec_score_files(tmp_path: Path) -> None:
+    results = _eval_with_mmeb_names(tmp_path)
+    folder = tmp_path / "out" / "mmeb_scores"
+    assert sorted(p.name for p in (folder / "image").iterdir()) == ["ImageNet-1K_score.json", "ObjectNet_score.json"]
+    for name in ("ImageNet-1K", "ObjectNet"):
+        score = json.loads((folder / "image" / f"{name}_score.json").read_text())
+        entry = results["datasets"][name]
+        assert score["num_pred"] == entry["n_queries"]
+        assert score["acc"] == score["hit@1"] == pytest.approx(entry["metrics"]["P@1"] / 100)
+        assert score["num_correct"] / score["num_pred"] == pytest.approx(score["acc"])
+    combined = json.loads((folder / "fake-model.json").read_text())
+    assert set(combined["metrics"]["image"]) == {"ImageNet-1K", "ObjectNet"}
+    assert combined["metadata"]["model_name"] == "fake-model"
+
+
+def test_report_reads_eval_score_files_back(tmp_path: Path, capsys) -> None:
+    results = _eval_with_mmeb_names(tmp_path)
+    folder = tmp_path / "out" / "mmeb_scores"
+    from_folder = report.load_groups(folder)
+    from_combined = report.load_groups(folder / "fake-model.json")
+    mmeb_only = {name: entry for name, entry in results["datasets"].items() if name != "Mine"}
+    expected = report.group_means([{"meta_task": e["meta_task"], "split": e["split"], "benchmark": "MMEB",
+                                    "score": e["metrics"]["P@1"]} for e in mmeb_only.values()])
+    for groups in (from_folder, from_combined):
+        assert set(groups) == set(expected)
+        for key, value in expected.items():
+            assert groups[key] == pytest.approx(value, abs=1e-9), key
+    assert main(["report", str(tmp_path / "out" / "results.json"), str(folder), "--no-reference"]) == 0
+    printed = capsys.readouterr().out
+    assert "**results**" in printed and "**mmeb_scores**" in printed
+
+
+def test_report_reads_vlm2vec_v1_score_folders(tmp_path: Path) -> None:
+    """VLM2Vec's own eval.py writes {acc, num_correct, num_pred} per dataset (no hit@1)."""
+    for name, acc in (("ImageNet-1K", 0.5), ("CIRR", 0.25)):
+        (tmp_path / f"{name}_score.json").write_text(json.dumps({"acc": acc, "num_correct": 1, "num_pred": 2}))
+    groups = report.load_groups(tmp_path)
+    assert groups["overall"] == pytest.approx(37.5)
+    assert groups["Cls"] == pytest.approx(50.0) and groups["Ret"] == pytest.approx(25.0)
+
+
+def test_report_names_an_empty_score_folder(tmp_path: Path) -> None:
+    from vis_embed.errors import DataError
+
+    with pytest.raises(DataError, match="_score.json"):
+        report.load_groups(tmp_path)

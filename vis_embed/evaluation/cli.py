@@ -95,7 +95,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="*", type=Path,
-                        help="results.json and/or VLM2Vec score JSON files (none: the published rows only)")
+                        help="results.json, VLM2Vec score JSON files and/or folders of DATASET_score.json "
+                             "(e.g. OUT/mmeb_scores; none: the published rows only)")
     parser.add_argument("--peers", action="store_true",
                         help="add the MMEB score files of peer models shipped with vis_embed (GME, VLM2Vec, ...)")
     parser.add_argument("--reference", type=Path, default=None,

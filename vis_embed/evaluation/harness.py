@@ -35,6 +35,7 @@ from vis_embed.distributed import broadcast_object, is_main_process
 from vis_embed.embedding_cache import CacheStats, ContentHasher, EmbeddingCache
 from vis_embed.errors import ConfigError
 from vis_embed.evaluation import layouts
+from vis_embed.evaluation.mmeb_scores import write_mmeb_score_files
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
 from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import TIE_POLICIES, EvalSettings
@@ -228,6 +229,7 @@ class Harness:
 
     def write_outputs(self, results: dict[str, Any]) -> None:
         atomic_write_json(self.out_dir / "results.json", results)
+        write_mmeb_score_files(results, self.out_dir)  # VLM2Vec / MMEB leaderboard format
         write_markdown(results, self.out_dir / "results.md", self.settings.reference)
         if self.settings.pictures:
             meta_task_bars(results, self.out_dir / "plots")

@@ -3,7 +3,9 @@
 ``vis-embed report`` reads any mix of
 - our ``results.json`` (groups already in percent), and
 - VLM2Vec-style score files ``{"metadata", "metrics": {"image": {DATASET: {"hit@1", ...}}}}``
-  (fractions; the MMEB taxonomy maps each dataset to its meta-task and split),
+  (fractions; the MMEB taxonomy maps each dataset to its meta-task and split), and
+- folders of VLM2Vec per-dataset ``DATASET_score.json`` files (``OUT/mmeb_scores`` written by
+  ``vis-embed eval``, or VLM2Vec's own eval output; see :mod:`vis_embed.evaluation.mmeb_scores`),
 and prints a Markdown table in the paper's Table 1 layout: the published rows (shipped in
 :mod:`vis_embed.resources`), then one bold row per file.  ``--json OUT`` writes
 ``{"models": {FILE_STEM: {GROUP: mean}}}`` (percent, unweighted means over datasets).
@@ -24,6 +26,7 @@ from vis_embed import resources
 from vis_embed.errors import DataError
 from vis_embed.data.taxonomy import (GROUP_KEYS, MMEB_DATASETS, MMEB_META_TASKS, MVEB_META_TASKS,
                                            group_means, mmeb_entry)
+from vis_embed.evaluation.mmeb_scores import read_score_folder
 from vis_embed.io import atomic_write_text
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; annotations only
@@ -58,6 +61,8 @@ def vlm2vec_groups(scores: dict[str, Any], path: str | Path = "<scores>") -> dic
 def load_groups(path: str | Path | Traversable) -> dict[str, float]:
     """Group means (percent) of one results.json or VLM2Vec score file (a path or a packaged file)."""
     path = Path(path) if isinstance(path, str) else path
+    if isinstance(path, Path) and path.is_dir():  # a folder of VLM2Vec per-dataset score files
+        return vlm2vec_groups(read_score_folder(path), path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

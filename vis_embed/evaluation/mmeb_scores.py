@@ -1,0 +1,82 @@
+"""MMEB result files in VLM2Vec's format, so results drop into the MMEB leaderboard tooling.
+
+``vis-embed eval`` writes, next to results.json, for every MMEB image dataset it scored::
+
+    OUT/mmeb_scores/image/<DATASET>_score.json
+        {"acc": 0.62, "hit@1": 0.62, "num_correct": 620, "num_pred": 1000}
+    OUT/mmeb_scores/<MODEL>.json
+        {"metadata": {"model_name": ...}, "metrics": {"image": {<DATASET>: <the same dict>}}}
+
+The per-dataset files are what VLM2Vec's ``eval.py`` writes (``acc`` / ``num_correct`` /
+``num_pred``; fractions, not percent) with ``hit@1`` added, the key its MMEB-V2 report script
+(``experiments/report_score_v2.py``) reads from ``<path>/image/*_score.json``; the combined
+file is that script's output, the leaderboard's submission format, and what ``vis-embed
+report`` and the peer files in :mod:`vis_embed.resources` use.  ``hit@1`` is our P@1 (under
+the run's tie policy; ``first`` reproduces VLM2Vec's argmax).  Datasets that are not among
+MMEB's 36 (MVEB, custom) and peer-protocol datasets stay in results.json only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from vis_embed.data.taxonomy import MMEB_DATASETS
+from vis_embed.errors import DataError
+from vis_embed.io import atomic_write_json, safe_name
+
+SCORE_DIR = "mmeb_scores"
+SCORE_SUFFIX = "_score.json"
+
+
+def dataset_score(entry: dict[str, Any]) -> dict[str, Any]:
+    """One results.json dataset entry as a VLM2Vec score dict (fractions)."""
+    hit_at_1 = float(entry["metrics"]["P@1"]) / 100.0
+    n_queries = int(entry["n_queries"])
+    return {"acc": hit_at_1, "hit@1": hit_at_1, "num_correct": int(round(hit_at_1 * n_queries)),
+            "num_pred": n_queries}
+
+
+def mmeb_scores(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{MMEB dataset: score dict}`` of the MMEB datasets scored by P@1 in ``results``."""
+    return {name: dataset_score(entry) for name, entry in results["datasets"].items()
+            if name in MMEB_DATASETS and entry.get("primary", "P@1") == "P@1"}
+
+
+def write_mmeb_score_files(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    """Write the per-dataset and combined files under ``OUT/mmeb_scores``; [] if no MMEB dataset."""
+    scores = mmeb_scores(results)
+    if not scores:
+        return []
+    folder = Path(out_dir) / SCORE_DIR
+    written = [atomic_write_json(folder / "image" / f"{name}{SCORE_SUFFIX}", score)
+               for name, score in scores.items()]
+    model = results.get("model", {})
+    model_name = model.get("name") or "model"
+    if model.get("adapter"):
+        model_name = f"{model_name} + {model['adapter']}"
+    combined = {"metadata": {"model_name": model_name, "data_source": "Self-Reported",
+                             "tie_policy": results.get("tie_policy", "pessimistic")},
+                "metrics": {"image": scores}}
+    written.append(atomic_write_json(folder / f"{safe_name(Path(str(model_name)).name)}.json", combined))
+    return written
+
+
+def read_score_folder(folder: str | Path) -> dict[str, Any]:
+    """A folder of per-dataset ``<DATASET>_score.json`` files (``folder`` or ``folder/image``)
+    as the combined ``{"metrics": {"image": {...}}}`` form."""
+    folder = Path(folder)
+    image = folder / "image" if (folder / "image").is_dir() else folder
+    per_dataset: dict[str, Any] = {}
+    for path in sorted(image.glob(f"*{SCORE_SUFFIX}")):
+        try:
+            per_dataset[path.name.removesuffix(SCORE_SUFFIX)] = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"malformed JSON ({exc.msg} at line {exc.lineno})", path=path) from None
+    if not per_dataset:
+        raise DataError(f"no *{SCORE_SUFFIX} files (VLM2Vec per-dataset scores)", path=image)
+    for name, values in per_dataset.items():
+        if isinstance(values, dict) and "hit@1" not in values and "acc" in values:
+            values["hit@1"] = values["acc"]  # VLM2Vec v1 files name the same quantity acc
+    return {"metrics": {"image": per_dataset}}
