@@ -30,8 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mmeb_train = sub.add_parser("mmeb-train", help="MMEB-train parquet/JSONL -> pairs files + train.yaml")
     mmeb_eval = sub.add_parser("mmeb-eval", help="MMEB-eval parquet/JSONL -> candidates files + benchmark.yaml")
     for command in (mmeb_train, mmeb_eval):
-        command.add_argument("sources", nargs="+", type=Path,
-                             help="data files, dataset folders, or a folder of dataset folders")
+        command.add_argument("sources", nargs="+",
+                             help="data files, dataset folders, a folder of dataset folders, or a Hugging "
+                                  "Face dataset id (e.g. TIGER-Lab/MMEB-eval; needs --image-root)")
+        command.add_argument("--hub", action="store_true",
+                             help="read every source with datasets.load_dataset (hub ids are detected anyway; "
+                                  "use for a local dataset folder in the hub layout)")
+        command.add_argument("--subset", dest="subsets", action="append", default=None, metavar="CONFIG",
+                             help="hub dataset config(s) to convert, repeatable (default: all)")
         command.add_argument("--out", type=Path, required=True, help="output folder")
         command.add_argument("--image-root", type=Path, default=None,
                              help="folder the image paths are relative to (default: each source's folder)")
@@ -153,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         from data_prep.mmeb import convert_mmeb_eval, convert_mmeb_train
 
         common = dict(image_root=args.image_root, split=args.split, file_format=args.file_format,
-                      check_images=args.check_images)
+                      check_images=args.check_images, hub=args.hub, subsets=args.subsets)
         if command == "mmeb-train":
             report = convert_mmeb_train(args.sources, args.out, **common)
             print(f"wrote {len(report['datasets'])} pairs dataset(s), {report['rows']} rows, "

@@ -25,6 +25,7 @@ from typing import Any
 from tqdm import tqdm
 
 from data_prep.common import discover_sources, read_sources, relative_to, write_report, write_yaml
+from data_prep.hub import resolve_inputs
 from vis_embed.data.images import is_url
 from vis_embed.data.tables import write_table
 from vis_embed.errors import DataError
@@ -201,13 +202,16 @@ def _image_root_for(image_root: Path | None, files: list[Path]) -> Path:
 
 def convert_mmeb_train(inputs: list[str | Path], out_dir: str | Path, *, image_root: str | Path | None = None,
                        split: str | None = None, file_format: str = "jsonl",
-                       check_images: bool = True) -> dict[str, Any]:
+                       check_images: bool = True, hub: bool = False,
+                       subsets: list[str] | None = None) -> dict[str, Any]:
     """Convert MMEB-train subsets into ``pairs`` files + ``OUT/train.yaml`` + a JSON report.
 
     ``image_root``: the folder the ``*_image_path`` values are relative to (default: the
-    source file's folder).  Returns the report (also written to ``OUT/mmeb_train_report.json``).
+    source file's folder).  An input may be a hub dataset id (``TIGER-Lab/MMEB-train``; all
+    configs, or ``subsets``), read with ``datasets.load_dataset`` (:mod:`data_prep.hub`).  Returns the report (also written to ``OUT/mmeb_train_report.json``).
     """
     out_dir = Path(out_dir)
+    inputs = resolve_inputs(inputs, out_dir, split, hub, subsets, image_root)  # hub ids -> OUT/hub/
     sources = discover_sources(inputs, split)
     entries, reports = [], []
     for name, files in sources.items():
@@ -232,14 +236,18 @@ def convert_mmeb_train(inputs: list[str | Path], out_dir: str | Path, *, image_r
 def convert_mmeb_eval(inputs: list[str | Path], out_dir: str | Path, *, image_root: str | Path | None = None,
                       split: str | None = None, file_format: str = "jsonl", check_images: bool = True,
                       benchmark_name: str = "mmeb", meta_task: str | None = None,
-                      eval_split: str | None = None) -> dict[str, Any]:
+                      eval_split: str | None = None, hub: bool = False,
+                      subsets: list[str] | None = None) -> dict[str, Any]:
     """Convert MMEB-eval datasets into ``candidates`` files + ``OUT/benchmark.yaml`` + a report.
 
     Dataset names must be MMEB's (the folder / file names of the release, e.g. ``ImageNet-1K``)
     so that their meta-task and IND/OOD split come from the 36-dataset taxonomy; a dataset
     outside it needs ``meta_task`` and ``eval_split``.  Manifest entries follow the taxonomy's order.
+    An input may be a hub dataset id (``TIGER-Lab/MMEB-eval``: one config per dataset) read with
+    ``datasets.load_dataset`` (:mod:`data_prep.hub`).
     """
     out_dir = Path(out_dir)
+    inputs = resolve_inputs(inputs, out_dir, split, hub, subsets, image_root)  # hub ids -> OUT/hub/
     sources = discover_sources(inputs, split)
     groups: dict[str, tuple[str, str]] = {}
     for name, files in sources.items():

@@ -176,3 +176,59 @@ def test_prep_cli_mmeb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert load_train_config(tmp_path / "o" / "train.yaml").datasets[0].records[0]["hard_negatives"] == ["1"]
     code = cli_main(["prep", "mmeb-eval", str(tmp_path / "missing"), "--out", str(tmp_path / "e")])
     assert code == 2 and "input not found" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ hub datasets (offline: a local hub-layout repo)
+
+def _hub_readme(snapshot: Path, split: str) -> None:
+    """README.md configs as on the hub (one config per dataset), so datasets.load_dataset and
+    get_dataset_config_names read the local folder exactly as they read TIGER-Lab/MMEB-*."""
+    configs = [{"config_name": folder.name, "data_files": [{"split": split, "path": f"{folder.name}/{split}-*"}]}
+               for folder in sorted(snapshot.iterdir()) if folder.is_dir()]
+    (snapshot / "README.md").write_text("---\n" + yaml.safe_dump({"configs": configs}) + "---\n")
+
+
+def test_hub_dataset_eval_matches_the_file_conversion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    snapshot = _write_eval(tmp_path)
+    _hub_readme(snapshot, "test")
+    images = tmp_path / "eval_images"
+    from_files = convert_mmeb_eval([snapshot], tmp_path / "files", image_root=images)
+    from_hub = convert_mmeb_eval([snapshot], tmp_path / "hub", image_root=images, hub=True)
+    assert [d["rows"] for d in from_hub["datasets"]] == [d["rows"] for d in from_files["datasets"]]
+    files_bench, hub_bench = (load_benchmark(tmp_path / out / "benchmark.yaml") for out in ("files", "hub"))
+    assert [d.name for d in hub_bench.datasets] == ["ImageNet-1K", "MSCOCO_t2i", "RefCOCO"]
+    for ours, theirs in zip(hub_bench.datasets, files_bench.datasets):
+        assert ours.load_candidates() == theirs.load_candidates()
+    assert (tmp_path / "hub" / "hub" / "RefCOCO" / "test-00000-of-00001.parquet").is_file()
+
+
+def test_hub_dataset_train_subsets_and_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    snapshot = _write_train(tmp_path)
+    _hub_readme(snapshot, "original")
+    code = cli_main(["prep", "mmeb-train", str(snapshot), "--hub", "--subset", "ImageNet_1K",
+                     "--split", "original", "--out", str(tmp_path / "o"), "--image-root", str(tmp_path / "images")])
+    assert code == 0 and "2 rows" in capsys.readouterr().out
+    config = load_train_config(tmp_path / "o" / "train.yaml")
+    assert [d.name for d in config.datasets] == ["ImageNet_1K"]
+    assert config.datasets[0].records[0]["hard_negatives"] == ["1"]
+    code = cli_main(["prep", "mmeb-train", str(snapshot), "--hub", "--split", "diverse_instruction",
+                     "--out", str(tmp_path / "o2"), "--image-root", str(tmp_path / "images")])
+    assert code == 2 and "no split 'diverse_instruction'" in capsys.readouterr().err
+
+
+def test_hub_ids_are_recognised_and_need_an_image_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from data_prep.hub import is_hub_id
+
+    monkeypatch.chdir(tmp_path)
+    assert is_hub_id("TIGER-Lab/MMEB-eval") and is_hub_id("TIGER-Lab/MMEB-train")
+    assert not is_hub_id("MMEB-eval") and not is_hub_id("/data/MMEB-eval") and not is_hub_id("a/b/c")
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "x").mkdir()
+    assert not is_hub_id("local/x")  # an existing relative path stays a path
+    with pytest.raises(DataError, match="--image-root"):
+        convert_mmeb_eval(["TIGER-Lab/MMEB-eval"], tmp_path / "out")

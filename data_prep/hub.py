@@ -1,0 +1,79 @@
+"""Hugging Face Hub datasets as converter inputs (``vis-embed prep mmeb-* TIGER-Lab/MMEB-eval``).
+
+A source that is a hub dataset id (``owner/name`` that is not a local path), or any source
+when ``hub=True`` (e.g. a local dataset folder in the hub layout, with its README configs), is
+read through ``datasets.load_dataset`` one config (MMEB: one dataset per config) and split at a
+time, and written as ``OUT/hub/<config>/<split>-00000-of-00001.parquet`` -- the layout the
+file converters already read, which also keeps a record of exactly what was converted.  The
+hub tables hold image *paths*; the images themselves (MMEB's image archives) are downloaded
+separately and named with ``--image-root``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from vis_embed.errors import DataError
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_FOLDER = "hub"
+
+
+def is_hub_id(source: str | Path) -> bool:
+    """``owner/name`` that does not exist as a local path."""
+    text = str(source)
+    return bool(HUB_ID.match(text)) and not Path(text).exists()
+
+
+def _choose_split(source: str, config: str, split: str | None) -> str:
+    from datasets import get_dataset_split_names
+
+    names = get_dataset_split_names(source, config)
+    if split is not None:
+        if split not in names:
+            raise DataError(f"config {config!r} has no split {split!r} (found: {', '.join(names)})", path=source)
+        return split
+    if len(names) > 1:
+        raise DataError(f"config {config!r} has several splits ({', '.join(names)}); choose one with --split",
+                        path=source)
+    return names[0]
+
+
+def export_hub_dataset(source: str, out_dir: Path, split: str | None = None,
+                       subsets: list[str] | None = None) -> list[Path]:
+    """Write each config (``subsets``, default: all) of ``source`` as a parquet shard; the folders."""
+    from datasets import get_dataset_config_names, load_dataset
+
+    try:
+        configs = subsets or get_dataset_config_names(source)
+    except (FileNotFoundError, ValueError, ConnectionError) as exc:
+        raise DataError(f"cannot read the dataset's configs: {exc}", path=source) from None
+    folders = []
+    for config in configs:
+        chosen = _choose_split(source, config, split)
+        try:
+            table = load_dataset(source, config, split=chosen)
+        except (FileNotFoundError, ValueError, ConnectionError) as exc:
+            raise DataError(f"cannot load config {config!r} split {chosen!r}: {exc}", path=source) from None
+        folder = out_dir / HUB_FOLDER / config
+        folder.mkdir(parents=True, exist_ok=True)
+        table.to_parquet(str(folder / f"{chosen}-00000-of-00001.parquet"))
+        folders.append(folder)
+    return folders
+
+
+def resolve_inputs(inputs: list[str | Path], out_dir: str | Path, split: str | None = None,
+                   hub: bool = False, subsets: list[str] | None = None,
+                   image_root: str | Path | None = None) -> list[str | Path]:
+    """``inputs`` with every hub source replaced by its exported config folders."""
+    resolved: list[str | Path] = []
+    for source in inputs:
+        if not (hub or is_hub_id(source)):
+            resolved.append(source)
+            continue
+        if image_root is None:
+            raise DataError("a hub dataset holds image paths only: download its images and pass "
+                            "--image-root (the folder those paths are relative to)", path=str(source))
+        resolved.extend(export_hub_dataset(str(source), Path(out_dir), split, subsets))
+    return resolved
