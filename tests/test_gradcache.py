@@ -21,12 +21,26 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 
-def _one_step(chunk_size: int, dropout: float = 0.0, check_replay: bool = False):
+class CountingBackend(TorchBackend):
+    """TorchBackend that records how many members each forward pass encodes, and with or without grad."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.forwards: list[tuple[int, bool]] = []
+
+    def forward(self, batch):
+        self.forwards.append((len(batch["input_ids"]), torch.is_grad_enabled()))
+        return super().forward(batch)
+
+
+def _one_step(chunk_size: int, dropout: float = 0.0, check_replay: bool = False, forwards: list | None = None):
     torch.manual_seed(0)
     model = StandInEncoder(dropout=dropout)
     tau = Temperature(0.05)
-    backend = TorchBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
-                           max_grad_norm=0.0, lr_schedule=lr_lambda(0, 10))
+    backend = CountingBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
+                              max_grad_norm=0.0, lr_schedule=lr_lambda(0, 10))
+    if forwards is not None:
+        backend.forwards = forwards
     queries, candidates = random_members(BATCH, 1), random_members(BATCH, 2)
     result = contrastive_step(backend, model.collate, queries, candidates,
                               lambda q, c: info_nce_loss(q, c, tau()), chunk_size=chunk_size,
@@ -44,6 +58,31 @@ def test_gradcache_gradients_equal_plain_full_batch(chunk_size: int) -> None:
     for name, reference in plain_grads.items():
         assert float((cached_grads[name] - reference).norm() / reference.norm()) <= 1e-4, name
     assert float(cached_tau) == pytest.approx(float(plain_tau), rel=1e-4)
+
+
+@pytest.mark.parametrize("chunk_size", [2 * BATCH, 4 * BATCH])
+def test_a_step_that_fits_in_one_chunk_is_one_plain_forward(chunk_size: int) -> None:
+    plain, plain_grads, plain_tau = _one_step(0)
+    forwards: list = []
+    cached, cached_grads, cached_tau = _one_step(chunk_size, forwards=forwards)
+    assert forwards == [(2 * BATCH, True)]  # both sides in one forward with grad: no second pass
+    assert cached.loss == plain.loss
+    for name, reference in plain_grads.items():
+        assert torch.equal(cached_grads[name], reference), name
+    assert torch.equal(cached_tau, plain_tau)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, BATCH, 2 * BATCH - 1])
+def test_the_last_chunk_keeps_its_graph_and_is_not_replayed(chunk_size: int) -> None:
+    forwards: list = []
+    _one_step(chunk_size, forwards=forwards)
+    n_chunks = 2 * -(-BATCH // chunk_size)  # per side: ceil(BATCH / chunk_size)
+    pass_1, kept = forwards[:n_chunks - 1], forwards[n_chunks - 1]
+    assert not any(grad for _size, grad in pass_1) and sum(size for size, _ in pass_1) + kept[0] == 2 * BATCH
+    assert kept[1]  # the last chunk of pass 1 runs with grad...
+    assert len(forwards) == 2 * n_chunks - 1  # ...and only the other chunks are encoded again
+    assert all(grad for _size, grad in forwards[n_chunks:])
+    assert [size for size, _ in forwards[n_chunks:]] == [size for size, _ in forwards[:n_chunks - 1]]
 
 
 def test_replay_reproduces_the_no_grad_embeddings_with_dropout_on() -> None:

@@ -16,6 +16,15 @@ The parameter gradient equals that of plain full-batch back-propagation (chain r
 activation memory is that of one chunk.  Members are sorted by length before chunking and
 each chunk is padded only to its own longest member, so chunks waste little compute on pads.
 
+Two savings keep GradCache close to a plain step when the batch is small:
+
+- a step whose members (both sides) fit in one chunk runs the plain path outright;
+- the last chunk of pass 1 is encoded *with* grad and its graph is kept: its cached gradient
+  is back-propagated through that graph (first, before the replays, so DDP and DeepSpeed see
+  it as one more accumulation micro-step) and it is never replayed.  Memory stays that of one
+  chunk (the no-grad chunks hold no activations), the RNG draws are those of the all-no-grad
+  pass 1, and with one chunk per side a step costs three forwards instead of four.
+
 ``chunk_size == 0`` runs the plain path (one forward with grad over the local batch) -- the
 reference GradCache is tested against.
 """
@@ -97,7 +106,7 @@ def contrastive_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch
     """
     if len(queries) != len(candidates):
         raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates")
-    if chunk_size <= 0:
+    if chunk_size <= 0 or len(queries) + len(candidates) <= chunk_size:
         return _plain_step(backend, collate, queries, candidates, loss_fn, device)
     return _gradcache_step(backend, collate, queries, candidates, loss_fn, chunk_size,
                            query_lengths, candidate_lengths, device, check_replay, max_padding)
@@ -129,37 +138,44 @@ def _gradcache_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch]
     for side, members in enumerate(sides):
         for indices in chunk_order(lengths[side], chunk_size, max_padding):
             chunks.append((side, indices, collate([members[i] for i in indices])))
+    *replayed, (kept_side, kept_indices, kept_batch) = chunks
 
-    # Pass 1: no-grad embeddings + RNG snapshots.
+    # Pass 1: no-grad embeddings + RNG snapshots of the replayed chunks; the kept chunk with grad.
     states: list[RandomState] = []
     no_grad_embeddings: list[Tensor] = []
     with torch.no_grad():
-        for _side, _indices, batch in chunks:
+        for _side, _indices, batch in replayed:
             states.append(RandomState())
             no_grad_embeddings.append(backend.forward(_to_device(batch, device)).float())
-    state_after_pass1 = RandomState()
+    # not the last accumulation micro-step: the replays follow (DDP no_sync covers forward and backward)
+    with backend.accumulate(is_last=False):
+        kept_embeddings = backend.forward(_to_device(kept_batch, device))
+        state_after_pass1 = RandomState()
 
-    # Loss on the full global batch, gradient w.r.t. the (local) embeddings.
-    local = [torch.empty(len(sides[s]), no_grad_embeddings[0].shape[1], dtype=torch.float32,
-                         device=no_grad_embeddings[0].device) for s in (0, 1)]
-    for (side, indices, _batch), embeddings in zip(chunks, no_grad_embeddings):
-        local[side][indices] = embeddings
-    leaves = [t.detach().requires_grad_(True) for t in local]
-    loss = loss_fn(gather_with_local_grad(leaves[0]), gather_with_local_grad(leaves[1]))
-    loss.backward()  # fills the temperature's .grad too (identical on every rank, not reduced)
-    if not math.isfinite(float(loss.detach())):
-        # Caller's guard handles it; do not waste a second pass on a NaN batch.
-        return StepResult(loss=float(loss.detach()))
-    cached = [leaf.grad * get_world_size() for leaf in leaves]  # see backends.py: reducers average
+        # Loss on the full global batch, gradient w.r.t. the (local) embeddings.
+        dim = kept_embeddings.shape[1]
+        local = [torch.empty(len(sides[s]), dim, dtype=torch.float32, device=kept_embeddings.device) for s in (0, 1)]
+        for (side, indices, _batch), embeddings in zip(replayed, no_grad_embeddings):
+            local[side][indices] = embeddings
+        local[kept_side][kept_indices] = kept_embeddings.detach().float()
+        leaves = [t.detach().requires_grad_(True) for t in local]
+        loss = loss_fn(gather_with_local_grad(leaves[0]), gather_with_local_grad(leaves[1]))
+        loss.backward()  # fills the temperature's .grad too (identical on every rank, not reduced)
+        if not math.isfinite(float(loss.detach())):
+            # Caller's guard handles it; do not waste a second pass on a NaN batch.
+            return StepResult(loss=float(loss.detach()))
+        cached = [leaf.grad * get_world_size() for leaf in leaves]  # see backends.py: reducers average
+        backend.backward((kept_embeddings.float() * cached[kept_side][kept_indices]).sum())
+    del kept_embeddings  # frees the kept chunk's graph before the replays
 
-    # Pass 2: replay each chunk with grad and back-propagate its cached gradient.
+    # Pass 2: replay each other chunk with grad and back-propagate its cached gradient.
     max_diff = 0.0
-    fractions = []
-    for position, ((side, indices, batch), state) in enumerate(zip(chunks, states)):
+    fractions = [padded_fraction(kept_batch)]
+    for position, ((side, indices, batch), state) in enumerate(zip(replayed, states)):
         state.restore()
         device_batch = _to_device(batch, device)
         fractions.append(padded_fraction(batch))
-        with backend.accumulate(is_last=position == len(chunks) - 1):
+        with backend.accumulate(is_last=position == len(replayed) - 1):
             embeddings = backend.forward(device_batch)
             if check_replay:
                 max_diff = max(max_diff, float((embeddings.detach().float() - no_grad_embeddings[position]).abs().max()))
