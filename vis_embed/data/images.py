@@ -8,13 +8,23 @@
   89 megapixels) are refused from the header alone, before any pixel is decoded.
 * A missing, unreadable or corrupt file raises :class:`DataError` naming the file.
 
-Resizing to the model's pixel budget (min/max pixels) is the processor's job, not ours.
+* Besides paths and http(s) URLs, a source may be a ``file://`` URI or a base64 data URI
+  (``data:image/png;base64,...``): the forms Qwen's own tooling (qwen-vl-utils, vLLM) accepts.
+
+Resizing to the model's pixel budget (min/max pixels) is the processor's job, not ours:
+qwen-vl-utils' ``fetch_image`` resizes with PIL, which is not pixel-identical to the
+transformers processor's resize (measured: up to 0.27 in normalised units), so images are
+handed to the processor as loaded.  Qwen's size *rule* is shared: :func:`resized_size` is
+qwen-vl-utils' ``smart_resize``, which gives exactly the processor's patch grid (tested).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,6 +37,8 @@ from vis_embed.errors import DataError
 DEFAULT_MAX_IMAGE_PIXELS = int(Image.MAX_IMAGE_PIXELS or 89_478_485)
 URL_PREFIXES = ("http://", "https://")
 URL_TIMEOUT_S = 30
+FILE_URI_PREFIX = "file://"
+DATA_URI = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
 
 
 def is_url(source: Any) -> bool:
@@ -34,12 +46,19 @@ def is_url(source: Any) -> bool:
     return isinstance(source, str) and source.startswith(URL_PREFIXES)
 
 
+def is_data_uri(source: Any) -> bool:
+    """True for a base64 image data URI (``data:image/jpeg;base64,...``)."""
+    return isinstance(source, str) and bool(DATA_URI.match(source))
+
+
 def resolve_image(source: str | Path, base_dir: str | Path | None = None) -> str:
-    """The image's location as a string: a URL unchanged; a path with ``~`` expanded, made
-    relative to ``base_dir`` unless absolute (no ``base_dir``: the working directory), normalised."""
-    if is_url(source):
+    """The image's location as a string: a URL or data URI unchanged; a path (or ``file://``
+    URI) with ``~`` expanded, made relative to ``base_dir`` unless absolute (no ``base_dir``:
+    the working directory), normalised."""
+    if is_url(source) or is_data_uri(source):
         return str(source)
-    path = os.path.expanduser(str(source))
+    path = str(source)
+    path = os.path.expanduser(path[len(FILE_URI_PREFIX):] if path.startswith(FILE_URI_PREFIX) else path)
     if base_dir is not None:
         path = os.path.join(base_dir, path)  # an absolute ``path`` wins: join drops base_dir
     return os.path.normpath(path)
@@ -112,6 +131,8 @@ def load_image(source: str | Path | Image.Image, base_dir: str | Path | None = N
         return to_rgb(ImageOps.exif_transpose(source) or source)
     if is_url(source):
         image = _open(io.BytesIO(_fetch_url(source)), source, max_image_pixels)
+    elif is_data_uri(source):
+        image = _open(io.BytesIO(_decode_data_uri(source)), f"{source[:40]}...", max_image_pixels)
     elif isinstance(source, (str, Path)) and str(source):
         path = resolve_image(source, base_dir)
         image = _open(Path(path), path, max_image_pixels)
@@ -120,11 +141,40 @@ def load_image(source: str | Path | Image.Image, base_dir: str | Path | None = N
     return to_rgb(ImageOps.exif_transpose(image) or image)
 
 
+def _decode_data_uri(uri: str) -> bytes:
+    try:
+        return base64.b64decode(uri.split(",", 1)[1], validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise DataError(f"malformed base64 image data URI ({exc})", path=f"{uri[:40]}...") from None
+
+
+def resized_size(width: int, height: int, min_pixels: int, max_pixels: int, patch_size: int = 14,
+                 merge_size: int = 2) -> tuple[int, int]:
+    """(width, height) the Qwen processor resizes an image to: qwen-vl-utils' ``smart_resize``
+    (sides multiples of patch_size * merge_size, area within [min_pixels, max_pixels]).
+
+    Exact while every resized side stays at least patch_size * merge_size pixels; for slivers
+    (extreme aspect ratios) transformers' processor rounds differently (5 x 300 px: 28 x 448
+    there, 28 x 308 here), so treat the result as an estimate there."""
+    from qwen_vl_utils import smart_resize  # imports torch: only when asked
+
+    resized_height, resized_width = smart_resize(height, width, factor=patch_size * merge_size,
+                                                 min_pixels=min_pixels, max_pixels=max_pixels)
+    return resized_width, resized_height
+
+
+def visual_token_count(width: int, height: int, min_pixels: int, max_pixels: int, patch_size: int = 14,
+                       merge_size: int = 2) -> int:
+    """Merged visual tokens (image placeholders) the processor expands one image into."""
+    resized_width, resized_height = resized_size(width, height, min_pixels, max_pixels, patch_size, merge_size)
+    return (resized_width // (patch_size * merge_size)) * (resized_height // (patch_size * merge_size))
+
+
 def image_size(source: str | Path | Image.Image, base_dir: str | Path | None = None) -> tuple[int, int] | None:
     """(width, height) from the header only (cheap), or None if unknown (URL / unreadable)."""
     if isinstance(source, Image.Image):
         return source.size
-    if is_url(source) or not isinstance(source, (str, Path)):
+    if is_url(source) or is_data_uri(source) or not isinstance(source, (str, Path)):
         return None
     try:
         with Image.open(resolve_image(source, base_dir)) as image:
