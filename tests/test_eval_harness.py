@@ -167,7 +167,7 @@ def test_unknown_index_option_fails_before_encoding(tmp_path: Path) -> None:
     spec = _specs(files)[1]
     spec.options["index"] = "hnsw"
     encoder = FakeEncoder()
-    with pytest.raises(ConfigError, match="'Gal': options.index must be one of exact, exact-bf16, ivf"):
+    with pytest.raises(ConfigError, match="'Gal': options.index must be one of auto, exact, exact-bf16, exact-gpu, ivf"):
         _run(encoder, [spec], tmp_path / "out", pictures=False)
     assert _n_encoded(encoder) == 0
 

@@ -23,7 +23,7 @@ from typing import Any
 from vis_embed.errors import ConfigError
 from vis_embed import resources
 from vis_embed.evaluation.report import find_reference, load_groups, load_models, models_table, read_reference
-from vis_embed.evaluation.settings import DEFAULT_TIE_POLICY, INDEX_KINDS, TIE_POLICIES, EvalSettings
+from vis_embed.evaluation.settings import DEFAULT_INDEX, DEFAULT_TIE_POLICY, INDEX_KINDS, TIE_POLICIES, EvalSettings
 from vis_embed.io import atomic_write_json
 
 
@@ -35,10 +35,11 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="items per forward pass (default: 16)")
     parser.add_argument("--datasets", default=None, help="comma-separated dataset names (default: all)")
     parser.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N queries/rows")
-    parser.add_argument("--index", choices=INDEX_KINDS, default="exact",
-                        help="gallery search: exact (faiss float32, default), exact-bf16 (same exact result, "
-                             "bf16 shortlist + exact re-rank; several times faster on CPUs with AMX) "
-                             "or ivf (approximate)")
+    parser.add_argument("--index", choices=INDEX_KINDS, default=DEFAULT_INDEX,
+                        help="gallery search: auto (default: the fastest exact kind for this machine, "
+                             "recorded in results.json), exact (faiss float32), exact-bf16 (same exact result, "
+                             "bf16 shortlist + exact re-rank; several times faster on CPUs with AMX, slower "
+                             "without native bf16), exact-gpu (float32 on the GPU) or ivf (approximate)")
     parser.add_argument("--depth", type=int, default=None,
                         help="gallery ranking depth (default: whole gallery up to 10k, else 1000)")
     parser.add_argument("--tie-policy", choices=TIE_POLICIES, default=DEFAULT_TIE_POLICY,

@@ -28,6 +28,7 @@ from vis_embed.data.records import ImageChecker, RowContext
 from vis_embed.data.tables import read_table
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation import gallery_ranking, metrics, protocols, search
+from vis_embed.evaluation.settings import DEFAULT_INDEX
 
 GALLERY_FULL_RANKING_LIMIT = 10_000  # galleries up to this size are ranked completely
 GALLERY_DEFAULT_DEPTH = 1_000        # otherwise the top-1000 are ranked (mAP@1000 etc.)
@@ -59,7 +60,7 @@ class PreparedDataset:
 
 @dataclass
 class ScoringOptions:
-    index: str = "exact"
+    index: str = DEFAULT_INDEX
     depth: int | None = None
     n_examples: int = 3
     tie_policy: str = metrics.DEFAULT_TIE_POLICY  # candidates and gallery rankings
@@ -180,7 +181,8 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
         n_gallery = len(gallery)
         depth = int(depth_option) if depth_option else (
             n_gallery if n_gallery <= GALLERY_FULL_RANKING_LIMIT else GALLERY_DEFAULT_DEPTH)
-        index = search.build_index(gallery_emb, kind=index_kind)
+        choice = search.resolve_index(index_kind, gallery_emb.shape[1])  # "auto": this machine's fastest
+        index = search.build_index(gallery_emb, kind=choice.kind)
         # one result past the cut-off shows whether a score tie crosses it
         k_search = min(n_gallery, depth + 1 + max((len(e) for e in excluded), default=0))
         per_query, examples, skipped, unresolved_ties = [], [], 0, 0
@@ -208,7 +210,8 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
             raise DataError("no query has a positive in the gallery", path=spec.file("queries"))
         return Outcome(metrics.summarize(per_query), "P@1", len(per_query), examples,
                        {"n_skipped_queries": skipped, "depth": depth, "n_gallery": n_gallery,
-                        "index": index_kind, "tie_policy": tie_policy,
+                        "index": choice.kind, "index_requested": index_kind, "index_reason": choice.reason,
+                        "tie_policy": tie_policy,
                         "n_unresolved_boundary_ties": unresolved_ties})
 
     return PreparedDataset({"query": (spec.query_instruction, queries),
