@@ -15,7 +15,6 @@ import yaml
 from safetensors.torch import load_file
 
 from vis_embed.errors import FingerprintMismatchError
-from vis_embed.training import trainer as trainer_module
 from vis_embed.training.recipe import load_recipe
 from vis_embed.training.trainer import KILL_AFTER_STEP_ENV, Trainer, TrainingDivergedError
 
@@ -111,7 +110,9 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(setup, tmp_path) -> N
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(setup, tmp_path, monkeypatch) -> None:
-    real_loss = trainer_module.info_nce_loss
+    from vis_embed.training.losses import objective as objective_module  # the trainer's loss calls go through it
+
+    real_loss = objective_module.info_nce_loss
     calls = {"n": 0}
 
     def loss_turning_nan(*args, **kwargs):
@@ -119,7 +120,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(setup, tmp_pat
         loss = real_loss(*args, **kwargs)
         return loss * float("nan") if calls["n"] > 2 else loss
 
-    monkeypatch.setattr(trainer_module, "info_nce_loss", loss_turning_nan)
+    monkeypatch.setattr(objective_module, "info_nce_loss", loss_turning_nan)
     out = tmp_path / "nan"
     with pytest.raises(TrainingDivergedError, match=r"step 2: loss is nan.*checkpoint-2"):
         Trainer(_recipe(setup, out, max_steps=4, checkpoint__every=2)).train()

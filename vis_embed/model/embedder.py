@@ -43,7 +43,8 @@ _VOLATILE_JSON_KEYS = {"is_local", "local_files_only", "name_or_path", "_name_or
 _CHECKPOINT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer.json",
                      "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                      "processor_config.json", "preprocessor_config.json",
-                     "video_preprocessor_config.json", "adapter_config.json")
+                     "video_preprocessor_config.json", "adapter_config.json",
+                     "head_config.json")
 
 
 class Embedder:

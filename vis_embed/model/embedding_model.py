@@ -32,6 +32,7 @@ from vis_embed.data.items import check_item
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES, TEXT_LORA_MODULES
 from vis_embed.model.pooling import last_token_pool
+from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
 from vis_embed.model.prompts import build_prompt, check_prompt_format
 
 # Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
@@ -97,6 +98,7 @@ class EmbeddingModel(torch.nn.Module):
         super().__init__()
         self.max_length = max_length
         self.backbone = backbone
+        self.head: ProjectionHead | None = None  # adaptation "head": applied after pooling
         self.processor = processor
         self.min_pixels = int(min_pixels)
         self.max_pixels = int(max_pixels)
@@ -138,13 +140,18 @@ class EmbeddingModel(torch.nn.Module):
                 name, dtype=dtype, attn_implementation=attn_implementation)
         except (OSError, ValueError, KeyError) as exc:
             raise ConfigError(f"cannot load model {name!r}: {exc}") from exc
-        if adapter is not None:
+        head = None
+        if adapter is not None and is_head_directory(adapter):  # a projection head, not LoRA
+            head = load_head(adapter).to(device).eval()
+        elif adapter is not None:
             backbone = _load_adapter(backbone, adapter)
         backbone.to(device)
         backbone.eval()
-        return cls(backbone, processor, min_pixels=min_pixels, max_pixels=max_pixels,
-                   prompt_format=prompt_format, name_or_path=name,
-                   adapter=None if adapter is None else str(adapter), max_length=max_length)
+        model = cls(backbone, processor, min_pixels=min_pixels, max_pixels=max_pixels,
+                    prompt_format=prompt_format, name_or_path=name,
+                    adapter=None if adapter is None else str(adapter), max_length=max_length)
+        model.head = head
+        return model
 
     @property
     def device(self) -> torch.device:
@@ -156,6 +163,8 @@ class EmbeddingModel(torch.nn.Module):
 
     @property
     def embedding_dim(self) -> int:
+        if self.head is not None:
+            return self.head.out_dim
         return int(self.base_model().config.text_config.hidden_size)
 
     def base_model(self) -> Any:
@@ -189,14 +198,28 @@ class EmbeddingModel(torch.nn.Module):
                             target_modules=pattern, bias="none")
         self.backbone = get_peft_model(self.backbone, config)
 
+    def add_projection_head(self, out_dim: int | None = None) -> ProjectionHead:
+        """Freeze the whole backbone and add a fresh trainable :class:`ProjectionHead`
+        (identity-initialised: the vectors are unchanged until it trains)."""
+        if self.head is not None or hasattr(self.backbone, "peft_config"):
+            raise ConfigError("the model already has an adapter (LoRA or head); use one adaptation")
+        for parameter in self.backbone.parameters():
+            parameter.requires_grad_(False)
+        in_dim = int(self.base_model().config.text_config.hidden_size)
+        self.head = ProjectionHead(in_dim, out_dim).to(self.device)
+        return self.head
+
     def merge_adapter(self) -> None:
         """Fold the LoRA weights into the base weights (same vectors, no adapter overhead)."""
         if hasattr(self.backbone, "merge_and_unload"):
             self.backbone = self.backbone.merge_and_unload()
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
-        """Adapter-only if peft-wrapped (peft format), else full weights + processor."""
+        """Adapter-only if peft-wrapped (peft format), the head only with a projection head,
+        else full weights + processor."""
         out_dir = Path(out_dir)
+        if self.head is not None:
+            return save_head(out_dir, self.head, self.name_or_path)
         self.backbone.save_pretrained(out_dir, safe_serialization=True)
         if not hasattr(self.backbone, "peft_config"):
             self.processor.save_pretrained(out_dir)
@@ -284,9 +307,17 @@ class EmbeddingModel(torch.nn.Module):
             # encoding it alone (M-RoPE's three axes coincide for text).
             positions = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
             inputs["position_ids"] = positions.unsqueeze(0).expand(3, -1, -1)
-        outputs = self.base_model()(**inputs, use_cache=False, return_dict=True)
-        pooled = last_token_pool(outputs.last_hidden_state, inputs["attention_mask"])
-        return F.normalize(pooled.float(), dim=-1)
+        # A frozen backbone under a head needs no graph: only the head's parameters train.
+        backbone_grad = torch.is_grad_enabled() and (self.head is None or self._backbone_trainable())
+        with torch.set_grad_enabled(backbone_grad):
+            outputs = self.base_model()(**inputs, use_cache=False, return_dict=True)
+            pooled = F.normalize(last_token_pool(outputs.last_hidden_state, inputs["attention_mask"]).float(), dim=-1)
+        if self.head is not None:
+            return F.normalize(self.head(pooled), dim=-1)
+        return pooled
+
+    def _backbone_trainable(self) -> bool:
+        return any(parameter.requires_grad for parameter in self.backbone.parameters())
 
     def embed(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
               base_dir: str | Path | None = None) -> torch.Tensor:

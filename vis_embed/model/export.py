@@ -1,5 +1,11 @@
 """Export a model (plus an optional LoRA adapter) as a sentence-transformers / vLLM directory.
 
+A projection-head directory (``adaptation: head``, :mod:`vis_embed.model.projection_head`) as
+``adapter`` exports the unchanged base plus ``Dense`` (identity activation) and ``Normalize``
+modules after the base's: sentence-transformers applies the head.  Whether ``vllm serve``
+applies it depends on vLLM's support for sentence-transformers ``Dense`` modules on Qwen-VL
+(not tested here); without it vLLM would serve the base vectors.
+
 ``export_sentence_transformers(model, out, adapter=...)`` writes ONE directory that
 
 * ``SentenceTransformer(out)`` loads with no custom code (modules: ``Transformer`` with the
@@ -29,8 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.errors import ConfigError
-from vis_embed.io import atomic_directory, atomic_write_json
+from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from vis_embed.model.projection_head import (
+    head_base_model,
+    is_head_directory,
+    load_head,
+    sentence_transformers_head_files,
+)
 
 EXPORT_FORMATS = ("sentence-transformers",)
 # The identity task's instructions (data_prep.synth's "identity" pair): what the quickstart trains.
@@ -204,6 +216,9 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     """Write the merged checkpoint + sentence-transformers files to ``out`` (atomically)."""
     if min_pixels > max_pixels:
         raise ConfigError(f"min_pixels ({min_pixels}) exceeds max_pixels ({max_pixels})")
+    head = None
+    if adapter is not None and is_head_directory(adapter):  # a projection head: base + Dense module
+        head, model, adapter = load_head(adapter), model or head_base_model(adapter), None
     merged, processor = load_merged(model, adapter, dtype)
     processor = prepare_processor(processor, min_pixels, max_pixels)
     embedding_dim = int(merged.config.get_text_config().hidden_size)
@@ -211,6 +226,20 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
         merged.save_pretrained(str(tmp), safe_serialization=True)
         processor.save_pretrained(str(tmp))
         files = sentence_transformers_files(embedding_dim, query_instruction, document_instruction)
+        if head is not None:
+            _add_head_modules(tmp, files, head)
         for relative, content in files.items():
             atomic_write_json(tmp / relative, content)
     return Path(out)
+
+
+def _add_head_modules(directory: Path, files: dict[str, Any], head: Any) -> None:
+    """Append the projection head (Dense + Normalize) to the module files; write its weights."""
+    from safetensors.torch import save
+
+    entries, configs, weights = sentence_transformers_head_files(head, first_index=len(files["modules.json"]))
+    files["modules.json"] = files["modules.json"] + entries
+    files.update(configs)
+    dense_dir = directory / entries[0]["path"]
+    dense_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(dense_dir / "model.safetensors", save(weights))

@@ -40,6 +40,7 @@ from torch import nn
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory, atomic_write_json, atomic_write_text
 from vis_embed.model.export import absolute_model_reference
+from vis_embed.model.projection_head import HEAD_CONFIG, load_head, save_head
 from vis_embed.distributed import barrier, broadcast_object, get_rank, is_main_process
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
@@ -107,7 +108,14 @@ def shared_atomic_directory(path: Path) -> Iterator[Path]:
 
 def save_weights(model: nn.Module, trainable_state: dict[str, torch.Tensor], directory: Path,
                  processor: Any = None) -> None:
-    """Adapter in peft format (LoRA) or the full backbone (full fine-tuning); main process only."""
+    """Adapter in peft format (LoRA), the projection head (adaptation "head") or the full
+    backbone (full fine-tuning); main process only."""
+    head = getattr(model, "head", None)
+    if head is not None:  # the backbone is frozen: the head is all that trained
+        state = {name[len("head."):]: tensor for name, tensor in trainable_state.items() if name.startswith("head.")}
+        base = getattr(model, "name_or_path", None)
+        save_head(directory, head, absolute_model_reference(base) if base else None, state=state)
+        return
     found = find_peft_model(model)
     if found is not None:
         prefix, peft_model = found
@@ -145,7 +153,7 @@ def write_final_extras(directory: Path, processor: Any, recipe: dict[str, Any], 
         processor.save_pretrained(str(directory))
     datasets = [{"name": d.name, "kind": d.kind, "path": d.path, "weight": d.weight} for d in data.datasets]
     card = model_card(absolute_model_reference(str(recipe["model"])), recipe, steps, datasets,
-                      adapter=(directory / "adapter_config.json").is_file())
+                      adapter=(directory / "adapter_config.json").is_file() or (directory / HEAD_CONFIG).is_file())
     atomic_write_text(directory / "README.md", card)
 
 
@@ -161,7 +169,11 @@ def read_trainer_state(directory: Path) -> dict[str, Any]:
 
 
 def load_adapter_weights(model: nn.Module, directory: Path) -> None:
-    """Load a saved adapter (or full weights) into the already-built training model."""
+    """Load a saved adapter, head (or full weights) into the already-built training model."""
+    head = getattr(model, "head", None)
+    if head is not None:
+        head.load_state_dict(load_head(directory).state_dict())
+        return
     found = find_peft_model(model)
     if found is not None:
         from peft import set_peft_model_state_dict

@@ -11,7 +11,8 @@ from typing import Any
 
 # Recipe keys shown in the card's training table (dotted paths into the recipe dict).
 CARD_RECIPE_KEYS = ("max_steps", "global_batch_size", "seed", "optimizer.lr", "optimizer.decay",
-                    "lora.r", "lora.alpha", "temperature.init", "temperature.learnable", "schedule")
+                    "adaptation", "loss.kind", "lora.r", "lora.alpha", "temperature.init",
+                    "temperature.learnable", "schedule")
 
 
 def _lookup(recipe: Mapping[str, Any], dotted: str) -> Any:
@@ -34,11 +35,13 @@ def model_card(base_model: str, recipe: Mapping[str, Any], steps: int,
                evaluation: Mapping[str, float] | None = None, adapter: bool = True) -> str:
     """Markdown of the card.  ``datasets``: ``{name, kind, path, weight}`` per training dataset;
     ``evaluation``: ``{group or dataset: score}`` (percent) when the model has been evaluated."""
-    front = ["---", f"base_model: {base_model}", "library_name: " + ("peft" if adapter else "transformers"),
+    front = ["---", f"base_model: {base_model}", "library_name: " + ("vis_embed" if recipe.get("adaptation") == "head"
+                                                      else "peft" if adapter else "transformers"),
              "tags:", "- vis_embed", "- embeddings", "- multimodal", "- sentence-similarity"]
-    if adapter:
+    if adapter and recipe.get("adaptation") != "head":
         front.append("- lora")
-    lines = front + ["---", "", f"# {'LoRA adapter' if adapter else 'Model'} for `{base_model}` (vis_embed)", "",
+    kind = "Projection head" if recipe.get("adaptation") == "head" else "LoRA adapter" if adapter else "Model"
+    lines = front + ["---", "", f"# {kind} for `{base_model}` (vis_embed)", "",
                      "Instruction-conditioned multimodal embedding model trained with vis_embed "
                      "(last-token pooling, L2-normalised vectors, `chat` prompt format).", "",
                      "## Training", ""]

@@ -64,6 +64,29 @@ class LoraConfig(_Strict):
     vision: bool = False  # also adapt the vision tower
 
 
+class TwoTierOptions(_Strict):
+    weight: float = Field(1.0, ge=0)         # weight of the margin tier beside InfoNCE
+    margin: float = Field(0.1, ge=0, le=2)   # cosine margin: positive above each designated look-alike
+
+
+class TripletHingeOptions(_Strict):
+    margin: float = Field(0.05, ge=0, le=2)  # cosine-distance margin of the hinge
+
+
+class LossConfig(_Strict):
+    """The objective (training/losses/): ``infonce`` (VisME), ``two_tier`` (NearID),
+    ``triplet_hinge`` (DreamSim); each kind's options live in its own sub-section."""
+
+    kind: Literal["infonce", "two_tier", "triplet_hinge"] = "infonce"
+    identity_mask: bool = True  # leave same-identity candidates out of a query's negatives
+    two_tier: TwoTierOptions = Field(default_factory=TwoTierOptions)
+    triplet_hinge: TripletHingeOptions = Field(default_factory=TripletHingeOptions)
+
+
+class HeadConfig(_Strict):
+    dim: int | None = Field(None, gt=0)  # the head's output dimension; None = the backbone's hidden size
+
+
 class GradCacheConfig(_Strict):
     chunk_size: int = Field(0, ge=0)  # members per forward chunk; 0 = GradCache off
     # close a chunk early when padding would exceed this fraction (members sorted by length)
@@ -103,6 +126,11 @@ class Recipe(_Strict):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     temperature: TemperatureConfig = Field(default_factory=TemperatureConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    # lora: LoRA (or full fine-tuning with lora.enabled: false); head: frozen backbone +
+    # a trained projection head on the pooled embedding (the lora section is then unused)
+    adaptation: Literal["lora", "head"] = "lora"
+    head: HeadConfig = Field(default_factory=HeadConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     gradcache: GradCacheConfig = Field(default_factory=GradCacheConfig)
     model_options: ModelOptions = Field(default_factory=ModelOptions)

@@ -38,7 +38,7 @@ from vis_embed.training.deepspeed_config import fill_deepspeed_config
 from vis_embed.distributed import barrier, get_rank, get_world_size, init_distributed, is_main_process
 from vis_embed.training.gradcache import StepResult, contrastive_step
 from vis_embed.training.labels import loss_label
-from vis_embed.training.losses import Temperature, identity_ids, info_nce_loss
+from vis_embed.training.losses import BatchLabels, Temperature, build_objective, designated_negatives, identity_ids
 from vis_embed.training.lr_schedule import lr_lambda
 from vis_embed.training.recipe import Recipe, recipe_to_dict
 from vis_embed.training.run_log import RunLogger
@@ -60,6 +60,7 @@ class PreparedStep:
     query_lengths: list[int]
     candidate_lengths: list[int]
     identities: torch.Tensor  # (global batch,) identity ids in slot order
+    designated: torch.Tensor | None = None  # (global batch,)*2 designated hard-negative pairs
 
 
 def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
@@ -72,7 +73,9 @@ def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
         recipe.model, device=device, dtype=resolve_dtype(options.dtype, device), max_pixels=options.max_pixels,
         prompt_format=options.prompt_format, max_length=options.max_length,
         **{key: value for key, value in optional.items() if value is not None})
-    if recipe.lora.enabled:
+    if recipe.adaptation == "head":  # frozen backbone, trained projection head
+        model.add_projection_head(recipe.head.dim)
+    elif recipe.lora.enabled:
         model.add_lora(r=recipe.lora.r, alpha=recipe.lora.alpha, dropout=recipe.lora.dropout,
                        target_modules=recipe.lora.target_modules, vision=recipe.lora.vision)
     else:
@@ -125,6 +128,10 @@ class Trainer:
                                        recipe.temperature.freeze_steps, recipe.temperature.min).to(self.device)
         lr_schedule = lr_lambda(recipe.optimizer.warmup_steps, recipe.max_steps, recipe.optimizer.decay,
                                 recipe.optimizer.min_lr_ratio)
+        loss = recipe.loss
+        self.objective = build_objective(
+            loss.kind, self.temperature, identity_mask=loss.identity_mask, two_tier_weight=loss.two_tier.weight,
+            two_tier_margin=loss.two_tier.margin, hinge_margin=loss.triplet_hinge.margin)
         self.tau_optimizer = torch.optim.AdamW([self.temperature.log_tau], weight_decay=0.0,
                                                lr=recipe.temperature.lr or recipe.optimizer.lr,
                                                betas=recipe.optimizer.betas, eps=recipe.optimizer.eps)
@@ -146,7 +153,7 @@ class Trainer:
             return DeepSpeedBackend(self.model, ds_config=ds_config, **common)
         # A chunk without images leaves vision-tower parameters out of the graph; DDP must
         # then be told to look for unused parameters or it waits for their gradients forever.
-        vision_trainable = self.recipe.lora.vision or not self.recipe.lora.enabled
+        vision_trainable = self.recipe.adaptation == "lora" and (self.recipe.lora.vision or not self.recipe.lora.enabled)
         return TorchBackend(self.model, max_grad_norm=opt.max_grad_norm,
                             find_unused_parameters=vision_trainable, **common)
 
@@ -198,8 +205,9 @@ class Trainer:
             prepared_c = self.model.prepare(candidate_items, instruction=dataset.candidate_instruction)
             for p, q, c in zip(positions, prepared_q, prepared_c):
                 queries[p], candidates[p] = q, c
+        designated = designated_negatives([m.role for m in members], [m.slot for m in members])
         return PreparedStep(batch.step, queries, candidates, [q.length for q in queries],
-                            [c.length for c in candidates], identities)
+                            [c.length for c in candidates], identities, designated)
 
     def _dataset(self, name: str) -> Any:
         try:
@@ -211,10 +219,10 @@ class Trainer:
     # ------------------------------------------------------------------ training
     def train_step(self, prepared: PreparedStep) -> tuple[StepResult, float]:
         self.temperature.set_step(prepared.step)
-        identities = prepared.identities
+        labels = BatchLabels(prepared.identities, prepared.designated)
 
         def loss_fn(queries: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
-            return info_nce_loss(queries, candidates, self.temperature(), identities)
+            return self.objective(queries, candidates, labels)
 
         result = contrastive_step(self.backend, self.model.collate, prepared.queries, prepared.candidates,
                                   loss_fn, chunk_size=self.recipe.gradcache.chunk_size,

@@ -1,0 +1,140 @@
+"""A small trainable projection on the pooled embedding: the linear-probe adaptation (TLL style).
+
+``adaptation: head`` in a training recipe freezes the whole backbone and trains only this
+head: ``v = normalise(W · normalise(pool(h)) + b)``.  ``W`` starts as the identity (the
+truncated identity when ``out_dim < in_dim``) and ``b`` at zero, so before training the head
+reproduces the backbone's vectors and training starts from the base model, as LoRA does.
+
+Saved like an adapter: a directory holding ``head_config.json`` (its type, dimensions and
+base model) and ``head.safetensors``.  ``EmbeddingModel.from_pretrained(base, adapter=DIR)``
+(hence ``Embedder``, ``vis-embed encode/eval --adapter DIR``) recognises such a directory and
+applies the head; ``vis-embed export`` turns it into a sentence-transformers ``Dense`` module.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vis_embed.errors import ConfigError
+from vis_embed.io import atomic_write_bytes, atomic_write_json
+
+HEAD_CONFIG = "head_config.json"
+HEAD_WEIGHTS = "head.safetensors"
+HEAD_TYPE = "projection_head"
+
+
+class ProjectionHead(nn.Module):
+    """``Linear(in_dim, out_dim)`` initialised to the identity; float32 whatever the backbone."""
+
+    def __init__(self, in_dim: int, out_dim: int | None = None) -> None:
+        super().__init__()
+        out_dim = in_dim if out_dim is None else out_dim
+        if in_dim <= 0 or out_dim <= 0:
+            raise ConfigError(f"projection head dimensions must be > 0, got {in_dim} -> {out_dim}")
+        self.linear = nn.Linear(in_dim, out_dim)  # "linear.*": sentence-transformers Dense's names
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.eye(out_dim, in_dim))
+            self.linear.bias.zero_()
+
+    @property
+    def in_dim(self) -> int:
+        return int(self.linear.in_features)
+
+    @property
+    def out_dim(self) -> int:
+        return int(self.linear.out_features)
+
+    def forward(self, pooled: Tensor) -> Tensor:
+        return self.linear(pooled.float())
+
+
+def is_head_directory(path: str | Path) -> bool:
+    return (Path(path).expanduser() / HEAD_CONFIG).is_file()
+
+
+def save_head(directory: str | Path, head: ProjectionHead, base_model: str | None,
+              state: dict[str, Tensor] | None = None) -> Path:
+    """Write ``head_config.json`` + ``head.safetensors`` into ``directory`` (each file atomically).
+
+    ``state``: the head's weights if not taken from ``head`` (e.g. gathered by a backend).
+    """
+    from safetensors.torch import save
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    weights = {name: tensor.detach().float().cpu().contiguous()
+               for name, tensor in (state if state is not None else head.state_dict()).items()}
+    atomic_write_bytes(directory / HEAD_WEIGHTS, save(weights))
+    atomic_write_json(directory / HEAD_CONFIG, {"adapter_type": HEAD_TYPE, "in_dim": head.in_dim,
+                                                "out_dim": head.out_dim, "base_model_name_or_path": base_model})
+    return directory
+
+
+def read_head_config(directory: str | Path) -> dict[str, Any]:
+    """The checked ``head_config.json`` of a head directory (ConfigError naming file and field)."""
+    path = Path(directory).expanduser() / HEAD_CONFIG
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path.parent}: not a projection-head directory (no {HEAD_CONFIG})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(config, dict) or config.get("adapter_type") != HEAD_TYPE:
+        raise ConfigError(f"{path}: field 'adapter_type' must be {HEAD_TYPE!r}")
+    for field in ("in_dim", "out_dim"):
+        if not isinstance(config.get(field), int) or config[field] <= 0:
+            raise ConfigError(f"{path}: field {field!r} must be a positive integer, got {config.get(field)!r}")
+    return config
+
+
+def load_head(directory: str | Path) -> ProjectionHead:
+    """The head saved in ``directory`` (weights checked against the config's dimensions)."""
+    from safetensors.torch import load_file
+
+    config = read_head_config(directory)
+    head = ProjectionHead(config["in_dim"], config["out_dim"])
+    weights_path = Path(directory).expanduser() / HEAD_WEIGHTS
+    if not weights_path.is_file():
+        raise ConfigError(f"{weights_path.parent}: {HEAD_WEIGHTS} missing")
+    try:
+        head.load_state_dict(load_file(str(weights_path)))
+    except RuntimeError as exc:  # missing/unexpected keys or shapes other than the config's
+        raise ConfigError(f"{weights_path}: does not match {HEAD_CONFIG}: {exc}") from None
+    return head
+
+
+def head_base_model(directory: str | Path) -> str:
+    """The base model a head was trained on (``base_model_name_or_path``)."""
+    base = read_head_config(directory).get("base_model_name_or_path")
+    if not base:
+        raise ConfigError(f"{Path(directory) / HEAD_CONFIG}: no base_model_name_or_path; pass the base model")
+    return str(base)
+
+
+def sentence_transformers_head_files(head: ProjectionHead, first_index: int) -> tuple[list[dict[str, Any]],
+                                                                                     dict[str, Any], dict[str, Tensor]]:
+    """The head as sentence-transformers modules after the base's ``Normalize``: ``Dense``
+    (identity activation) then ``Normalize``.  Returns (modules.json entries, config files,
+    the Dense weights to write as ``<index>_Dense/model.safetensors``)."""
+    dense, normalize = first_index, first_index + 1
+    entries = [
+        {"idx": dense, "name": str(dense), "path": f"{dense}_Dense",
+         "type": "sentence_transformers.base.modules.dense.Dense"},
+        {"idx": normalize, "name": str(normalize), "path": f"{normalize}_Normalize",
+         "type": "sentence_transformers.base.modules.normalize.Normalize"},
+    ]
+    configs = {
+        f"{dense}_Dense/config.json": {"in_features": head.in_dim, "out_features": head.out_dim, "bias": True,
+                                       "activation_function": "torch.nn.modules.linear.Identity",
+                                       "module_input_name": "sentence_embedding",
+                                       "module_output_name": "sentence_embedding"},
+        f"{normalize}_Normalize/config.json": {"module_input_name": "sentence_embedding",
+                                               "module_output_name": "sentence_embedding"},
+    }
+    weights = {name: tensor.detach().float().cpu().contiguous() for name, tensor in head.state_dict().items()}
+    return entries, configs, weights
