@@ -83,20 +83,25 @@ def paired_difference(a: list[float], b: list[float]) -> PairedDifference:
 
 
 def identity_repeat_rate(schedule: Path, data: Any) -> float:
-    """Share of scheduled members whose loss label (identity) already occurs earlier in their batch."""
+    """Share of scheduled members whose identity already occurs earlier in their batch.
+
+    The identity is the data config's scoped key (``namespace::identity``), the one the loss
+    mask compares; a row without identity repeats nothing.  Computed from the schedule file
+    itself, independently of the scheduler's own report.
+    """
     import pyarrow.parquet as pq
 
-    from vis_embed.training.labels import loss_label
-
-    table = pq.read_table(schedule, columns=["step", "dataset", "positive_id"]).to_pydict()
+    table = pq.read_table(schedule, columns=["step", "dataset", "query_id"]).to_pydict()
     seen: dict[int, set[str]] = {}
     repeats = 0
-    for step, name, positive_id in zip(table["step"], table["dataset"], table["positive_id"]):
+    for step, name, query_id in zip(table["step"], table["dataset"], table["query_id"]):
         dataset = data.dataset(name)
-        label = loss_label(dataset, dataset.get(positive_id))
+        key = dataset.identity_key(dataset.get(query_id))
+        if key is None:
+            continue
         batch = seen.setdefault(step, set())
-        repeats += label in batch
-        batch.add(label)
+        repeats += key in batch
+        batch.add(key)
     return repeats / max(1, len(table["step"]))
 
 

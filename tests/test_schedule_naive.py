@@ -1,4 +1,4 @@
-"""The naive baseline schedule (ablation): one dataset per batch, no identity constraint."""
+"""The naive baseline schedule (ablation): one dataset per slot, no identity constraint."""
 
 from __future__ import annotations
 
@@ -20,26 +20,43 @@ def _datasets() -> list[SubDataset]:
     ]
 
 
-def test_naive_batches_come_from_one_dataset_with_valid_positives() -> None:
+def test_naive_slots_come_from_one_dataset_each_with_valid_positives() -> None:
     datasets = _datasets()
     settings = ScheduleSettings(steps=40, global_batch_size=32, interleave_batch_size=16,
                                 hard_negatives=0, seed=3, strategy="naive")
     schedule = plan_naive_schedule(datasets, settings)
-    batch = settings.global_batch_size
+    slot_size = settings.interleave_batch_size
     identities = datasets[0].identities
     for step in range(settings.steps):
-        rows = slice(step * batch, (step + 1) * batch)
-        assert len(set(schedule.dataset[rows])) == 1
-        query, positive = schedule.query_row[rows], schedule.positive_row[rows]
-        assert len(set(query)) == batch  # rows are drawn without replacement within a batch
-        if schedule.dataset[rows][0] == 0:
-            assert (query != positive).all()
-            assert (identities[query] == identities[positive]).all()
-        else:
-            assert (query == positive).all()
-    assert set(np.unique(schedule.dataset)) == {0, 1}
+        # interleaved like the paper's batches: 2 slots, 2 datasets -> one slot from each
+        batch = slice(step * 32, (step + 1) * 32)
+        assert sorted(schedule.dataset[batch][::slot_size].tolist()) == [0, 1]
+        for first in range(step * 32, (step + 1) * 32, slot_size):
+            rows = slice(first, first + slot_size)
+            assert len(set(schedule.dataset[rows])) == 1
+            query, positive = schedule.query_row[rows], schedule.positive_row[rows]
+            assert len(set(query)) == slot_size  # rows are drawn without replacement within a slot
+            if schedule.dataset[rows][0] == 0:
+                assert (query != positive).all()
+                assert (identities[query] == identities[positive]).all()
+            else:
+                assert (query == positive).all()
     # the baseline does let identities repeat inside a batch (what identity-aware sampling forbids)
-    assert schedule.report["repeated_identity_members"] > 0
+    people = schedule.query_row[schedule.dataset == 0].reshape(settings.steps, slot_size)
+    repeats = sum(slot_size - len(np.unique(identities[rows])) for rows in people)
+    assert schedule.report["repeated_identity_members"] == repeats > 0
+    assert schedule.report["repeated_identity_fraction"] == repeats / (settings.steps * 32)
+
+
+def test_one_slot_per_batch_keeps_the_single_dataset_draws() -> None:
+    """M = B: one weighted dataset draw per batch, then the rows -- the first baseline's stream."""
+    settings = ScheduleSettings(steps=30, global_batch_size=16, interleave_batch_size=16,
+                                hard_negatives=0, seed=5, strategy="naive")
+    schedule = plan_naive_schedule(_datasets(), settings)
+    rng = np.random.default_rng(5)
+    shares = np.array([200.0, 100.0]) / 300.0  # both datasets: every row usable, weight 1
+    expected = rng.choice(2, size=30, p=shares)
+    assert schedule.dataset[::16].tolist() == expected.tolist()
 
 
 def test_naive_is_deterministic_and_refuses_hard_negatives() -> None:

@@ -1,15 +1,20 @@
 """The naive baseline schedule of the paper's sampling ablation (its Table 2, first row).
 
-Each batch comes from ONE sub-dataset chosen in proportion to weight × rows^size_exponent,
-and its B members are rows drawn uniformly without replacement within the batch — with no
-identity constraint, so two photos of the same identity can share a batch and be pushed
-apart as negatives (the loss's same-identity mask is the only safety net), and no structured
-hard negatives.  It exists to measure what identity-aware scheduling buys; train with
-``sampling.strategy: identity_aware`` otherwise.
+Batches are interleaved like the paper's (its global batch is 16 sub-batches of 64): each of
+the ``B / M`` slots comes from ONE sub-dataset, chosen exactly as the identity-aware scheduler
+chooses slot datasets (shares ∝ weight × rows^size_exponent, at most ``ceil(slots / datasets)``
+slots per dataset, so the slots of a batch come from different datasets whenever there are
+enough), and its M members are rows drawn uniformly without replacement within the slot --
+with no identity constraint, so two photos of the same identity can share a batch and be
+pushed apart as negatives (unless the loss's same-identity mask, ``loss.identity_mask``, is
+on), and no structured hard negatives.  With one slot per batch (M = B) the draws are those
+of the original single-dataset baseline, so its schedules are unchanged.  It exists to measure
+what identity-aware scheduling buys; train with ``sampling.strategy: identity_aware`` otherwise.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +22,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vis_embed.errors import ConfigError
+from vis_embed.sampling.draws import capped_inclusion, systematic_sample
 from vis_embed.sampling.settings import ScheduleSettings
 from vis_embed.sampling.types import ROLES, Schedule, SubDataset
 
@@ -35,47 +41,76 @@ def _positive_lookup(ds: SubDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return codes, order, offsets
 
 
+def _identity_keys(datasets: Sequence[SubDataset]) -> list[np.ndarray]:
+    """Per dataset, per row: the global identity code, or a negative number unique to the row.
+
+    The codes are shared across datasets (``subdatasets_from_config`` merges them), so two
+    slots of one batch are compared too; rows without identity never repeat.
+    """
+    keys, first_row = [], 0
+    for ds in datasets:
+        own = -(first_row + 1 + np.arange(ds.num_rows, dtype=np.int64))
+        if ds.identities is not None:
+            codes = np.asarray(ds.identities, dtype=np.int64)
+            own = np.where(codes >= 0, codes, own)
+        keys.append(own)
+        first_row += ds.num_rows
+    return keys
+
+
+def _slot_datasets(rng: np.random.Generator, shares: np.ndarray, settings: ScheduleSettings) -> np.ndarray:
+    """(steps, slots) dataset index of every slot."""
+    slots = settings.num_slots
+    if slots == 1:
+        # one weighted draw per batch: the original baseline's draws, so its schedules stay as they were
+        return rng.choice(len(shares), size=(settings.steps, 1), p=shares)
+    # as the identity-aware scheduler: capped expectations, systematic sampling per step over a
+    # fresh dataset order, slots shuffled -- the two strategies see the same dataset mix
+    expected = capped_inclusion(shares, slots, cap=math.ceil(slots / int((shares > 0).sum())))
+    chosen = np.empty((settings.steps, slots), dtype=np.int64)
+    for step in range(settings.steps):
+        order = rng.permutation(len(shares))
+        picked = order[systematic_sample(expected[order], slots, rng)]
+        chosen[step] = picked[rng.permutation(slots)]
+    return chosen
+
+
 def plan_naive_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettings,
                         show_progress: bool = False) -> Schedule:
     """Compute the naive schedule in memory (same output type and file format as the real one)."""
     if settings.hard_negatives:
         raise ConfigError("the naive strategy places no hard negatives: set hard_negatives to 0")
     rng = np.random.default_rng(settings.seed)
-    batch = settings.global_batch_size
+    batch, slot_size = settings.global_batch_size, settings.interleave_batch_size
     lookups = [_positive_lookup(ds) for ds in datasets]
     # Rows that can be anchors: pairs rows, and identity rows whose identity has another instance.
     anchors = []
     for ds, (codes, _order, offsets) in zip(datasets, lookups):
         sizes = np.diff(offsets)[codes]
         usable = np.flatnonzero(sizes >= 2) if ds.kind == "identity" else np.arange(ds.num_rows)
-        if len(usable) < batch:
+        if len(usable) < slot_size:
             raise ConfigError(f"dataset {ds.name!r} has {len(usable)} usable rows, fewer than one naive "
-                              f"batch of {batch}")
+                              f"slot of {slot_size}")
         anchors.append(usable)
     shares = np.array([ds.weight * len(a) ** settings.size_exponent for ds, a in zip(datasets, anchors)])
     shares = shares / shares.sum()
+    identity_keys = _identity_keys(datasets)
 
     total = settings.steps * batch
-    dataset = np.repeat(rng.choice(len(datasets), size=settings.steps, p=shares).astype(np.int16), batch)
+    slot_dataset = _slot_datasets(rng, shares, settings)
+    dataset = np.repeat(slot_dataset.reshape(-1).astype(np.int16), slot_size)
     query = np.empty(total, dtype=np.int64)
     positive = np.empty(total, dtype=np.int64)
     repeated_identities = 0
     for step in tqdm(range(settings.steps), desc="scheduling (naive)", unit="step", disable=not show_progress):
-        d = int(dataset[step * batch])
-        codes, order, offsets = lookups[d]
-        rows = rng.choice(anchors[d], size=batch, replace=False)
-        ident = codes[rows]
-        start, size = offsets[ident], offsets[ident + 1] - offsets[ident]
-        if datasets[d].kind == "pairs":
-            partners = rows
-        else:
-            # uniform among the identity's OTHER instances: draw from size-1 and skip the anchor
-            pick = start + (rng.random(batch) * (size - 1)).astype(np.int64)
-            partners = order[pick]
-            partners = np.where(partners == rows, order[pick + 1], partners)
-        query[step * batch:(step + 1) * batch] = rows
-        positive[step * batch:(step + 1) * batch] = partners
-        repeated_identities += batch - len(np.unique(ident))
+        batch_keys = []
+        for slot, d in enumerate(slot_dataset[step].tolist()):
+            rows, partners = _draw_slot(rng, datasets[d], lookups[d], anchors[d], slot_size)
+            first = step * batch + slot * slot_size
+            query[first:first + slot_size] = rows
+            positive[first:first + slot_size] = partners
+            batch_keys.append(identity_keys[d][rows])
+        repeated_identities += batch - len(np.unique(np.concatenate(batch_keys)))
     schedule = Schedule(settings=settings, dataset_names=[ds.name for ds in datasets],
                         dataset_ids=[np.asarray(ds.ids, dtype=object) for ds in datasets],
                         slot=np.tile(np.arange(batch, dtype=np.int32) // settings.interleave_batch_size,
@@ -86,13 +121,29 @@ def plan_naive_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettin
     return schedule
 
 
+def _draw_slot(rng: np.random.Generator, ds: SubDataset, lookup: tuple[np.ndarray, np.ndarray, np.ndarray],
+               anchors: np.ndarray, slot_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``slot_size`` anchor rows drawn uniformly without replacement, and their positives."""
+    codes, order, offsets = lookup
+    rows = rng.choice(anchors, size=slot_size, replace=False)
+    if ds.kind == "pairs":
+        return rows, rows
+    ident = codes[rows]
+    start, size = offsets[ident], offsets[ident + 1] - offsets[ident]
+    # uniform among the identity's OTHER instances: draw from size-1 and skip the anchor
+    pick = start + (rng.random(slot_size) * (size - 1)).astype(np.int64)
+    partners = order[pick]
+    return rows, np.where(partners == rows, order[pick + 1], partners)
+
+
 def _report(datasets: Sequence[SubDataset], settings: ScheduleSettings, dataset: np.ndarray,
             repeated_identities: int) -> dict[str, Any]:
-    batch_datasets = dataset[:: settings.global_batch_size]
+    slot_datasets = dataset[:: settings.interleave_batch_size]
     return {
         "strategy": "naive",
         "settings": settings.to_json(),
-        "datasets": {ds.name: {"rows": ds.num_rows, "batches": int((batch_datasets == d).sum())}
+        # "batches": slots of the dataset (one slot per batch when M = B)
+        "datasets": {ds.name: {"rows": ds.num_rows, "batches": int((slot_datasets == d).sum())}
                      for d, ds in enumerate(datasets)},
         # members whose identity already appeared earlier in the same batch: what the
         # identity-aware scheduler drives to zero
@@ -102,7 +153,7 @@ def _report(datasets: Sequence[SubDataset], settings: ScheduleSettings, dataset:
 
 
 def format_naive_report(report: dict[str, Any]) -> str:
-    lines = [f"{'dataset':<24} {'rows':>9} {'batches':>8}", "-" * 43]
+    lines = [f"{'dataset':<24} {'rows':>9} {'slots':>8}", "-" * 43]
     lines += [f"{name[:24]:<24} {entry['rows']:>9} {entry['batches']:>8}"
               for name, entry in report["datasets"].items()]
     lines.append(f"naive strategy: {report['repeated_identity_members']} members "

@@ -34,7 +34,7 @@ class SamplingOptions(BaseModel):
         "error", description="a dataset with fewer than M usable identities: fail (default) or skip it "
                              "(listed in the report)")
     strategy: Literal["identity_aware", "naive"] = Field(
-        "identity_aware", description="identity_aware (VisME, default) or naive: one sub-dataset per batch, "
+        "identity_aware", description="identity_aware (VisME, default) or naive: one sub-dataset per slot, "
                                       "rows drawn uniformly, no identity constraint (the ablation's baseline)")
 
     # No __init__ override here: pydantic would route the recipe's nested validation through
