@@ -3,8 +3,8 @@
 ``encode`` is the fast path: items are sorted by their estimated token count (text tokens +
 visual tokens, from the image header only) and grouped so that no batch is more than 10%
 padding (``model.batching.chunk_order``, shared with GradCache), batches run under
-``torch.inference_mode`` (bf16 + sdpa/flash-attn on CUDA by default), and rows are written
-back in input order.  Because pooling reads the last *real* token and text-only positions
+``torch.inference_mode`` (bf16 + sdpa/flash-attn on CUDA by default) while a worker thread
+prepares the next batch, and rows are written back in input order.  Because pooling reads the last *real* token and text-only positions
 are counted from the attention mask, a vector does not depend on its batch neighbours.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,17 +105,29 @@ class Embedder:
                               max_padding=MAX_PADDING)
         vectors: dict[int, np.ndarray] = {}
         progress = _progress(len(items), show_progress)
-        try:
-            with torch.inference_mode():
-                for indices in batches:
-                    prepared, prepared_indices = self._prepare_batch(
-                        items, indices, instruction, base_dir, on_error, errors)
-                    if prepared:
-                        batch_vectors = self.model(**self.model.collate(prepared)).float().cpu().numpy()
-                        vectors.update(zip(prepared_indices, batch_vectors))
-                    progress(len(indices))
-        finally:
-            progress(0, close=True)
+
+        def prepare(indices: list[int]) -> tuple[dict[str, torch.Tensor] | None, list[int]]:
+            prepared, prepared_indices = self._prepare_batch(items, indices, instruction, base_dir, on_error, errors)
+            return (self.model.collate(prepared) if prepared else None), prepared_indices
+
+        # One worker thread prepares batch i+1 (image decoding, resizing, tokenising: mostly
+        # GIL-free) while batch i runs through the model, so the cores never wait on the
+        # processor.  Batches are consumed in order, so errors surface as without it.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vis-embed-prepare") as worker:
+            upcoming = worker.submit(prepare, batches[0]) if batches else None
+            try:
+                with torch.inference_mode():
+                    for number, indices in enumerate(batches):
+                        batch, prepared_indices = upcoming.result()
+                        upcoming = worker.submit(prepare, batches[number + 1]) if number + 1 < len(batches) else None
+                        if batch is not None:
+                            batch_vectors = self.model(**batch).float().cpu().numpy()
+                            vectors.update(zip(prepared_indices, batch_vectors))
+                        progress(len(indices))
+            finally:
+                if upcoming is not None:
+                    upcoming.cancel()
+                progress(0, close=True)
         kept = sorted(vectors)
         dim = self.embedding_dim
         embeddings = np.stack([vectors[i] for i in kept]).astype(np.float32, copy=False) \
