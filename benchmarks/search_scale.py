@@ -33,7 +33,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import faiss  # noqa: E402  (after the OpenMP setting)
 import numpy as np  # noqa: E402
 
-from vis_embed.evaluation.search import Bf16ShortlistIndex, build_index, numpy_topk, search
+from vis_embed.evaluation.search import Bf16ShortlistIndex, build_index, numpy_topk, resolve_index, search
 
 
 def rss_bytes() -> int:
@@ -102,6 +102,8 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus; "
           f"faiss {faiss.__version__} ({faiss.omp_get_max_threads()} threads), numpy {np.__version__}")
     print(f"gallery {args.gallery_size:,} x {args.dim}, queries {args.queries:,}, top-{args.k}")
+    choice = resolve_index("auto", args.dim)  # what `--index auto` (the default) runs on this machine
+    print(f"--index auto on this machine: {choice.kind} ({choice.reason})")
     setup: dict[str, float] = {}
     with peak_rss(setup):
         gallery = random_unit_rows(args.gallery_size, args.dim, args.seed)

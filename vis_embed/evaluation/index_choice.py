@@ -32,8 +32,8 @@ from vis_embed.evaluation.search_bf16 import Bf16ShortlistIndex, check_bf16_prod
 log = logging.getLogger(__name__)
 
 AUTO = "auto"
-# the calibration gallery: large enough that products dominate, small enough to take ~0.1-1 s
-CALIBRATION_GALLERY, CALIBRATION_QUERIES, CALIBRATION_REPEATS = 32768, 256, 3
+# the calibration: large enough that products dominate the search, small enough to take about a second
+CALIBRATION_GALLERY, CALIBRATION_QUERIES, CALIBRATION_REPEATS = 8192, 256, 2
 
 
 @dataclass(frozen=True)
