@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Peer objectives compared on the synthetic benchmark (docs/objectives.md): the same tiny
+# random Qwen2-VL, the same data (`vis-embed synth --size SIZE`), the same identity-aware
+# schedule with HN designated hard negatives per anchor, the same steps; only the loss and
+# the adaptation style change.  COMBOS x SEEDS training runs:
+#   infonce_lora   VisME: InfoNCE + LoRA (the reference)
+#   two_tier_lora  NearID: InfoNCE + margin tier over the designated look-alikes, LoRA
+#   hinge_lora     DreamSim: triplet hinge on cosine distances, LoRA
+#   infonce_head   TLL / linear probe: InfoNCE, frozen backbone + trained projection head
+# Each run is evaluated on the synthetic manifest (MVEB/MMEB-style P@1) and on the peer
+# protocols derived from its eval images (eval/objectives_peers.py: NearID SSR/PA, 2AFC, TLL
+# asymmetric recall, ID-Sim AP); the untrained model is evaluated once as a reference.
+# Writes OUT/<combo>-<seed>/{schedule.parquet,run,eval,eval_peer,log.txt}, OUT/base/ and TABLE.
+#
+#   bash eval/objectives_comparison.sh                  # docs/objectives.md (12 runs)
+#   SEEDS="0 1 2 3 4" JOBS=2 bash eval/objectives_comparison.sh
+# JOBS=N runs N trainings at once, one torch thread each (two fit a 2-core machine).  Resumable:
+# finished runs are kept, a run with a checkpoint resumes from it.  Accuracy figures are
+# deterministic (same seed -> same numbers whatever JOBS); timings are not, and are not reported.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZE=${SIZE:-small}
+OUT=${OUT:-objectives_out}
+RECIPE=${RECIPE:-recipes/ablation_sampling.yaml}
+TABLE=${TABLE:-docs/objectives.md}
+SEEDS=${SEEDS:-"0 1 2"}
+HN=${HN:-5}
+COMBOS=${COMBOS:-"infonce_lora two_tier_lora hinge_lora infonce_head"}
+JOBS=${JOBS:-2}
+VIS=${VIS:-.venv/bin/vis-embed}
+PY=${PY:-.venv/bin/python}
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+mkdir -p "$OUT"
+
+for combo in $COMBOS; do  # fail before hours of training, not in the middle
+  case $combo in infonce_lora|two_tier_lora|hinge_lora|infonce_head) ;;
+    *) echo "unknown combination '$combo' (infonce_lora two_tier_lora hinge_lora infonce_head)" >&2; exit 2 ;;
+  esac
+done
+
+[ -f "$OUT/synth/synth.json" ] || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
+[ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
+[ -f "$OUT/peer/benchmark.yaml" ] || $PY eval/objectives_peers.py "$OUT/synth" "$OUT/peer"
+
+# Both evaluations of one model (ADAPTER may be empty) into DIR/eval and DIR/eval_peer.
+evaluate() {
+  local dir=$1 adapter=$2
+  local with_adapter=()
+  [ -n "$adapter" ] && with_adapter=(--adapter "$adapter")
+  [ -f "$dir/eval/results.json" ] || $VIS eval --model "$OUT/model" "${with_adapter[@]}" \
+    --benchmark "$OUT/synth/benchmark.yaml" --out "$dir/eval" --no-pictures --quiet
+  [ -f "$dir/eval_peer/results.json" ] || $VIS eval --model "$OUT/model" "${with_adapter[@]}" \
+    --benchmark "$OUT/peer/benchmark.yaml" --out "$dir/eval_peer" --no-pictures --quiet
+}
+
+# One training + evaluation; its output goes to OUT/<combo>-<seed>/log.txt.
+run_one() {
+  local combo=$1 seed=$2 kind adaptation
+  case $combo in
+    infonce_lora)  kind=infonce;       adaptation=lora ;;
+    two_tier_lora) kind=two_tier;      adaptation=lora ;;
+    hinge_lora)    kind=triplet_hinge; adaptation=lora ;;
+    infonce_head)  kind=infonce;       adaptation=head ;;
+  esac
+  local dir="$OUT/$combo-$seed" resume=""
+  [ -f "$dir/eval/results.json" ] && [ -f "$dir/eval_peer/results.json" ] && return 0
+  mkdir -p "$dir"
+  ls -d "$dir"/run/checkpoint-* >/dev/null 2>&1 && resume="--resume"
+  echo "== $combo, seed $seed (log: $dir/log.txt)"
+  {
+    [ -f "$dir/run/final/trainer_state.json" ] || $VIS train "$RECIPE" $resume \
+      --set model="$OUT/model" --set data="$OUT/synth/train.yaml" \
+      --set schedule="$dir/schedule.parquet" --set output_dir="$dir/run" --set seed="$seed" \
+      --set sampling.strategy=identity_aware --set sampling.hard_negatives="$HN" \
+      --set loss.kind="$kind" --set adaptation="$adaptation" --set logging.tensorboard=false
+    evaluate "$dir" "$dir/run/final"
+  } > "$dir/log.txt" 2>&1 || { echo "!! $combo, seed $seed failed: see $dir/log.txt" >&2; return 1; }
+}
+
+# The untrained model: the reference point every combination starts from.
+run_base() {
+  mkdir -p "$OUT/base"
+  evaluate "$OUT/base" "" > "$OUT/base/log.txt" 2>&1 \
+    || { echo "!! untrained reference failed: see $OUT/base/log.txt" >&2; return 1; }
+}
+
+failed=0
+run_base &
+for seed in $SEEDS; do
+  for combo in $COMBOS; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
+    run_one "$combo" "$seed" &
+  done
+done
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+[ "$failed" = 0 ] || { echo "some runs failed; rerun the script to resume them" >&2; exit 1; }
+
+# shellcheck disable=SC2086  # SEEDS and COMBOS are word lists
+$PY eval/objectives_table.py "$OUT" --seeds $SEEDS --combos $COMBOS --synth-size "$SIZE" \
+  --recipe "$RECIPE" --hard-negatives "$HN" --out "$TABLE" \
+  --command "SIZE=$SIZE OUT=$OUT SEEDS=\"$SEEDS\" COMBOS=\"$COMBOS\" HN=$HN JOBS=$JOBS bash eval/objectives_comparison.sh"

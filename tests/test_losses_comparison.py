@@ -1,0 +1,104 @@
+"""eval/objectives_peers.py (peer-protocol rows derived from a synthetic benchmark) and
+eval/objectives_table.py (the comparison table read from results files)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from vis_embed.data.benchmark import load_benchmark
+
+EVAL_DIR = Path(__file__).resolve().parents[1] / "eval"
+
+
+def _load(name: str) -> ModuleType:
+    sys.path.insert(0, str(EVAL_DIR))  # objectives_table imports ablation_table's helpers
+    spec = importlib.util.spec_from_file_location(name, EVAL_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+peers, table = _load("objectives_peers"), _load("objectives_table")
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path.relative_to(path.parents[1]))
+
+
+@pytest.fixture()
+def synth(tmp_path: Path) -> Path:
+    """A synth-shaped folder: SynthNearID (2 rows), SynthRec and SynthReID galleries (3 identities)."""
+    root = tmp_path / "synth"
+    from PIL import Image
+
+    names = [f"{i}.png" for i in range(12)]
+    (root / "eval" / "images").mkdir(parents=True)
+    for name in names:
+        Image.new("RGB", (8, 8)).save(root / "eval" / "images" / name)
+    nearid = _write_jsonl(root / "eval" / "nearid.jsonl", [
+        {"id": f"n{i}", "query": {"image": names[3 * i]},
+         "candidates": [{"image": names[3 * i + 1]}, {"image": names[3 * i + 2]}]} for i in range(2)])
+    gallery = [{"id": f"g{i}", "image": names[i], "identity": f"id{i // 2}"} for i in range(6)]
+    rec = _write_jsonl(root / "eval" / "rec_gallery.jsonl", gallery)
+    reid = _write_jsonl(root / "eval" / "reid_gallery.jsonl", gallery)
+    common = {"image_root": "eval/images", "query_instruction": "q", "candidate_instruction": "c"}
+    (root / "benchmark.yaml").write_text(yaml.safe_dump({"name": "synth", "datasets": [
+        {"name": "SynthNearID", "meta_task": "NearID", "layout": "candidates", "path": nearid, **common},
+        {"name": "SynthRec", "meta_task": "ID-Rec", "layout": "gallery", "queries": rec, "gallery": rec, **common},
+        {"name": "SynthReID", "meta_task": "Re-ID", "layout": "gallery", "queries": reid, "gallery": reid, **common},
+    ]}))
+    return root
+
+
+def test_peer_rows_come_from_the_synthetic_eval_sets(synth: Path, tmp_path: Path) -> None:
+    manifest = peers.write_peer_benchmark(synth, tmp_path / "peer")
+    benchmark = load_benchmark(manifest)  # a valid manifest whose rows load
+    assert [spec.layout for spec in benchmark.datasets] == ["nearid", "2afc", "asym_recall", "pair_ap"]
+    read = lambda name: [json.loads(line) for line in (tmp_path / "peer" / name).read_text().splitlines()]  # noqa: E731
+    nearid, two_afc = read("nearid.jsonl"), read("2afc.jsonl")
+    assert nearid[1] == {"id": "n1", "views": [{"image": "3.png"}, {"image": "4.png"}],
+                         "negatives": [{"image": "5.png"}, None]}
+    # the look-alike is A on odd rows: the label follows the same object, not the position
+    assert [(row["a"], row["label"]) for row in two_afc] == [({"image": "1.png"}, 1.0), ({"image": "5.png"}, 0.0)]
+    assert read("tll.jsonl")[2] == {"id": "id2", "a": {"image": "4.png"}, "b": {"image": "5.png"}}
+    ap = read("pair_ap.jsonl")
+    assert [row["label"] for row in ap] == [1, 0] * 3
+    assert ap[5] == {"id": "id2-other", "a": {"image": "4.png"}, "b": {"image": "0.png"}, "label": 0}
+
+
+def _results(directory: Path, groups: dict, peer_metrics: dict) -> None:
+    for name, content in (("eval", {"groups": groups, "datasets": {}}),
+                          ("eval_peer", {"groups": {}, "datasets": peer_metrics})):
+        (directory / name).mkdir(parents=True, exist_ok=True)
+        (directory / name / "results.json").write_text(json.dumps(content))
+
+
+def test_table_pairs_each_combination_with_infonce_lora_by_seed(tmp_path: Path) -> None:
+    values = {("infonce_lora", "0"): 30.0, ("infonce_lora", "1"): 40.0,
+              ("hinge_lora", "0"): 25.0, ("hinge_lora", "1"): 37.0}
+    for (combo, seed), mveb in values.items():
+        _results(tmp_path / f"{combo}-{seed}", {"MVEB": mveb, "overall": mveb / 2},
+                 {"PeerNearID": {"metrics": {"SSR": mveb + 1, "pairwise_acc": 50.0}}})
+    _results(tmp_path / "two_tier_lora-0", {"MVEB": 1.0}, {})
+    (tmp_path / "two_tier_lora-1" / "eval").mkdir(parents=True)  # unfinished: no results yet
+    runs = {combo: {seed: table.load_scores(tmp_path / f"{combo}-{seed}") for seed in ("0", "1")
+                    if table.load_scores(tmp_path / f"{combo}-{seed}")}
+            for combo in ("infonce_lora", "hinge_lora", "two_tier_lora")}
+    assert list(runs["two_tier_lora"]) == ["0"]
+    synth, peer, paired = table.summarise(runs, None)
+    assert "| triplet hinge + LoRA (DreamSim) (`hinge_lora`) | 2 | – | – | – | – | – | 31.0 ± 8.5 |" in synth
+    assert "| 32.0 ± 8.5 | 50.0 ± 0.0 |" in peer
+    hinge = next(line for line in paired.splitlines() if line.startswith("| `hinge_lora`"))
+    # differences -5 and -3: mean -4.0, t(0.975, 1) x sd / sqrt(2) = 12.706 x 1.414 / 1.414 = 12.7
+    assert "| -4.0 [-16.7, +8.7] |" in hinge
+    assert "| `two_tier_lora` | 1 |" in paired
