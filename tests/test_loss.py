@@ -84,3 +84,61 @@ def test_temperature_is_clamped_from_below() -> None:
     with torch.no_grad():
         tau.log_tau.fill_(math.log(1e-4))
     assert tau().item() == pytest.approx(0.01)
+
+
+# --------------------------------------------------------------------------------------------
+# loss.identity_mask (the paper's naive baseline trains without the mask)
+
+
+def test_identity_mask_off_keeps_a_repeated_identity_as_a_negative() -> None:
+    """`loss.identity_mask` (build_objective's identity_mask) only matters when an identity repeats."""
+    from vis_embed.training.losses import BatchLabels, build_objective
+
+    q, c = _unit(4, 8, 8), _unit(4, 8, 9)
+    tau = Temperature(0.1, learnable=False)
+    masked, unmasked = (build_objective("infonce", tau, identity_mask=mask) for mask in (True, False))
+    repeated = BatchLabels(torch.tensor([3, 1, 3, 2]))  # members 0 and 2: two instances of one identity
+    assert float(unmasked(q, c, repeated)) == pytest.approx(info_nce_loss(q, c, 0.1).item())  # all count
+    assert float(masked(q, c, repeated)) == pytest.approx(info_nce_loss(q, c, 0.1, repeated.identities).item())
+    assert float(masked(q, c, repeated)) < float(unmasked(q, c, repeated))
+    distinct = BatchLabels(torch.tensor([3, 1, 0, 2]))  # no identity twice: nothing to mask, the same loss
+    assert float(masked(q, c, distinct)) == pytest.approx(float(unmasked(q, c, distinct)))
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_recipe_identity_mask_false_trains_and_is_recorded(tiny_checkpoint, tmp_path) -> None:
+    """`--set loss.identity_mask=false` trains; on batches that repeat an identity its loss differs
+    from the masked run's from the first step (same seed, same batches); the run records it."""
+    import json
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from vis_embed.data import load_train_config
+    from vis_embed.training.recipe import load_recipe
+    from vis_embed.training.schedule_source import write_recipe_schedule
+    from vis_embed.training.trainer import Trainer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _training_fixtures import tiny_recipe, write_identity_dataset
+
+    data = write_identity_dataset(tmp_path / "data", identities=3, images_per_identity=4)
+    # 3 identities in batches of 4: every naive batch holds some identity twice
+    schedule = write_recipe_schedule(load_train_config(data), tmp_path / "naive.parquet", steps=2, global_batch_size=4,
+                                     seed=0, sampling={"interleave_batch_size": 4, "hard_negatives": 0,
+                                                       "strategy": "naive"}, show_progress=False)
+    first_losses = {}
+    for mask in ("true", "false"):
+        out = tmp_path / f"mask-{mask}"
+        raw = tiny_recipe(tiny_checkpoint("qwen2-vl"), data, schedule, out, max_steps=2, checkpoint__every=2)
+        recipe = load_recipe(raw=raw, overrides=[f"loss.identity_mask={mask}"])
+        assert recipe.loss.identity_mask is (mask == "true")
+        Trainer(recipe).train()
+        log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+        first_losses[mask] = log[0]["loss"]
+        assert yaml.safe_load((out / "recipe.yaml").read_text())["loss"]["identity_mask"] is (mask == "true")
+        state = json.loads((out / "final" / "trainer_state.json").read_text())
+        assert state["recipe"]["loss"]["identity_mask"] is (mask == "true")
+    # without the mask the other instance of the query's identity is a (close) negative: higher loss
+    assert first_losses["false"] > first_losses["true"]
