@@ -37,12 +37,6 @@ from typing import Any
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
-from vis_embed.model.projection_head import (
-    head_base_model,
-    is_head_directory,
-    load_head,
-    sentence_transformers_head_files,
-)
 
 EXPORT_FORMATS = ("sentence-transformers",)
 # The identity task's instructions (data_prep.synth's "identity" pair): what the quickstart trains.
@@ -216,6 +210,9 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     """Write the merged checkpoint + sentence-transformers files to ``out`` (atomically)."""
     if min_pixels > max_pixels:
         raise ConfigError(f"min_pixels ({min_pixels}) exceeds max_pixels ({max_pixels})")
+    # imported here: `vis-embed export --help` reads this module and must not import torch
+    from vis_embed.model.projection_head import head_base_model, is_head_directory, load_head
+
     head = None
     if adapter is not None and is_head_directory(adapter):  # a projection head: base + Dense module
         head, model, adapter = load_head(adapter), model or head_base_model(adapter), None
@@ -236,6 +233,8 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
 def _add_head_modules(directory: Path, files: dict[str, Any], head: Any) -> None:
     """Append the projection head (Dense + Normalize) to the module files; write its weights."""
     from safetensors.torch import save
+
+    from vis_embed.model.projection_head import sentence_transformers_head_files
 
     entries, configs, weights = sentence_transformers_head_files(head, first_index=len(files["modules.json"]))
     files["modules.json"] = files["modules.json"] + entries
