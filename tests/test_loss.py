@@ -140,5 +140,7 @@ def test_recipe_identity_mask_false_trains_and_is_recorded(tiny_checkpoint, tmp_
         assert yaml.safe_load((out / "recipe.yaml").read_text())["loss"]["identity_mask"] is (mask == "true")
         state = json.loads((out / "final" / "trainer_state.json").read_text())
         assert state["recipe"]["loss"]["identity_mask"] is (mask == "true")
+        card = (out / "final" / "README.md").read_text()
+        assert f"| loss.identity_mask | {mask == 'true'} |" in card
     # without the mask the other instance of the query's identity is a (close) negative: higher loss
     assert first_losses["false"] > first_losses["true"]

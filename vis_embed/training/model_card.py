@@ -11,7 +11,7 @@ from typing import Any
 
 # Recipe keys shown in the card's training table (dotted paths into the recipe dict).
 CARD_RECIPE_KEYS = ("max_steps", "global_batch_size", "seed", "optimizer.lr", "optimizer.decay",
-                    "adaptation", "loss.kind", "lora.r", "lora.alpha", "temperature.init",
+                    "adaptation", "loss.kind", "loss.identity_mask", "lora.r", "lora.alpha", "temperature.init",
                     "temperature.learnable", "schedule")
 
 
