@@ -18,7 +18,6 @@ import json
 import multiprocessing
 import os
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ import yaml
 from data_prep.synth import render
 from data_prep.synth.dense import DenseLayout, plan_dense_training
 from data_prep.synth.sampling import (
-    Params, apply_edit, contrary_edit, make_lookalike, sample_context, sample_edit,
+    Params, context_meta, stream_rng, apply_edit, contrary_edit, make_lookalike, sample_context, sample_edit,
     sample_edit_base, sample_identities, sample_lighting, sample_background,
     sample_scene_placements, single_spec,
 )
@@ -183,16 +182,6 @@ class Plan:
         return relative
 
 
-def _rng(seed: int, stream: str) -> np.random.Generator:
-    """An independent generator per named stream, so each dataset's draws stand alone."""
-    return np.random.default_rng([seed, zlib.crc32(stream.encode())])
-
-
-def _context_meta(context: Params) -> Params:
-    return {"background": context["background"], "placement": context["placement"],
-            "lighting": context["lighting"], "occluder": context["occluder"]}
-
-
 def _identity_images(plan: Plan, rng: np.random.Generator, split: str, image_set: str, family: str,
                      identities: list[tuple[str, Params]], images_per_identity: int | list[int],
                      lookalike_fraction: float, taken: set[str], id_prefix: str) -> list[dict[str, Any]]:
@@ -207,7 +196,7 @@ def _identity_images(plan: Plan, rng: np.random.Generator, split: str, image_set
         for context in contexts:
             image = plan.image(split, image_set, single_spec(family, params, context), {
                 "identity": identity_name, "family": family, "identity_params": params,
-                "context": _context_meta(context), "role": "anchor"})
+                "context": context_meta(context), "role": "anchor"})
             anchor_rows.append({"id": f"{id_prefix}-{len(rows):06d}", "image": image, "identity": identity_name})
             rows.append(anchor_rows[-1])
         if rng.random() >= lookalike_fraction:
@@ -221,7 +210,7 @@ def _identity_images(plan: Plan, rng: np.random.Generator, split: str, image_set
         for anchor_row, context in zip(anchor_rows[:2], contexts[:2]):
             image = plan.image(split, image_set, single_spec(family, twin, context), {
                 "identity": twin_name, "family": family, "identity_params": twin,
-                "context": _context_meta(context), "role": "lookalike", "anchor": identity_name,
+                "context": context_meta(context), "role": "lookalike", "anchor": identity_name,
                 "anchor_image": anchor_row["image"], "changed": changed})
             twin_row = {"id": f"{id_prefix}-{len(rows):06d}", "image": image, "identity": twin_name,
                         "hard_negatives": [anchor_row["id"]]}
@@ -246,7 +235,7 @@ class Planner:
 
     def identities(self, stream: str, family: str, prefix: str, count: int,
                    min_differences: int = 0) -> list[tuple[str, Params]]:
-        drawn = sample_identities(_rng(self.seed, stream), family, count, self.taken[family], min_differences)
+        drawn = sample_identities(stream_rng(self.seed, stream), family, count, self.taken[family], min_differences)
         named = _name_identities(prefix, drawn, self.next_number[prefix])
         self.next_number[prefix] += count
         return named
@@ -255,16 +244,16 @@ class Planner:
 
     def train_identity_set(self, name: str, family: str, prefix: str, count: int, namespace: str,
                            instructions: str) -> None:
-        rng = _rng(self.seed, f"train/{name}/contexts")
+        rng = stream_rng(self.seed, f"train/{name}/contexts")
         identities = self.identities(f"train/{name}", family, prefix, count)
         # its own stream: the default ("fixed") draws nothing, so its output is unchanged
-        sizes = train_identity_sizes(_rng(self.seed, f"train/{name}/sizes"), count, self.size)
+        sizes = train_identity_sizes(stream_rng(self.seed, f"train/{name}/sizes"), count, self.size)
         rows = _identity_images(self.plan, rng, "train", name, family, identities, sizes,
                                 self.size.lookalike_fraction, self.taken[family], name)
         self.add_train(name, "identity", rows, instructions, namespace)
 
     def train_grounding(self) -> None:
-        rng = _rng(self.seed, "train/grd/scenes")
+        rng = stream_rng(self.seed, "train/grd/scenes")
         targets = self.identities("train/grd", "object", "obj", self.size.grd_train_targets)
         fillers = self.identities("train/grd_fillers", "object", "obj", max(8, self.size.grd_train_targets // 3))
         rows: list[dict[str, Any]] = []
@@ -307,7 +296,7 @@ class Planner:
         return image, target_index
 
     def train_edit(self) -> None:
-        rng = _rng(self.seed, "train/edit/contexts")
+        rng = stream_rng(self.seed, "train/edit/contexts")
         identities = self.identities("train/edit", "object", "obj", self.size.edit_train_identities)
         rows: list[dict[str, Any]] = []
         for name, params in identities:
@@ -328,7 +317,7 @@ class Planner:
         """Rows ``source image + instruction -> edited image`` (one per edit) appended to ``rows``."""
         base_image = self.plan.image(split, image_set, single_spec("object", params, base), {
             "identity": name, "family": "object", "identity_params": params, **extra,
-            "context": _context_meta(base), "role": "edit_source"})
+            "context": context_meta(base), "role": "edit_source"})
         new_rows = []
         for edit in edits:
             target = self.edit_target(split, image_set, name, params, base, edit, base_image, **extra)
@@ -343,19 +332,19 @@ class Planner:
         edited = apply_edit(base, edit)
         return self.plan.image(split, image_set, single_spec("object", params, edited), {
             "identity": name, "family": "object", "identity_params": params, **extra,
-            "context": _context_meta(edited), "role": "edit_target", "edit": edit,
+            "context": context_meta(edited), "role": "edit_target", "edit": edit,
             "source_image": source_image})
 
     def semantic_images(self, split: str, image_set: str, count: int) -> list[tuple[str, Params, Params]]:
         """``count`` single-object images of fresh identities: (image, identity, context)."""
-        rng = _rng(self.seed, f"{split}/{image_set}/contexts")
+        rng = stream_rng(self.seed, f"{split}/{image_set}/contexts")
         identities = self.identities(f"{split}/{image_set}", "object", "obj", count)
         out = []
         for name, params in identities:
             context = sample_context(rng, "object", params)
             image = self.plan.image(split, image_set, single_spec("object", params, context), {
                 "identity": name, "family": "object", "identity_params": params,
-                "context": _context_meta(context), "caption": caption(params, context)})
+                "context": context_meta(context), "caption": caption(params, context)})
             out.append((image, params, context))
         return out
 
@@ -387,7 +376,7 @@ class Planner:
 
     def eval_gallery(self, name: str, dataset: str, family: str, prefix: str, count: int,
                      meta_task: str, split: str, instructions: str) -> None:
-        rng = _rng(self.seed, f"eval/{name}/contexts")
+        rng = stream_rng(self.seed, f"eval/{name}/contexts")
         identities = self.identities(f"eval/{name}", family, prefix, count, min_differences=2)
         rows = _identity_images(self.plan, rng, "eval", name, family, identities,
                                 self.size.eval_images_per_identity, 0.0, self.taken[family], name)
@@ -399,7 +388,7 @@ class Planner:
                       queries=f"eval/{name}_queries.jsonl", gallery=f"eval/{name}_gallery.jsonl")
 
     def eval_grounding(self) -> None:
-        rng = _rng(self.seed, "eval/grd/scenes")
+        rng = stream_rng(self.seed, "eval/grd/scenes")
         targets = self.identities("eval/grd", "object", "obj", self.size.grd_eval_queries, min_differences=2)
         fillers = self.identities("eval/grd_fillers", "object", "obj", max(8, self.size.grd_eval_queries // 2))
         queries, scenes = [], []
@@ -421,8 +410,8 @@ class Planner:
         Objects whose every look-alike is already taken are passed over (rare: a few
         solid-colour objects at the ``full`` scale).
         """
-        identity_rng = _rng(self.seed, stream)
-        lookalike_rng = _rng(self.seed, f"{stream}/lookalikes")
+        identity_rng = stream_rng(self.seed, stream)
+        lookalike_rng = stream_rng(self.seed, f"{stream}/lookalikes")
         pairs: list[tuple[tuple[str, Params], tuple[Params, str]]] = []
         while len(pairs) < count:
             (params,) = sample_identities(identity_rng, "object", 1, self.taken["object"], 2,
@@ -439,7 +428,7 @@ class Planner:
         return [positive, *others[: self.size.candidates_per_query - 1]]
 
     def eval_edit(self) -> None:
-        rng = _rng(self.seed, "eval/edit/contexts")
+        rng = stream_rng(self.seed, "eval/edit/contexts")
         scratch: list[dict[str, Any]] = []
         cases = []
         for (name, params), (twin, changed) in self.identities_with_lookalikes(
@@ -465,7 +454,7 @@ class Planner:
         self.add_eval("SynthEdit", "MVEB", "ID-Edit", "IND", "edit", path="eval/edit.jsonl")
 
     def eval_semantic(self) -> None:
-        rng = _rng(self.seed, "eval/semantic/candidates")
+        rng = stream_rng(self.seed, "eval/semantic/candidates")
         images = self.semantic_images("eval", "cls", self.size.cls_eval_images)
         for task, dataset, labels, key in (("cls_shape", "SynthShapeCls", render.SHAPES, "shape"),
                                            ("cls_colour", "SynthColourCls", tuple(render.OBJECT_COLOURS), "primary")):
@@ -484,21 +473,21 @@ class Planner:
 
     def eval_nearid(self) -> None:
         """Query vs {same object elsewhere, look-alike in the query's exact context}."""
-        rng = _rng(self.seed, "eval/nearid/contexts")
+        rng = stream_rng(self.seed, "eval/nearid/contexts")
         rows = []
         for k, ((name, params), (twin, changed)) in enumerate(self.identities_with_lookalikes(
                 "eval/nearid", self.size.nearid_eval_queries)):
             query_context, other_context = (sample_context(rng, "object", params) for _ in range(2))
             common = {"family": "object"}
             query = self.plan.image("eval", "nearid", single_spec("object", params, query_context), {
-                **common, "identity": name, "identity_params": params, "context": _context_meta(query_context),
+                **common, "identity": name, "identity_params": params, "context": context_meta(query_context),
                 "role": "query"})
             positive = self.plan.image("eval", "nearid", single_spec("object", params, other_context), {
-                **common, "identity": name, "identity_params": params, "context": _context_meta(other_context),
+                **common, "identity": name, "identity_params": params, "context": context_meta(other_context),
                 "role": "positive"})
             distractor = self.plan.image("eval", "nearid", single_spec("object", twin, query_context), {
                 **common, "identity": f"{name}-nearid", "identity_params": twin,
-                "context": _context_meta(query_context), "role": "lookalike", "anchor": name,
+                "context": context_meta(query_context), "role": "lookalike", "anchor": name,
                 "anchor_image": query, "changed": changed})
             rows.append({"id": f"nearid-{k:06d}", "query": {"image": query},
                          "candidates": [{"image": positive}, {"image": distractor}]})

@@ -19,12 +19,29 @@ only in identity.  The evaluation sets are those of the base preset (held-out id
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from data_prep.synth.sampling import Params, make_variant, sample_context, single_spec
+from data_prep.synth.sampling import (Params, context_meta, make_variant, sample_context, single_spec,
+                                       stream_rng)
 
-if TYPE_CHECKING:
-    from data_prep.synth.build import Planner
+
+class ImagePlan(Protocol):
+    def image(self, split: str, image_set: str, spec: Params, meta: dict[str, Any],
+              crop: Params | None = None) -> str: ...
+
+
+class Planner(Protocol):
+    """What the dense layout needs of ``build.Planner`` (a protocol, so build -> dense is one-way)."""
+
+    seed: int
+    plan: ImagePlan
+    taken: dict[str, set[str]]
+
+    def identities(self, stream: str, family: str, prefix: str, count: int,
+                   min_differences: int = 0) -> list[tuple[str, Params]]: ...
+
+    def add_train(self, name: str, kind: str, rows: list[dict[str, Any]], instructions: str,
+                  namespace: str | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -56,9 +73,8 @@ def plan_dense_training(planner: Planner, layout: DenseLayout) -> None:
 def _family(planner: Planner, stream: str, family: str, anchor: tuple[str, Params],
             size: int) -> list[tuple[str, Params, str | None]]:
     """``[(name, params, changed attribute or None for the anchor), ...]`` of one family."""
-    from data_prep.synth.build import _rng
 
-    rng = _rng(planner.seed, stream)
+    rng = stream_rng(planner.seed, stream)
     name, params = anchor
     members: list[tuple[str, Params, str | None]] = [(name, params, None)]
     while len(members) < size:
@@ -71,9 +87,8 @@ def _family(planner: Planner, stream: str, family: str, anchor: tuple[str, Param
 
 def _plan_subdataset(planner: Planner, layout: DenseLayout, name: str, family: str, prefix: str,
                      namespace: str, instructions: str) -> None:
-    from data_prep.synth.build import _context_meta, _rng
 
-    context_rng = _rng(planner.seed, f"train/{name}/contexts")
+    context_rng = stream_rng(planner.seed, f"train/{name}/contexts")
     # Anchors of one sub-dataset differ in >= 2 main attributes, so families are told apart
     # by coarse cues and members within a family by their one changed detail.
     anchors = planner.identities(f"train/{name}", family, prefix, layout.families, min_differences=2)
@@ -85,7 +100,7 @@ def _plan_subdataset(planner: Planner, layout: DenseLayout, name: str, family: s
             same_context: list[dict[str, Any]] = []
             for member_name, params, changed in members:
                 meta: dict[str, Any] = {"identity": member_name, "family": family, "identity_params": params,
-                                        "context": _context_meta(context), "role": "anchor"}
+                                        "context": context_meta(context), "role": "anchor"}
                 if changed is not None:
                     meta.update(role="lookalike", anchor=anchor[0], anchor_image=same_context[0]["image"],
                                 changed=changed)

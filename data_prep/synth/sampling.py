@@ -417,3 +417,13 @@ def make_variant(rng: np.random.Generator, family: str, anchor: Params,
             taken.add(signature)
             return params, attribute
     return None
+
+
+def stream_rng(seed: int, stream: str) -> np.random.Generator:
+    """An independent generator per named stream, so each dataset's draws stand alone."""
+    return np.random.default_rng([seed, zlib.crc32(stream.encode())])
+
+
+def context_meta(context: Params) -> Params:
+    return {"background": context["background"], "placement": context["placement"],
+            "lighting": context["lighting"], "occluder": context["occluder"]}
