@@ -148,7 +148,7 @@ def train(out: Path, model_dir: Path, synth_dir: Path, seed: int, steps: int | N
     if steps is not None:
         settings.append(f"max_steps={steps}")
     recipe = load_recipe(recipe_file, settings + list(overrides))
-    resume = run_dir.is_dir() and any(run_dir.glob("checkpoint-*"))
+    resume = run_dir.is_dir()  # a started run continues (train refuses a started directory otherwise)
     return Trainer(recipe, resume=resume, show_progress=show_progress).train()
 
 

@@ -45,6 +45,9 @@ from vis_embed.distributed import barrier, broadcast_object, get_rank, is_main_p
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
+# No trained weight of a healthy run comes near this (LoRA factors are ~1e-2..1, backbone weights
+# at most ~1e2); an optimiser blown up by a huge learning rate drives them to ~lr per step (1e30).
+EXPLODED_WEIGHT = 1e6
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -193,6 +196,39 @@ def load_adapter_weights(model: nn.Module, directory: Path) -> None:
     for shard in sorted(directory.glob("model*.safetensors")):
         state.update(load_file(str(shard)))
     backbone.load_state_dict(state, strict=False)
+
+
+def weights_problem(state: dict[str, torch.Tensor]) -> str | None:
+    """Why ``state`` must not be saved (a non-finite or exploded tensor, named), else None."""
+    for name, tensor in state.items():
+        if not tensor.is_floating_point() or tensor.numel() == 0:
+            continue
+        values = tensor.detach().float()
+        if not bool(torch.isfinite(values).all()):
+            return f"weight {name} is not finite"
+        largest = float(values.abs().max())
+        if largest > EXPLODED_WEIGHT:
+            return f"weight {name} has exploded (|w| up to {largest:.3g} > {EXPLODED_WEIGHT:.0e})"
+    return None
+
+
+def checkpoint_problem(directory: Path) -> str | None:
+    """:func:`weights_problem` of every ``*.safetensors`` in a saved checkpoint."""
+    from safetensors.torch import load_file
+
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        problem = weights_problem(load_file(str(path)))
+        if problem is not None:
+            return f"{path.name}: {problem}"
+    return None
+
+
+def last_good_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest ``checkpoint-STEP`` whose weights are verified finite and not exploded."""
+    for _step, directory in reversed(list_checkpoints(output_dir)):
+        if checkpoint_problem(directory) is None:
+            return directory
+    return None
 
 
 def prune_checkpoints(output_dir: Path, keep_last: int | None) -> None:

@@ -1,6 +1,6 @@
 """The training commands: ``vis-embed train`` and ``vis-embed merge``.
 
-``vis-embed train RECIPE.yaml [--set key.path=value ...] [--resume]`` also runs under
+``vis-embed train RECIPE.yaml [--set key.path=value ...] [--resume | --overwrite]`` also runs under
 ``torchrun --nproc_per_node N -m vis_embed train ...`` (DDP, or DeepSpeed when the recipe names
 a ``deepspeed`` config) and under the ``deepspeed`` launcher.
 
@@ -26,7 +26,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                         help="override a recipe key, e.g. --set lora.r=8 --set max_steps=100 (repeatable)")
     parser.add_argument("--resume", action="store_true",
-                        help="continue from the newest OUTPUT_DIR/checkpoint-STEP at the next scheduled batch")
+                        help="continue from the newest OUTPUT_DIR/checkpoint-STEP at the next scheduled batch "
+                             "(the recipe must match the checkpoint's, except max_steps and logging)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start again in an OUTPUT_DIR that already holds a run, removing its "
+                             "checkpoints, final/ and log (without it or --resume such a directory is refused)")
     parser.add_argument("--no-progress", action="store_true", help="log lines instead of a progress bar")
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None,
                         help=argparse.SUPPRESS)  # passed by the deepspeed launcher; LOCAL_RANK env is used
@@ -39,7 +43,7 @@ def run_train(args: argparse.Namespace) -> int:
     from vis_embed.training.trainer import Trainer
 
     recipe = load_recipe(args.recipe, args.overrides)
-    trainer = Trainer(recipe, resume=args.resume, show_progress=False if args.no_progress else None)
+    trainer = Trainer(recipe, resume=args.resume, overwrite=args.overwrite, show_progress=False if args.no_progress else None)
     trainer.train()
     return 0
 

@@ -26,7 +26,9 @@ from vis_embed.sampling.settings import SamplingOptions
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: pydantic floats otherwise take inf and nan ("inf", .nan), and
+    # optimizer.lr=inf would only show up as a diverged run.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 # The `sampling:` section IS the schedule settings' one declaration (the same model the

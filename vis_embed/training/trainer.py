@@ -35,12 +35,13 @@ from vis_embed.model.embedding_model import EmbeddingModel, resolve_dtype
 from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
-from vis_embed.distributed import barrier, get_rank, get_world_size, init_distributed, is_main_process
+from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world_size, init_distributed, is_main_process
 from vis_embed.training.gradcache import StepResult, contrastive_step
 from vis_embed.training.labels import loss_label
 from vis_embed.training.losses import BatchLabels, Temperature, build_objective, designated_negatives, identity_ids
 from vis_embed.training.lr_schedule import lr_lambda
 from vis_embed.training.recipe import Recipe, recipe_to_dict
+from vis_embed.training.run_dir import check_run_directory, clear_run_directory
 from vis_embed.training.run_log import RunLogger
 from vis_embed.training.schedule_source import ScheduleSource, open_schedule
 
@@ -49,7 +50,8 @@ KILL_AFTER_STEP_ENV = "VIS_EMBED_KILL_AFTER_STEP"
 
 
 class TrainingDivergedError(VisEmbedError):
-    """Non-finite loss or gradient; the last good checkpoint is kept."""
+    """Non-finite loss or gradient, or non-finite/exploded weights; nothing is saved after it,
+    and the newest checkpoint verified finite is named."""
 
 
 @dataclass
@@ -95,8 +97,8 @@ def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
 class Trainer:
     """Build everything from a recipe, then :meth:`train`.  Returns ``OUTPUT_DIR/final``."""
 
-    def __init__(self, recipe: Recipe, *, resume: bool = False, show_progress: bool | None = None,
-                 check_replay: bool = False) -> None:
+    def __init__(self, recipe: Recipe, *, resume: bool = False, overwrite: bool = False,
+                 show_progress: bool | None = None, check_replay: bool = False) -> None:
         self.recipe = recipe
         self.resume = resume
         self.check_replay = check_replay
@@ -105,6 +107,12 @@ class Trainer:
             torch.set_num_threads(recipe.torch_threads)
         init_distributed(use_deepspeed=recipe.deepspeed is not None)
         self.rank, self.world_size = get_rank(), get_world_size()
+        # Before anything heavy: refuse to overwrite a run or to continue a different one.
+        check_run_directory(self.output_dir, recipe_to_dict(recipe), resume=resume, overwrite=overwrite)
+        barrier()
+        if is_main_process():
+            clear_run_directory(self.output_dir, overwrite=overwrite)
+        barrier()
         if recipe.global_batch_size % self.world_size:
             raise ConfigError(f"global_batch_size {recipe.global_batch_size} is not divisible by "
                               f"the number of processes {self.world_size}")
@@ -241,8 +249,8 @@ class Trainer:
         return result, grad_norm
 
     def _diverged(self, step: int, what: str) -> None:
-        last = ckpt.latest_checkpoint(self.output_dir)
-        kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
+        last = ckpt.last_good_checkpoint(self.output_dir)  # verified finite, not just the newest
+        kept = f"the last good checkpoint is {last}" if last else "no good checkpoint was written yet"
         raise TrainingDivergedError(
             f"training diverged at step {step}: {what}. Stopped without saving; {kept}. "
             f"Try a lower optimizer.lr, a fixed or larger temperature (temperature.learnable=false, "
@@ -303,6 +311,10 @@ class Trainer:
         """Collective: every rank calls it.  Atomic (see checkpoint.py).  ``final``: what one
         ships (weights, processor, model card); optimiser/RNG state stay in the checkpoints."""
         trainable = self.backend.trainable_state_dict()  # collective under ZeRO-3
+        # A finite loss does not prove finite weights (a huge lr drives them to ~1e30 first).
+        problem = broadcast_object(ckpt.weights_problem(trainable) if is_main_process() else None)
+        if problem is not None:
+            self._diverged(completed_steps - 1, problem)
         with ckpt.shared_atomic_directory(directory) as tmp:
             if not final:
                 self.backend.save(tmp)

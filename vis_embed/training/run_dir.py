@@ -1,0 +1,116 @@
+"""The run directory's policy: never destroy a run, never continue a different one.
+
+``vis-embed train`` writes ``recipe.yaml``, ``train_log.jsonl``, ``tensorboard/``,
+``checkpoint-STEP/`` and ``final/`` into ``output_dir``.  Starting a fresh run over those would
+truncate the log and replace ``final/``; continuing a checkpoint with another recipe would
+silently mix two runs.  So (:func:`prepare_run_directory`):
+
+* a directory holding any of those artefacts is refused unless ``--resume`` (continue it) or
+  ``--overwrite`` (remove those artefacts first; other files, e.g. a schedule, stay);
+* ``--resume`` compares this run's recipe with the checkpoint's (or, before the first
+  checkpoint, with ``recipe.yaml``) and names every key that differs, except the keys that
+  cannot change the result: :data:`RESUME_MAY_CHANGE`;
+* temporaries a killed run left behind (``.checkpoint-N.tmp-*``, ``.final.tmp-*``, half-written
+  files of :mod:`vis_embed.io`) are removed when a run starts.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vis_embed.errors import ConfigError
+from vis_embed.training.checkpoint import CHECKPOINT_PATTERN, latest_checkpoint, read_trainer_state
+
+# What a run writes into output_dir (checkpoint-STEP directories are matched by pattern).
+RUN_ARTEFACTS = ("recipe.yaml", "train_log.jsonl", "tensorboard", "final")
+# Keys a resumed run may change: the step budget, logging, where the run lives (a run directory
+# may be moved) and the execution knobs that leave every number the same (prefetch, threads).
+RESUME_MAY_CHANGE = ("max_steps", "logging", "output_dir", "num_workers", "torch_threads")
+# Temporaries of vis_embed.io: atomic_directory (".NAME.tmp-XXXX", ".NAME.old-PID"),
+# atomic_path (".STEM.tmp-XXXX.SUFFIX") and atomic_write_bytes (".NAME.XXXX.tmp").
+_LEFTOVER = re.compile(r"^\..+(\.tmp-[^/]*|\.old-\d+|\.tmp)$")
+
+
+def run_artefacts(output_dir: Path) -> list[Path]:
+    """The entries of ``output_dir`` a training run wrote (sorted), none for a new directory."""
+    if not output_dir.is_dir():
+        return []
+    return sorted(child for child in output_dir.iterdir()
+                  if child.name in RUN_ARTEFACTS or CHECKPOINT_PATTERN.match(child.name))
+
+
+def check_run_directory(output_dir: Path, recipe: dict[str, Any], *, resume: bool, overwrite: bool) -> None:
+    """Read-only half of the policy (every rank may call it): raise ConfigError when this
+    start would overwrite a run or continue a different one."""
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other: continue the run, or start it again")
+    found = run_artefacts(output_dir)
+    if resume:
+        check_resumed_recipe(output_dir, recipe)
+    elif found and not overwrite:
+        names = ", ".join(path.name for path in found[:4]) + (", ..." if len(found) > 4 else "")
+        raise ConfigError(f"output_dir {output_dir} already holds a training run ({names}); "
+                          f"pass --resume to continue it or --overwrite to start it again")
+
+
+def clear_run_directory(output_dir: Path, *, overwrite: bool) -> None:
+    """Writing half (main process only): remove leftover temporaries, and with ``overwrite``
+    the previous run's artefacts."""
+    if not output_dir.is_dir():
+        return
+    doomed = [child for child in output_dir.iterdir() if _LEFTOVER.match(child.name)]
+    if overwrite:
+        doomed += run_artefacts(output_dir)
+    for path in doomed:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def check_resumed_recipe(output_dir: Path, recipe: dict[str, Any]) -> None:
+    """ConfigError naming the dotted keys whose values differ from the run being resumed."""
+    source, previous = _previous_recipe(output_dir)
+    if previous is None:
+        return
+    differing = recipe_differences(previous, recipe)
+    if differing:
+        shown = "; ".join(f"{key}: {old!r} -> {new!r}" for key, old, new in differing[:8])
+        more = f" (and {len(differing) - 8} more)" if len(differing) > 8 else ""
+        raise ConfigError(f"--resume: this recipe differs from the one {source} was trained with: {shown}{more}. "
+                          f"Resume with the same recipe (only {', '.join(RESUME_MAY_CHANGE)} may change), "
+                          f"or start a new run in another output_dir (or with --overwrite)")
+
+
+def recipe_differences(previous: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(dotted key, previous value, current value) for each leaf that differs, in key order."""
+    old, new = _flatten(previous), _flatten(current)
+    keys = sorted(set(old) | set(new))
+    missing = object()
+    return [(key, old.get(key), new.get(key)) for key in keys
+            if key.split(".")[0] not in RESUME_MAY_CHANGE and old.get(key, missing) != new.get(key, missing)]
+
+
+def _previous_recipe(output_dir: Path) -> tuple[str, dict[str, Any] | None]:
+    """The recipe of the newest checkpoint, else the run's ``recipe.yaml``, else None."""
+    checkpoint = latest_checkpoint(output_dir)
+    if checkpoint is not None:
+        return str(checkpoint), read_trainer_state(checkpoint).get("recipe")
+    recorded = output_dir / "recipe.yaml"
+    if recorded.is_file():
+        return str(recorded), yaml.safe_load(recorded.read_text(encoding="utf-8"))
+    return str(output_dir), None
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix: list(tree) if isinstance(tree, tuple) else tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
