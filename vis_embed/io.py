@@ -119,14 +119,24 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
 def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` of a UTF-8 file; bytes that are not UTF-8 are a
     ``DataError`` naming the file and line (not a ``UnicodeDecodeError`` without either)."""
+    for line_number, text in read_text_lines_or_errors(path):
+        if isinstance(text, DataError):
+            raise text
+        yield line_number, text
+
+
+def read_text_lines_or_errors(path: str | Path) -> Iterator[tuple[int, str | DataError]]:
+    """Like :func:`read_text_lines`, but a line that is not UTF-8 is yielded as its DataError
+    and reading goes on (for readers that skip and count bad lines)."""
     path = Path(path)
     with path.open("rb") as handle:
         for line_number, raw in enumerate(handle, start=1):
             try:
                 yield line_number, raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise DataError(f"not UTF-8 text (invalid byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)",
-                                path=path, line=line_number) from None
+                yield line_number, DataError(
+                    f"not UTF-8 text (invalid byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)",
+                    path=path, line=line_number)
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:

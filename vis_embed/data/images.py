@@ -6,7 +6,12 @@
 * EXIF orientation is applied so phone photos are upright.
 * Decompression bombs (more than ``max_image_pixels`` pixels, default PIL's limit of about
   89 megapixels) are refused from the header alone, before any pixel is decoded.
-* A missing, unreadable or corrupt file raises :class:`DataError` naming the file.
+* A missing, unreadable or corrupt file raises :class:`DataError` naming the file; so does an
+  image without pixels (0 x 0, or one side 0).
+* An extreme aspect ratio (4000 x 2) is padded, not refused: Qwen's resize rule
+  (``smart_resize``) rejects a long/short side ratio above :data:`MAX_ASPECT_RATIO` (200), so
+  :func:`fit_aspect_ratio` pads the short side with black up to that ratio (content kept
+  whole, centred).  The model sees a black band around a sliver instead of losing the item.
 
 * Besides paths and http(s) URLs, a source may be a ``file://`` URI or a base64 data URI
   (``data:image/png;base64,...``): the forms Qwen's own tooling (qwen-vl-utils, vLLM) accepts.
@@ -39,6 +44,8 @@ URL_PREFIXES = ("http://", "https://")
 URL_TIMEOUT_S = 30
 FILE_URI_PREFIX = "file://"
 DATA_URI = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
+# Qwen2-VL / 2.5-VL / 3-VL processors (and qwen-vl-utils) raise for a larger long/short side ratio.
+MAX_ASPECT_RATIO = 200
 
 
 def is_url(source: Any) -> bool:
@@ -110,6 +117,7 @@ def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int) -> Image.Im
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise DataError(f"cannot decode image ({exc})", path=name) from None
     width, height = image.size
+    check_has_pixels(image, name)
     if width * height > max_image_pixels:
         raise DataError(f"refused: {width}x{height} = {width * height} pixels exceeds the "
                         f"decompression-bomb limit of {max_image_pixels} pixels", path=name)
@@ -125,6 +133,7 @@ def load_image(source: str | Path | Image.Image, base_dir: str | Path | None = N
     """Load ``source`` (path, http(s) URL or PIL image) as an RGB PIL image."""
     if isinstance(source, Image.Image):
         width, height = source.size
+        check_has_pixels(source)
         if width * height > max_image_pixels:
             raise DataError(f"refused: {width}x{height} image exceeds the decompression-bomb "
                             f"limit of {max_image_pixels} pixels")
@@ -139,6 +148,26 @@ def load_image(source: str | Path | Image.Image, base_dir: str | Path | None = N
     else:
         raise DataError(f"image must be a path, URL or PIL image, got {type(source).__name__}")
     return to_rgb(ImageOps.exif_transpose(image) or image)
+
+
+def check_has_pixels(image: Image.Image, name: str | None = None) -> None:
+    """DataError for an image with a side of 0 pixels (the processor would divide by it)."""
+    if image.width < 1 or image.height < 1:
+        raise DataError(f"image has no pixels ({image.width}x{image.height})", path=name, field="image")
+
+
+def fit_aspect_ratio(image: Image.Image, max_ratio: int = MAX_ASPECT_RATIO) -> Image.Image:
+    """``image`` unchanged, or centred on a black canvas whose short side is long enough that
+    long/short <= ``max_ratio`` (the processor's limit; see the module notes)."""
+    width, height = image.size
+    check_has_pixels(image)
+    if max(width, height) <= max_ratio * min(width, height):
+        return image
+    short_side = -(-max(width, height) // max_ratio)  # ceil: the smallest side that is within the limit
+    canvas_size = (width, short_side) if width > height else (short_side, height)
+    canvas = Image.new(image.mode, canvas_size)
+    canvas.paste(image, ((canvas_size[0] - width) // 2, (canvas_size[1] - height) // 2))
+    return canvas
 
 
 def _decode_data_uri(uri: str) -> bytes:

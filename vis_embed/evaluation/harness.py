@@ -33,7 +33,7 @@ from vis_embed.data.images import is_url
 from vis_embed.data.taxonomy import group_means
 from vis_embed.distributed import broadcast_object, is_main_process
 from vis_embed.embedding_cache import CacheStats, ContentHasher, EmbeddingCache
-from vis_embed.errors import ConfigError
+from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation import layouts
 from vis_embed.evaluation.mmeb_scores import write_mmeb_score_files
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
@@ -225,7 +225,13 @@ class Harness:
                                        batch_size=self.settings.batch_size,
                                        show_progress=self._show_progress())
 
-        return self.cache.get_or_encode(pool.key, pool.items, encode)
+        try:
+            return self.cache.get_or_encode(pool.key, pool.items, encode)
+        except DataError as exc:
+            if exc.path is None or str(exc.path).startswith("items["):  # nothing that names the dataset
+                raise DataError(f"dataset {spec.name!r}: {exc}", path=spec.manifest_path, line=spec.line,
+                                field=exc.field) from None
+            raise
 
     def write_outputs(self, results: dict[str, Any]) -> None:
         atomic_write_json(self.out_dir / "results.json", results)

@@ -48,6 +48,17 @@ _CHECKPOINT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer.json",
                      "head_config.json")
 
 
+class NonFiniteEmbeddingError(DataError):
+    """The model embedded an item as NaN or infinity: its weights are broken (e.g. a diverged
+    adapter).  Names the model, the adapter and the item (``item_index``)."""
+
+    def __init__(self, index: int, source: str) -> None:
+        self.item_index = index
+        self.source = source
+        super().__init__(f"the model embedded this item as NaN or infinite values ({source}); "
+                         f"its weights are broken, e.g. a diverged adapter", path=f"items[{index}]")
+
+
 class Embedder:
     """Encode items (image and/or text, plus an optional instruction) into unit vectors."""
 
@@ -122,7 +133,7 @@ class Embedder:
                         upcoming = worker.submit(prepare, batches[number + 1]) if number + 1 < len(batches) else None
                         if batch is not None:
                             batch_vectors = self.model(**batch).float().cpu().numpy()
-                            vectors.update(zip(prepared_indices, batch_vectors))
+                            vectors.update(self._finite_rows(prepared_indices, batch_vectors, on_error, errors))
                         progress(len(indices))
             finally:
                 if upcoming is not None:
@@ -133,6 +144,26 @@ class Embedder:
         embeddings = np.stack([vectors[i] for i in kept]).astype(np.float32, copy=False) \
             if kept else np.zeros((0, dim), dtype=np.float32)
         return embeddings, kept, errors
+
+    def _finite_rows(self, indices: list[int], batch_vectors: np.ndarray, on_error: str,
+                     errors: dict[int, DataError]) -> list[tuple[int, np.ndarray]]:
+        """(index, vector) of the finite rows; a non-finite one raises or joins ``errors``."""
+        kept = []
+        for index, vector, finite in zip(indices, batch_vectors, np.isfinite(batch_vectors).all(axis=1)):
+            if finite:
+                kept.append((index, vector))
+                continue
+            error = NonFiniteEmbeddingError(index, self.describe())
+            if on_error == "raise":
+                raise error
+            errors[index] = error
+        return kept
+
+    def describe(self) -> str:
+        """``model M, adapter A`` (or ``no adapter``): what produced the vectors."""
+        adapter = getattr(self.model, "adapter", None)
+        name = getattr(self.model, "name_or_path", None) or "?"
+        return f"model {name}, " + (f"adapter {adapter}" if adapter else "no adapter")
 
     def _prepare_batch(self, items: Sequence[dict[str, Any]], indices: Sequence[int],
                        instruction: str | None, base_dir: str | Path | None, on_error: str,

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vis_embed.data.images import crop_to_bbox, load_image
+from vis_embed.data.images import crop_to_bbox, fit_aspect_ratio, load_image
 from vis_embed.data.items import check_item
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES, TEXT_LORA_MODULES
@@ -96,7 +96,8 @@ class EmbeddingModel(torch.nn.Module):
                  name_or_path: str | None = None, adapter: str | None = None,
                  max_length: int | None = None) -> None:
         super().__init__()
-        self.max_length = max_length
+        self.max_length = max_length  # the caller's token cap; None: the model's own (token_limit)
+        self.truncated_items = 0  # items whose text prepare_one cut to fit token_limit
         self.backbone = backbone
         self.head: ProjectionHead | None = None  # adaptation "head": applied after pooling
         self.processor = processor
@@ -112,6 +113,22 @@ class EmbeddingModel(torch.nn.Module):
         self.pad_token_id = tokenizer.pad_token_id
         if self.pad_token_id is None:  # any id works: padded positions are masked out
             self.pad_token_id = tokenizer.convert_tokens_to_ids("<|endoftext|>") or 0
+        # Over-long texts are cut explicitly and counted (prepare_one); the tokenizer's one-time
+        # "sequence length is longer than the specified maximum" warning would only be noise.
+        if isinstance(getattr(tokenizer, "deprecation_warnings", None), dict):
+            tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+
+    @property
+    def token_limit(self) -> int | None:
+        """Most tokens one item may have: ``max_length``, else the model's own maximum (the
+        tokenizer's ``model_max_length`` or the decoder's ``max_position_embeddings``)."""
+        if self.max_length is not None:
+            return self.max_length
+        config = getattr(self.backbone, "config", None)
+        limits = [getattr(self.processor.tokenizer, "model_max_length", None),
+                  getattr(getattr(config, "text_config", config), "max_position_embeddings", None)]
+        sane = [int(limit) for limit in limits if isinstance(limit, int) and 0 < limit < 10**8]  # 1e30 = unset
+        return min(sane) if sane else None
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -238,15 +255,24 @@ class EmbeddingModel(torch.nn.Module):
                 raise DataError(exc.reason, path=exc.path, line=exc.line, field="image") from None
             if "bbox" in item:
                 pil_image = crop_to_bbox(pil_image, item["bbox"], None if hasattr(image, "convert") else str(image))
+            # After the crop: a box can make a sliver too.  Padded, not refused (data/images.py).
+            pil_image = fit_aspect_ratio(pil_image)
         prepared = self._process(pil_image, instruction, text)
-        while self.max_length is not None and prepared.length > self.max_length and text:
+        limit = self.token_limit
+        if limit is None or prepared.length <= limit:
+            return prepared
+        while prepared.length > limit and text:
             # Cut the end of the item's text only: visual tokens and the template must stay.
             # Re-tokenising the joined prompt can merge pieces differently, hence the loop.
             tokenizer = self.processor.tokenizer
             text_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            excess = prepared.length - self.max_length
+            excess = prepared.length - limit
             text = tokenizer.decode(text_ids[:max(len(text_ids) - excess, 0)])
             prepared = self._process(pil_image, instruction, text)
+        if prepared.length > limit:
+            raise DataError(f"{prepared.length} tokens without its text (image and instruction), above the "
+                            f"limit of {limit}", field="image" if pil_image is not None else "instruction")
+        self.truncated_items += 1
         return prepared
 
     def _process(self, pil_image: Any, instruction: str | None, text: str | None) -> PreparedItem:

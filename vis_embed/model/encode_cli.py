@@ -12,8 +12,17 @@ Outputs (all written atomically):
   "ids": [...]}`` where row j of the matrix is input line ``lines[j]`` (1-based, counting
   every physical line) and ``ids[j]`` is that row's ``id`` field (or null).
 * With ``--on-error skip`` only: ``emb.rejects.jsonl``, one ``{"line", "field", "reason",
-  "row"}`` per skipped line.  Without it (the default, ``raise``) the first bad line stops
-  the run with an error naming the file, line and field, and nothing is written.
+  "row"}`` per skipped line (lines that are not UTF-8 or not JSON, items that break the contract,
+  unreadable images, items the model embeds as NaN).  Without it (the default, ``raise``) the
+  first bad line stops the run with an error naming the file, line and field, and nothing is
+  written.  A previous run's ``emb.rejects.jsonl`` is removed by a run that writes none.
+
+The three files are one set: ``emb.ids.json`` is its commit record, removed before the others
+are replaced and written after them, so a run killed in between leaves no ``emb.ids.json``, and
+:func:`read_encoded` refuses a matrix without (or not matching) its alignment.
+
+Texts longer than the model's maximum (``EmbeddingModel.token_limit``) are cut at the end of
+the item's text, never the instruction or image, and counted in the summary.
 
 Under ``torchrun`` the ranks share the items (:mod:`vis_embed.model.encode_shards`: resumable
 shards in ``OUTPUT`` with ``.shards/``, removed once the output is written) and rank 0 writes
@@ -22,6 +31,7 @@ the same files as one process would.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +39,12 @@ from typing import Any
 import numpy as np
 
 from vis_embed.data.items import check_item
-from vis_embed.distributed import broadcast_object, get_world_size, local_device, torchrun_group
+from vis_embed.distributed import all_gather_object, broadcast_object, get_world_size, local_device, torchrun_group
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.errors import DataError
-from vis_embed.io import atomic_path, atomic_write_json, parse_jsonl_line, read_text_lines, write_jsonl
+from vis_embed.io import atomic_path, atomic_write_json, parse_jsonl_line, read_text_lines_or_errors, write_jsonl
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
-from vis_embed.model.embedder import Embedder
+from vis_embed.model.embedder import Embedder, NonFiniteEmbeddingError
 from vis_embed.model.encode_shards import encode_across_ranks, remove_shards, shards_dir
 
 
@@ -53,10 +63,12 @@ def read_items(path: Path, on_error: str) -> tuple[list[dict[str, Any]], list[An
     ids: list[Any] = []
     lines: list[int] = []
     rejects: list[dict[str, Any]] = []
-    for line_number, raw in read_text_lines(path):
-        if not raw.strip():
+    for line_number, raw in read_text_lines_or_errors(path):
+        if isinstance(raw, str) and not raw.strip():
             continue
         try:
+            if isinstance(raw, DataError):  # not UTF-8
+                raise raw
             row = parse_jsonl_line(raw, path, line_number)
             item = check_item({key: value for key, value in row.items() if key != "id"},
                               path=path, line=line_number)
@@ -64,7 +76,7 @@ def read_items(path: Path, on_error: str) -> tuple[list[dict[str, Any]], list[An
             if on_error == "raise":
                 raise
             rejects.append({"line": line_number, "field": error.field, "reason": error.reason,
-                            "row": raw.rstrip("\n")})
+                            "row": raw.rstrip("\n") if isinstance(raw, str) else None})
             continue
         items.append(item)
         ids.append(row.get("id"))
@@ -82,11 +94,14 @@ class EncodedFile:
     ids_path: Path
     rejects: int
     rejects_path: Path | None  # written with on_error="skip" only
+    truncated: int = 0  # items whose text was cut to the model's token limit
 
     def summary(self) -> str:
         text = f"wrote {self.rows} x {self.dim} embeddings to {self.output}"
         if self.rejects:
             text += f"; {self.rejects} rejected line(s) in {self.rejects_path}"
+        if self.truncated:
+            text += f"; {self.truncated} item(s) had their text cut to the model's token limit"
         return text
 
 
@@ -118,8 +133,9 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
                     show_progress=show_progress, base_dir=input_path.parent, on_error=on_error, stats=cache_stats)
         except DataError as exc:
             raise _anchor(exc, input_path, lines) from None
+        truncated = sum(all_gather_object(embedder.model.truncated_items))
         written = None if encoded is None else _write_outputs(
-            encoded, items, ids, lines, rejects, input_path, output, on_error)
+            encoded, items, ids, lines, rejects, input_path, output, on_error, truncated)
         written = broadcast_object(written)  # also: no rank drops the shards before rank 0 has written
     if get_world_size() > 1:
         remove_shards(shards_dir(output))
@@ -128,7 +144,7 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
 
 def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], items: list[dict[str, Any]],
                    ids: list[Any], lines: list[int], rejects: list[dict[str, Any]], input_path: Path,
-                   output: Path, on_error: str) -> EncodedFile:
+                   output: Path, on_error: str, truncated: int = 0) -> EncodedFile:
     """Write the matrix, the row alignment and (skip mode) the rejects of an encoded JSONL."""
     embeddings, kept, errors = encoded
     for index, error in errors.items():
@@ -137,21 +153,44 @@ def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], 
                         "row": _jsonable({**items[index], "id": ids[index]})})
     rejects.sort(key=lambda reject: reject["line"])
     ids_path, rejects_path = sidecar_paths(output)
+    ids_path.unlink(missing_ok=True)  # the set's commit record: gone until the new set is complete
     with atomic_path(output) as tmp:
         np.save(tmp, embeddings)
-    atomic_write_json(ids_path, {"input": str(input_path), "lines": [lines[i] for i in kept],
-                                 "ids": [ids[i] for i in kept]})
     if on_error == "skip":
         write_jsonl(rejects_path, rejects)
+    else:
+        rejects_path.unlink(missing_ok=True)  # a previous run's rejects do not describe this output
+    atomic_write_json(ids_path, {"input": str(input_path), "lines": [lines[i] for i in kept],
+                                 "ids": [ids[i] for i in kept]})
     return EncodedFile(output=output, rows=int(embeddings.shape[0]), dim=int(embeddings.shape[1]),
                        ids_path=ids_path, rejects=len(rejects),
-                       rejects_path=rejects_path if on_error == "skip" else None)
+                       rejects_path=rejects_path if on_error == "skip" else None, truncated=truncated)
+
+
+def read_encoded(output: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
+    """``(embeddings, alignment)`` of an encode output, checked to be one set: a matrix whose
+    ``.ids.json`` is missing (a run killed while writing) or lists another row count is refused."""
+    output = Path(output)
+    ids_path, _rejects = sidecar_paths(output)
+    if not output.is_file():
+        raise DataError("embedding matrix not found", path=output)
+    if not ids_path.is_file():
+        raise DataError(f"no row alignment {ids_path.name} beside it: the encode run that wrote it did "
+                        f"not finish; run it again", path=output)
+    embeddings = np.load(output)
+    alignment = json.loads(ids_path.read_text(encoding="utf-8"))
+    if len(alignment.get("lines", [])) != len(embeddings):
+        raise DataError(f"{len(embeddings)} rows but {ids_path.name} lists {len(alignment.get('lines', []))}: "
+                        f"the two come from different runs; run encode again", path=output)
+    return embeddings, alignment
 
 
 def _anchor(error: DataError, input_path: Path, lines: list[int]) -> DataError:
     """Re-anchor an item error to the JSONL line and field it came from (keeps the file name)."""
     index = getattr(error, "item_index", None)
-    reason = error.reason if error.path is None else f"{error.reason}: {error.path}"
+    # error.path is a file worth naming (an image), except the "items[i]" of a non-finite vector.
+    named_file = error.path is not None and not isinstance(error, NonFiniteEmbeddingError)
+    reason = f"{error.reason}: {error.path}" if named_file else error.reason
     return DataError(reason, path=input_path, line=None if index is None else lines[index],
                      field=error.field)
 
