@@ -125,6 +125,18 @@ def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         yield line_number, text
 
 
+def read_text(path: str | Path) -> str:
+    """A whole UTF-8 file; bytes that are not UTF-8 are a ``DataError`` naming file and line."""
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        raise DataError(f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at byte {exc.start - line_start + 1} "
+                        f"of the line)", path=path, line=data.count(b"\n", 0, exc.start) + 1) from None
+
+
 def read_text_lines_or_errors(path: str | Path) -> Iterator[tuple[int, str | DataError]]:
     """Like :func:`read_text_lines`, but a line that is not UTF-8 is yielded as its DataError
     and reading goes on (for readers that skip and count bad lines)."""

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from vis_embed.config import format_validation_error
 from vis_embed.errors import ConfigError
+from vis_embed.io import read_text
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, TEXT_LORA_MODULES
 from vis_embed.sampling.settings import SamplingOptions
 
@@ -201,7 +202,7 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | None = No
         if not recipe_path.is_file():
             raise ConfigError(f"{recipe_path}: recipe not found")
         try:
-            raw = yaml.safe_load(recipe_path.read_text(encoding="utf-8")) or {}
+            raw = yaml.safe_load(read_text(recipe_path)) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{recipe_path}: invalid YAML: {exc}") from None
     if not isinstance(raw, dict):
