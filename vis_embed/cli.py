@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("vis_embed.model.export_cli", "export as a sentence-transformers / vLLM model directory"),
     "eval": ("vis_embed.evaluation.cli:eval", "evaluate a model on a benchmark manifest"),
     "report": ("vis_embed.evaluation.cli:report", "compare results.json / score files side by side (Markdown)"),
+    "serve": ("vis_embed.serving.cli", "serve embeddings over HTTP (OpenAI-compatible /v1/embeddings)"),
     "quickstart": ("vis_embed.quickstart", "render, train and evaluate end to end on this machine"),
 }
 

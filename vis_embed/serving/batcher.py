@@ -1,0 +1,196 @@
+"""Dynamic micro-batching: concurrent requests merged into one forward, in one worker thread.
+
+Requests join a bounded queue (:class:`QueueFullError` when it holds ``max_queue`` requests:
+the server answers 429 instead of growing memory).  One worker thread takes the oldest
+request, then keeps taking whole requests until the batch holds ``max_batch_size`` items or
+``max_wait_ms`` has passed since it started collecting; while a forward runs, new requests
+wait, so a busy server batches without waiting at all.  Items are grouped by instruction
+(the instruction is part of every item's prompt) and each group goes through
+``Embedder.encode_partial`` -- the same length-bucketed batching, worker-thread preparation
+and per-item error reporting as ``Embedder.encode``; there is no second batching algorithm.
+An item that fails inside the model fails its own request only (``on_error="skip"``).
+
+The model runs in that one thread only: torch modules and fast tokenizers are not meant to be
+driven from several threads at once, and one thread keeps the event loop free for HTTP.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vis_embed.data.images import visual_token_count
+from vis_embed.errors import DataError
+from vis_embed.model.prompts import join_instruction
+from vis_embed.serving.errors import RequestError
+
+
+class QueueFullError(Exception):
+    """The request queue holds ``max_queue`` requests; the caller should retry later (429)."""
+
+
+@dataclass
+class EmbeddingResult:
+    embeddings: np.ndarray  # (n_items, dim) float32, row i = the request's item i
+    prompt_tokens: int
+
+
+@dataclass
+class _Job:
+    items: list[dict[str, Any]]
+    instruction: str | None
+    future: Future = field(default_factory=Future)
+
+
+class MicroBatcher:
+    """Owns the worker thread that runs ``embedder``; :meth:`submit` is thread-safe."""
+
+    def __init__(self, embedder: Any, max_batch_size: int = 32, max_wait_ms: float = 5.0,
+                 max_queue: int = 256) -> None:
+        if max_batch_size < 1 or max_queue < 1 or max_wait_ms < 0:
+            raise ValueError("max_batch_size and max_queue must be >= 1 and max_wait_ms >= 0")
+        self.embedder = embedder
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_ms / 1000.0
+        self.max_queue = max_queue
+        self._queue: deque[_Job] = deque()
+        self._ready = threading.Condition()
+        self._stopping = False
+        self._busy = False
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="vis-embed-serve-worker", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Finish the batch in flight, fail the queued requests (503), stop the thread."""
+        with self._ready:
+            self._stopping = True
+            self._ready.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        with self._ready:
+            while self._queue:
+                self._queue.popleft().future.set_exception(
+                    RequestError(503, "the server is shutting down", error_type="server_error"))
+
+    # ------------------------------------------------------------------ requests
+    def submit(self, items: list[dict[str, Any]], instruction: str | None) -> Future:
+        """A future of :class:`EmbeddingResult` (or a RequestError); QueueFullError when full."""
+        job = _Job(items, instruction)
+        with self._ready:
+            if self._stopping:
+                raise RequestError(503, "the server is shutting down", error_type="server_error")
+            if len(self._queue) >= self.max_queue:
+                raise QueueFullError(f"{len(self._queue)} requests are waiting (--max-queue {self.max_queue})")
+            self._queue.append(job)
+            self._ready.notify()
+        return job.future
+
+    def stats(self) -> dict[str, Any]:
+        with self._ready:
+            return {"queued_requests": len(self._queue), "busy": self._busy, "max_queue": self.max_queue}
+
+    # ------------------------------------------------------------------ worker
+    def _run(self) -> None:
+        while True:
+            jobs = self._collect()
+            if jobs is None:
+                return
+            try:
+                self._process(jobs)
+            finally:
+                with self._ready:
+                    self._busy = False
+
+    def _collect(self) -> list[_Job] | None:
+        """The next batch of whole requests (None when stopping)."""
+        with self._ready:
+            while not self._queue and not self._stopping:
+                self._ready.wait()
+            if self._stopping:
+                return None
+            jobs = [self._queue.popleft()]
+            self._busy = True
+            size = len(jobs[0].items)
+            deadline = time.monotonic() + self.max_wait_s
+            while size < self.max_batch_size and not self._stopping:
+                if self._queue:
+                    if size + len(self._queue[0].items) > self.max_batch_size:
+                        break  # whole requests only: the next one goes first in the next batch
+                    jobs.append(self._queue.popleft())
+                    size += len(jobs[-1].items)
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._ready.wait(remaining)
+            return jobs
+
+    def _process(self, jobs: list[_Job]) -> None:
+        rows: dict[int, np.ndarray] = {}  # per job: (n_items, dim), filled group by group
+        tokens = {id(job): 0 for job in jobs}
+        failed: dict[int, RequestError] = {}
+        for instruction, members in _group_by_instruction(jobs).items():
+            items = [jobs[j].items[k] for j, k in members]
+            try:
+                embeddings, kept, errors = self.embedder.encode_partial(
+                    items, instruction, batch_size=self.max_batch_size, on_error="skip")
+                counts = _prompt_tokens(self.embedder, items, instruction)
+            except Exception as exc:  # the model failed: these requests get a 500, the server goes on
+                error = RequestError(500, f"embedding failed ({type(exc).__name__}: {exc})",
+                                     error_type="server_error")
+                failed.update({j: error for j, _k in members})
+                continue
+            for position, index in enumerate(kept):
+                j, k = members[index]
+                if j not in rows:
+                    rows[j] = np.zeros((len(jobs[j].items), embeddings.shape[1]), dtype=np.float32)
+                rows[j][k] = embeddings[position]
+            for index, exc in errors.items():
+                j, k = members[index]
+                failed.setdefault(j, _item_error(k, exc))
+            for (j, _k), count in zip(members, counts):
+                tokens[id(jobs[j])] += count
+        for j, job in enumerate(jobs):
+            if j in failed:
+                job.future.set_exception(failed[j])
+            else:
+                job.future.set_result(EmbeddingResult(rows[j], tokens[id(job)]))
+
+
+def _group_by_instruction(jobs: Sequence[_Job]) -> dict[str | None, list[tuple[int, int]]]:
+    """instruction -> [(job position, item position)], in arrival order."""
+    groups: dict[str | None, list[tuple[int, int]]] = {}
+    for j, job in enumerate(jobs):
+        groups.setdefault(job.instruction, []).extend((j, k) for k in range(len(job.items)))
+    return groups
+
+
+def _item_error(position: int, exc: DataError) -> RequestError:
+    from vis_embed.model.embedder import NonFiniteEmbeddingError  # torch: already loaded by now
+
+    if isinstance(exc, NonFiniteEmbeddingError):
+        return RequestError(500, exc.reason, error_type="server_error")
+    param = f"input[{position}]" + (f".{exc.field}" if exc.field else "")
+    return RequestError(400, f"{param}: {exc.reason}", param=param)
+
+
+def _prompt_tokens(embedder: Any, items: Sequence[dict[str, Any]], instruction: str | None) -> list[int]:
+    """Tokens each item costs (instruction + text tokens, plus visual tokens): OpenAI's ``usage``."""
+    texts = [join_instruction(instruction, item.get("text")) for item in items]
+    text_ids = embedder.model.processor.tokenizer(texts, add_special_tokens=False)["input_ids"]
+    model = embedder.model
+    return [len(ids) + (visual_token_count(*item["image"].size, model.min_pixels, model.max_pixels)
+                        if hasattr(item.get("image"), "size") else 0)
+            for item, ids in zip(items, text_ids)]
