@@ -309,3 +309,65 @@ def test_health_reports_the_queue(served) -> None:
     health = httpx.get(f"{url}/health").json()
     assert health["status"] == "ok" and health["model"] == MODEL_NAME
     assert json.dumps(health) and health["max_queue"] == 64
+
+
+class PoisonedEmbedder(RecordingEmbedder):
+    """Reports every item whose text is "POISON" as failing inside the model (as a token-limit or
+    a decoding failure during preparation would), the way Embedder.encode_partial(on_error="skip") does."""
+
+    def encode_partial(self, items, instruction=None, batch_size=16, on_error="raise", **kwargs):
+        from vis_embed.errors import DataError
+
+        self.group_sizes.append(len(items))
+        kept = [i for i, item in enumerate(items) if item.get("text") != "POISON"]
+        embeddings, _kept, _errors = self._embedder.encode_partial([items[i] for i in kept], instruction,
+                                                                   batch_size=batch_size, on_error=on_error)
+        errors = {i: DataError("failed inside the model", field="text")
+                  for i in range(len(items)) if i not in kept}
+        return embeddings, kept, errors
+
+
+def test_an_item_failing_inside_a_shared_batch_fails_only_its_own_request(embedder, expected) -> None:
+    poisoned = PoisonedEmbedder(embedder)
+    settings = ServerSettings(model_name=MODEL_NAME, max_batch_size=16, max_wait_ms=500, max_queue=8)
+    running = RunningServer(create_app(poisoned, settings))
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            bad = pool.submit(_embed, running.url, {"input": [POOL[0], {"text": "POISON"}]})
+            good = pool.submit(_embed, running.url, {"input": [POOL[4], POOL[9]]})
+            bad, good = bad.result(), good.result()
+        assert poisoned.group_sizes == [4]  # both requests were in one model call
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "input[1].text"
+        assert good.status_code == 200, good.text
+        rows = good.json()["data"]
+        assert _cos(np.array(rows[0]["embedding"]), expected[None][4]) >= 0.99999
+        assert _cos(np.array(rows[1]["embedding"]), expected[None][9]) >= 0.99999
+    finally:
+        running.stop()
+
+
+def test_the_serve_command_serves_the_checkpoint(tiny_checkpoint, expected) -> None:
+    import os
+    import subprocess
+    import sys
+
+    port = _closed_port()
+    command = [sys.executable, "-m", "vis_embed", "serve", "--model", str(tiny_checkpoint()),
+               "--served-model-name", MODEL_NAME, "--port", str(port), "--dtype", "float32", "--device", "cpu"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.stdout.read()
+            assert time.monotonic() < deadline, "vis-embed serve did not come up in 60 s"
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        _assert_serving(url, expected)
+    finally:
+        process.terminate()
+        process.wait(30)
