@@ -108,7 +108,7 @@ def main() -> None:
         "# Peer objectives and adaptation styles on one benchmark", "",
         f"Same tiny random Qwen2-VL, same synthetic data (`vis-embed synth --size {args.synth_size} --seed 0`), "
         f"same identity-aware schedule with up to {args.hard_negatives} designated hard negatives per anchor "
-        f"(one schedule per seed, shared by all combinations), same steps and optimiser (`{args.recipe}`); "
+        f"(one schedule per seed, the same file for every combination), same steps and optimiser (`{args.recipe}`); "
         "only `loss.kind` and `adaptation` change. Mean ± sample std over training seeds "
         f"{', '.join(args.seeds)}; all scores in %, on identities never seen in training.", "",
         "Synthetic benchmark (MVEB/MMEB-style P@1 per meta-task; *NearID* = P@1 of the query's own object "
