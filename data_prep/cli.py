@@ -145,7 +145,9 @@ def _check(yaml_path: Path, check_images: bool) -> None:
     print(f"{yaml_path}: {len(cfg.datasets)} training dataset(s), fingerprint {cfg.fingerprint()[:12]}")
     for ds in cfg.datasets:
         arrays = ds.arrays()
-        print(f"  {ds.name}: {ds.kind}, {len(ds)} rows, {len(arrays.identity_keys)} identities, "
+        singles = ds.single_instance_identities()
+        excluded = f" ({singles} single-instance: never anchors, usable as hard negatives)" if singles else ""
+        print(f"  {ds.name}: {ds.kind}, {len(ds)} rows, {len(arrays.identity_keys)} identities{excluded}, "
               f"{len(arrays.hard_negative_indices)} hard-negative links, weight {ds.weight:g}")
 
 
@@ -183,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {report['rows']} rows, {report['identities']} identities "
               f"({report['single_instance_identities']} with a single image) -> {args.out}")
         if report["single_instance_identities"]:
-            print("note: training refuses single-instance identities; run `vis-embed prep resample`")
+            print("note: single-instance identities are never anchors (no positive); they remain usable "
+                  "as hard negatives, or drop them with `vis-embed prep resample`")
         return 0
     from data_prep.resample import ResampleOptions, resample_file
 

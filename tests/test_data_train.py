@@ -217,14 +217,20 @@ def test_missing_image_file(data_dir: Path) -> None:
     assert cfg.datasets[0].get("a2")["image"] == "nope.png"
 
 
-def test_single_instance_identity(data_dir: Path) -> None:
+def test_single_instance_identity_loads_and_is_counted(data_dir: Path) -> None:
+    # an identity with one row is no error: it is never an anchor (no other instance to be the
+    # positive) but may be a designated hard negative
     rows = _identity_rows() + [{"id": "c1", "image": "b2.png", "identity": "bird"}]
-    _expect(data_dir, r"rec.jsonl:5: field 'identity': identity 'bird' has a single instance",
-            identity_rows=rows)
-    # the same row is fine in a pairs dataset: its positive is explicit
+    rows[0]["hard_negatives"] = ["c1"]
+    ds = load_train_config(_setup(data_dir, identity_rows=rows)).datasets[0]
+    assert ds.single_instance_identities() == 1
+    assert list(ds.arrays().hard_negatives_of(0)) == [ds.index["c1"]]
+    assert load_train_config(_setup(data_dir)).datasets[0].single_instance_identities() == 0
+    # in a pairs dataset the row's positive is explicit: nothing to count
     pairs = _pairs_rows()
     pairs[0]["identity"] = "bird"
-    assert load_train_config(_setup(data_dir, pairs_rows=pairs)).datasets[1].get("p1")["identity"] == "bird"
+    cfg = load_train_config(_setup(data_dir, pairs_rows=pairs))
+    assert cfg.datasets[1].get("p1")["identity"] == "bird" and cfg.datasets[1].single_instance_identities() == 0
 
 
 def test_unknown_yaml_key(data_dir: Path) -> None:

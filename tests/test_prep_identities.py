@@ -27,13 +27,12 @@ def test_identity_folder_round_trip(tmp_path: Path) -> None:
     report = convert_identity_folder(root, tmp_path / "out" / "people.jsonl")
     assert report["rows"] == 6 and report["identities"] == 3 and report["single_instance_identities"] == 1
     assert report["skipped"] == {"not_an_image": 1, "outside_identity_folders": 1}
-    # carol has one image: the training loader refuses it (see resample)
+    # carol has one image: the training loader keeps her as a hard-negative-only identity (counted)
     code = cli_main(["prep", "identity-folder", str(root), "--out", str(tmp_path / "out" / "people.jsonl"),
                      "--config", str(tmp_path / "train.yaml"), "--name", "people",
                      "--query-instruction", "Find the same person."])
     assert code == 0
-    with pytest.raises(DataError, match="identity 'carol' has a single instance"):
-        load_train_config(tmp_path / "train.yaml")
+    assert load_train_config(tmp_path / "train.yaml").dataset("people").single_instance_identities() == 1
     (root / "carol" / "1.jpg").unlink()
     cli_main(["prep", "identity-folder", str(root), "--out", str(tmp_path / "out" / "people.jsonl"),
               "--config", str(tmp_path / "train.yaml"), "--name", "people",

@@ -46,11 +46,12 @@ def check_invariants(schedule: Schedule, datasets: list[SubDataset]) -> None:
     keys = [[_identity_key(ds, r) for r in range(ds.num_rows)] for ds in datasets]
     instances = [Counter(ks) for ks in keys]
     negatives = [_hard_negative_lists(ds) for ds in datasets]
-    usable_datasets = sum(1 for entry in schedule.report["datasets"] if entry["skipped"] is None)
-    cap = math.ceil(slots_per_batch / usable_datasets)
+    # expected slots per batch of each dataset (checked against weight x size elsewhere)
+    expected_slots = [entry["expected_slot_share"] * slots_per_batch for entry in schedule.report["datasets"]]
     assert len(schedule.slot) == settings.steps * b
     pairs_counts = {d: np.zeros(ds.num_rows, dtype=np.int64) for d, ds in enumerate(datasets)
                     if ds.kind == "pairs" and ds.identities is None}
+    pairs_negative = {d: np.zeros_like(counts) for d, counts in pairs_counts.items()}
     for step in range(settings.steps):
         rows = range(step * b, (step + 1) * b)
         slot = schedule.slot[rows.start:rows.stop]
@@ -72,8 +73,10 @@ def check_invariants(schedule: Schedule, datasets: list[SubDataset]) -> None:
                 q, p = int(schedule.query_row[i]), int(schedule.positive_row[i])
                 key = keys[d][q]
                 batch_keys.append(key)
-                if ds.kind == "identity":
-                    assert instances[d][key] >= 2, "single-instance identities are never members"
+                if ds.kind == "identity" and instances[d][key] == 1:
+                    assert schedule.role[i] != ROLE_ANCHOR, "single-instance identities are never anchors"
+                    assert p == q, "a single-instance hard negative is its own positive"
+                elif ds.kind == "identity":
                     assert p != q and keys[d][p] == key, "positive: another instance of the identity"
                 else:
                     assert p == q, "a pairs member's positive is the row itself"
@@ -85,26 +88,31 @@ def check_invariants(schedule: Schedule, datasets: list[SubDataset]) -> None:
                         pairs_counts[d][q] += 1
                 else:
                     assert q in negatives[d][anchor], "a hard negative is one designated for its anchor"
+                    if d in pairs_negative:
+                        pairs_negative[d][q] += 1
                     group.append(q)
             groups.append((anchor, group))
             for position, (anchor, group) in enumerate(groups):
                 assert len(group) <= k
                 last = position == len(groups) - 1
-                # (pairs: a row that is an anchor candidate of the step is never a hard negative,
-                # which the output cannot show, so completeness is checked on identity datasets)
-                if len(group) < k and not last and len(negatives[d][anchor]) <= k + MARGIN \
-                        and ds.kind == "identity":
-                    # every usable designated negative left out must collide with the batch
+                # only the last group of a slot may be cut by the slot's end; any other group
+                # leaves out a designated negative only if its identity is in the batch
+                if len(group) < k and not last and len(negatives[d][anchor]) <= k + MARGIN:
                     step_keys = {keys[int(schedule.dataset[i])][int(schedule.query_row[i])] for i in rows}
                     for negative in set(negatives[d][anchor]) - set(group):
                         key = keys[d][negative]
-                        usable = key != keys[d][anchor] and (ds.kind == "pairs" or instances[d][key] >= 2)
-                        assert not usable or key in step_keys, "a usable hard negative was left out"
+                        assert key == keys[d][anchor] or key in step_keys, "a usable hard negative was left out"
         assert len(set(batch_keys)) == b, "each identity at most once per batch"
         counts = Counter(slot_datasets)
-        assert max(counts.values()) <= cap, "slots come from different sub-datasets when enough exist"
-        for counts_so_far in pairs_counts.values():
-            assert counts_so_far.max() - counts_so_far.min() <= 1, "pairs rows: without replacement per epoch"
+        for d, expected in enumerate(expected_slots):
+            assert math.floor(expected + 1e-9) <= counts[d] <= math.ceil(expected - 1e-9), \
+                "a dataset gets floor or ceil of its expected slots per batch"
+        for d, anchors in pairs_counts.items():
+            # each row is drawn once per epoch: as an anchor or, when drawn while placed as
+            # another anchor's hard negative, as that member; so no row is anchored twice more
+            # than another row has been in batches
+            assert anchors.max() <= (anchors + pairs_negative[d]).min() + 1, \
+                "pairs rows: without replacement per epoch"
 
 
 # --------------------------------------------------------------------------- configurations
@@ -208,8 +216,12 @@ def test_truncated_hard_negative_groups_are_reported() -> None:
     settings = ScheduleSettings(steps=10, global_batch_size=8, interleave_batch_size=8, hard_negatives=5, seed=0)
     schedule = plan_schedule(datasets, settings)
     check_invariants(schedule, datasets)
-    # 8 = 6 + 2: the second group of every slot keeps 1 of its 5 hard negatives
-    assert schedule.report["fallbacks"]["hard_negative_groups_truncated"] >= 10
+    # 8 = 6 + 2 and every anchor has 5 negatives: no slot fills without cutting a group, so the
+    # second group of every slot keeps 1 of its 5 hard negatives (cut by the slot's end unless
+    # its other negatives' identities were already in the batch)
+    shortfalls = schedule.report["datasets"][0]["hard_negatives"]["shortfalls"]
+    assert sum(shortfalls.values()) == 10 and shortfalls["slot_end"] >= 1
+    assert schedule.report["fallbacks"]["hard_negative_groups_truncated"] == shortfalls["slot_end"]
 
 
 # --------------------------------------------------------------------------- frequencies
@@ -322,7 +334,7 @@ def test_interleave_batch_larger_than_distinct_identities_is_an_error() -> None:
 
 def test_too_many_slots_for_a_dataset_is_an_error() -> None:
     only = SubDataset("only", "pairs", [f"q{i}" for i in range(10)])
-    with pytest.raises(ConfigError, match="up to 3 slots per batch"):
+    with pytest.raises(ConfigError, match="can fill at most 2 of the 3 slots per batch"):
         plan_schedule([only], ScheduleSettings(steps=2, global_batch_size=12, interleave_batch_size=4,
                                                hard_negatives=0))
 

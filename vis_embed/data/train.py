@@ -7,7 +7,6 @@ See docs/data.md for the formats.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +112,13 @@ class TrainDataset:
     def _line(self, rec: dict[str, Any]) -> int | None:
         position = self.index.get(rec.get("id"))  # type: ignore[arg-type]
         return None if position is None else self.lines[position]
+
+    def single_instance_identities(self) -> int:
+        """Identities of an identity dataset with one row: never anchors (no other instance to be
+        the positive), still usable as designated hard negatives (counted by the scheduler)."""
+        if self.kind != "identity":
+            return 0
+        return int((np.bincount(self.arrays().identity) == 1).sum())
 
     def arrays(self) -> DatasetArrays:
         """Cached numpy view of ids, identity codes and hard negatives (see ``DatasetArrays``)."""
@@ -221,8 +227,6 @@ def _load_rows(dataset: TrainDataset, checker: ImageChecker) -> None:
     if not dataset.records:
         raise DataError("data file has no rows", path=dataset.path)
     _check_hard_negatives(dataset)
-    if dataset.kind == "identity":
-        _check_no_single_instance_identity(dataset)
 
 
 def _validate_identity_row(row: dict[str, Any], ctx: RowContext, dataset: TrainDataset,
@@ -261,16 +265,3 @@ def _check_hard_negatives(dataset: TrainDataset) -> None:
                 # the loss masks same-identity pairs, so such a "negative" would teach nothing
                 raise DataError(f"hard negative {negative!r} has the same identity as this row",
                                 path=dataset.path, line=dataset.lines[position], field="hard_negatives")
-
-
-def _check_no_single_instance_identity(dataset: TrainDataset) -> None:
-    """An identity row's positive is another row of its identity, so every identity needs >= 2."""
-    counts = Counter(rec["identity"] for rec in dataset.records)
-    singles = [identity for identity, count in counts.items() if count == 1]
-    if singles:
-        first = next(pos for pos, rec in enumerate(dataset.records) if counts[rec["identity"]] == 1)
-        raise DataError(
-            f"identity {dataset.records[first]['identity']!r} has a single instance "
-            f"({len(singles)} such identities in this file); an identity row needs another row of "
-            "the same identity as its positive -- drop them with `vis-embed prep resample`",
-            path=dataset.path, line=dataset.lines[first], field="identity")

@@ -5,26 +5,30 @@ from __future__ import annotations
 import numpy as np
 
 
-def capped_inclusion(weights: np.ndarray, total: float, cap: float = 1.0) -> np.ndarray:
-    """Expected counts ``e_i = min(cap, λ w_i)`` with ``sum(e) = total`` (water filling)."""
+def capped_inclusion(weights: np.ndarray, total: float, cap: float | np.ndarray = 1.0) -> np.ndarray:
+    """Expected counts ``e_i = min(cap_i, λ w_i)`` with ``sum(e) = total`` (water filling).
+
+    ``cap`` is one bound for every item or one per item.
+    """
     weights = np.asarray(weights, dtype=np.float64)
+    caps = np.broadcast_to(np.asarray(cap, dtype=np.float64), weights.shape)
     positive = weights > 0
-    if total > cap * positive.sum() + 1e-9:
-        raise ValueError(f"cannot place {total} draws on {positive.sum()} items with cap {cap}")
+    if total > caps[positive].sum() + 1e-9:
+        raise ValueError(f"cannot place {total} draws on {positive.sum()} items with caps summing to "
+                         f"{caps[positive].sum():g}")
     capped = np.zeros_like(positive)
     while True:
         free = positive & ~capped
-        remaining = total - cap * capped.sum()
+        remaining = total - caps[capped].sum()
         if not free.any() or remaining <= 1e-12:
             scale = 0.0
             break
         scale = remaining / weights[free].sum()
-        newly = free & (scale * weights >= cap)
+        newly = free & (scale * weights >= caps)
         if not newly.any():
             break
         capped |= newly
-    expected = np.where(capped, cap, scale * weights * (positive & ~capped))
-    return expected
+    return np.where(capped, caps, scale * weights * (positive & ~capped))
 
 
 def systematic_sample(expected: np.ndarray, num_draws: int, rng: np.random.Generator) -> np.ndarray:
@@ -44,3 +48,12 @@ def segment_arange(lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
 
 
+
+
+def slot_expectations(shares: np.ndarray, slots: int, capacity: np.ndarray | None = None) -> np.ndarray:
+    """Expected slots per batch of each dataset: ``slots × share``, so a dataset with a large share
+    takes several slots of one batch; a dataset whose ``capacity`` (slots it can fill per batch)
+    binds keeps it and the rest is spread over the others.  ``capacity=None``: no bound.
+    """
+    caps = float(slots) if capacity is None else capacity
+    return capped_inclusion(shares, slots, cap=caps)

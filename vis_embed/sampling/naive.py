@@ -22,7 +22,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vis_embed.errors import ConfigError
-from vis_embed.sampling.draws import capped_inclusion, systematic_sample
+from vis_embed.sampling.draws import slot_expectations, systematic_sample
 from vis_embed.sampling.settings import ScheduleSettings
 from vis_embed.sampling.types import ROLES, Schedule, SubDataset
 
@@ -64,9 +64,10 @@ def _slot_datasets(rng: np.random.Generator, shares: np.ndarray, settings: Sched
     if slots == 1:
         # one weighted draw per batch: the original baseline's draws, so its schedules stay as they were
         return rng.choice(len(shares), size=(settings.steps, 1), p=shares)
-    # as the identity-aware scheduler: capped expectations, systematic sampling per step over a
-    # fresh dataset order, slots shuffled -- the two strategies see the same dataset mix
-    expected = capped_inclusion(shares, slots, cap=math.ceil(slots / int((shares > 0).sum())))
+    # as the identity-aware scheduler: slots x share expected slots per dataset, systematic
+    # sampling per step over a fresh dataset order, slots shuffled -- the two strategies see
+    # the same dataset mix (no identity capacity here: a naive slot may repeat identities)
+    expected = slot_expectations(shares, slots)
     chosen = np.empty((settings.steps, slots), dtype=np.int64)
     for step in range(settings.steps):
         order = rng.permutation(len(shares))

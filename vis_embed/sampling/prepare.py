@@ -114,8 +114,7 @@ def prepare(datasets: Sequence[SubDataset], settings: ScheduleSettings) -> Prepa
     row_instance_count[is_pairs_row] = 1
     row_instance_rank[is_pairs_row] = 0
 
-    hn_offsets, hn_rows, designated, dropped = _usable_hard_negatives(
-        datasets, offsets, row_identity, row_instance_count, is_pairs_row)
+    hn_offsets, hn_rows, designated, dropped = _usable_hard_negatives(datasets, offsets, row_identity)
 
     run_dataset = key_dataset[run_starts]
     sources = []
@@ -189,14 +188,13 @@ def _namespace_codes(members: Sequence[SubDataset], scope: str) -> tuple[np.ndar
     return _factorize([v for a in arrays for v in (a.tolist() if isinstance(a, np.ndarray) else a)])
 
 
-def _usable_hard_negatives(datasets: Sequence[SubDataset], offsets: np.ndarray, row_identity: np.ndarray,
-                           row_instance_count: np.ndarray, is_pairs_row: np.ndarray
+def _usable_hard_negatives(datasets: Sequence[SubDataset], offsets: np.ndarray, row_identity: np.ndarray
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, dict[str, int]]]:
     """Global CSR of the designated hard negatives that can be full members.
 
     Dropped (and counted): a negative sharing the anchor's identity (it would be a false
-    negative), duplicates within a list, and identity-dataset rows whose identity has a
-    single instance (no positive of their own).
+    negative) and duplicates within a list.  A row whose identity has a single instance is
+    never an anchor but may be a negative: its positive is its own candidate side.
     """
     lengths_all, rows_all, dropped = [], [], {}
     designated = []
@@ -207,8 +205,7 @@ def _usable_hard_negatives(datasets: Sequence[SubDataset], offsets: np.ndarray, 
         owner = np.repeat(np.arange(ds.num_rows), lengths) + offsets[i]
         negative = local_rows + offsets[i]
         same_identity = row_identity[negative] == row_identity[owner]
-        no_positive = (row_instance_count[negative] < 2) & ~is_pairs_row[negative]
-        keep = ~same_identity & ~no_positive
+        keep = ~same_identity
         # duplicates within one list
         pair_key = owner * (int(offsets[-1]) + 1) + negative
         first = np.zeros(len(pair_key), dtype=bool)
@@ -216,8 +213,7 @@ def _usable_hard_negatives(datasets: Sequence[SubDataset], offsets: np.ndarray, 
         duplicate = ~first
         keep &= first
         dropped[ds.name] = {"same_identity_as_anchor": int(same_identity.sum()),
-                            "single_instance_identity": int((no_positive & ~same_identity).sum()),
-                            "duplicate": int((duplicate & ~same_identity & ~no_positive).sum())}
+                            "duplicate": int((duplicate & ~same_identity).sum())}
         lengths_all.append(np.bincount(owner[keep] - offsets[i], minlength=ds.num_rows))
         rows_all.append(negative[keep])
     lengths = np.concatenate(lengths_all).astype(np.int64)

@@ -61,6 +61,10 @@ def build_report(schedule: Schedule, stats: ScheduleStats) -> dict[str, Any]:
             "anchors_with_k": int(((usable[mine] > 0) & (hn_per_group[mine] >= k)).sum()) if k else 0,
             "mean_per_anchor_with_usable": float(hn_per_group[mine][usable[mine] > 0].mean())
             if (usable[mine] > 0).any() else 0.0,
+            # anchors that got min(k, usable) of their negatives; the others by cause
+            "anchors_with_all_wanted": int(((usable[mine] > 0) & (hn_per_group[mine] >= np.minimum(k, usable[mine])))
+                                           .sum()) if k else 0,
+            "shortfalls": source.hard_negative_shortfalls,
             "designated_dropped": source.hard_negatives_dropped,
         }
         datasets.append(entry)
@@ -106,17 +110,19 @@ def _identity_frequencies(draws: IdentityDraws, anchor_identity: np.ndarray,
 
 def format_report(report: dict[str, Any]) -> str:
     """A fixed-width table of the report for the terminal."""
-    header = (f"{'dataset':<24} {'kind':<8} {'rows':>9} {'idents':>8} {'excl':>6} "
+    header = (f"{'dataset':<24} {'kind':<8} {'rows':>9} {'idents':>8} {'excl':>6} {'share':>7} "
               f"{'slots exp':>9} {'slots got':>9} {'anchors':>9} {'TV':>6} {'HN cov':>7} {'HN/anc':>6}")
     lines = [header, "-" * len(header)]
     for entry in report["datasets"]:
         hn = entry["hard_negatives"]
-        coverage = hn["anchors_with_k"] / hn["anchors_with_usable"] if hn["anchors_with_usable"] else float("nan")
+        coverage = hn["anchors_with_all_wanted"] / hn["anchors_with_usable"] if hn["anchors_with_usable"] \
+            else float("nan")
         tv = entry.get("draw_frequencies", {}).get("total_variation", float("nan"))
         name = entry["name"] if entry["skipped"] is None else f"{entry['name']} (skipped)"
         lines.append(
             f"{name[:24]:<24} {entry['kind']:<8} {entry['rows']:>9} {entry['identities']:>8} "
-            f"{entry['excluded_identities']:>6} {entry['expected_slot_share']:>9.4f} "
+            f"{entry['excluded_identities']:>6} {entry['proportional_slot_share']:>7.4f} "
+            f"{entry['expected_slot_share']:>9.4f} "
             f"{entry['realised_slot_share']:>9.4f} {entry['anchors']:>9} {tv:>6.3f} "
             f"{coverage:>7.1%} {hn['mean_per_anchor_with_usable']:>6.2f}")
     fallbacks = report["fallbacks"]
@@ -126,7 +132,14 @@ def format_report(report: dict[str, Any]) -> str:
                  f"{fallbacks['hard_negative_groups_truncated']}; extra candidate rounds: "
                  f"{fallbacks['extra_candidate_rounds']}; skipped datasets: "
                  f"{', '.join(fallbacks['skipped_datasets']) or 'none'}")
-    lines.append("slots exp/got: expected vs realised share of slots; TV: total variation between expected "
+    shortfalls: dict[str, int] = {}
+    for entry in report["datasets"]:
+        for cause, count in entry["hard_negatives"]["shortfalls"].items():
+            shortfalls[cause] = shortfalls.get(cause, 0) + count
+    lines.append("anchors short of hard negatives, by cause: "
+                 + (", ".join(f"{cause} {count}" for cause, count in shortfalls.items()) or "none"))
+    lines.append("excl: single-instance identities (never anchors); share: configured (weight x size); "
+                 "slots exp/got: expected vs realised share of slots; TV: total variation between expected "
                  "and realised anchor identity frequencies; HN cov: anchors with usable hard negatives that "
-                 "got k of them")
+                 "got min(k, usable) of them")
     return "\n".join(lines)

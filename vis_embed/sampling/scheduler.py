@@ -8,21 +8,23 @@ operations over the ~B candidate members of that step, never a Python loop over 
 Per step (details and guarantees in docs/scheduling.md):
 
 1. **Slots -> datasets.**  ``K = B / M`` slots.  Dataset ``d`` has share
-   ``p_d ∝ weight_d × rows_d ** size_exponent``.  Expected slot counts ``e_d = min(cap, λ p_d)``
-   (``cap = ceil(K / D)``, so slots come from different datasets whenever ``K <= D``) are
-   realised by systematic sampling over a freshly shuffled dataset order: ``d`` gets
-   ``floor(e_d)`` or ``ceil(e_d)`` slots and exactly ``e_d`` in expectation.
+   ``p_d ∝ weight_d × rows_d ** size_exponent`` and expects ``e_d = K p_d`` slots per batch
+   (several slots of one batch when its share needs them; at most the ``usable identities //
+   M`` slots it can fill with distinct identities).  They are realised by systematic sampling
+   over a freshly shuffled dataset order: ``d`` gets ``floor(e_d)`` or ``ceil(e_d)`` slots and
+   exactly ``e_d`` in expectation.
 2. **Anchor candidates.**  Identity datasets: systematic PPS sampling of identities with
    inclusion probability ``min(1, λ × instances)`` (exactly proportional to the number of
    instances unless an identity is so frequent that it would need two places in one slot);
    identities with one instance are never anchors.  The anchor record is uniform among the
    identity's instances.  Pairs datasets: the next rows of a per-epoch random permutation
-   (rows are anchors at most once per epoch; unused candidates return to the queue's front,
-   and a row that is an anchor candidate of the step is not used as a hard negative).
+   (each row is drawn once per epoch: as an anchor, or placed as another anchor's hard
+   negative while drawn; candidates not in the batch return to the queue's front).
 3. **Members.**  Each candidate anchor is followed by its designated hard negatives in random
    order.  A greedy pass in stream order accepts a member iff its identity is not yet in the
    batch, a hard negative only if its anchor was accepted and fewer than ``k`` of the anchor's
-   hard negatives were, and only while its slot has room (``M`` members).  The greedy pass is
+   hard negatives were, and only while its slot has room (``M`` members); an anchor only if
+   its slot has room for its whole group, unless the slot cannot be filled otherwise.  The greedy pass is
    computed as a fixed-point iteration of vectorised operations (each decision depends only
    on earlier entries, so the iteration reaches the sequential result).  Slots left short
    (identity collisions) get another round of candidates; a slot that cannot be filled is an
@@ -42,7 +44,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vis_embed.errors import ConfigError
-from vis_embed.sampling.draws import capped_inclusion, segment_arange, systematic_sample
+from vis_embed.sampling.draws import capped_inclusion, segment_arange, slot_expectations, systematic_sample
+from vis_embed.sampling.greedy import SHORTFALL_CAUSES, resolve, shortfalls
 from vis_embed.sampling.prepare import SourceState, prepare
 from vis_embed.sampling.report import build_report
 from vis_embed.sampling.settings import ScheduleSettings
@@ -76,7 +79,9 @@ class _Scheduler:
                 source.permutation = np.zeros(0, dtype=np.int64)
                 source.pending = np.zeros(0, dtype=np.int64)
         self.topup_rounds = 0
-        self.truncated_groups = 0
+        # per dataset: accepted anchors with usable negatives, and their shortfalls by cause
+        self.anchors_wanting = np.zeros(len(self.prep.sources), dtype=np.int64)
+        self.shortfall_counts = np.zeros((len(self.prep.sources), len(SHORTFALL_CAUSES)), dtype=np.int64)
         # scratch flags over all records (membership tests in O(n) instead of sorting)
         self._flag = np.zeros(len(self.prep.row_identity), dtype=bool)
 
@@ -90,6 +95,9 @@ class _Scheduler:
     # ---- setup
 
     def _choose_slot_expectations(self) -> None:
+        """Expected slots per batch ``e_d = K p_d``: a dataset takes several slots of one batch when
+        its share needs them, up to the ``usable identities // M`` slots it can fill with distinct
+        identities (the capacity; the rest of its share goes to the others, reported)."""
         settings = self.settings
         sources = self.prep.sources
         shares = np.array([0.0 if s.skipped else s.weight * float(s.num_rows) ** settings.size_exponent
@@ -98,19 +106,18 @@ class _Scheduler:
         if usable == 0:
             raise ConfigError("no dataset is large enough for one slot: " +
                               "; ".join(s.skipped or "" for s in sources))
-        slots = settings.num_slots
-        self.slot_cap = math.ceil(slots / usable)
+        slots, m = settings.num_slots, settings.interleave_batch_size
+        capacity = np.array([0.0 if s.skipped else float(s.distinct_identities // m) for s in sources])
+        if capacity.sum() < slots:
+            detail = ", ".join(f"{s.name!r}: {int(c)}" for s, c in zip(sources, capacity) if not s.skipped)
+            raise ConfigError(
+                f"the datasets can fill at most {int(capacity.sum())} of the {slots} slots per batch with "
+                f"members of distinct identities (slots per batch a dataset can fill = its usable "
+                f"identities // interleave_batch_size {m}: {detail}); add datasets, lower "
+                f"interleave_batch_size or lower global_batch_size")
         self.dataset_share = shares / shares.sum()
-        self.slot_expectation = capped_inclusion(shares, slots, cap=self.slot_cap)
-        m = settings.interleave_batch_size
-        for source, expected in zip(sources, self.slot_expectation):
-            most = math.ceil(expected - 1e-9)
-            if most * m > source.distinct_identities and not source.skipped:
-                raise ConfigError(
-                    f"dataset {source.name!r} can receive up to {most} slots per batch ({most} x {m} "
-                    f"members with distinct identities) but has only {source.distinct_identities} "
-                    f"distinct usable identities; add datasets, lower interleave_batch_size or "
-                    f"raise global_batch_size less")
+        self.slot_expectation = slot_expectations(shares, slots, capacity)
+        self.slot_cap = int(math.ceil(float(self.slot_expectation.max()) - 1e-9))
 
     def _init_identity_sampling(self, source: SourceState) -> None:
         source.inclusion = self._inclusion(source, 1)
@@ -158,6 +165,22 @@ class _Scheduler:
         size = -(-total // slots)
         return [rows[i * size:(i + 1) * size] for i in range(slots)]
 
+    def _free_identity_candidates(self, source: SourceState, slots: int, in_batch: np.ndarray) -> list[np.ndarray]:
+        """Top-up candidates: identities not in the batch, ∝ instances, without replacement.
+
+        Once hard negatives and other slots hold most of a dataset's identities, drawing from
+        all of them again would mostly collide; these always fill a slot when enough are free.
+        """
+        free = np.flatnonzero(~np.isin(source.identity_codes, in_batch))
+        if not len(free):
+            return [np.zeros(0, dtype=np.int64)] * slots
+        weights = source.identity_count[free].astype(np.float64)
+        count = min(len(free), slots * source.candidates)
+        identity = self.rng.choice(free, size=count, replace=False, p=weights / weights.sum())
+        draws = (self.rng.random(count) * source.identity_count[identity]).astype(np.int64)
+        rows = self.prep.instance_rows[source.identity_start[identity] + draws]
+        return [rows] * slots  # like pairs: each short slot takes the next free ones in order
+
     def _pairs_candidates(self, source: SourceState, count: int) -> np.ndarray:
         """The next ``count`` rows: pending ones first, then the epoch's permutation."""
         taken = [source.pending[:count]]
@@ -186,13 +209,16 @@ class _Scheduler:
             expected_slots=float(self.slot_expectation[source.index]),
             proportional_share=float(self.dataset_share[source.index]),
             hard_negatives_dropped=prep.hn_dropped[source.name],
+            anchors_wanting_negatives=int(self.anchors_wanting[source.index]),
+            hard_negative_shortfalls=dict(zip(SHORTFALL_CAUSES, self.shortfall_counts[source.index].tolist())),
             identity_draws=IdentityDraws(codes=source.identity_codes, instances=source.identity_count,
                                          inclusion=source.inclusion, capped=source.capped_identities)
             if source.kind == "identity" and source.skipped is None else None)
             for source in prep.sources]
         return ScheduleStats(
             datasets=datasets, max_slots_per_dataset=self.slot_cap,
-            hard_negative_groups_truncated=self.truncated_groups, extra_candidate_rounds=self.topup_rounds,
+            hard_negative_groups_truncated=int(self.shortfall_counts[:, SHORTFALL_CAUSES.index("slot_end")].sum()),
+            extra_candidate_rounds=self.topup_rounds,
             member_identity=prep.row_identity[query], member_designated_negatives=prep.designated_hn[query],
             member_usable_negatives=prep.hn_offsets[query + 1] - prep.hn_offsets[query],
             identity_labels=prep.identity_labels)
@@ -201,20 +227,18 @@ class _Scheduler:
 
     def step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Members of one batch: (slot, query record, positive record, role), slot-ordered."""
-        settings = self.settings
-        m = settings.interleave_batch_size
+        m = self.settings.interleave_batch_size
         slot_source = self._slot_sources()
         anchor_slot, anchor_rows, pairs_taken = [], [], {}
         self._add_candidates(range(len(slot_source)), slot_source, anchor_slot, anchor_rows, pairs_taken)
         for _round in range(_MAX_TOPUP_ROUNDS + 1):
             stream = self._stream(np.concatenate(anchor_slot), np.concatenate(anchor_rows))
-            accepted = self._resolve(stream, len(slot_source))
-            filled = np.bincount(stream["slot"][accepted], minlength=len(slot_source))
-            short = np.flatnonzero(filled < m)
+            accepted, short = self._fill(stream, len(slot_source))
             if not len(short):
                 break
             self.topup_rounds += 1
-            self._add_candidates(short, slot_source, anchor_slot, anchor_rows, pairs_taken)
+            self._add_candidates(short, slot_source, anchor_slot, anchor_rows, pairs_taken,
+                                 in_batch=stream["identity"][accepted])
         else:
             names = sorted({self.prep.sources[slot_source[s]].name for s in short})
             raise ConfigError(
@@ -222,16 +246,31 @@ class _Scheduler:
                 f"dataset(s) {names}: identities collide across slots (shared namespace or several "
                 f"slots of one dataset); lower interleave_batch_size or add data")
         self._return_unused_pairs(pairs_taken, stream, accepted)
+        self._count_shortfalls(stream, accepted)
         slot = stream["slot"][accepted]
         query = stream["row"][accepted]
         role = np.where(stream["is_anchor"][accepted], ROLE_ANCHOR, ROLE_HARD_NEGATIVE).astype(np.int8)
-        anchor_accepted = accepted & stream["is_anchor"]
-        group_hn = np.bincount(stream["group"][accepted & ~stream["is_anchor"]],
-                               minlength=len(stream["group_start"]))
-        truncated = (anchor_accepted[stream["group_start"]] & (group_hn < settings.hard_negatives)
-                     & (stream["group_available"] >= settings.hard_negatives))
-        self.truncated_groups += int(truncated.sum())
         return slot, query, self._positives(query), role
+
+    def _fill(self, stream: dict[str, np.ndarray], num_slots: int) -> tuple[np.ndarray, np.ndarray]:
+        """Accepted entries and the slots left short.  Slots are first filled strictly (no group
+        cut at a slot's end); a slot that cannot be filled so is filled cutting its last group."""
+        m = self.settings.interleave_batch_size
+        strict = np.ones(num_slots, dtype=bool)
+        while True:
+            accepted = self._resolve(stream, num_slots, strict)
+            filled = np.bincount(stream["slot"][accepted], minlength=num_slots)
+            relax = strict & (filled < m)
+            if not relax.any() or not self.settings.hard_negatives:
+                return accepted, np.flatnonzero(filled < m)
+            strict &= ~relax
+
+    def _count_shortfalls(self, stream: dict[str, np.ndarray], accepted: np.ndarray) -> None:
+        wanting, cause = shortfalls(stream, accepted, self.settings.hard_negatives)
+        dataset = self.prep.row_dataset[stream["row"][stream["group_start"]]]
+        np.add.at(self.anchors_wanting, dataset[wanting], 1)
+        short = cause >= 0
+        np.add.at(self.shortfall_counts, (dataset[short], cause[short]), 1)
 
     def _slot_sources(self) -> np.ndarray:
         order = self.rng.permutation(len(self.slot_expectation))
@@ -240,12 +279,17 @@ class _Scheduler:
         return sources[self.rng.permutation(len(sources))]
 
     def _add_candidates(self, slots: Any, slot_source: np.ndarray, anchor_slot: list[np.ndarray],
-                        anchor_rows: list[np.ndarray], pairs_taken: dict[int, list[np.ndarray]]) -> None:
+                        anchor_rows: list[np.ndarray], pairs_taken: dict[int, list[np.ndarray]],
+                        in_batch: np.ndarray | None = None) -> None:
+        """Candidates for ``slots``; a top-up round (``in_batch``: the identities already in the
+        batch) draws identity-dataset candidates among the identities not yet in the batch."""
         slots = np.asarray(slots, dtype=np.int64)
         for index in np.unique(slot_source[slots]):
             source = self.prep.sources[index]
             mine = slots[slot_source[slots] == index]
-            if source.kind == "identity":
+            if source.kind == "identity" and in_batch is not None:
+                chunks = self._free_identity_candidates(source, len(mine), in_batch)
+            elif source.kind == "identity":
                 chunks = self._identity_candidates(source, len(mine))
             else:
                 rows = self._pairs_candidates(source, source.candidates * len(mine))
@@ -273,12 +317,10 @@ class _Scheduler:
         negatives = hn_rows[np.repeat(hn_offsets[anchor_rows], available) + within]
         shuffle = np.lexsort((self.rng.random(len(negatives)), group_of_hn))
         negatives = negatives[shuffle]
-        # A pairs row that is itself an anchor candidate of this step is not used as a hard
-        # negative: it would block its own draw and starve it within the epoch.
-        keep = ~(self.prep.row_is_pairs[negatives] & self._member_of(negatives, anchor_rows))
-        rank = np.cumsum(keep) - 1
-        rank -= np.concatenate(([0], np.cumsum(keep)))[np.repeat(np.cumsum(available) - available, available)]
-        keep &= rank < k + _HARD_NEGATIVE_MARGIN
+        # Any designated negative may be placed; only the batch's accepted members block one
+        # (a pairs row that is also an anchor candidate and is placed as a negative has had its
+        # draw of the epoch, see _return_unused_pairs).
+        keep = within < k + _HARD_NEGATIVE_MARGIN
         negatives, group_of_hn = negatives[keep], group_of_hn[keep]
         kept = np.bincount(group_of_hn, minlength=len(anchor_rows)).astype(np.int64)
         sizes = 1 + kept
@@ -295,45 +337,11 @@ class _Scheduler:
                 "group_available": available, "slot": np.repeat(anchor_slot, sizes),
                 "identity": self.prep.row_identity[row]}
 
-    def _resolve(self, stream: dict[str, np.ndarray], num_slots: int) -> np.ndarray:
-        """The greedy acceptance mask, as the fixed point of a vectorised update.
-
-        Entry i is accepted iff (a) no earlier *accepted* entry has its identity, (b) for a
-        hard negative: its anchor is accepted and fewer than k of the anchor's earlier hard
-        negatives are, (c) fewer than M earlier entries of its slot are accepted.  Every
-        condition depends only on earlier entries, so Jacobi iteration from any start reaches
-        the sequential answer; collisions are rare, so it converges in 2-3 rounds.
-        """
-        k, m = self.settings.hard_negatives, self.settings.interleave_batch_size
-        n = len(stream["row"])
-        identity, is_anchor, group = stream["identity"], stream["is_anchor"], stream["group"]
-        group_start, slot = stream["group_start"], stream["slot"]
-        by_identity = np.lexsort((np.arange(n), identity))
-        sorted_identity = identity[by_identity]
-        run_first = np.concatenate(([True], sorted_identity[1:] != sorted_identity[:-1]))
-        run_index = np.cumsum(run_first) - 1
-        run_first_positions = np.flatnonzero(run_first)
-        slot_first = np.searchsorted(slot, np.arange(num_slots))
-        active = np.ones(n, dtype=bool)
-        for _ in range(n + 1):
-            sorted_active = active[by_identity].astype(np.int64)
-            before = np.cumsum(sorted_active) - sorted_active
-            before -= before[run_first_positions][run_index]
-            valid = np.empty(n, dtype=bool)
-            valid[by_identity] = before == 0
-            anchor_ok = valid[group_start]
-            hn_ok = valid & ~is_anchor & anchor_ok[group]
-            running = np.cumsum(hn_ok)
-            rank = running - (running[group_start] - hn_ok[group_start])[group]
-            accepted = (is_anchor & valid) | (hn_ok & (rank <= k))
-            running = np.cumsum(accepted)
-            at_slot_start = np.concatenate(([0], running))[slot_first]
-            position = running - accepted - at_slot_start[slot]
-            accepted &= position < m
-            if np.array_equal(accepted, active):
-                return accepted
-            active = accepted
-        raise AssertionError("greedy resolution did not converge")  # unreachable: DAG depth <= n
+    def _resolve(self, stream: dict[str, np.ndarray], num_slots: int,
+                 strict: np.ndarray | None = None) -> np.ndarray:
+        """The greedy acceptance mask (``greedy.resolve``) under this schedule's k and M."""
+        return resolve(stream, num_slots, self.settings.hard_negatives, self.settings.interleave_batch_size,
+                       strict)
 
     def _positives(self, query: np.ndarray) -> np.ndarray:
         prep = self.prep
@@ -347,8 +355,12 @@ class _Scheduler:
 
     def _return_unused_pairs(self, pairs_taken: dict[int, list[np.ndarray]], stream: dict[str, np.ndarray],
                              accepted: np.ndarray) -> None:
-        """Rows drawn as candidates but not used as anchors go back to the front of the queue."""
-        used = stream["row"][accepted & stream["is_anchor"]]
+        """Rows drawn as candidates but not in the batch go back to the front of the queue.
+
+        A drawn row placed as another anchor's hard negative is a full member (its query with its
+        own positive), so that counts as its draw of the epoch: each row is drawn once per epoch.
+        """
+        used = stream["row"][accepted]
         for index, chunks in pairs_taken.items():
             source = self.prep.sources[index]
             taken = np.concatenate(chunks)

@@ -153,13 +153,15 @@ class DatasetStats:
     num_rows: int
     weight: float
     num_identities: int          # all distinct identities (pairs: incl. unlabelled rows)
-    excluded_identities: int     # identity datasets: identities with a single instance
+    excluded_identities: int     # identities with a single instance (never anchors; may be hard negatives)
     usable_identities: int       # identities usable as members
     skipped: str | None          # why the dataset was left out (small_datasets: skip)
     expected_slots: float        # expected slots per batch
     proportional_share: float    # weight x rows^size_exponent, normalised (before the per-dataset cap)
     hard_negatives_dropped: dict[str, int]
     identity_draws: IdentityDraws | None = None
+    anchors_wanting_negatives: int = 0       # accepted anchors with usable designated negatives
+    hard_negative_shortfalls: dict[str, int] = field(default_factory=dict)  # anchors short, by cause
 
 
 @dataclass(frozen=True)
