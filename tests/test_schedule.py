@@ -209,19 +209,34 @@ def test_hard_negatives_are_members_with_their_own_positives() -> None:
 
 
 def test_truncated_hard_negative_groups_are_reported() -> None:
+    # pairs rows with 5 negatives each, M = 8 = 6 + 2: whole groups cannot fill a slot, so the
+    # slot's second group is cut at the slot's end (the one fallback that is not the identity rule)
     n = 60
-    labels = [f"p{i // 3}" for i in range(n)]
-    hard_negatives = [[(i + 3 * j) % n for j in range(1, 6)] for i in range(n)]
-    datasets = [SubDataset("ids", "identity", [f"r{i}" for i in range(n)], labels, hard_negatives)]
+    hard_negatives = [[(i + 7 * j) % n for j in range(1, 6)] for i in range(n)]
+    datasets = [SubDataset("pairs", "pairs", [f"r{i}" for i in range(n)], None, hard_negatives)]
     settings = ScheduleSettings(steps=10, global_batch_size=8, interleave_batch_size=8, hard_negatives=5, seed=0)
     schedule = plan_schedule(datasets, settings)
     check_invariants(schedule, datasets)
-    # 8 = 6 + 2 and every anchor has 5 negatives: no slot fills without cutting a group, so the
-    # second group of every slot keeps 1 of its 5 hard negatives (cut by the slot's end unless
-    # its other negatives' identities were already in the batch)
+    is_anchor = schedule.role == ROLE_ANCHOR
+    got = np.bincount((np.cumsum(is_anchor) - 1)[~is_anchor], minlength=int(is_anchor.sum()))
     shortfalls = schedule.report["datasets"][0]["hard_negatives"]["shortfalls"]
-    assert sum(shortfalls.values()) == 10 and shortfalls["slot_end"] >= 1
+    assert sum(shortfalls.values()) == int((got < 5).sum()) >= 10  # every anchor has 5 usable
+    assert shortfalls["slot_end"] >= 5
     assert schedule.report["fallbacks"]["hard_negative_groups_truncated"] == shortfalls["slot_end"]
+
+
+def test_slots_are_filled_with_whole_groups_when_other_candidates_fit() -> None:
+    # half the rows have 3 negatives (groups of 4), half none: M = 6 = 4 + 1 + 1 always packs,
+    # so no group is ever cut at a slot's end
+    n = 80
+    labels = [f"p{i // 2}" for i in range(n)]
+    hard_negatives = [[(i + 2 * j) % n for j in range(1, 4)] if i % 4 < 2 else [] for i in range(n)]
+    datasets = [SubDataset("ids", "identity", [f"r{i}" for i in range(n)], labels, hard_negatives)]
+    schedule = plan_schedule(datasets, ScheduleSettings(steps=40, global_batch_size=12, interleave_batch_size=6,
+                                                        hard_negatives=3, seed=2))
+    check_invariants(schedule, datasets)
+    assert schedule.report["datasets"][0]["hard_negatives"]["shortfalls"]["slot_end"] == 0
+    assert (schedule.role != ROLE_ANCHOR).sum() > 0
 
 
 # --------------------------------------------------------------------------- frequencies
@@ -380,8 +395,12 @@ def test_report_counts_hard_negative_coverage() -> None:
 # --------------------------------------------------------------------------- building blocks
 
 
-def _sequential_greedy(stream: dict, k: int, m: int, num_slots: int) -> np.ndarray:
-    """The acceptance rule written as the obvious one-entry-at-a-time loop."""
+def _sequential_greedy(stream: dict, k: int, m: int, num_slots: int, strict: np.ndarray | None = None) -> np.ndarray:
+    """The acceptance rule written as the obvious one-entry-at-a-time loop.
+
+    In a ``strict`` slot an anchor is taken only if the slot has room for it and for the
+    negatives it will get: min(k, its distinct negative identities not yet in the batch).
+    """
     accepted = np.zeros(len(stream["row"]), dtype=bool)
     seen: set[int] = set()
     filled = [0] * num_slots
@@ -390,6 +409,11 @@ def _sequential_greedy(stream: dict, k: int, m: int, num_slots: int) -> np.ndarr
         group, slot, identity = int(stream["group"][i]), int(stream["slot"][i]), int(stream["identity"][i])
         if identity in seen or filled[slot] >= m:
             continue
+        if stream["is_anchor"][i] and strict is not None and strict[slot]:
+            members = np.flatnonzero(stream["group"] == group)
+            free = {int(stream["identity"][j]) for j in members[1:]} - seen - {identity}
+            if filled[slot] + 1 + min(k, len(free)) > m:
+                continue
         if not stream["is_anchor"][i]:
             anchor = int(stream["group_start"][group])
             if not accepted[anchor] or taken_by_group.get(group, 0) >= k:
@@ -423,6 +447,9 @@ def test_vectorised_resolution_equals_the_sequential_greedy_pass(seed: int) -> N
     k = scheduler.settings.hard_negatives
     expected = _sequential_greedy(stream, k, m, num_slots)
     assert np.array_equal(scheduler._resolve(stream, num_slots), expected)
+    strict = rng.random(num_slots) < 0.7
+    expected = _sequential_greedy(stream, k, m, num_slots, strict)
+    assert np.array_equal(scheduler._resolve(stream, num_slots, strict), expected)
 
 
 def test_systematic_sampling_draws_each_item_its_expected_number_of_times() -> None:

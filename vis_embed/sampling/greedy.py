@@ -21,23 +21,30 @@ def resolve(stream: dict[str, np.ndarray], num_slots: int, k: int, m: int,
     Entry i is accepted iff (a) no earlier *accepted* entry has its identity, (b) for a hard
     negative: its anchor is accepted and fewer than k of the anchor's earlier hard negatives
     are, (c) fewer than M earlier entries of its slot are accepted, and (d) in a ``strict``
-    slot, an anchor only if its slot still has room for it and min(k, its listed negatives):
-    a group is never cut at the slot's end while another candidate could take the room.
-    Every condition depends only on earlier entries (and the static group sizes), so Jacobi
+    slot, an anchor only if its slot still has room for it and the negatives it will get:
+    min(k, its negatives whose identity is neither accepted before the anchor nor repeated
+    earlier in its list).  So a group is never cut at the slot's end while another candidate
+    could take the room.  Every condition depends only on earlier entries, so Jacobi
     iteration from any start reaches the sequential answer; collisions are rare, so it
     converges in 2-3 rounds.
     """
     n = len(stream["row"])
     identity, is_anchor, group = stream["identity"], stream["is_anchor"], stream["group"]
     group_start, slot = stream["group_start"], stream["slot"]
-    need = np.minimum(k, np.diff(np.r_[group_start, n]) - 1)
     strict_entry = np.zeros(n, dtype=bool) if strict is None else strict[slot] & is_anchor
-    room_needed = np.where(strict_entry, 1 + need[group], 1)
     by_identity = np.lexsort((np.arange(n), identity))
     sorted_identity = identity[by_identity]
     run_first = np.concatenate(([True], sorted_identity[1:] != sorted_identity[:-1]))
     run_index = np.cumsum(run_first) - 1
     run_first_positions = np.flatnonzero(run_first)
+    dense_identity = np.empty(n, dtype=np.int64)
+    dense_identity[by_identity] = run_index
+    # a negative repeating an identity earlier in its own list can never be placed
+    first_in_group = np.zeros(n, dtype=bool)
+    first_in_group[np.unique(group * (int(run_index[-1]) + 1 if n else 1) + dense_identity,
+                             return_index=True)[1]] = True
+    candidate_negative = ~is_anchor & first_in_group
+    accepted_at = np.full(int(run_index[-1]) + 1 if n else 0, n, dtype=np.int64)
     slot_first = np.searchsorted(slot, np.arange(num_slots))
     active = np.ones(n, dtype=bool)
     for _ in range(n + 1):
@@ -46,14 +53,23 @@ def resolve(stream: dict[str, np.ndarray], num_slots: int, k: int, m: int,
         before -= before[run_first_positions][run_index]
         valid = np.empty(n, dtype=bool)
         valid[by_identity] = before == 0
-        anchor_ok = valid[group_start]
+        anchor_ok = active[group_start]  # the anchor is earlier: its acceptance in the last iterate
         hn_ok = valid & ~is_anchor & anchor_ok[group]
         running = np.cumsum(hn_ok)
         rank = running - (running[group_start] - hn_ok[group_start])[group]
         accepted = (is_anchor & valid) | (hn_ok & (rank <= k))
-        running = np.cumsum(accepted)
+        accepted_at[:] = n
+        positions = np.flatnonzero(active)[::-1]  # written last to first: the earliest one stays
+        accepted_at[dense_identity[positions]] = positions
+        free_negative = candidate_negative & (accepted_at[dense_identity] >= group_start[group]) \
+            & (identity != identity[group_start[group]])
+        need = np.minimum(k, np.bincount(group[free_negative], minlength=len(group_start)))
+        room_needed = np.where(strict_entry, 1 + need[group], 1)
+        # a slot position counts the earlier entries *accepted* (last iterate), not those that
+        # pass the identity and group rules but find no room (an anchor skipped in a strict slot)
+        running = np.cumsum(active)
         at_slot_start = np.concatenate(([0], running))[slot_first]
-        position = running - accepted - at_slot_start[slot]
+        position = running - active - at_slot_start[slot]
         accepted &= position + room_needed <= m
         if np.array_equal(accepted, active):
             return accepted
@@ -81,9 +97,9 @@ def shortfalls(stream: dict[str, np.ndarray], accepted: np.ndarray, k: int) -> t
     """Per anchor group: whether it wanted negatives (accepted anchor, >= 1 usable) and why it
     got fewer than ``min(k, usable)`` (-1: it did not; else an index into ``SHORTFALL_CAUSES``).
 
-    ``identity_in_batch``: too few of its negatives were free of the batch's identities (the
-    identity rule forbids the rest); ``beyond_margin``: free ones existed only past the
-    negatives considered per anchor; ``slot_end``: free ones existed but the slot was full.
+    ``slot_end``: negatives free of the batch's identities were left out because the slot
+    was full; ``identity_in_batch``: all free ones were placed and the identity rule forbids
+    the rest; ``beyond_margin``: free ones may exist past the negatives considered per anchor.
     """
     group_start, group, is_anchor = stream["group_start"], stream["group"], stream["is_anchor"]
     num_groups = len(group_start)
@@ -96,7 +112,8 @@ def shortfalls(stream: dict[str, np.ndarray], accepted: np.ndarray, k: int) -> t
     free = np.bincount(group[negative & identity_free(stream, accepted)], minlength=num_groups)
     cause = np.full(num_groups, -1, dtype=np.int64)
     short = wanting & (got < want)
-    cause[short & (free + available - considered < want)] = 0
-    cause[short & (free + available - considered >= want) & (free < want)] = 2
-    cause[short & (free >= want)] = 1
+    cut = short & (got < np.minimum(want, free))
+    cause[cut] = SHORTFALL_CAUSES.index("slot_end")
+    cause[short & ~cut & (free + available - considered < want)] = SHORTFALL_CAUSES.index("identity_in_batch")
+    cause[short & ~cut & (free + available - considered >= want)] = SHORTFALL_CAUSES.index("beyond_margin")
     return wanting, cause

@@ -44,8 +44,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vis_embed.errors import ConfigError
-from vis_embed.sampling.draws import capped_inclusion, segment_arange, slot_expectations, systematic_sample
+from vis_embed.sampling.draws import segment_arange, slot_expectations, systematic_sample
 from vis_embed.sampling.greedy import SHORTFALL_CAUSES, resolve, shortfalls
+from vis_embed.sampling.identity_candidates import IdentityCandidates
 from vis_embed.sampling.prepare import SourceState, prepare
 from vis_embed.sampling.report import build_report
 from vis_embed.sampling.settings import ScheduleSettings
@@ -61,11 +62,16 @@ from vis_embed.sampling.types import (
 
 # Rounds of extra candidates for a slot left short by identity collisions before giving up.
 _MAX_TOPUP_ROUNDS = 12
+# A slot that whole groups cannot fill tries other candidate orders, and in the first rounds
+# more candidates, before it cuts a group.
+_REPACK_TRIES = 4
+_PACKING_TRIAL = 20  # steps before a dataset where packing rarely helps stops trying
+_PACKING_ROUNDS = 3
 # Hard negatives considered per anchor: k plus a margin for ones already in the batch.
 _HARD_NEGATIVE_MARGIN = 5
 
 
-class _Scheduler:
+class _Scheduler(IdentityCandidates):
     def __init__(self, datasets: Sequence[SubDataset], settings: ScheduleSettings) -> None:
         self.settings = settings
         self.datasets = list(datasets)
@@ -82,6 +88,10 @@ class _Scheduler:
         # per dataset: accepted anchors with usable negatives, and their shortfalls by cause
         self.anchors_wanting = np.zeros(len(self.prep.sources), dtype=np.int64)
         self.shortfall_counts = np.zeros((len(self.prep.sources), len(SHORTFALL_CAUSES)), dtype=np.int64)
+        # per dataset: steps in which packing whole groups was tried, and those it avoided cuts
+        self.packing = np.zeros((len(self.prep.sources), 2), dtype=np.int64)
+        self.packing_now: set[int] = set()
+        self.prep_kinds_pairs = np.array([source.kind == "pairs" for source in self.prep.sources])
         # scratch flags over all records (membership tests in O(n) instead of sorting)
         self._flag = np.zeros(len(self.prep.row_identity), dtype=bool)
 
@@ -118,68 +128,6 @@ class _Scheduler:
         self.dataset_share = shares / shares.sum()
         self.slot_expectation = slot_expectations(shares, slots, capacity)
         self.slot_cap = int(math.ceil(float(self.slot_expectation.max()) - 1e-9))
-
-    def _init_identity_sampling(self, source: SourceState) -> None:
-        source.inclusion = self._inclusion(source, 1)
-        source.capped_identities = int((source.inclusion >= 1.0 - 1e-12).sum()) \
-            if source.candidates < len(source.identity_count) else 0
-        source.shuffle_every = max(1, len(source.identity_count) // max(1, source.candidates))
-        self._shuffle_identity_order(source)
-
-    def _inclusion(self, source: SourceState, slots: int) -> np.ndarray:
-        """Inclusion expectations for ``slots`` slots' worth of candidates drawn at once.
-
-        Drawing the candidates of all of a dataset's slots of one step in one systematic
-        sample keeps them distinct (no collisions to repair) whenever it is possible.
-        """
-        cache = source.__dict__.setdefault("_inclusion_cache", {})
-        if slots not in cache:
-            total = min(slots * source.candidates, len(source.identity_count))
-            cache[slots] = capped_inclusion(source.identity_count.astype(np.float64), total, cap=1.0)
-        return cache[slots]
-
-    def _shuffle_identity_order(self, source: SourceState) -> None:
-        # A fixed order makes neighbouring identities never share a slot; reshuffling once the
-        # dataset has been swept (~n_identities / candidates slots) keeps the cost O(M) per slot.
-        source.order = self.rng.permutation(len(source.identity_count))
-        source.cumulative = {}
-        source.draws_since_shuffle = 0
-
-    # ---- candidates
-
-    def _identity_candidates(self, source: SourceState, slots: int) -> list[np.ndarray]:
-        """Candidate anchor rows for ``slots`` slots of ``source`` (random priority order)."""
-        if source.draws_since_shuffle >= source.shuffle_every:
-            self._shuffle_identity_order(source)
-        source.draws_since_shuffle += slots
-        if slots not in source.cumulative:
-            source.cumulative[slots] = np.cumsum(self._inclusion(source, slots)[source.order])
-        cumulative = source.cumulative[slots]
-        total = int(round(cumulative[-1]))
-        randoms = self.rng.random(2 * total + 1)  # one call: start, priorities, instance picks
-        picked = np.searchsorted(cumulative, randoms[0] + np.arange(total), side="right")
-        identity = source.order[np.minimum(picked, len(source.order) - 1)]
-        identity = identity[np.argsort(randoms[1:total + 1])]  # random priority within the slot
-        draws = (randoms[total + 1:] * source.identity_count[identity]).astype(np.int64)
-        rows = self.prep.instance_rows[source.identity_start[identity] + draws]
-        size = -(-total // slots)
-        return [rows[i * size:(i + 1) * size] for i in range(slots)]
-
-    def _free_identity_candidates(self, source: SourceState, slots: int, in_batch: np.ndarray) -> list[np.ndarray]:
-        """Top-up candidates: identities not in the batch, ∝ instances, without replacement.
-
-        Once hard negatives and other slots hold most of a dataset's identities, drawing from
-        all of them again would mostly collide; these always fill a slot when enough are free.
-        """
-        free = np.flatnonzero(~np.isin(source.identity_codes, in_batch))
-        if not len(free):
-            return [np.zeros(0, dtype=np.int64)] * slots
-        weights = source.identity_count[free].astype(np.float64)
-        count = min(len(free), slots * source.candidates)
-        identity = self.rng.choice(free, size=count, replace=False, p=weights / weights.sum())
-        draws = (self.rng.random(count) * source.identity_count[identity]).astype(np.int64)
-        rows = self.prep.instance_rows[source.identity_start[identity] + draws]
-        return [rows] * slots  # like pairs: each short slot takes the next free ones in order
 
     def _pairs_candidates(self, source: SourceState, count: int) -> np.ndarray:
         """The next ``count`` rows: pending ones first, then the epoch's permutation."""
@@ -230,10 +178,23 @@ class _Scheduler:
         m = self.settings.interleave_batch_size
         slot_source = self._slot_sources()
         anchor_slot, anchor_rows, pairs_taken = [], [], {}
+        # slots filled with whole groups (datasets where that rarely works cut groups at once;
+        # pairs slots take their queue in order, so no row is skipped for its group's size)
+        strict = (self._packing_worth() & ~self.prep_kinds_pairs)[slot_source]
         self._add_candidates(range(len(slot_source)), slot_source, anchor_slot, anchor_rows, pairs_taken)
         for _round in range(_MAX_TOPUP_ROUNDS + 1):
             stream = self._stream(np.concatenate(anchor_slot), np.concatenate(anchor_rows))
-            accepted, short = self._fill(stream, len(slot_source))
+            accepted, short = self._fill(stream, strict.copy(), relax=False)
+            if len(short):
+                self.packing_now.update(slot_source[short[strict[short]]].tolist())
+                # enough candidates but whole groups do not add up to M (a packing problem):
+                # other orders, else cut a last group; too few candidates: another round
+                relaxed, relaxed_short = self._fill(stream, strict.copy(), relax=True)
+                if not len(relaxed_short):
+                    stream, accepted, short = self._repack(anchor_slot, anchor_rows, short, strict,
+                                                           stream, relaxed, more=_round < _PACKING_ROUNDS)
+                else:  # cutting groups elsewhere can leave other slots short: top them all up
+                    short = np.union1d(short, relaxed_short)
             if not len(short):
                 break
             self.topup_rounds += 1
@@ -252,18 +213,43 @@ class _Scheduler:
         role = np.where(stream["is_anchor"][accepted], ROLE_ANCHOR, ROLE_HARD_NEGATIVE).astype(np.int8)
         return slot, query, self._positives(query), role
 
-    def _fill(self, stream: dict[str, np.ndarray], num_slots: int) -> tuple[np.ndarray, np.ndarray]:
-        """Accepted entries and the slots left short.  Slots are first filled strictly (no group
-        cut at a slot's end); a slot that cannot be filled so is filled cutting its last group."""
+    def _fill(self, stream: dict[str, np.ndarray], strict: np.ndarray, relax: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Accepted entries and the slots left short.  ``strict`` slots are filled with whole
+        groups (no group cut at the slot's end); with ``relax`` a slot that cannot be filled so
+        may cut its last group."""
         m = self.settings.interleave_batch_size
-        strict = np.ones(num_slots, dtype=bool)
+        num_slots = len(strict)
         while True:
             accepted = self._resolve(stream, num_slots, strict)
             filled = np.bincount(stream["slot"][accepted], minlength=num_slots)
-            relax = strict & (filled < m)
-            if not relax.any() or not self.settings.hard_negatives:
+            relax_now = strict & (filled < m)
+            if not relax or not relax_now.any() or not self.settings.hard_negatives:
                 return accepted, np.flatnonzero(filled < m)
-            strict &= ~relax
+            strict &= ~relax_now
+
+    def _repack(self, anchor_slot: list[np.ndarray], anchor_rows: list[np.ndarray], short: np.ndarray,
+                strict: np.ndarray, stream: dict[str, np.ndarray], relaxed: np.ndarray,
+                more: bool) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """``short`` (strict) slots whole groups cannot fill in priority order: try other orders
+        of their candidates (groups of other sizes may add up to M); failing
+        that, with ``more``, return those slots as short (a round of more candidates), else keep
+        ``relaxed`` (the slot cuts its last group).  A dataset where this rarely helps (e.g. every group has k + 1 members and
+        M is no multiple of it) is not tried again: it would only cost time."""
+        slots, rows = np.concatenate(anchor_slot), np.concatenate(anchor_rows)
+        movable = np.flatnonzero(np.isin(slots, short))
+        order = np.arange(len(slots))
+        for _try in range(_REPACK_TRIES):
+            order[movable] = self.rng.permutation(movable)
+            candidate = self._stream(slots[order], rows[order])
+            accepted, still_short = self._fill(candidate, strict.copy(), relax=False)
+            if not len(still_short):
+                return candidate, accepted, still_short
+        return stream, relaxed, short if more else np.zeros(0, dtype=np.int64)
+
+    def _packing_worth(self) -> np.ndarray:
+        """Per dataset: whether filling its slots with whole groups is still tried."""
+        attempts, successes = self.packing[:, 0], self.packing[:, 1]
+        return (attempts < _PACKING_TRIAL) | (successes >= 0.1 * attempts)
 
     def _count_shortfalls(self, stream: dict[str, np.ndarray], accepted: np.ndarray) -> None:
         wanting, cause = shortfalls(stream, accepted, self.settings.hard_negatives)
@@ -271,6 +257,10 @@ class _Scheduler:
         np.add.at(self.anchors_wanting, dataset[wanting], 1)
         short = cause >= 0
         np.add.at(self.shortfall_counts, (dataset[short], cause[short]), 1)
+        cut = np.bincount(dataset[cause == SHORTFALL_CAUSES.index("slot_end")], minlength=len(self.packing))
+        for d in self.packing_now:  # packing was tried for d in this step: did it avoid cuts?
+            self.packing[d] += (1, cut[d] == 0)
+        self.packing_now = set()
 
     def _slot_sources(self) -> np.ndarray:
         order = self.rng.permutation(len(self.slot_expectation))
