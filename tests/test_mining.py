@@ -34,6 +34,29 @@ def test_nearest_records_of_the_same_group_but_another_identity_nearest_first() 
     assert result.report["records_with_k"] == 5 and result.report["records_with_fewer"] == 2
 
 
+def test_default_ranks_by_candidate_similarity_query_option_by_query() -> None:
+    # record 0's query points at 90 deg, its candidate (generated image) at 0 deg: the records
+    # whose candidates are closest to its candidate (10, 20 deg) differ from those closest to
+    # its query (80, 70 deg)
+    queries = _angles([90, 10, 20, 70, 80])
+    candidates = _angles([0, 10, 20, 70, 80])
+    identities = ["a", "b", "c", "d", "e"]
+    by_candidate = mine_from_embeddings(queries, candidates, identities, None, k=2)
+    assert by_candidate.hard_negatives[0] == [1, 2]
+    assert by_candidate.report["similarity"] == "candidate"
+    # the report's mean similarity is in the ranking's own terms (candidate . candidate)
+    pairs = [(i, j) for i, found in enumerate(by_candidate.hard_negatives) for j in found]
+    assert by_candidate.report["mean_negative_similarity"] == pytest.approx(
+        np.mean([candidates[i] @ candidates[j] for i, j in pairs]), abs=1e-6)
+    by_query = mine_from_embeddings(queries, candidates, identities, None, k=2, similarity="query")
+    assert by_query.hard_negatives[0] == [4, 3]
+    assert by_query.report["similarity"] == "query"
+    from vis_embed.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="similarity must be one of"):
+        mine_from_embeddings(queries, candidates, identities, None, k=2, similarity="images")
+
+
 def test_records_without_group_key_get_and_give_no_negatives() -> None:
     candidates = _angles([0, 5, 10, 15])
     result = mine_from_embeddings(candidates, candidates, [None] * 4, ["x", None, "x", "x"], k=3)
@@ -120,7 +143,8 @@ def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint) -> No
     config_path = _pairs_config(tmp_path)
     out = tmp_path / "mined.jsonl"
     code = main(["mine-negatives", "--model", str(tiny_checkpoint()), "--data", str(config_path),
-                 "--group-by", "edit", "--k", "2", "--out", str(out), "--min-positive-similarity", "-1.5"])
+                 "--group-by", "edit", "--k", "2", "--out", str(out), "--min-positive-similarity", "-1.5",
+                 "--similarity", "query"])
     assert code == 0
     (tmp_path / "mined.yaml").write_text("datasets:\n  - {name: edits, kind: pairs, path: mined.jsonl}\n")
     dataset = load_train_config(tmp_path / "mined.yaml").datasets[0]
@@ -131,3 +155,4 @@ def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint) -> No
             assert other["edit"] == rec["edit"] and other["identity"] != rec["identity"]
     report = json.loads((tmp_path / "mined.jsonl.mining.json").read_text())
     assert report["records_with_k"] == 8 and report["positive_similarity"]["below_threshold"] == 0
+    assert report["similarity"] == "query"

@@ -2,9 +2,12 @@
 
 For every record: embed its query side (with the dataset's query instruction) and its
 candidate side (with the candidate instruction); among the records that share the group key
-(``group_by``, e.g. the same edit instruction) but *not* the identity, the ``k`` whose
-candidates are nearest to the record's query (faiss inner product on unit vectors) become its
-``hard_negatives`` (ids, nearest first).  ``min_positive_similarity`` flags or removes
+(``group_by``, e.g. the same edit instruction) but *not* the identity, the ``k`` nearest
+become its ``hard_negatives`` (ids, nearest first; faiss inner product on unit vectors).
+"Nearest" is ``similarity="candidate"`` (the default, the paper's: the record's own
+candidate against the others' candidates -- for edits, the generated images closest to its
+generated image) or ``similarity="query"`` (the record's query against the others'
+candidates: what the model confuses at retrieval time).  ``min_positive_similarity`` flags or removes
 records whose query-positive cosine is below the threshold (the paper's denoising): for
 ``pairs`` rows the row's own positive, for ``identity`` rows the mean over the other
 instances of the identity.
@@ -32,6 +35,7 @@ from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.encoder import Encoder
 
 _SEARCH_CHUNK = 4096
+SIMILARITIES: tuple[str, str] = ("candidate", "query")
 
 
 @dataclass
@@ -74,14 +78,18 @@ def positive_similarity(kind: str, queries: np.ndarray, candidates: np.ndarray,
 def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities: Sequence[Any],
                          groups: Sequence[Any] | None, k: int, kind: str = "pairs",
                          min_positive_similarity: float | None = None,
-                         remove_noisy: bool = False) -> MiningResult:
+                         remove_noisy: bool = False, similarity: str = "candidate") -> MiningResult:
     """Hard negatives from precomputed unit-norm embeddings (row i = record i).
 
     ``identities``: label per record (None: the record is its own identity).  ``groups``:
     group key per record (None for a record: it gets no negatives and is nobody's negative);
-    ``groups=None``: one group.
+    ``groups=None``: one group.  ``similarity``: ``candidate`` (rank the others' candidates by
+    similarity to the record's candidate) or ``query`` (to the record's query).
     """
     import faiss
+
+    if similarity not in SIMILARITIES:
+        raise ConfigError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
 
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     candidates = np.ascontiguousarray(candidates, dtype=np.float32)
@@ -93,9 +101,10 @@ def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities
     identity = _codes(list(identities))
     group = np.zeros(n, dtype=np.int64) if groups is None else _codes(list(groups))
     ungrouped = np.zeros(n, dtype=bool) if groups is None else np.array([g is None for g in groups])
-    similarity = positive_similarity(kind, queries, candidates, identity)
+    probes = candidates if similarity == "candidate" else queries
+    positive = positive_similarity(kind, queries, candidates, identity)
     noisy = np.zeros(n, dtype=bool) if min_positive_similarity is None else \
-        (similarity < min_positive_similarity)
+        (positive < min_positive_similarity)
     removed = noisy.copy() if remove_noisy else np.zeros(n, dtype=bool)
     if remove_noisy and kind == "identity":
         # an identity row needs another instance as its positive: drop identities left alone
@@ -115,22 +124,24 @@ def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities
         # queries in chunks: depth can be large (k + the biggest identity), so bound memory
         for start in range(0, len(members), _SEARCH_CHUNK):
             chunk = members[start:start + _SEARCH_CHUNK]
-            _scores, neighbours = index.search(queries[chunk], depth)
+            _scores, neighbours = index.search(probes[chunk], depth)
             for row, found in zip(chunk, neighbours):
                 found = members[found[found >= 0]]
                 found = found[identity[found] != identity[row]]
                 hard_negatives[row] = found[:k].tolist()
-    report = _mining_report(hard_negatives, similarity, noisy, removed, ungrouped, k,
-                            min_positive_similarity, queries, candidates)
-    return MiningResult(hard_negatives, similarity, noisy, removed, report)
+    report = _mining_report(hard_negatives, positive, noisy, removed, ungrouped, k,
+                            min_positive_similarity, probes, candidates)
+    report["similarity"] = similarity
+    return MiningResult(hard_negatives, positive, noisy, removed, report)
 
 
 def _mining_report(hard_negatives: list[list[int]], similarity: np.ndarray, noisy: np.ndarray,
                    removed: np.ndarray, ungrouped: np.ndarray, k: int, threshold: float | None,
-                   queries: np.ndarray, candidates: np.ndarray) -> dict[str, Any]:
+                   probes: np.ndarray, candidates: np.ndarray) -> dict[str, Any]:
     kept = ~removed
     counts = np.array([len(h) for h in hard_negatives])
-    negative_similarity = [float(queries[i] @ candidates[j]) for i, hn in enumerate(hard_negatives) for j in hn]
+    # in the ranking's own terms: the record's probe (candidate or query) against the negative's candidate
+    negative_similarity = [float(probes[i] @ candidates[j]) for i, hn in enumerate(hard_negatives) for j in hn]
     finite = similarity[np.isfinite(similarity)]
     return {
         "records": int(len(counts)), "kept": int(kept.sum()), "removed": int(removed.sum()),
@@ -158,7 +169,8 @@ def _field(record: dict[str, Any], dotted: str) -> Any:
 
 def mine_dataset(dataset: Any, encoder: Encoder, k: int = 5, group_by: str | None = None,
                  min_positive_similarity: float | None = None, remove_noisy: bool = False,
-                 batch_size: int = 16, show_progress: bool = False) -> tuple[list[dict[str, Any]], MiningResult]:
+                 batch_size: int = 16, show_progress: bool = False,
+                 similarity: str = "candidate") -> tuple[list[dict[str, Any]], MiningResult]:
     """Mine one loaded sub-dataset (``vis_embed.data.TrainDataset``); returns output rows and result."""
     records = dataset.records
     queries = encoder.encode([dataset.query_item(r) for r in records], instruction=dataset.query_instruction,
@@ -169,7 +181,8 @@ def mine_dataset(dataset: Any, encoder: Encoder, k: int = 5, group_by: str | Non
     identities = [dataset.identity_key(r) for r in records]
     groups = None if group_by is None else [_field(r, group_by) for r in records]
     result = mine_from_embeddings(queries, candidates, identities, groups, k, kind=dataset.kind,
-                                  min_positive_similarity=min_positive_similarity, remove_noisy=remove_noisy)
+                                  min_positive_similarity=min_positive_similarity, remove_noisy=remove_noisy,
+                                  similarity=similarity)
     rows = []
     for position, record in enumerate(records):
         if result.removed[position]:

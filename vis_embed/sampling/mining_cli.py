@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vis_embed.sampling.mining import load_mining_dataset, mine_dataset
+from vis_embed.sampling.mining import SIMILARITIES, load_mining_dataset, mine_dataset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-by", default=None,
                         help="record field (dotted path, e.g. query.text) negatives must share; default: none")
     parser.add_argument("--k", type=int, default=5, help="hard negatives per record (default 5)")
+    parser.add_argument("--similarity", choices=SIMILARITIES, default="candidate",
+                        help="rank the group's other records by candidate<->candidate similarity (default, "
+                             "the paper's: generated images closest to the record's) or by the record's "
+                             "query against their candidates")
     parser.add_argument("--out", required=True, help="output data file (.jsonl or .parquet)")
     parser.add_argument("--min-positive-similarity", type=float, default=None,
                         help="query-positive cosine below which a record is a noisy positive")
@@ -40,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     rows, result = mine_dataset(dataset, encoder, k=args.k, group_by=args.group_by,
                                 min_positive_similarity=args.min_positive_similarity,
                                 remove_noisy=args.noisy == "remove", batch_size=args.batch_size,
-                                show_progress=True)
+                                show_progress=True, similarity=args.similarity)
     write_table(args.out, rows)
     report_path = Path(args.report) if args.report else Path(args.out).with_name(Path(args.out).name + ".mining.json")
     atomic_write_json(report_path, result.report)
