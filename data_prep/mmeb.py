@@ -8,10 +8,11 @@ We strip the placeholder (our prompt builder inserts the image itself) and keep 
 the text -- which holds VLM2Vec's task instruction -- as the item's text, so the
 converted datasets carry no separate ``query_instruction``.
 
-Negatives (``neg_text`` / ``neg_image_path``) are never dropped silently: a negative equal
-to the positive of another row of the same dataset becomes that row's id in
-``hard_negatives`` (the scheduler puts it in the same batch); any other negative is kept
-verbatim under the row's ``negative`` key and counted as *unlinked* in the report.
+Negatives (``neg_text`` / ``neg_image_path``) are never dropped: a negative equal to the
+positive of another row of the same dataset becomes that row's id in ``hard_negatives`` (the
+scheduler puts it in the same batch); any other negative is kept as the row's explicit
+negative candidate (``negatives: [item]``; the trainer adds it to the loss's candidates)
+and counted as *unlinked* in the report.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def _link_negatives(rows: list[dict[str, Any]], negatives: list[tuple[int, dict[
             row["hard_negatives"] = [target]
             linked += 1
         else:
-            row["negative"] = negative
+            row["negatives"] = [negative]
     return linked
 
 

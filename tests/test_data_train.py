@@ -233,6 +233,24 @@ def test_single_instance_identity_loads_and_is_counted(data_dir: Path) -> None:
     assert cfg.datasets[1].get("p1")["identity"] == "bird" and cfg.datasets[1].single_instance_identities() == 0
 
 
+def test_pairs_row_negatives_are_items_validated_and_resolved(data_dir: Path) -> None:
+    pairs = _pairs_rows()
+    pairs[0]["negatives"] = [{"image": "b1.png"}, {"text": "not this one"}]
+    ds = load_train_config(_setup(data_dir, pairs_rows=pairs)).datasets[1]
+    assert ds.negative_items(ds.get("p1")) == [{"image": str(data_dir / "train" / "b1.png"), "text": None},
+                                               {"image": None, "text": "not this one"}]
+    assert ds.negative_items(ds.get("p2")) == []
+    for negatives, pattern in [
+        ([{"img": "b1.png"}], r"pairs.jsonl:1: field 'negatives\[0\].img': unknown item key"),
+        ([{"text": "ok"}, {}], r"pairs.jsonl:1: field 'negatives\[1\].image': item has neither"),
+        ([{"image": "nope.png"}], r"pairs.jsonl:1: field 'negatives\[0\].image': image file not found"),
+        ({"text": "x"}, r"pairs.jsonl:1: field 'negatives': expected a list of items"),
+    ]:
+        rows = _pairs_rows()
+        rows[0]["negatives"] = negatives
+        _expect(data_dir, pattern, pairs_rows=rows)
+
+
 def test_unknown_yaml_key(data_dir: Path) -> None:
     _expect(data_dir, r"train.yaml:\d+: field 'datasets\[0\].wieght': unknown key", wieght=2)
 

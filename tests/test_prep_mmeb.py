@@ -71,11 +71,15 @@ def test_mmeb_train_round_trip(tmp_path: Path) -> None:
     assert first["positive"] == {"text": "tench"}
     assert first["hard_negatives"] == ["1"]  # "goldfish" is row 1's positive
     assert cls.query_item(first)["image"] == str(tmp_path / "images" / "cls" / "Train" / "a.jpg")
-    assert "hard_negatives" not in cls.records[1] and "negative" not in cls.records[1]
+    assert "hard_negatives" not in cls.records[1] and "negatives" not in cls.records[1]
     dog = t2i.records[0]
     assert dog["query"] == {"text": "Find me an everyday image that matches the given caption: a dog."}
     assert dog["positive"] == {"image": "t2i/dog.jpg", "text": "Represent the given image."}
-    assert dog["negative"] == {"image": "t2i/cat.jpg", "text": "Represent the given image."}  # kept, not dropped
+    # kept as the row's explicit negative candidate, loaded and resolved like its positive
+    assert dog["negatives"] == [{"image": "t2i/cat.jpg", "text": "Represent the given image."}]
+    assert t2i.negative_items(dog) == [{"image": str(tmp_path / "images" / "t2i" / "cat.jpg"),
+                                        "text": "Represent the given image."}]
+    assert cls.negative_items(first) == []
     by_name = {d["name"]: d for d in report["datasets"]}
     assert by_name["ImageNet_1K"]["negatives_linked_as_hard_negatives"] == 1
     assert by_name["MSCOCO_t2i"]["negatives_kept_unlinked"] == 1

@@ -100,6 +100,12 @@ class TrainDataset:
             return self._item(rec["positive"], rec, "positive")
         return {"image": self.resolve_image(rec["image"]), "text": None}
 
+    def negative_items(self, rec: dict[str, Any]) -> list[Item]:
+        """A pairs row's explicit negative candidates (``negatives``; e.g. MMEB-train's ``neg_*``
+        that are no other row's positive): extra candidates of the row's query, resolved like
+        its positive.  Empty for identity rows and rows without them."""
+        return [self._item(obj, rec, f"negatives[{i}]") for i, obj in enumerate(rec.get("negatives", ()))]
+
     def _item(self, obj: dict[str, Any], rec: dict[str, Any], side: str) -> Item:
         """A pairs item with its image resolved, cropped to its ``bbox`` (a PIL image) if set."""
         image = obj.get("image")
@@ -248,6 +254,13 @@ def _validate_pairs_row(row: dict[str, Any], ctx: RowContext, dataset: TrainData
         if "image" in item:
             checker.check(dataset.resolve_image(item["image"]), f"{side}.image", ctx)
     require_str(row, "identity", ctx, optional=True)
+    negatives = row.get("negatives", [])
+    if not isinstance(negatives, list):
+        raise ctx.error("negatives", f"expected a list of items, got {type(negatives).__name__}")
+    for index, negative in enumerate(negatives):
+        item = check_item(negative, f"negatives[{index}]", path=ctx.path, line=ctx.line)
+        if "image" in item:
+            checker.check(dataset.resolve_image(item["image"]), f"negatives[{index}].image", ctx)
 
 
 def _check_hard_negatives(dataset: TrainDataset) -> None:
