@@ -104,6 +104,8 @@ class TrainDataset:
         """A pairs row's explicit negative candidates (``negatives``; e.g. MMEB-train's ``neg_*``
         that are no other row's positive): extra candidates of the row's query, resolved like
         its positive.  Empty for identity rows and rows without them."""
+        if self.kind != "pairs":
+            return []
         return [self._item(obj, rec, f"negatives[{i}]") for i, obj in enumerate(rec.get("negatives", ()))]
 
     def _item(self, obj: dict[str, Any], rec: dict[str, Any], side: str) -> Item:

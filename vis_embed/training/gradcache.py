@@ -103,9 +103,11 @@ def contrastive_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch
 
     ``queries[i]`` / ``candidates[i]`` are this rank's prepared members (what ``collate``
     takes), in schedule order; ``loss_fn`` receives the *global* (gathered) embeddings.
+    ``candidates`` may be longer than ``queries`` (extra candidates after the positives, the
+    same count on every rank).
     """
-    if len(queries) != len(candidates):
-        raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates")
+    if len(candidates) < len(queries):
+        raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates (need one per query)")
     if chunk_size <= 0 or len(queries) + len(candidates) <= chunk_size:
         return _plain_step(backend, collate, queries, candidates, loss_fn, device)
     return _gradcache_step(backend, collate, queries, candidates, loss_fn, chunk_size,

@@ -35,6 +35,7 @@ from vis_embed.model.embedding_model import EmbeddingModel, resolve_dtype
 from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
+from vis_embed.training.extra_candidates import column_order, extra_count, prepare_extras
 from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world_size, init_distributed, is_main_process
 from vis_embed.training.gradcache import StepResult, contrastive_step
 from vis_embed.training.labels import loss_label
@@ -63,6 +64,7 @@ class PreparedStep:
     candidate_lengths: list[int]
     identities: torch.Tensor  # (global batch,) identity ids in slot order
     designated: torch.Tensor | None = None  # (global batch,)*2 designated hard-negative pairs
+    candidate_order: torch.Tensor | None = None  # loss columns in the gathered candidates (explicit negatives)
 
 
 def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
@@ -214,8 +216,13 @@ class Trainer:
             for p, q, c in zip(positions, prepared_q, prepared_c):
                 queries[p], candidates[p] = q, c
         designated = designated_negatives([m.role for m in members], [m.slot for m in members])
+        # rows' explicit negatives: extra candidates after this rank's positives (extra_candidates.py)
+        padded, order = column_order([extra_count(self._dataset(m.dataset), m.query_id) for m in members],
+                                     self.world_size)
+        if order is not None:
+            candidates += prepare_extras(shard, self._dataset, self.model.prepare, padded, candidates[-1])
         return PreparedStep(batch.step, queries, candidates, [q.length for q in queries],
-                            [c.length for c in candidates], identities, designated)
+                            [c.length for c in candidates], identities, designated, order)
 
     def _dataset(self, name: str) -> Any:
         try:
@@ -230,6 +237,8 @@ class Trainer:
         labels = BatchLabels(prepared.identities, prepared.designated)
 
         def loss_fn(queries: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+            if prepared.candidate_order is not None:
+                candidates = candidates[prepared.candidate_order.to(candidates.device)]
             return self.objective(queries, candidates, labels)
 
         result = contrastive_step(self.backend, self.model.collate, prepared.queries, prepared.candidates,

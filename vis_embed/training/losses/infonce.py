@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vis_embed.training.losses.designated import pad_columns
+
 NO_IDENTITY = -1
 
 
@@ -49,17 +51,21 @@ def info_nce_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, temper
     """Mean InfoNCE of ``N`` queries against ``N`` candidates (row i's positive is column i).
 
     ``identities`` (N,) int64: candidates j != i with ``identities[j] == identities[i] >= 0``
-    are masked out of query i's denominator.  Computed in float32 whatever the input dtype.
+    are masked out of query i's denominator.  ``candidate_embeddings`` may have more rows than
+    the queries: extra candidates after the N positives (explicit negatives), in every
+    query's denominator and never masked.  Computed in float32 whatever the input dtype.
     """
-    if query_embeddings.shape != candidate_embeddings.shape:
+    if query_embeddings.shape[0] > candidate_embeddings.shape[0] \
+            or query_embeddings.shape[1:] != candidate_embeddings.shape[1:]:
         raise ValueError(f"queries {tuple(query_embeddings.shape)} and candidates "
-                         f"{tuple(candidate_embeddings.shape)} must have the same shape")
+                         f"{tuple(candidate_embeddings.shape)}: need one candidate per query (+ extras) "
+                         f"of the same width")
     scores = query_embeddings.float() @ candidate_embeddings.float().T / temperature
     if identities is not None:
         identities = identities.to(scores.device)
         same_identity = (identities[:, None] == identities[None, :]) & (identities[:, None] >= 0)
         same_identity.fill_diagonal_(False)
-        scores = scores.masked_fill(same_identity, float("-inf"))
+        scores = scores.masked_fill(pad_columns(same_identity, scores.shape[1]), float("-inf"))
     targets = torch.arange(scores.shape[0], device=scores.device)
     return F.cross_entropy(scores, targets)
 
