@@ -226,6 +226,16 @@ def test_single_instance_identity_loads_and_is_counted(data_dir: Path) -> None:
     assert ds.single_instance_identities() == 1
     assert list(ds.arrays().hard_negatives_of(0)) == [ds.index["c1"]]
     assert load_train_config(_setup(data_dir)).datasets[0].single_instance_identities() == 0
+    # `vis-embed prep check` counts them per dataset
+    import contextlib
+    import io
+
+    from vis_embed.cli import main as cli_main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli_main(["prep", "check", str(_setup(data_dir, identity_rows=rows))]) == 0
+    assert "rec: identity, 5 rows, 3 identities (1 single-instance: never anchors" in out.getvalue()
     # in a pairs dataset the row's positive is explicit: nothing to count
     pairs = _pairs_rows()
     pairs[0]["identity"] = "bird"

@@ -146,3 +146,8 @@ def test_report_counts_shortfalls_by_cause(scheduled: tuple) -> None:
         hn = entry["hard_negatives"]
         assert set(hn["shortfalls"]) == {"identity_in_batch", "slot_end", "beyond_margin"}
         assert hn["anchors_with_all_wanted"] + sum(hn["shortfalls"].values()) == hn["anchors_with_usable"]
+    from vis_embed.sampling.report import format_report
+
+    table = format_report(report)
+    assert "anchors short of hard negatives, by cause: identity_in_batch" in table
+    assert "excl: single-instance identities" in table
