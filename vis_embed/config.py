@@ -13,6 +13,7 @@ name the field it is about, so a check on a whole entry still points at the offe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +24,17 @@ from vis_embed.errors import DataError
 
 Model = TypeVar("Model", bound=BaseModel)
 Entry = TypeVar("Entry", bound=BaseModel)
+
+
+def get_dotted(document: Any, dotted: str) -> Any:
+    """``document["a"]["b"]`` for ``"a.b"`` (the key form of ``--set`` and of record fields), or
+    None where a part is missing or a level is not a mapping."""
+    value: Any = document
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
 
 
 def dotted_field(loc: tuple[Any, ...]) -> str:

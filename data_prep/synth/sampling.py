@@ -134,6 +134,24 @@ def sample_identities(rng: np.random.Generator, family: str, count: int, taken: 
     return chosen
 
 
+
+def _change_figure_detail(rng: np.random.Generator, params: Params, anchor: Params, attribute: str) -> None:
+    """Set a figure's ``bottom``, ``bag`` or ``top_pattern`` (in ``params``) to another value
+    than ``anchor``'s: the changes look-alikes and family variants share."""
+    if attribute == "bottom":
+        params["bottom"] = _pick(rng, TROUSER_COLOURS, exclude=(anchor["bottom"],))
+    elif attribute == "bag":
+        params["bag"] = _pick(rng, ("none", "backpack", "handbag"), exclude=(anchor["bag"],))
+        params["bag_colour"] = (None if params["bag"] == "none"
+                                else anchor["bag_colour"] or _pick(rng, OBJECT_COLOURS))
+    elif attribute == "top_pattern":
+        params["top_pattern"] = _pick(rng, ("solid", "stripes", "split", "logo"), exclude=(anchor["top_pattern"],))
+        params["top_secondary"] = (None if params["top_pattern"] == "solid" else anchor["top_secondary"]
+                                   or _pick(rng, OBJECT_COLOURS, exclude=(anchor["top"],)))
+    else:
+        raise ValueError(f"unknown figure detail {attribute!r}")
+
+
 def make_lookalike(rng: np.random.Generator, family: str, anchor: Params,
                    taken: set[str]) -> tuple[Params, str] | None:
     """A near-identity distractor: ``anchor`` with exactly one identity attribute nudged.
@@ -167,16 +185,8 @@ def make_lookalike(rng: np.random.Generator, family: str, anchor: Params,
             attribute = _pick(rng, ("top", "bottom", "bag", "top_pattern"))
             if attribute == "top":
                 params["top"] = _pick(rng, COLOUR_NEIGHBOURS[anchor["top"]], exclude=(anchor["top_secondary"],))
-            elif attribute == "bottom":
-                params["bottom"] = _pick(rng, TROUSER_COLOURS, exclude=(anchor["bottom"],))
-            elif attribute == "bag":
-                params["bag"] = _pick(rng, ("none", "backpack", "handbag"), exclude=(anchor["bag"],))
-                params["bag_colour"] = (None if params["bag"] == "none"
-                                        else anchor["bag_colour"] or _pick(rng, OBJECT_COLOURS))
             else:
-                params["top_pattern"] = _pick(rng, ("solid", "stripes", "split", "logo"), exclude=(anchor["top_pattern"],))
-                params["top_secondary"] = (None if params["top_pattern"] == "solid" else anchor["top_secondary"]
-                                           or _pick(rng, OBJECT_COLOURS, exclude=(anchor["top"],)))
+                _change_figure_detail(rng, params, anchor, attribute)
         else:
             raise ValueError(f"no look-alikes for family {family!r}")
         signature = identity_signature(params)
@@ -398,18 +408,10 @@ def make_variant(rng: np.random.Generator, family: str, anchor: Params,
                 params["texture"] = _pick(rng, TEXTURES, exclude=(anchor["texture"],))
             params = _finish_object(params)
         elif family == "figure":
-            if attribute == "bottom":
-                params["bottom"] = _pick(rng, TROUSER_COLOURS, exclude=(anchor["bottom"],))
-            elif attribute == "bag":
-                params["bag"] = _pick(rng, ("none", "backpack", "handbag"), exclude=(anchor["bag"],))
-                params["bag_colour"] = (None if params["bag"] == "none"
-                                        else anchor["bag_colour"] or _pick(rng, OBJECT_COLOURS))
-            elif attribute == "top_pattern":
-                params["top_pattern"] = _pick(rng, ("solid", "stripes", "split", "logo"), exclude=(anchor["top_pattern"],))
-                params["top_secondary"] = (None if params["top_pattern"] == "solid" else anchor["top_secondary"]
-                                           or _pick(rng, OBJECT_COLOURS, exclude=(anchor["top"],)))
-            else:
+            if attribute == "sleeves":
                 params["sleeves"] = "short" if anchor["sleeves"] == "long" else "long"
+            else:
+                _change_figure_detail(rng, params, anchor, attribute)
         else:
             raise ValueError(f"no family variants for family {family!r}")
         signature = identity_signature(params)

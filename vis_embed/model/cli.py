@@ -35,14 +35,9 @@ def run_tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="hub id or local checkpoint directory")
-    parser.add_argument("--input", required=True, type=Path, help="items JSONL (image?, text?)")
-    parser.add_argument("--output", required=True, type=Path, help="embeddings .npy to write")
-    parser.add_argument("--adapter", type=Path, default=None, help="peft LoRA adapter directory")
-    parser.add_argument("--instruction", default=None, help="prepended to every item's text")
-    parser.add_argument("--batch-size", type=int, default=16,
-                        help="items per forward pass; the vectors do not depend on it (default: 16)")
+def add_model_loading_arguments(parser: argparse.ArgumentParser) -> None:
+    """How to load the model for inference: pixel budget, device, dtype, prompt format
+    (``encode`` and ``serve``; the values go to ``Embedder.from_pretrained``)."""
     parser.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
                         help=f"largest image area in pixels before resizing (default: {DEFAULT_MAX_PIXELS})")
     parser.add_argument("--min-pixels", type=int, default=DEFAULT_MIN_PIXELS,
@@ -51,6 +46,17 @@ def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA)")
     parser.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="chat",
                         help="prompt template: chat (Qwen chat messages) or vlm2vec (default: chat)")
+
+
+def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="hub id or local checkpoint directory")
+    parser.add_argument("--input", required=True, type=Path, help="items JSONL (image?, text?)")
+    parser.add_argument("--output", required=True, type=Path, help="embeddings .npy to write")
+    parser.add_argument("--adapter", type=Path, default=None, help="peft LoRA adapter directory")
+    parser.add_argument("--instruction", default=None, help="prepended to every item's text")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="items per forward pass; the vectors do not depend on it (default: 16)")
+    add_model_loading_arguments(parser)
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                         help="skip: write bad lines to OUTPUT.rejects.jsonl and encode the rest")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

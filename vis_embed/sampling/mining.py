@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from vis_embed.config import get_dotted
 from vis_embed.data.factorize import factorize
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.encoder import Encoder
@@ -159,11 +160,8 @@ def _mining_report(hard_negatives: list[list[int]], similarity: np.ndarray, nois
 
 
 def _field(record: dict[str, Any], dotted: str) -> Any:
-    value: Any = record
-    for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
+    """A record's value at ``dotted``, hashable (nested values as canonical JSON)."""
+    value = get_dotted(record, dotted)
     return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
 
 

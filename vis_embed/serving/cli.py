@@ -10,8 +10,7 @@ import argparse
 from pathlib import Path
 
 from vis_embed.errors import ConfigError
-from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
-from vis_embed.model.prompts import PROMPT_FORMATS
+from vis_embed.model.cli import add_model_loading_arguments
 
 # Kept in step with vis_embed.serving.app / images (not imported: they import FastAPI).
 _MAX_REQUEST_BYTES = 32 * 1024 * 1024
@@ -41,14 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"seconds to fetch an image URL (default: {_URL_TIMEOUT_S})")
     parser.add_argument("--allow-local-files", action="store_true",
                         help="accept image paths on the server's disk (off: any client could read its files)")
-    parser.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
-                        help=f"largest image area in pixels before resizing (default: {DEFAULT_MAX_PIXELS})")
-    parser.add_argument("--min-pixels", type=int, default=DEFAULT_MIN_PIXELS,
-                        help=f"smallest image area in pixels (default: {DEFAULT_MIN_PIXELS})")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
-    parser.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA)")
-    parser.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="chat",
-                        help="prompt template: chat or vlm2vec (default: chat)")
+    add_model_loading_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,7 +4,7 @@ Why not ``transformers.get_scheduler``: its warm-up factor at step ``s`` is ``s 
 first optimiser step of a warm-up runs at learning rate 0 (a wasted step; with the tiny
 recipes' ``warmup_steps: 1`` the whole first step).  Ours is ``(s + 1) / W``: the warm-up
 reaches the peak at step ``W - 1``.  After the warm-up both are the same curve
-(``tests/test_train_lr_schedule.py`` checks both statements against transformers), and
+(``tests/test_train_setup.py`` checks both statements against transformers), and
 switching would change every trained figure, so this stays written out.
 """
 

@@ -9,19 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vis_embed.config import get_dotted
+
 # Recipe keys shown in the card's training table (dotted paths into the recipe dict).
 CARD_RECIPE_KEYS = ("max_steps", "global_batch_size", "seed", "optimizer.lr", "optimizer.decay",
                     "adaptation", "loss.kind", "loss.identity_mask", "lora.r", "lora.alpha", "temperature.init",
                     "temperature.learnable", "schedule")
-
-
-def _lookup(recipe: Mapping[str, Any], dotted: str) -> Any:
-    value: Any = recipe
-    for part in dotted.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -46,7 +39,7 @@ def model_card(base_model: str, recipe: Mapping[str, Any], steps: int,
                      "(last-token pooling, L2-normalised vectors, `chat` prompt format).", "",
                      "## Training", ""]
     lines += _table(["key", "value"], [("base model", base_model), ("steps completed", steps)]
-                    + [(key, _lookup(recipe, key)) for key in CARD_RECIPE_KEYS if _lookup(recipe, key) is not None])
+                    + [(key, get_dotted(recipe, key)) for key in CARD_RECIPE_KEYS if get_dotted(recipe, key) is not None])
     lines += ["", "## Data", ""]
     lines += _table(["dataset", "kind", "file", "weight"],
                     [(d.get("name"), d.get("kind"), d.get("path"), d.get("weight")) for d in datasets])
