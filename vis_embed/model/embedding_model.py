@@ -31,6 +31,7 @@ from vis_embed.data.images import crop_to_bbox, fit_aspect_ratio, load_image
 from vis_embed.data.items import check_item
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES, TEXT_LORA_MODULES
+from vis_embed.model.patch_embedding import use_matmul_patch_embedding
 from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
 from vis_embed.model.prompts import build_prompt, check_prompt_format
@@ -99,6 +100,7 @@ class EmbeddingModel(torch.nn.Module):
         self.max_length = max_length  # the caller's token cap; None: the model's own (token_limit)
         self.truncated_items = 0  # items whose text prepare_one cut to fit token_limit
         self.backbone = backbone
+        use_matmul_patch_embedding(backbone)  # same numbers, a GEMM instead of oneDNN's conv
         self.head: ProjectionHead | None = None  # adaptation "head": applied after pooling
         self.processor = processor
         self.min_pixels = int(min_pixels)
