@@ -18,7 +18,10 @@ each chunk is padded only to its own longest member, so chunks waste little comp
 
 Two savings keep GradCache close to a plain step when the batch is small:
 
-- a step whose members (both sides) fit in one chunk runs the plain path outright;
+- a step whose sides each fit in one chunk (at most ``chunk_size`` queries and at most
+  ``chunk_size`` candidates) runs the plain path outright: replaying would cost a forward
+  per member for nothing.  That forward holds both sides, up to ``2 * chunk_size``
+  members, where chunked encoding would hold one chunk;
 - the last chunk of pass 1 is encoded *with* grad and its graph is kept: its cached gradient
   is back-propagated through that graph (first, before the replays, so DDP and DeepSpeed see
   it as one more accumulation micro-step) and it is never replayed.  Memory stays that of one
@@ -108,7 +111,7 @@ def contrastive_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch
     """
     if len(candidates) < len(queries):
         raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates (need one per query)")
-    if chunk_size <= 0 or len(queries) + len(candidates) <= chunk_size:
+    if chunk_size <= 0 or max(len(queries), len(candidates)) <= chunk_size:
         return _plain_step(backend, collate, queries, candidates, loss_fn, device)
     return _gradcache_step(backend, collate, queries, candidates, loss_fn, chunk_size,
                            query_lengths, candidate_lengths, device, check_replay, max_padding)
