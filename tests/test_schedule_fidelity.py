@@ -151,3 +151,19 @@ def test_report_counts_shortfalls_by_cause(scheduled: tuple) -> None:
     table = format_report(report)
     assert "anchors short of hard negatives, by cause: identity_in_batch" in table
     assert "excl: single-instance identities" in table
+
+
+def test_printed_table_has_no_nan_cells(scheduled: tuple) -> None:
+    """Figures that do not apply print as '-': the pairs dataset has no identity draws (TV), and
+    with no hard negatives asked for, no dataset has a coverage."""
+    from vis_embed.sampling.report import format_report
+
+    _config, _schedule, report = scheduled
+    rows = {line.split()[0]: line.split() for line in format_report(report).splitlines()[2:5]}
+    assert "nan" not in format_report(report).lower()
+    assert rows["pairs"][9] == "-" and rows["people"][9] != "-"  # TV
+    assert rows["people"][10].endswith("%")  # HN cov: k = 3 negatives asked for
+    without_negatives = json.loads(json.dumps(report))
+    without_negatives["settings"]["hard_negatives"] = 0
+    cells = [line.split()[10:12] for line in format_report(without_negatives).splitlines()[2:5]]
+    assert cells == [["-", "-"]] * 3

@@ -113,18 +113,23 @@ def format_report(report: dict[str, Any]) -> str:
     header = (f"{'dataset':<24} {'kind':<8} {'rows':>9} {'idents':>8} {'excl':>6} {'share':>7} "
               f"{'slots exp':>9} {'slots got':>9} {'anchors':>9} {'TV':>6} {'HN cov':>7} {'HN/anc':>6}")
     lines = [header, "-" * len(header)]
+    wants_negatives = report["settings"].get("hard_negatives", 0) > 0
     for entry in report["datasets"]:
         hn = entry["hard_negatives"]
-        coverage = hn["anchors_with_all_wanted"] / hn["anchors_with_usable"] if hn["anchors_with_usable"] \
-            else float("nan")
-        tv = entry.get("draw_frequencies", {}).get("total_variation", float("nan"))
+        # "-" where a figure does not apply (no identity draws in a pairs dataset; no hard
+        # negatives asked for or none designated), never a nan cell.
+        with_negatives = wants_negatives and hn["anchors_with_usable"] > 0
+        coverage = f"{hn['anchors_with_all_wanted'] / hn['anchors_with_usable']:.1%}" if with_negatives else "-"
+        per_anchor = f"{hn['mean_per_anchor_with_usable']:.2f}" if with_negatives else "-"
+        tv = entry.get("draw_frequencies", {}).get("total_variation")
+        tv_cell = "-" if tv is None or tv != tv else f"{tv:.3f}"
         name = entry["name"] if entry["skipped"] is None else f"{entry['name']} (skipped)"
         lines.append(
             f"{name[:24]:<24} {entry['kind']:<8} {entry['rows']:>9} {entry['identities']:>8} "
             f"{entry['excluded_identities']:>6} {entry['proportional_slot_share']:>7.4f} "
             f"{entry['expected_slot_share']:>9.4f} "
-            f"{entry['realised_slot_share']:>9.4f} {entry['anchors']:>9} {tv:>6.3f} "
-            f"{coverage:>7.1%} {hn['mean_per_anchor_with_usable']:>6.2f}")
+            f"{entry['realised_slot_share']:>9.4f} {entry['anchors']:>9} {tv_cell:>6} "
+            f"{coverage:>7} {per_anchor:>6}")
     fallbacks = report["fallbacks"]
     lines.append("")
     lines.append(f"slots per batch: {report['slots_per_batch']} (at most {report['max_slots_per_dataset']} "
@@ -141,5 +146,5 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("excl: single-instance identities (never anchors); share: configured (weight x size); "
                  "slots exp/got: expected vs realised share of slots; TV: total variation between expected "
                  "and realised anchor identity frequencies; HN cov: anchors with usable hard negatives that "
-                 "got min(k, usable) of them")
+                 "got min(k, usable) of them; -: does not apply")
     return "\n".join(lines)
