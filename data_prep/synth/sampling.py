@@ -134,7 +134,6 @@ def sample_identities(rng: np.random.Generator, family: str, count: int, taken: 
     return chosen
 
 
-
 def _change_figure_detail(rng: np.random.Generator, params: Params, anchor: Params, attribute: str) -> None:
     """Set a figure's ``bottom``, ``bag`` or ``top_pattern`` (in ``params``) to another value
     than ``anchor``'s: the changes look-alikes and family variants share."""
