@@ -134,6 +134,15 @@ def sample_identities(rng: np.random.Generator, family: str, count: int, taken: 
     return chosen
 
 
+def _claim(params: Params, taken: set[str]) -> bool:
+    """Add the identity's signature to ``taken``; False when another identity already has it."""
+    signature = identity_signature(params)
+    if signature in taken:
+        return False
+    taken.add(signature)
+    return True
+
+
 def _change_figure_detail(rng: np.random.Generator, params: Params, anchor: Params, attribute: str) -> None:
     """Set a figure's ``bottom``, ``bag`` or ``top_pattern`` (in ``params``) to another value
     than ``anchor``'s: the changes look-alikes and family variants share."""
@@ -188,9 +197,7 @@ def make_lookalike(rng: np.random.Generator, family: str, anchor: Params,
                 _change_figure_detail(rng, params, anchor, attribute)
         else:
             raise ValueError(f"no look-alikes for family {family!r}")
-        signature = identity_signature(params)
-        if signature not in taken:
-            taken.add(signature)
+        if _claim(params, taken):
             return params, attribute
     return None
 
@@ -413,9 +420,7 @@ def make_variant(rng: np.random.Generator, family: str, anchor: Params,
                 _change_figure_detail(rng, params, anchor, attribute)
         else:
             raise ValueError(f"no family variants for family {family!r}")
-        signature = identity_signature(params)
-        if signature not in taken:
-            taken.add(signature)
+        if _claim(params, taken):
             return params, attribute
     return None
 
