@@ -1,6 +1,6 @@
 """``vis-embed`` under torchrun with two test hooks, for tests/test_distributed_eval.py.
 
-``python _dist_eval_worker.py ARGS...`` runs ``vis_embed.cli.main(ARGS)`` (what ``-m vis_embed``
+``python _dist_eval_worker.py ARGS...`` runs ``vis_embed.cli.run_as_program(ARGS)`` (what ``-m vis_embed``
 runs), with ``{rank}`` in ARGS replaced by this rank (a cache folder per rank stands for one
 disk per node), and -- when ``KILL_RANK`` names this rank -- a crash: the rank SIGKILLs itself
 right after writing its first cache shard, as a node lost mid-run would.
@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from vis_embed.cli import main
+from vis_embed.cli import run_as_program
 from vis_embed.embedding_cache import EmbeddingCache
 
 
@@ -30,4 +30,4 @@ if __name__ == "__main__":
     rank = os.environ["RANK"]
     if os.environ.get("KILL_RANK") == rank:
         die_after_first_shard()
-    sys.exit(main([argument.replace("{rank}", rank) for argument in sys.argv[1:]]))
+    run_as_program([argument.replace("{rank}", rank) for argument in sys.argv[1:]])

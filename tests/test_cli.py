@@ -85,3 +85,44 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
 def test_top_level_help_lists_every_command() -> None:
     help_text = build_parser().format_help()
     assert all(name in help_text for name in COMMANDS)
+
+
+class _Exited(Exception):
+    def __init__(self, how: str, code: int) -> None:
+        super().__init__(how, code)
+        self.how, self.code = how, code
+
+
+def _run_as_program(monkeypatch: pytest.MonkeyPatch, world_size: str | None, group_alive: bool) -> _Exited:
+    import torch.distributed as dist
+
+    import vis_embed.cli as cli
+
+    def hard_exit(code: int) -> None:
+        raise _Exited("os._exit", code)
+
+    monkeypatch.setattr(cli.os, "_exit", hard_exit)
+    monkeypatch.setattr(dist, "is_initialized", lambda: group_alive)
+    if world_size is None:
+        monkeypatch.delenv("WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("WORLD_SIZE", world_size)
+    argv = ["report", "--no-reference"]  # a command that fails fast: exit code 2
+    try:
+        cli.run_as_program(argv)
+    except SystemExit as exc:
+        return _Exited("sys.exit", int(exc.code))
+    except _Exited as exc:
+        return exc
+    raise AssertionError("run_as_program returned")
+
+
+@pytest.mark.parametrize(("world_size", "group_alive", "how"), [
+    (None, False, "sys.exit"),      # one process: an ordinary exit
+    ("2", True, "sys.exit"),        # under torchrun, process group still up (train): ordinary exit
+    ("2", False, "os._exit"),       # under torchrun, the command left the group (encode, eval)
+])
+def test_a_finished_torchrun_rank_skips_interpreter_teardown(monkeypatch, capsys, world_size, group_alive, how) -> None:
+    exited = _run_as_program(monkeypatch, world_size, group_alive)
+    assert (exited.how, exited.code) == (how, 2)
+    assert "nothing to report" in capsys.readouterr().err  # the output was flushed first

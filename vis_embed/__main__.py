@@ -1,5 +1,3 @@
-import sys
+from vis_embed.cli import run_as_program
 
-from vis_embed.cli import main
-
-sys.exit(main())
+run_as_program()
