@@ -198,3 +198,11 @@ def test_gradient_checkpointing_with_lora_dropout_gives_the_same_adapter(setup, 
     a, b = _adapter(plain), _adapter(checkpointed)
     for name in a:
         assert torch.allclose(a[name], b[name], rtol=1e-5, atol=1e-7), name
+
+
+@pytest.mark.parametrize(("chunk_size", "announced"), [(0, False), (2, False), (4, True), (8, False)])
+def test_a_plain_step_wider_than_a_chunk_is_announced(setup, tmp_path, capsys, chunk_size, announced) -> None:
+    """4 queries + 4 candidates per step: chunk 4 runs them as one forward of 8 members (the
+    sides-fit shortcut), which exceeds chunk_size; chunk 8 holds them anyway, chunk 2 chunks."""
+    Trainer(_recipe(setup, tmp_path / "run", max_steps=1, gradcache__chunk_size=chunk_size))
+    assert ("one plain forward of 8 members" in capsys.readouterr().out) == announced

@@ -119,6 +119,13 @@ class Trainer:
             raise ConfigError(f"global_batch_size {recipe.global_batch_size} is not divisible by "
                               f"the number of processes {self.world_size}")
         self.local_batch_size = recipe.global_batch_size // self.world_size
+        chunk = recipe.gradcache.chunk_size
+        if is_main_process() and 0 < chunk and self.local_batch_size <= chunk < 2 * self.local_batch_size:
+            # GradCache's shortcut (training/gradcache.py) holds both sides in one forward: say so,
+            # since chunk_size is otherwise the most members in memory at once.
+            print(f"gradcache: {self.local_batch_size} queries and {self.local_batch_size} candidates per rank fit "
+                  f"one chunk of {chunk} each, so each step is one plain forward of {2 * self.local_batch_size} "
+                  f"members (a chunk_size below {self.local_batch_size} keeps GradCache's memory bound)", flush=True)
         self.show_progress = recipe.logging.progress_bar if show_progress is None else show_progress
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
         self.dtype = resolve_dtype(recipe.model_options.dtype, self.device)
