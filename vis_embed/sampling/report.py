@@ -8,6 +8,8 @@ coverage.  Global: fallbacks taken (truncated hard-negative groups, extra candid
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import numpy as np
@@ -122,7 +124,7 @@ def format_report(report: dict[str, Any]) -> str:
         coverage = f"{hn['anchors_with_all_wanted'] / hn['anchors_with_usable']:.1%}" if with_negatives else "-"
         per_anchor = f"{hn['mean_per_anchor_with_usable']:.2f}" if with_negatives else "-"
         tv = entry.get("draw_frequencies", {}).get("total_variation")
-        tv_cell = "-" if tv is None or tv != tv else f"{tv:.3f}"
+        tv_cell = "-" if tv is None or math.isnan(tv) else f"{tv:.3f}"
         name = entry["name"] if entry["skipped"] is None else f"{entry['name']} (skipped)"
         lines.append(
             f"{name[:24]:<24} {entry['kind']:<8} {entry['rows']:>9} {entry['identities']:>8} "

@@ -96,6 +96,12 @@ class _ScaleGrad(torch.autograd.Function):
         return grad * ctx.factor, None
 
 
+def runs_plain(queries: int, candidates: int, chunk_size: int) -> bool:
+    """Whether a step of this rank's ``queries`` and ``candidates`` runs the plain path: no
+    chunking asked for, or each side fits in one chunk (the forward then holds both sides)."""
+    return chunk_size <= 0 or max(queries, candidates) <= chunk_size
+
+
 def contrastive_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch],
                      queries: Sequence[Any], candidates: Sequence[Any], loss_fn: LossFn, *,
                      chunk_size: int, query_lengths: Sequence[int] | None = None,
@@ -111,7 +117,7 @@ def contrastive_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch
     """
     if len(candidates) < len(queries):
         raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates (need one per query)")
-    if chunk_size <= 0 or max(len(queries), len(candidates)) <= chunk_size:
+    if runs_plain(len(queries), len(candidates), chunk_size):
         return _plain_step(backend, collate, queries, candidates, loss_fn, device)
     return _gradcache_step(backend, collate, queries, candidates, loss_fn, chunk_size,
                            query_lengths, candidate_lengths, device, check_replay, max_padding)

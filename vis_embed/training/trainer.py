@@ -37,7 +37,7 @@ from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBac
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
 from vis_embed.training.extra_candidates import column_order, extra_count, prepare_extras
 from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world_size, init_distributed, is_main_process
-from vis_embed.training.gradcache import StepResult, contrastive_step
+from vis_embed.training.gradcache import StepResult, contrastive_step, runs_plain
 from vis_embed.training.labels import loss_label
 from vis_embed.training.losses import BatchLabels, Temperature, build_objective, designated_negatives, identity_ids
 from vis_embed.training.lr_schedule import lr_lambda
@@ -119,13 +119,13 @@ class Trainer:
             raise ConfigError(f"global_batch_size {recipe.global_batch_size} is not divisible by "
                               f"the number of processes {self.world_size}")
         self.local_batch_size = recipe.global_batch_size // self.world_size
-        chunk = recipe.gradcache.chunk_size
-        if is_main_process() and 0 < chunk and self.local_batch_size <= chunk < 2 * self.local_batch_size:
+        chunk, local = recipe.gradcache.chunk_size, self.local_batch_size
+        if is_main_process() and chunk > 0 and runs_plain(local, local, chunk) and 2 * local > chunk:
             # GradCache's shortcut (training/gradcache.py) holds both sides in one forward: say so,
             # since chunk_size is otherwise the most members in memory at once.
-            print(f"gradcache: {self.local_batch_size} queries and {self.local_batch_size} candidates per rank fit "
-                  f"one chunk of {chunk} each, so each step is one plain forward of {2 * self.local_batch_size} "
-                  f"members (a chunk_size below {self.local_batch_size} keeps GradCache's memory bound)", flush=True)
+            print(f"gradcache: {local} queries and {local} candidates per rank fit one chunk of {chunk} each, "
+                  f"so each step is one plain forward of {2 * local} members (a chunk_size below {local} "
+                  "keeps GradCache's memory bound)", flush=True)
         self.show_progress = recipe.logging.progress_bar if show_progress is None else show_progress
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
         self.dtype = resolve_dtype(recipe.model_options.dtype, self.device)
