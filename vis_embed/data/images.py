@@ -161,13 +161,21 @@ def fit_aspect_ratio(image: Image.Image, max_ratio: int = MAX_ASPECT_RATIO) -> I
     long/short <= ``max_ratio`` (the processor's limit; see the module notes)."""
     width, height = image.size
     check_has_pixels(image)
-    if max(width, height) <= max_ratio * min(width, height):
+    canvas_size = fitted_size(width, height, max_ratio)
+    if canvas_size == (width, height):
         return image
-    short_side = -(-max(width, height) // max_ratio)  # ceil: the smallest side that is within the limit
-    canvas_size = (width, short_side) if width > height else (short_side, height)
     canvas = Image.new(image.mode, canvas_size)
     canvas.paste(image, ((canvas_size[0] - width) // 2, (canvas_size[1] - height) // 2))
     return canvas
+
+
+def fitted_size(width: int, height: int, max_ratio: int = MAX_ASPECT_RATIO) -> tuple[int, int]:
+    """(width, height) after :func:`fit_aspect_ratio`: the short side grown until
+    long/short <= ``max_ratio``."""
+    if max(width, height) <= max_ratio * min(width, height):
+        return width, height
+    short_side = -(-max(width, height) // max_ratio)  # ceil: the smallest side that is within the limit
+    return (width, short_side) if width > height else (short_side, height)
 
 
 def _decode_data_uri(uri: str) -> bytes:
@@ -194,7 +202,9 @@ def resized_size(width: int, height: int, min_pixels: int, max_pixels: int, patc
 
 def visual_token_count(width: int, height: int, min_pixels: int, max_pixels: int, patch_size: int = 14,
                        merge_size: int = 2) -> int:
-    """Merged visual tokens (image placeholders) the processor expands one image into."""
+    """Merged visual tokens (image placeholders) the processor expands one image into, after
+    :func:`fit_aspect_ratio` has padded a sliver (as every image path does)."""
+    width, height = fitted_size(width, height)
     resized_width, resized_height = resized_size(width, height, min_pixels, max_pixels, patch_size, merge_size)
     return (resized_width // (patch_size * merge_size)) * (resized_height // (patch_size * merge_size))
 

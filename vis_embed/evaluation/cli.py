@@ -49,6 +49,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-format", default=None, help="override the model's prompt format (chat | vlm2vec)")
     parser.add_argument("--max-pixels", type=int, default=None, help="override the image pixel budget")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available)")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile the transformer blocks (torch.compile): fused element-wise kernels, about 5%% faster encodes on CPU after ~10 s of compilation; same vectors up to float rounding")
     parser.add_argument("--cache-dir", type=Path, default=None, help="embedding cache (default OUT/cache)")
     parser.add_argument("--examples", type=int, default=3, help="queries per retrieval grid (0: no grids)")
     parser.add_argument("--no-pictures", action="store_true", help="skip bar charts and retrieval grids")
@@ -62,7 +64,7 @@ def _load_encoder(args: argparse.Namespace) -> Any:
     from vis_embed.evaluation import api  # torch, transformers: only when the command runs
 
     return api.load_embedder(args.model, args.adapter, prompt_format=args.prompt_format,
-                             max_pixels=args.max_pixels, device=args.device)
+                             max_pixels=args.max_pixels, device=args.device, compile=args.compile or None)
 
 
 def run_eval(args: argparse.Namespace) -> int:

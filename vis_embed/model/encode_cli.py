@@ -108,7 +108,8 @@ class EncodedFile:
 def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: str | Path | None = None,
                  instruction: str | None = None, batch_size: int = 16, min_pixels: int = DEFAULT_MIN_PIXELS,
                  max_pixels: int = DEFAULT_MAX_PIXELS, device: str | None = None, dtype: str | None = None,
-                 prompt_format: str = "chat", on_error: str = "raise", show_progress: bool = True,
+                 prompt_format: str = "chat", compile: bool = False, on_error: str = "raise",
+                 show_progress: bool = True,
                  cache_stats: CacheStats | None = None) -> EncodedFile:
     """Encode every item of ``input_path`` with ``model`` (+ ``adapter``) into ``output`` and its sidecars.
 
@@ -121,7 +122,7 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
     with torchrun_group():
         embedder = Embedder.from_pretrained(
             model, adapter=adapter, device=device or local_device(), dtype=dtype,
-            min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format)
+            min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format, compile=compile)
         try:
             if get_world_size() == 1:
                 encoded = embedder.encode_partial(

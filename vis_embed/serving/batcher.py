@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from vis_embed.data.images import visual_token_count
 from vis_embed.errors import DataError
+from vis_embed.model.lengths import visual_tokens
 from vis_embed.model.prompts import join_instruction
 from vis_embed.serving.errors import RequestError
 
@@ -190,7 +190,4 @@ def _prompt_tokens(embedder: Any, items: Sequence[dict[str, Any]], instruction: 
     """Tokens each item costs (instruction + text tokens, plus visual tokens): OpenAI's ``usage``."""
     texts = [join_instruction(instruction, item.get("text")) for item in items]
     text_ids = embedder.model.processor.tokenizer(texts, add_special_tokens=False)["input_ids"]
-    model = embedder.model
-    return [len(ids) + (visual_token_count(*item["image"].size, model.min_pixels, model.max_pixels)
-                        if hasattr(item.get("image"), "size") else 0)
-            for item, ids in zip(items, text_ids)]
+    return [len(ids) + (visual_tokens(embedder.model, item) or 0) for item, ids in zip(items, text_ids)]

@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     embedder = Embedder.from_pretrained(
         args.model, adapter=args.adapter, device=args.device, dtype=args.dtype,
-        min_pixels=args.min_pixels, max_pixels=args.max_pixels, prompt_format=args.prompt_format)
+        min_pixels=args.min_pixels, max_pixels=args.max_pixels, prompt_format=args.prompt_format,
+        compile=args.compile)
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, max_batch_size=args.max_batch_size,
         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_request_bytes=args.max_request_bytes,

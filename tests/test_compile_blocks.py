@@ -1,0 +1,88 @@
+"""Embedder.compile: which modules are compiled, and that the vectors do not change.
+
+Compiling is opt-in (``--compile``); it must leave every vector as eager computes it (up to
+float rounding), and must not compile the vision attention, whose per-image loop would
+recompile for every new number of images in a batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch._dynamo.utils import counters
+from PIL import Image
+
+from vis_embed import Embedder
+from vis_embed.errors import ConfigError
+from vis_embed.model import compile_blocks as compile_module
+from vis_embed.model.compile_blocks import VISION_BLOCK_PARTS, is_compiled
+
+INSTRUCTION = "Find the same object as the one in the given image."
+
+
+def _items() -> list[dict]:
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in [(56, 56), (84, 140)]]
+    return [{"text": "a red car"}, {"image": images[0]}, {"image": images[1], "text": "the same dog"},
+            {"text": "a longer description of a small blue bicycle by the river"}]
+
+
+@pytest.mark.parametrize("arch", ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"])
+def test_compiles_decoder_layers_and_vision_mlps_not_vision_attention(arch: str,
+                                                                      tiny_checkpoint: Callable[..., Path]) -> None:
+    embedder = Embedder.from_pretrained(tiny_checkpoint(arch), device="cpu", compile=True)
+    base = embedder.model.base_model()
+    assert all(is_compiled(layer) for layer in base.language_model.layers)
+    for block in base.visual.blocks:
+        assert all(is_compiled(getattr(block, name)) for name in VISION_BLOCK_PARTS)
+        assert not is_compiled(block.attn) and not is_compiled(block)
+
+
+def test_compiled_vectors_equal_eager(tiny_checkpoint: Callable[..., Path]) -> None:
+    eager = Embedder.from_pretrained(tiny_checkpoint(), device="cpu")
+    expected = eager.encode(_items(), instruction=INSTRUCTION, batch_size=2)
+    torch._dynamo.reset()
+    compiled = eager.compile()
+    # Two batch shapes and a batch without padding (no attention mask): each graph variant runs.
+    for batch_size in (2, 4, 1):
+        got = compiled.encode(_items(), instruction=INSTRUCTION, batch_size=batch_size)
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] >= 2  # compiled graphs ran: not a silent eager fallback
+
+
+def test_without_a_cpp_compiler_the_error_says_what_to_do(tiny_checkpoint: Callable[..., Path],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
+    with pytest.raises(ConfigError, match="C\\+\\+ compiler"):
+        Embedder.from_pretrained(tiny_checkpoint(), device="cpu", compile=True)
+
+
+def test_encode_and_eval_commands_pass_compile_on(tiny_checkpoint: Callable[..., Path], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from vis_embed.cli import main
+    from vis_embed.evaluation import cli as eval_cli
+
+    calls: list[bool] = []
+    original = Embedder.from_pretrained.__func__
+
+    def recording(cls, *args, **kwargs):  # noqa: ANN001, ANN202 - a spy with from_pretrained's signature
+        calls.append(kwargs.get("compile", False))
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(Embedder, "from_pretrained", classmethod(recording))
+    items = tmp_path / "items.jsonl"
+    items.write_text('{"text": "a red car"}\n{"text": "a blue bicycle by the river"}\n')
+    assert main(["encode", "--model", str(tiny_checkpoint()), "--input", str(items),
+                 "--output", str(tmp_path / "emb.npy"), "--compile", "--no-progress"]) == 0
+    assert calls == [True]
+    parser = argparse.ArgumentParser()
+    eval_cli.add_eval_arguments(parser)
+    args = parser.parse_args(["--model", str(tiny_checkpoint()), "--benchmark", "b.yaml",
+                              "--out", str(tmp_path / "eval"), "--compile"])
+    eval_cli._load_encoder(args)
+    assert calls == [True, True]
