@@ -16,7 +16,13 @@ and image+text items of several image sizes and text lengths).
 
 The ratio ``useful FLOP/s / GEMM peak`` is what issue 20 targets (CPU: >= 0.85; GPU: >= 0.5).
 On CPU the model runs in float32 (the package default); ``--device cuda`` runs bf16 with
-flash-attention 2 where installed, else sdpa.
+flash-attention 2 where installed, else sdpa.  ``--compile`` times ``Embedder.compile()``
+(fused element-wise kernels; the compilation, reported apart, is not in the timed encodes).
+
+What bounds the ratio is printed from one profiled encode: the time in matrix products and
+their FLOP/s against the peak, the time in attention kernels, and the rest (element-wise
+kernels, copies, Python).  The ratio is about (useful / executed FLOPs) x (share of time in
+matrix products) x (their efficiency against the peak).
 
     .venv/bin/python benchmarks/encode_efficiency.py                       # CPU, all cores
     .venv/bin/python benchmarks/encode_efficiency.py --device cuda --items 96 --batch-size 32
@@ -70,6 +76,40 @@ def count_flops(function: Any) -> int:
     return int(counter.get_total_flops())
 
 
+# Kernels of matrix products (eager aten, oneDNN and Inductor's extern calls) and of attention.
+MATRIX_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution",
+              "mkldnn::_linear_pointwise", "mkl::_mkl_linear")
+MATRIX_FLOP_OPS = ("mm", "addmm", "bmm", "baddbmm", "convolution")
+
+
+def count_matrix_flops(function: Any) -> int:
+    """FLOPs of the matrix products alone (attention products left out)."""
+    with FlopCounterMode(display=False) as counter:
+        function()
+    return int(sum(flops for op, flops in counter.get_flop_counts()["Global"].items()
+                   if str(op).split(".")[1] in MATRIX_FLOP_OPS))  # "aten.mm" or "aten.mm.default"
+
+
+def print_breakdown(function: Any, matrix_flops: int, peak: float, device: torch.device) -> None:
+    """One profiled run: time in matrix products (and their FLOP/s vs the peak), attention, rest."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as profiler:
+        function()
+    attribute = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    seconds = {"matrix": 0.0, "attention": 0.0, "other": 0.0}
+    for event in profiler.key_averages():
+        kind = "matrix" if event.key in MATRIX_OPS else "attention" if "attention" in event.key else "other"
+        seconds[kind] += getattr(event, attribute) / 1e6
+    total = sum(seconds.values())
+    print(f"profiled encode: {total:.2f} s of kernel time; matrix products {seconds['matrix']:.2f} s "
+          f"({seconds['matrix'] / total:.0%}) at {matrix_flops / seconds['matrix'] / 1e9:.1f} GFLOP/s "
+          f"= {matrix_flops / seconds['matrix'] / peak:.2f} of the GEMM peak; attention "
+          f"{seconds['attention']:.2f} s ({seconds['attention'] / total:.0%}); element-wise, copies and the "
+          f"rest {seconds['other']:.2f} s ({seconds['other'] / total:.0%})")
+
+
 def build_embedder(args: argparse.Namespace, device: torch.device) -> Embedder:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     backbone, processor = build_random_model("qwen2-vl", preset="qwen2-vl-2b-shallow", num_layers=args.text_layers,
@@ -92,6 +132,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed encodes; the best counts")
     parser.add_argument("--gemm-size", type=int, default=None, help="GEMM side (default: 2048 CPU, 8192 GPU)")
     parser.add_argument("--gemm-repeats", type=int, default=5)
+    parser.add_argument("--compile", action="store_true", help="time Embedder.compile()'s fused blocks")
+    parser.add_argument("--no-breakdown", action="store_true", help="skip the profiled encode")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -107,7 +149,13 @@ def main() -> int:
         embedder.encode(items, instruction=INSTRUCTION, batch_size=args.batch_size)
 
     encode()  # warm-up (and the vectors' first computation)
-    executed = count_flops(encode)
+    if args.compile:
+        started = time.perf_counter()
+        embedder.compile()
+        encode()
+        encode()  # graph variants not met in the first pass (e.g. a batch without padding)
+        print(f"compile: two encodes with compilation took {time.perf_counter() - started:.1f} s")
+    executed, matrix_flops = count_flops(encode), count_matrix_flops(encode)
     with torch.inference_mode():
         useful = count_flops(lambda: [model.embed([item], INSTRUCTION) for item in items])
     best = float("inf")
@@ -127,6 +175,8 @@ def main() -> int:
     print(f"achieved: {achieved / 1e9:.1f} GFLOP/s useful ({executed / best / 1e9:.1f} executed)")
     print(f"GEMM peak ({model.dtype}, torch.mm): {peak / 1e9:.1f} GFLOP/s")
     print(f"ratio (useful FLOP/s / GEMM peak): {achieved / peak:.3f}")
+    if not args.no_breakdown:
+        print_breakdown(encode, matrix_flops, peak, device)
     return 0
 
 
