@@ -25,6 +25,7 @@ from vis_embed import resources
 from vis_embed.evaluation.report import find_reference, load_groups, load_models, models_table, read_reference
 from vis_embed.evaluation.settings import DEFAULT_INDEX, DEFAULT_TIE_POLICY, INDEX_KINDS, TIE_POLICIES, EvalSettings
 from vis_embed.io import atomic_write_json
+from vis_embed.model.defaults import COMPILE_HELP
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +50,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-format", default=None, help="override the model's prompt format (chat | vlm2vec)")
     parser.add_argument("--max-pixels", type=int, default=None, help="override the image pixel budget")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available)")
-    parser.add_argument("--compile", action="store_true",
-                        help="compile the transformer blocks (torch.compile): fused element-wise kernels, about 5%% faster encodes on CPU after ~10 s of compilation; same vectors up to float rounding")
+    parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     parser.add_argument("--cache-dir", type=Path, default=None, help="embedding cache (default OUT/cache)")
     parser.add_argument("--examples", type=int, default=3, help="queries per retrieval grid (0: no grids)")
     parser.add_argument("--no-pictures", action="store_true", help="skip bar charts and retrieval grids")

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from vis_embed.model.defaults import COMPILE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from vis_embed.model.prompts import PROMPT_FORMATS
 from vis_embed.model.tiny import ARCHS, PRESETS, build_tiny_checkpoint
 
@@ -46,8 +46,7 @@ def add_model_loading_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA)")
     parser.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="chat",
                         help="prompt template: chat (Qwen chat messages) or vlm2vec (default: chat)")
-    parser.add_argument("--compile", action="store_true",
-                        help="compile the transformer blocks (torch.compile): fused element-wise kernels, about 5%% faster encodes on CPU after ~10 s of compilation; same vectors up to float rounding")
+    parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
 
 
 def add_encode_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,8 +15,9 @@ What is compiled, and why only that:
   every new number of images in a batch.
 
 The same layout holds for Qwen2-VL, Qwen2.5-VL and Qwen3-VL (checked by the tests).  The
-first batches pay the compilation (about 10 s on a 2-core CPU; Inductor caches the result
-on disk, so later processes pay less); the vectors equal the eager ones up to float rounding.
+first batches pay the compilation (about 18 s on a 2-core CPU the first time; Inductor caches
+the result on disk, after which it is about 3 s); the vectors equal the eager ones up to float
+rounding.
 """
 
 from __future__ import annotations

@@ -88,9 +88,9 @@ class Embedder:
     def compile(self) -> Embedder:
         """``torch.compile`` the transformer blocks in place (:mod:`vis_embed.model.compile_blocks`).
 
-        Worth it for long encodes: on a 2-core CPU it cut encode time by about 5% after about
-        10 s of compilation (docs/benchmarks.md); the vectors equal the eager ones up to float
-        rounding.  Returns self.
+        Worth it for long encodes: on a 2-core CPU it cut encode time by about 5%, after about
+        18 s of compilation in the first batches (3 s once Inductor's disk cache has it;
+        docs/benchmarks.md); the vectors equal the eager ones up to float rounding.  Returns self.
         """
         compile_blocks(self.model.base_model(), self.model.device)
         return self
