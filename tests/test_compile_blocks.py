@@ -22,6 +22,8 @@ from vis_embed.errors import ConfigError
 from vis_embed.model import compile_blocks as compile_module
 from vis_embed.model.compile_blocks import VISION_BLOCK_PARTS, is_compiled
 
+from _model_fixtures import perturbed_adapter
+
 INSTRUCTION = "Find the same object as the one in the given image."
 
 
@@ -89,16 +91,7 @@ def test_encode_and_eval_commands_pass_compile_on(tiny_checkpoint: Callable[...,
 
 
 def test_compiles_through_an_unmerged_lora_adapter(tiny_checkpoint: Callable[..., Path], tmp_path: Path) -> None:
-    from vis_embed.model.embedding_model import EmbeddingModel
-
-    model = EmbeddingModel.from_pretrained(tiny_checkpoint(), device="cpu")
-    model.add_lora(r=4, alpha=8, dropout=0.0, vision=True)
-    torch.manual_seed(0)
-    with torch.no_grad():  # a fresh LoRA is a no-op (B = 0); give it a trained-like B
-        for name, parameter in model.backbone.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(0.0, 0.05)
-    model.save_pretrained(tmp_path / "adapter")
+    perturbed_adapter(tiny_checkpoint(), tmp_path / "adapter")
     adapted = Embedder.from_pretrained(tiny_checkpoint(), adapter=tmp_path / "adapter", device="cpu")
     expected = adapted.encode(_items(), instruction=INSTRUCTION, batch_size=2)
     compiled = Embedder.from_pretrained(tiny_checkpoint(), adapter=tmp_path / "adapter", device="cpu", compile=True)

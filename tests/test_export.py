@@ -20,8 +20,9 @@ from PIL import Image
 
 from vis_embed import Embedder
 from vis_embed.cli import main as cli_main
-from vis_embed.model.embedding_model import EmbeddingModel
 from vis_embed.model.export import INSTRUCTION_TEMPLATE_PREFIX, export_sentence_transformers
+
+from _model_fixtures import perturbed_adapter
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 sentence_transformers = pytest.importorskip("sentence_transformers")
@@ -42,18 +43,6 @@ def inputs() -> list[tuple[object, dict]]:
     return [("a red car on a bridge", {"text": "a red car on a bridge"}),
             (image, {"image": image}),
             ({"image": image, "text": "the same car"}, {"image": image, "text": "the same car"})]
-
-
-def perturbed_adapter(base: Path, out: Path, seed: int = 0) -> Path:
-    model = EmbeddingModel.from_pretrained(base, device="cpu", dtype="float32")
-    model.add_lora(r=4, alpha=8, dropout=0.0, vision=True)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in model.backbone.named_parameters():
-            if "lora_B" in name:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
-    model.save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module", params=ARCHS)

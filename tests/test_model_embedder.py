@@ -20,6 +20,8 @@ from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.embedding_model import EmbeddingModel
 from vis_embed.model.prompts import build_prompt
 
+from _model_fixtures import perturbed_adapter
+
 ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]
 INSTRUCTION = "Find the same object as the one in the given image."
 
@@ -128,14 +130,7 @@ def test_save_and_reload_gives_identical_vectors(embedder: Embedder, batched: np
 def test_lora_adapter_changes_vectors_and_merging_reproduces_them(
         arch: str, tiny_checkpoint: Callable[..., Path], embedder: Embedder, tmp_path: Path) -> None:
     checkpoint = tiny_checkpoint(arch)
-    model = EmbeddingModel.from_pretrained(checkpoint, device="cpu")
-    model.add_lora(r=4, alpha=8, dropout=0.0, vision=True)
-    torch.manual_seed(0)
-    with torch.no_grad():  # a fresh LoRA is a no-op (B = 0); give it a trained-like B
-        for name, parameter in model.backbone.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(0.0, 0.05)
-    model.save_pretrained(tmp_path / "adapter")
+    perturbed_adapter(checkpoint, tmp_path / "adapter")
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
 
     items = mixed_items()[:3]
