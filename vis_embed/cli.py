@@ -82,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-
 def run_as_program(argv: list[str] | None = None) -> NoReturn:
     """``vis-embed`` and ``python -m vis_embed``: run the command, then exit with its code.
 

@@ -9,7 +9,6 @@ coverage.  Global: fallbacks taken (truncated hard-negative groups, extra candid
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 import numpy as np

@@ -39,7 +39,7 @@ def model_card(base_model: str, recipe: Mapping[str, Any], steps: int,
                      "(last-token pooling, L2-normalised vectors, `chat` prompt format).", "",
                      "## Training", ""]
     lines += _table(["key", "value"], [("base model", base_model), ("steps completed", steps)]
-                    + [(key, get_dotted(recipe, key)) for key in CARD_RECIPE_KEYS if get_dotted(recipe, key) is not None])
+                    + [(key, value) for key in CARD_RECIPE_KEYS if (value := get_dotted(recipe, key)) is not None])
     lines += ["", "## Data", ""]
     lines += _table(["dataset", "kind", "file", "weight"],
                     [(d.get("name"), d.get("kind"), d.get("path"), d.get("weight")) for d in datasets])
