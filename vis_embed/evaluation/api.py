@@ -54,7 +54,25 @@ def evaluate_encoder(encoder: Encoder, specs: list[EvalDatasetSpec], benchmark_f
     given, counts this rank's encoded and reused shards.
     """
     model_info = describe_encoder(encoder, model_name, None if adapter is None else str(adapter))
-    return Harness(encoder, Path(out), settings, model_info, cache_stats).run(specs, benchmark_fingerprint)
+    results = Harness(encoder, Path(out), settings, model_info, cache_stats).run(specs, benchmark_fingerprint)
+    if results is not None and adapter is not None:
+        record_run_evaluation(Path(adapter), results)
+    return results
+
+
+def record_run_evaluation(adapter: Path, results: dict[str, Any]) -> None:
+    """An evaluated adapter that carries a vis_embed model card (a training run's ``final/``)
+    gets the results on its card (model-index) and, when its run logged to Weights & Biases,
+    in that run's summary: the run's last evaluation travels with the model."""
+    from vis_embed.integrations.wandb import log_evaluation
+    from vis_embed.model.model_card import evaluation_summary, record_evaluation
+
+    if not record_evaluation(adapter, results):
+        return
+    summary = evaluation_summary(results)
+    metrics = {f"{name}/{entry['metric']}": entry["value"] for name, entry in summary["datasets"].items()}
+    metrics.update({f"group/{name}": value for name, value in summary["groups"].items()})
+    log_evaluation(adapter.parent, metrics)
 
 
 def evaluate_model(model: str | Path, benchmark: str | Path, out: str | Path, *, adapter: str | Path | None = None,
