@@ -206,3 +206,38 @@ def test_missing_mteb_names_the_extra(monkeypatch, capsys, tmp_path: Path) -> No
     monkeypatch.setattr(integrations, "find_spec", lambda name: None if name == "mteb" else real(name))
     code = main(["mteb", "--model", "m", "--tasks", "X", "--out", str(tmp_path)])
     assert code == 2 and "vis_embed[mteb]" in capsys.readouterr().err
+
+
+class _FakeModel:
+    def __init__(self, name_or_path: str, adapter: str | None) -> None:
+        import torch
+
+        self.name_or_path, self.adapter = name_or_path, adapter
+        self._weights = [torch.zeros(3, 2)]
+
+    def parameters(self):
+        return iter(self._weights)
+
+
+class _FakeEmbedder:
+    embedding_dim = 2
+
+    def __init__(self, name_or_path: str, adapter: str | None = None) -> None:
+        self.model = _FakeModel(name_or_path, adapter)
+
+    def fingerprint(self) -> str:
+        return "ab" * 32
+
+
+def test_model_meta_names_the_model_and_its_adapter(tmp_path: Path) -> None:
+    from vis_embed.integrations.mteb import model_meta
+
+    (tmp_path / "ckpt").mkdir()
+    assert model_meta(_FakeEmbedder("Qwen/Qwen2-VL-2B-Instruct")).name == "Qwen/Qwen2-VL-2B-Instruct"
+    adapted = model_meta(_FakeEmbedder("Qwen/Qwen2-VL-2B-Instruct", str(tmp_path / "run" / "final")))
+    assert adapted.name == "vis_embed/Qwen2-VL-2B-Instruct+final"  # not the base's name: another model
+    assert adapted.adapted_from == "Qwen/Qwen2-VL-2B-Instruct"
+    local = model_meta(_FakeEmbedder(str(tmp_path / "ckpt")))
+    assert local.name == "vis_embed/ckpt" and local.revision == "ab" * 8
+    assert local.n_parameters == 6 and local.embed_dim == 2
+    assert model_meta(_FakeEmbedder(str(tmp_path / "ckpt")), name="mine").name == "vis_embed/mine"

@@ -163,3 +163,18 @@ def test_recipe_asking_for_wandb_without_it_fails_at_load(tiny_checkpoint, tmp_p
         load_recipe(raw=raw)
     raw["logging"]["wandb"] = False
     assert load_recipe(raw=raw).logging.wandb is False  # never required otherwise
+
+
+def test_only_the_main_process_opens_a_wandb_run(tiny_checkpoint, tmp_path: Path, monkeypatch) -> None:
+    import vis_embed.integrations.wandb as wandb_module
+    from vis_embed.training.run_log import RunLogger
+
+    opened = []
+    monkeypatch.setattr(wandb_module.WandbRun, "__init__", lambda self, *a, **k: opened.append(a))
+    raw = tiny_recipe(Path("model"), Path("data.yaml"), Path("s.parquet"), tmp_path / "out", logging__wandb=True)
+    recipe = load_recipe(raw=raw)
+    RunLogger(tmp_path, recipe, 0, enabled=False, show_progress=False).close()  # another rank
+    assert opened == []
+    main_process = RunLogger(tmp_path, recipe, 0, enabled=True, show_progress=False)  # rank 0
+    main_process.jsonl.close()
+    assert len(opened) == 1

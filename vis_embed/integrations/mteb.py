@@ -128,7 +128,7 @@ class VisEmbedMtebModel(AbsEncoder):
         if not items:
             return np.zeros((0, self.embedder.embedding_dim), dtype=np.float32)
         return self.embedder.encode(items, instruction=self.instruction_for(task_metadata, prompt_type),
-                                    batch_size=self.batch_size,
+                                    batch_size=int(kwargs.get("batch_size") or self.batch_size),
                                     show_progress=bool(kwargs.get("show_progress_bar", self.show_progress)))
 
 
@@ -154,9 +154,12 @@ def model_meta(embedder: Embedder, name: str | None = None) -> ModelMeta:
     prompt fingerprint), embedding size, parameters, modalities, cosine similarity."""
     model = embedder.model
     base = str(model.name_or_path)
-    if name is None:
-        adapter = f"+{Path(str(model.adapter)).name}" if model.adapter else ""
-        name = base if "/" in base and not Path(base).exists() else f"vis_embed/{Path(base).name}{adapter}"
+    if name is None:  # mteb wants "organization/model"; an adapter makes it another model than its base
+        is_hub_id = "/" in base and not Path(base).exists()
+        if model.adapter:
+            name = f"vis_embed/{Path(base).name}+{Path(str(model.adapter)).name}"
+        else:
+            name = base if is_hub_id else f"vis_embed/{Path(base).name}"
     elif "/" not in name:
         name = f"vis_embed/{name}"
     return ModelMeta(

@@ -14,9 +14,12 @@ registered mteb / MIEB tasks, whose data comes from the Hugging Face Hub.
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from vis_embed.errors import ConfigError, VisEmbedError
+
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +57,7 @@ def _registered_tasks(names: list[str]) -> list:
         try:
             tasks.extend(mteb.get_tasks(tasks=[name]))
         except KeyError as exc:
-            raise ConfigError(f"--tasks: {str(exc).strip(chr(34))}") from None
+            raise ConfigError(f"--tasks: {str(exc).strip(chr(34)).removeprefix('KeyError: ')}") from None
     for task in tasks:
         try:
             task.load_data()
@@ -87,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
         tasks = _registered_tasks(_names(args.tasks) or [])
         if not tasks:
             raise ConfigError("--tasks: no task named")
+    unused = sorted(set(instructions or {}) - {task.metadata.name for task in tasks})
+    if unused:  # a typo would otherwise silently fall back to the task's own instructions
+        log.warning("--instructions %s: no task named %s in this run", args.instructions, ", ".join(unused))
     model = VisEmbedMtebModel.from_pretrained(
         args.model, args.adapter, instructions=instructions, name=args.name, batch_size=args.batch_size,
         show_progress=not args.quiet, prompt_format=args.prompt_format, max_pixels=args.max_pixels,
