@@ -6,6 +6,7 @@ quickstart; nothing here parses arguments.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from vis_embed.errors import DataError
 from vis_embed.evaluation.harness import Encoder, EvalSettings, Harness, describe_encoder
 from vis_embed.evaluation.settings import INDEX_KINDS
 from vis_embed.model.embedder import Embedder
+
+log = logging.getLogger(__name__)
 
 
 def load_specs(manifest: Path) -> tuple[list[EvalDatasetSpec], str]:
@@ -56,7 +59,10 @@ def evaluate_encoder(encoder: Encoder, specs: list[EvalDatasetSpec], benchmark_f
     model_info = describe_encoder(encoder, model_name, None if adapter is None else str(adapter))
     results = Harness(encoder, Path(out), settings, model_info, cache_stats).run(specs, benchmark_fingerprint)
     if results is not None and adapter is not None:
-        record_run_evaluation(Path(adapter), results)
+        try:
+            record_run_evaluation(Path(adapter), results)
+        except OSError as exc:  # a read-only model directory: the results themselves are written
+            log.warning("could not put the evaluation on %s's model card: %s", adapter, exc)
     return results
 
 

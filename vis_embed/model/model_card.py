@@ -106,8 +106,8 @@ def model_card(facts: Mapping[str, Any], merged: bool = False) -> str:
             else "LoRA adapter" if adapter else "Model")
     lines = ["---", yaml.safe_dump(front_matter(facts, merged), sort_keys=False).rstrip(), "---", "",
              f"# {kind} for `{base_model}` (vis_embed)", "",
-             "Instruction-conditioned multimodal embedding model trained with vis_embed "
-             "(last-token pooling, L2-normalised vectors, `chat` prompt format).", "", "## Training", ""]
+             ("Instruction-conditioned multimodal embedding model trained with vis_embed "
+              "(last-token pooling, L2-normalised vectors, `chat` prompt format)."), "", "## Training", ""]
     lines += _table(["key", "value"], [("base model", base_model), ("steps completed", facts.get("steps"))]
                     + [(key, value) for key in CARD_RECIPE_KEYS if (value := get_dotted(recipe, key)) is not None])
     lines += ["", "## Data", ""]
@@ -125,8 +125,8 @@ def model_card(facts: Mapping[str, Any], merged: bool = False) -> str:
 
 def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
     if not evaluation or not (evaluation.get("datasets") or evaluation.get("groups")):
-        return ["Not evaluated when this card was written: `vis-embed eval --model BASE "
-                "--adapter THIS_DIR ...` (docs/evaluation.md) adds the results here."]
+        return [("Not evaluated when this card was written: `vis-embed eval --model BASE "
+                 "--adapter THIS_DIR ...` (docs/evaluation.md) adds the results here.")]
     lines = _table(["dataset", "meta-task", "split", "metric", "score"],
                    [(name, e.get("meta_task"), e.get("split"), e["metric"], f"{e['value']:.2f}")
                     for name, e in evaluation.get("datasets", {}).items()])
