@@ -68,6 +68,21 @@ def _registered_tasks(names: list[str]) -> list:
     return tasks
 
 
+def _selected_tasks(args: argparse.Namespace) -> list:
+    """The manifest's local tasks (--benchmark) or the registered ones with their data (--tasks)."""
+    if args.benchmark is not None:
+        from vis_embed.integrations.mteb_tasks import manifest_tasks
+
+        tasks = manifest_tasks(args.benchmark, _names(args.datasets))
+        if not tasks:
+            raise ConfigError(f"{args.benchmark}: no dataset with a candidates or gallery layout")
+        return tasks
+    tasks = _registered_tasks(_names(args.tasks) or [])
+    if not tasks:
+        raise ConfigError("--tasks: no task named")
+    return tasks
+
+
 def run(args: argparse.Namespace) -> int:
     from vis_embed.integrations import require
 
@@ -79,17 +94,9 @@ def run(args: argparse.Namespace) -> int:
     import mteb
 
     from vis_embed.integrations.mteb import VisEmbedMtebModel, load_instructions
-    from vis_embed.integrations.mteb_tasks import manifest_tasks
 
     instructions = load_instructions(args.instructions) if args.instructions else None  # checked before loading
-    if args.benchmark is not None:
-        tasks = manifest_tasks(args.benchmark, _names(args.datasets))
-        if not tasks:
-            raise ConfigError(f"{args.benchmark}: no dataset with a candidates or gallery layout")
-    else:
-        tasks = _registered_tasks(_names(args.tasks) or [])
-        if not tasks:
-            raise ConfigError("--tasks: no task named")
+    tasks = _selected_tasks(args)
     unused = sorted(set(instructions or {}) - {task.metadata.name for task in tasks})
     if unused:  # a typo would otherwise silently fall back to the task's own instructions
         log.warning("--instructions %s: no task named %s in this run", args.instructions, ", ".join(unused))
