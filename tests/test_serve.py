@@ -113,7 +113,8 @@ def expected(embedder) -> dict[str | None, np.ndarray]:
 def served(embedder, expected) -> Iterator[tuple[str, RecordingEmbedder]]:
     recording = RecordingEmbedder(embedder)
     settings = ServerSettings(model_name=MODEL_NAME, max_batch_size=16, max_wait_ms=20, max_queue=64,
-                              max_request_bytes=200_000, max_items=32, url_timeout_s=2.0)
+                              max_request_bytes=200_000, max_items=32, url_timeout_s=2.0,
+                              allow_urls=True, allow_private_urls=True)  # the test image server is on loopback
     running = RunningServer(create_app(recording, settings))
     yield running.url, recording
     running.stop()
