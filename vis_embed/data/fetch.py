@@ -27,6 +27,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
+from typing import Any
 
 from vis_embed.errors import DataError
 
@@ -110,9 +111,14 @@ def _get(parts: urllib.parse.SplitResult, address: tuple[str, int], deadline: fl
     # The host name stays the connection's (Host header, TLS SNI and certificate check); only
     # the socket goes to the address that was checked.
     connection = connection_class(parts.hostname, address[1], timeout=remaining)
-    connection._create_connection = (  # type: ignore[attr-defined]
-        lambda _host_port, timeout, source=None: socket.create_connection(address, timeout, source))
-    watchdog = threading.Timer(remaining, _abort, args=(connection,))
+    sockets: list[socket.socket] = []  # what the watchdog shuts: the connection lets go of its socket early
+
+    def connect(_host_port: Any, timeout: float, source: Any = None) -> socket.socket:
+        sockets.append(socket.create_connection(address, timeout, source))
+        return sockets[-1]
+
+    connection._create_connection = connect  # type: ignore[attr-defined]
+    watchdog = threading.Timer(remaining, _abort, args=(sockets,))
     watchdog.daemon = True
     watchdog.start()
     try:
@@ -120,6 +126,8 @@ def _get(parts: urllib.parse.SplitResult, address: tuple[str, int], deadline: fl
         if parts.query:
             target += "?" + parts.query
         connection.request("GET", target, headers={"User-Agent": "vis_embed", "Accept": "image/*"})
+        if connection.sock is not None:
+            sockets.append(connection.sock)  # https: the TLS socket wrapping the first one
         response = connection.getresponse()
         if response.status != 200:
             return response.status, response.getheader("Location"), b""
@@ -148,14 +156,14 @@ def _read_capped(response: http.client.HTTPResponse, max_bytes: int, parts: urll
         chunks.append(chunk)
 
 
-def _abort(connection: http.client.HTTPConnection) -> None:
+def _abort(sockets: list[socket.socket]) -> None:
     """The deadline passed: unblock the fetching thread's read by shutting its socket down."""
-    sock = connection.sock
-    if sock is not None:
+    for sock in reversed(sockets):
         try:
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+            return
+        except OSError:  # closed already, or detached into the TLS socket: try the next
+            continue
 
 
 def _shown(url: str) -> str:
