@@ -28,6 +28,7 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from PIL import Image  # noqa: E402
 
+from _serve_fixtures import RunningServer  # noqa: E402
 from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.timeout(120)]
@@ -72,28 +73,6 @@ class RecordingEmbedder:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._embedder, name)
-
-
-class RunningServer:
-    """uvicorn serving ``app`` in a thread, on a socket bound to a free loopback port."""
-
-    def __init__(self, app: Any) -> None:
-        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.socket.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.socket.close()
 
 
 @pytest.fixture(scope="module")
