@@ -27,6 +27,7 @@ from vis_embed.serving.errors import RequestError
 
 DEFAULT_MAX_INPUT_TOKENS = 8192  # OpenAI's embeddings limit, for a model that records none
 CHARS_PER_TOKEN = 16  # English averages ~4 characters per token; 16 leaves room for long tokens
+TYPICAL_CHARS_PER_TOKEN = 4
 LONG_INPUT_MODES = ("refuse", "truncate")
 
 
@@ -67,6 +68,12 @@ class InputLimiter:
             if self.mode == "refuse":
                 raise self._too_long(param, f"{len(text)} characters")
             text = text[:self.max_chars]  # cut by characters before any tokenising
+        if text is not None and self.mode == "truncate" and len(text) > self.max_tokens * TYPICAL_CHARS_PER_TOKEN:
+            # Most texts pass the limit within a typical number of characters per token:
+            # tokenising that prefix first spares the rest.
+            prefix = text[:self.max_tokens * TYPICAL_CHARS_PER_TOKEN]
+            if visual + self._count(instruction, prefix) > self.max_tokens:
+                text = prefix
         count = self._count(instruction, text)
         if visual + count <= self.max_tokens:
             return ({**item, "text": text} if text is not None else item), visual + count
