@@ -107,8 +107,7 @@ def while_running(action: Callable[[], Any], meanwhile: Callable[[], Any], delay
 
 def case_poison(server: Server, clients: int, requests: int) -> tuple[str, str, bool]:
     surrogate = b'{"model": "probe", "input": ["\\ud800"]}'
-    infinite = ('{"model": "probe", "input": [{"image": "%s", "bbox": [0, 0, Infinity, 5]}]}'
-                % png_uri((8, 8))).encode()
+    infinite = f'{{"model": "probe", "input": [{{"image": "{png_uri((8, 8))}", "bbox": [0, 0, Infinity, 5]}}]}}'.encode()
 
     def normal_client(_: int) -> list[int]:
         return [post(server.url, NORMAL)[0] for _ in range(requests)]
@@ -150,8 +149,8 @@ def case_bombs(server: Server) -> tuple[str, str, bool]:
     watcher.join()
     grown = peak[0] - before
     ok = grown < 1024 and normal_status == 200 and normal_s < 5
-    return ("two 9400x9400 1-bit PNGs", f"{statuses}; RSS +{grown:.0f} MB; normal meanwhile {normal_status} "
-                                        f"in {normal_s:.2f} s", ok)
+    result = f"{statuses}; RSS +{grown:.0f} MB; normal meanwhile {normal_status} in {normal_s:.2f} s"
+    return "two 9400x9400 1-bit PNGs", result, ok
 
 
 def case_ssrf(server: Server) -> tuple[str, str, bool]:
@@ -217,8 +216,8 @@ def case_half_sent(server: Server, connections: int, wait_s: float) -> tuple[str
             pass
         half.close()
     ok = closed == connections and normal_status == 200
-    return (f"{connections} half-sent connections", f"closed by the server within {wait_s:g} s: {closed}; "
-                                                     f"normal meanwhile {normal_status} in {normal_s:.2f} s", ok)
+    result = f"closed by the server within {wait_s:g} s: {closed}; normal meanwhile {normal_status} in {normal_s:.2f} s"
+    return f"{connections} half-sent connections", result, ok
 
 
 def main() -> None:

@@ -9,9 +9,9 @@ import socket
 import time
 
 import pytest
+from _loopback import ScriptedServer, closed_port, drip, send
 from PIL import Image
 
-from _loopback import ScriptedServer, closed_port, drip, send
 from vis_embed.data import fetch
 from vis_embed.data.fetch import FetchError, UrlPolicy, fetch_url, is_public_address
 

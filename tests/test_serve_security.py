@@ -26,10 +26,10 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from PIL import Image  # noqa: E402
-
 from _loopback import ScriptedServer, send  # noqa: E402
 from _serve_fixtures import RunningServer  # noqa: E402
+from PIL import Image  # noqa: E402
+
 from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
 from vis_embed.serving.protocol import header_timeout_protocol  # noqa: E402
 
@@ -103,8 +103,8 @@ def server(embedder):
 POISON = {
     "lone surrogate text": (b'{"model": "tiny", "input": ["\\ud800"]}', "input[0]"),
     "lone surrogate in an item": (b'{"model": "tiny", "input": [{"text": "ok \\udfff"}]}', "input[0].text"),
-    "infinite bbox": (('{"model": "tiny", "input": [{"image": "%s", "bbox": [0, 0, Infinity, 5]}]}'
-                       % _png_uri((8, 8))).encode(), None),
+    "infinite bbox": (f'{{"model": "tiny", "input": [{{"image": "{_png_uri((8, 8))}", '
+                      f'"bbox": [0, 0, Infinity, 5]}}]}}'.encode(), None),
     "bbox outside the image": (json.dumps({"model": MODEL, "input": [{"image": _png_uri((8, 8)),
                                                                       "bbox": [0, 0, 9, 5]}]}).encode(),
                                "input[0].bbox"),

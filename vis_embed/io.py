@@ -120,7 +120,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
 def without_bom(data: bytes) -> bytes:
     """``data`` without a leading UTF-8 byte-order mark: files saved by common Windows tools
     (Notepad, Excel's "CSV UTF-8") start with one, and it is not part of the first line's text."""
-    return data[len(codecs.BOM_UTF8):] if data.startswith(codecs.BOM_UTF8) else data
+    return data.removeprefix(codecs.BOM_UTF8)
 
 
 def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:

@@ -137,7 +137,7 @@ def _get(parts: urllib.parse.SplitResult, address: tuple[str, int], deadline: fl
         return 200, None, body
     except FetchError:
         raise
-    except Exception:  # refused, reset, timed out, TLS, malformed answer: all one message
+    except Exception:  # noqa: BLE001  (refused, reset, timed out, TLS, malformed answer: all one message)
         raise FetchError(FETCH_FAILED, path=_shown(parts.geturl())) from None
     finally:
         watchdog.cancel()

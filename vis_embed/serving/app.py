@@ -23,11 +23,22 @@ from fastapi.responses import JSONResponse
 
 from vis_embed.serving.batcher import MicroBatcher, QueueFullError
 from vis_embed.serving.errors import RequestError
-from vis_embed.serving.images import (DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_REQUEST_PIXELS, DEFAULT_URL_TIMEOUT_S,
-                                      DEFAULT_URL_WORKERS, ImagePolicy, decode_images)
+from vis_embed.serving.images import (
+    DEFAULT_MAX_IMAGE_BYTES,
+    DEFAULT_MAX_REQUEST_PIXELS,
+    DEFAULT_URL_TIMEOUT_S,
+    DEFAULT_URL_WORKERS,
+    ImagePolicy,
+    decode_images,
+)
 from vis_embed.serving.limits import InputLimiter
-from vis_embed.serving.schemas import (EmbeddingRequest, check_content_type, check_instruction, parse_items,
-                                       parse_request)
+from vis_embed.serving.schemas import (
+    EmbeddingRequest,
+    check_content_type,
+    check_instruction,
+    parse_items,
+    parse_request,
+)
 
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_ITEMS = 1024

@@ -93,7 +93,6 @@ def run(args: argparse.Namespace) -> int:
 
     from vis_embed.model.embedder import Embedder
     from vis_embed.serving.app import ServerSettings, create_app
-
     from vis_embed.serving.protocol import header_timeout_protocol
 
     for name in ("max_batch_size", "max_queue", "max_request_bytes", "max_items", "port", "url_workers",

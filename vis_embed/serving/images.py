@@ -103,7 +103,7 @@ def _header_pixels(source: bytes | str, param: str) -> int:
         try:
             with Image.open(io.BytesIO(source)) as image:
                 size = image.size
-        except Exception:  # not an image, a bomb: load_image says which, with its own message
+        except Exception:  # noqa: BLE001  (not an image, a bomb: load_image says which, in its words)
             size = None
     else:
         size = image_size(source)
