@@ -96,6 +96,15 @@ def test_urls_are_fetched(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fetched == ["https://example.org/x.png"]
 
 
+def test_encoded_bytes_load_like_the_file() -> None:
+    buffer = io.BytesIO()
+    Image.new("RGB", (6, 3), (1, 2, 3)).save(buffer, "PNG")
+    image = load_image(buffer.getvalue())
+    assert image.size == (6, 3) and image.getpixel((0, 0)) == (1, 2, 3)
+    with pytest.raises(DataError, match="cannot decode"):
+        load_image(b"not an image")
+
+
 def test_unreachable_url_is_a_data_error() -> None:
     import socket
 

@@ -324,3 +324,33 @@ def test_a_connection_that_never_finishes_its_headers_is_closed(embedder) -> Non
         assert httpx.get(f"{running.url}/health").status_code == 200  # a whole request is unaffected
     finally:
         running.stop()
+
+
+def test_the_serve_command_takes_its_key_from_the_environment(tiny_checkpoint, expected) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from _loopback import closed_port
+
+    port = closed_port()
+    command = [sys.executable, "-m", "vis_embed", "serve", "--model", str(tiny_checkpoint()), "--served-model-name",
+               MODEL, "--port", str(port), "--dtype", "float32", "--device", "cpu", "--header-timeout", "2"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1", "VIS_EMBED_API_KEY": "from-env"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.stderr.read()
+            assert time.monotonic() < deadline, "vis-embed serve did not come up in 60 s"
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert _post(url, {"input": NORMAL}).status_code == 401
+        _assert_normal(_post(url, {"input": NORMAL}, {"authorization": "Bearer from-env"}), expected)
+    finally:
+        process.terminate()
+        process.wait(30)
