@@ -199,6 +199,14 @@ def case_protocol(server: Server) -> tuple[str, str, bool]:
     return "content type, nesting, numbers", ", ".join(f"{name} {status}" for name, status in statuses.items()), ok
 
 
+def case_host(server: Server) -> tuple[str, str, bool]:
+    import httpx
+
+    rebound = httpx.post(f"{server.url}/v1/embeddings", json=NORMAL, timeout=30,
+                         headers={"authorization": f"Bearer {KEY}", "host": "attacker.example"}).status_code
+    return "foreign Host header (DNS rebinding)", f"{rebound}", rebound == 400
+
+
 def case_half_sent(server: Server, connections: int, wait_s: float) -> tuple[str, str, bool]:
     sockets = []
     for _ in range(connections):
@@ -238,7 +246,7 @@ def main() -> None:
         server = Server(model, ["--device", args.device, "--header-timeout", "5", *args.serve_args.split()])
         try:
             rows = [case_poison(server, args.normal_clients, args.requests), case_long_text(server),
-                    case_bombs(server), case_ssrf(server), case_auth(server), case_protocol(server),
+                    case_bombs(server), case_ssrf(server), case_auth(server), case_protocol(server), case_host(server),
                     case_half_sent(server, args.half_sent, wait_s=15)]
         finally:
             server.stop()

@@ -313,6 +313,20 @@ def test_bodies_that_are_not_plain_json_get_4xx(server, expected, case) -> None:
     _assert_normal(_post(url, {"input": NORMAL}), expected)
 
 
+def test_a_foreign_host_header_is_refused_against_dns_rebinding(embedder, expected) -> None:
+    from vis_embed.serving.hosts import LOOPBACK_HOSTS
+
+    running = _serve(embedder, allowed_hosts=LOOPBACK_HOSTS)
+    try:
+        rebound = _post(running.url, {"input": NORMAL}, {"host": "attacker.example"})
+        assert rebound.status_code == 400 and "Host" in rebound.json()["error"]["message"]
+        assert httpx.get(f"{running.url}/health", headers={"host": "attacker.example:80"}).status_code == 400
+        _assert_normal(_post(running.url, {"input": NORMAL}), expected)  # Host: 127.0.0.1:PORT
+        _assert_normal(_post(running.url, {"input": NORMAL}, {"host": "localhost"}), expected)
+    finally:
+        running.stop()
+
+
 def test_a_connection_that_never_finishes_its_headers_is_closed(embedder) -> None:
     running = RunningServer(create_app(embedder, ServerSettings(model_name=MODEL)),
                             http=header_timeout_protocol(0.5))

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 
 from vis_embed.serving.batcher import MicroBatcher, QueueFullError
 from vis_embed.serving.errors import RequestError
+from vis_embed.serving.hosts import AllowedHosts
 from vis_embed.serving.images import (
     DEFAULT_MAX_IMAGE_BYTES,
     DEFAULT_MAX_REQUEST_PIXELS,
@@ -64,6 +65,7 @@ class ServerSettings:
     long_input: str = "refuse"  # or "truncate"
     max_request_pixels: int = DEFAULT_MAX_REQUEST_PIXELS
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S  # a request's whole life, body to answer
+    allowed_hosts: tuple[str, ...] | None = None  # Host header names answered; None: any (serving.hosts)
 
 
 def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
@@ -91,6 +93,8 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     # With a key, the interactive docs go too: every endpoint but /health needs the key.
     hidden = {"docs_url": None, "redoc_url": None, "openapi_url": None} if settings.api_key else {}
     app = FastAPI(title="vis_embed embeddings", lifespan=lifespan, **hidden)
+    if settings.allowed_hosts is not None:
+        app.add_middleware(AllowedHosts, hosts=settings.allowed_hosts)
     app.state.batcher = batcher
     app.state.limiter = limiter
     created = int(time.time())

@@ -59,6 +59,9 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--api-key", default=None,
                        help=f"require 'Authorization: Bearer KEY' on every endpoint but /health "
                             f"(default: ${API_KEY_ENV} if set, else no key)")
+    group.add_argument("--allowed-hosts", default=None,
+                       help="comma-separated Host header names the server answers (defence against DNS "
+                            "rebinding); default: localhost,127.0.0.1,::1 when --host is loopback, else any")
     group.add_argument("--allow-urls", action="store_true",
                        help="fetch http(s) image URLs (off: a client could make the server request any URL)")
     group.add_argument("--allow-private-urls", action="store_true",
@@ -93,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     from vis_embed.model.embedder import Embedder
     from vis_embed.serving.app import ServerSettings, create_app
+    from vis_embed.serving.hosts import default_allowed_hosts
     from vis_embed.serving.protocol import header_timeout_protocol
 
     for name in ("max_batch_size", "max_queue", "max_request_bytes", "max_items", "port", "url_workers",
@@ -107,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
     if args.allow_private_urls and not args.allow_urls:
         raise ConfigError("--allow-private-urls widens --allow-urls; give both")
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    allowed_hosts = (tuple(host.strip() for host in args.allowed_hosts.split(",") if host.strip())
+                     if args.allowed_hosts else default_allowed_hosts(args.host))
+    if allowed_hosts is not None and "*" in allowed_hosts:
+        allowed_hosts = None
     embedder = Embedder.from_pretrained(
         args.model, adapter=args.adapter, device=args.device, dtype=args.dtype,
         min_pixels=args.min_pixels, max_pixels=args.max_pixels, prompt_format=args.prompt_format,
@@ -117,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         max_items=args.max_items, allow_local_files=args.allow_local_files, url_timeout_s=args.url_timeout,
         allow_urls=args.allow_urls, allow_private_urls=args.allow_private_urls, url_workers=args.url_workers,
         api_key=api_key, max_input_tokens=args.max_input_tokens, long_input=args.long_input,
-        max_request_pixels=args.max_request_pixels, request_timeout_s=args.request_timeout)
+        max_request_pixels=args.max_request_pixels, request_timeout_s=args.request_timeout,
+        allowed_hosts=allowed_hosts)
     uvicorn.run(create_app(embedder, settings), host=args.host, port=args.port, log_level="info",
                 http=header_timeout_protocol(args.header_timeout), timeout_keep_alive=args.keep_alive_timeout,
                 limit_concurrency=args.max_connections, h11_max_incomplete_event_size=args.max_header_bytes)
