@@ -107,21 +107,21 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
         return limiter.apply(items, instruction)
 
     async def embed(request: Request) -> JSONResponse:
-        body = await _read_body(request, settings.max_request_bytes)
-        parsed = parse_request(body)
-        del body
+        parsed = parse_request(await _read_body(request, settings.max_request_bytes))
         _check_model(parsed, settings.model_name, embedder.embedding_dim)
         check_instruction(parsed.instruction)
-        items, prompt_tokens = await asyncio.to_thread(
-            prepare, parse_items(parsed.input, settings.max_items), parsed.instruction)
+        instruction, encoding_format = parsed.instruction, parsed.encoding_format
+        items = parse_items(parsed.input, settings.max_items)
+        del parsed  # the raw input (base64 images) is not held while the request waits
+        items, prompt_tokens = await asyncio.to_thread(prepare, items, instruction)
         try:
-            future = batcher.submit(items, parsed.instruction, prompt_tokens)
+            future = batcher.submit(items, instruction, prompt_tokens)
         except QueueFullError as exc:
             raise RequestError(429, f"the server is busy: {exc}; retry later",
                                error_type="rate_limit_error") from None
         del items  # the job holds the decoded images until it is answered, then drops them
         result = await asyncio.wrap_future(future)
-        return JSONResponse(_response(result.embeddings, result.prompt_tokens, parsed.encoding_format,
+        return JSONResponse(_response(result.embeddings, result.prompt_tokens, encoding_format,
                                       settings.model_name))
 
     @app.exception_handler(RequestError)
