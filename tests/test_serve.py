@@ -28,6 +28,7 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from PIL import Image  # noqa: E402
 
+from _serve_fixtures import RunningServer  # noqa: E402
 from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.timeout(120)]
@@ -74,28 +75,6 @@ class RecordingEmbedder:
         return getattr(self._embedder, name)
 
 
-class RunningServer:
-    """uvicorn serving ``app`` in a thread, on a socket bound to a free loopback port."""
-
-    def __init__(self, app: Any) -> None:
-        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.socket.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.socket.close()
-
-
 @pytest.fixture(scope="module")
 def embedder(tiny_checkpoint):
     from vis_embed.model.embedder import Embedder
@@ -113,7 +92,8 @@ def expected(embedder) -> dict[str | None, np.ndarray]:
 def served(embedder, expected) -> Iterator[tuple[str, RecordingEmbedder]]:
     recording = RecordingEmbedder(embedder)
     settings = ServerSettings(model_name=MODEL_NAME, max_batch_size=16, max_wait_ms=20, max_queue=64,
-                              max_request_bytes=200_000, max_items=32, url_timeout_s=2.0)
+                              max_request_bytes=200_000, max_items=32, url_timeout_s=2.0,
+                              allow_urls=True, allow_private_urls=True)  # the test image server is on loopback
     running = RunningServer(create_app(recording, settings))
     yield running.url, recording
     running.stop()

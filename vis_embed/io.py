@@ -7,6 +7,7 @@ checkpoint must never be mistaken for a complete one.  We write to a temporary s
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import json
@@ -116,6 +117,12 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def without_bom(data: bytes) -> bytes:
+    """``data`` without a leading UTF-8 byte-order mark: files saved by common Windows tools
+    (Notepad, Excel's "CSV UTF-8") start with one, and it is not part of the first line's text."""
+    return data.removeprefix(codecs.BOM_UTF8)
+
+
 def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` of a UTF-8 file; bytes that are not UTF-8 are a
     ``DataError`` naming the file and line (not a ``UnicodeDecodeError`` without either)."""
@@ -128,7 +135,7 @@ def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 def read_text(path: str | Path) -> str:
     """A whole UTF-8 file; bytes that are not UTF-8 are a ``DataError`` naming file and line."""
     path = Path(path)
-    data = path.read_bytes()
+    data = without_bom(path.read_bytes())
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -143,6 +150,8 @@ def read_text_lines_or_errors(path: str | Path) -> Iterator[tuple[int, str | Dat
     path = Path(path)
     with path.open("rb") as handle:
         for line_number, raw in enumerate(handle, start=1):
+            if line_number == 1:
+                raw = without_bom(raw)
             try:
                 yield line_number, raw.decode("utf-8")
             except UnicodeDecodeError as exc:

@@ -14,7 +14,11 @@
   whole, centred).  The model sees a black band around a sliver instead of losing the item.
 
 * Besides paths and http(s) URLs, a source may be a ``file://`` URI or a base64 data URI
-  (``data:image/png;base64,...``): the forms Qwen's own tooling (qwen-vl-utils, vLLM) accepts.
+  (``data:image/png;base64,...``): the forms Qwen's own tooling (qwen-vl-utils, vLLM) accepts,
+  or the encoded bytes themselves.  URLs are fetched by :mod:`vis_embed.data.fetch` (the one
+  fetcher: http(s) only, whole-fetch deadline, byte cap, address policy).
+* A path that is not a regular file (a FIFO, a device) is refused before it is opened:
+  reading a FIFO would block forever.
 
 Resizing to the model's pixel budget (min/max pixels) is the processor's job, not ours:
 qwen-vl-utils' ``fetch_image`` resizes with PIL, which is not pixel-identical to the
@@ -30,6 +34,7 @@ import binascii
 import io
 import os
 import re
+import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -37,11 +42,11 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from vis_embed.data.fetch import UrlPolicy, fetch_url
 from vis_embed.errors import DataError
 
 DEFAULT_MAX_IMAGE_PIXELS = int(Image.MAX_IMAGE_PIXELS or 89_478_485)
 URL_PREFIXES = ("http://", "https://")
-URL_TIMEOUT_S = 30
 FILE_URI_PREFIX = "file://"
 DATA_URI = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
 # Qwen2-VL / 2.5-VL / 3-VL processors (and qwen-vl-utils) raise for a larger long/short side ratio.
@@ -71,17 +76,6 @@ def resolve_image(source: str | Path, base_dir: str | Path | None = None) -> str
     return os.path.normpath(path)
 
 
-def _fetch_url(url: str) -> bytes:
-    import urllib.request
-
-    request = urllib.request.Request(url, headers={"User-Agent": "vis_embed"})
-    try:
-        with urllib.request.urlopen(request, timeout=URL_TIMEOUT_S) as response:  # noqa: S310
-            return response.read()
-    except Exception as exc:  # network errors come in many classes; all mean "cannot fetch"
-        raise DataError(f"cannot fetch image URL ({type(exc).__name__}: {exc})", path=url) from None
-
-
 def to_rgb(image: Image.Image) -> Image.Image:
     """Convert any PIL mode to RGB (see module docstring for the choices made)."""
     if image.mode == "RGB":
@@ -100,7 +94,25 @@ def to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
+def check_regular_file(path: str | Path, name: str | None = None) -> None:
+    """DataError unless ``path`` is a regular file: opening a FIFO blocks until a writer comes
+    (forever), and a device can be endless; both are refused before any ``open``."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise DataError("image file not found", path=name or str(path)) from None
+    except OSError as exc:
+        raise DataError(f"image file is not readable ({exc.strerror})", path=name or str(path)) from None
+    if stat.S_ISDIR(mode):
+        raise DataError("image path is a directory, not a file", path=name or str(path))
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise DataError(f"image path is {kind}, not a regular file", path=name or str(path))
+
+
 def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int) -> Image.Image:
+    if isinstance(data, Path):
+        check_regular_file(data, name)
     try:
         with warnings.catch_warnings():
             # PIL only warns between 1x and 2x its limit; we refuse explicitly just below.
@@ -128,9 +140,12 @@ def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int) -> Image.Im
     return image
 
 
-def load_image(source: str | Path | Image.Image, base_dir: str | Path | None = None,
-               max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Image.Image:
-    """Load ``source`` (path, http(s) URL or PIL image) as an RGB PIL image."""
+def load_image(source: str | Path | bytes | Image.Image, base_dir: str | Path | None = None,
+               max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
+               url_policy: UrlPolicy | None = None) -> Image.Image:
+    """Load ``source`` (path, http(s) URL, data URI, encoded image ``bytes`` or PIL image) as an
+    RGB PIL image.  URLs go through :func:`vis_embed.data.fetch.fetch_url` under ``url_policy``
+    (default: :class:`~vis_embed.data.fetch.UrlPolicy`, a batch job's)."""
     if isinstance(source, Image.Image):
         width, height = source.size
         check_has_pixels(source)
@@ -138,8 +153,10 @@ def load_image(source: str | Path | Image.Image, base_dir: str | Path | None = N
             raise DataError(f"refused: {width}x{height} image exceeds the decompression-bomb "
                             f"limit of {max_image_pixels} pixels")
         return to_rgb(ImageOps.exif_transpose(source) or source)
-    if is_url(source):
-        image = _open(io.BytesIO(_fetch_url(source)), source, max_image_pixels)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        image = _open(io.BytesIO(bytes(source)), "image bytes", max_image_pixels)
+    elif is_url(source):
+        image = _open(io.BytesIO(fetch_url(source, url_policy or UrlPolicy())), source, max_image_pixels)
     elif is_data_uri(source):
         image = _open(io.BytesIO(_decode_data_uri(source)), f"{source[:40]}...", max_image_pixels)
     elif isinstance(source, (str, Path)) and str(source):
@@ -216,7 +233,9 @@ def image_size(source: str | Path | Image.Image, base_dir: str | Path | None = N
     if is_url(source) or is_data_uri(source) or not isinstance(source, (str, Path)):
         return None
     try:
-        with Image.open(resolve_image(source, base_dir)) as image:
+        path = resolve_image(source, base_dir)
+        check_regular_file(path)  # a FIFO would block this header read forever
+        with Image.open(path) as image:
             return image.size
     except Exception:  # the real load reports the error properly; this is only a hint
         return None

@@ -17,6 +17,7 @@ data config (pairs rows), the benchmark manifest's rows, ``vis-embed encode`` an
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,15 @@ def _is_image_value(value: Any) -> bool:
     return isinstance(value, (str, os.PathLike)) or hasattr(value, "convert")
 
 
+def _is_encodable(text: str) -> bool:
+    """False for a string with a lone surrogate (JSON's "\\ud800"): no tokenizer or file system takes it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_bbox(value: Any, field: str = "bbox", *, path: str | Path | None = None,
                line: int | None = None) -> list[float]:
     """``[x0, y0, x1, y1]`` in pixels of the displayed image, ``0 <= x0 < x1`` and ``0 <= y0 < y1``."""
@@ -43,6 +53,8 @@ def check_bbox(value: Any, field: str = "bbox", *, path: str | Path | None = Non
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
         raise DataError(f"expected [x0, y0, x1, y1] (4 numbers), got {value!r:.80}",
                         path=path, line=line, field=field)
+    if any(isinstance(v, float) and not math.isfinite(v) for v in value):  # JSON readers accept Infinity, NaN
+        raise DataError(f"box {list(value)} has a non-finite coordinate", path=path, line=line, field=field)
     x0, y0, x1, y1 = value
     if not (0 <= x0 < x1 and 0 <= y0 < y1):
         raise DataError(f"empty or negative box {list(value)}: need 0 <= x0 < x1 and 0 <= y0 < y1",
@@ -78,6 +90,9 @@ def check_item(value: Any, field: str | None = None, *, path: str | Path | None 
         raise fail("image", "must not be empty (leave 'image' out, or null, for a text-only item)")
     if text is not None and not isinstance(text, str):
         raise fail("text", f"must be a string, got {_type_name(text)} ({text!r:.60})")
+    for key, string in (("image", image), ("text", text)):
+        if isinstance(string, str) and not _is_encodable(string):
+            raise fail(key, "is not valid Unicode (it holds a lone surrogate such as \\ud800)")
     if image is None and (text is None or not text.strip()):
         raise fail("image", "item has neither an image nor a text (it needs a non-empty 'image' or 'text')")
     if "bbox" in item:

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from vis_embed.errors import DataError
+from vis_embed.io import without_bom
 
 
 class LineDict(dict):
@@ -53,7 +54,7 @@ def load_yaml_with_lines(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise DataError("file not found", path=path)
-    data = path.read_bytes()
+    data = without_bom(path.read_bytes())  # a BOM is an encoding mark, not YAML
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -91,7 +91,7 @@ def find_reference(explicit: str | Path | None = None) -> Path | Traversable:
 
 def read_reference(path: Path | Traversable) -> list[dict[str, str]]:
     """Rows of the published table (``#`` lines are comments)."""
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")  # a BOM (Excel's "CSV UTF-8") is not a column name
     return list(csv.DictReader(line for line in io.StringIO(text) if not line.startswith("#") and line.strip()))
 
 

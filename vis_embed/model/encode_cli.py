@@ -17,9 +17,12 @@ Outputs (all written atomically):
   first bad line stops the run with an error naming the file, line and field, and nothing is
   written.  A previous run's ``emb.rejects.jsonl`` is removed by a run that writes none.
 
-The three files are one set: ``emb.ids.json`` is its commit record, removed before the others
-are replaced and written after them, so a run killed in between leaves no ``emb.ids.json``, and
-:func:`read_encoded` refuses a matrix without (or not matching) its alignment.
+The three files are one set: ``emb.ids.json`` is its commit record.  The new set is written
+to temporary files first; only when all are complete is the old ``emb.ids.json`` removed, the
+others renamed into place and the new ``emb.ids.json`` renamed in last.  A write that fails (a
+full disk) leaves the previous set whole and loadable (an ``error:`` naming the output, exit 2);
+a run killed mid-swap leaves no ``emb.ids.json``, and :func:`read_encoded` refuses a matrix
+without (or not matching) its alignment.
 
 Texts longer than the model's maximum (``EmbeddingModel.token_limit``) are cut at the end of
 the item's text, never the instruction or image, and counted in the summary.
@@ -31,6 +34,7 @@ the same files as one process would.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +46,7 @@ from vis_embed.data.items import check_item
 from vis_embed.distributed import all_gather_object, broadcast_object, get_world_size, local_device, torchrun_group
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.errors import DataError
-from vis_embed.io import atomic_path, atomic_write_json, parse_jsonl_line, read_text_lines_or_errors, write_jsonl
+from vis_embed.io import atomic_path, parse_jsonl_line, read_text_lines_or_errors
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from vis_embed.model.embedder import Embedder, NonFiniteEmbeddingError
 from vis_embed.model.encode_shards import encode_across_ranks, remove_shards, shards_dir
@@ -154,18 +158,36 @@ def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], 
                         "row": _jsonable({**items[index], "id": ids[index]})})
     rejects.sort(key=lambda reject: reject["line"])
     ids_path, rejects_path = sidecar_paths(output)
-    ids_path.unlink(missing_ok=True)  # the set's commit record: gone until the new set is complete
-    with atomic_path(output) as tmp:
-        np.save(tmp, embeddings)
-    if on_error == "skip":
-        write_jsonl(rejects_path, rejects)
-    else:
+    alignment = {"input": str(input_path), "lines": [lines[i] for i in kept], "ids": [ids[i] for i in kept]}
+    try:
+        _commit_set(output, ids_path, rejects_path if on_error == "skip" else None, embeddings, rejects, alignment)
+    except OSError as exc:  # disk full, quota, read-only: the previous set is still whole
+        raise DataError(f"cannot write the output ({exc.strerror or exc}); the previous output, if any, "
+                        f"is unchanged", path=output) from None
+    if on_error != "skip":
         rejects_path.unlink(missing_ok=True)  # a previous run's rejects do not describe this output
-    atomic_write_json(ids_path, {"input": str(input_path), "lines": [lines[i] for i in kept],
-                                 "ids": [ids[i] for i in kept]})
     return EncodedFile(output=output, rows=int(embeddings.shape[0]), dim=int(embeddings.shape[1]),
                        ids_path=ids_path, rejects=len(rejects),
                        rejects_path=rejects_path if on_error == "skip" else None, truncated=truncated)
+
+
+def _commit_set(output: Path, ids_path: Path, rejects_path: Path | None, embeddings: np.ndarray,
+                rejects: list[dict[str, Any]], alignment: dict[str, Any]) -> None:
+    """Write the whole new set to temporary files first and only then swap it in: a write
+    that fails (a full disk) leaves the previous complete set loadable.  The swap is renames
+    only (no new space); ``ids_path``, the commit record, is removed before the others are
+    replaced and put in place last, so a crash mid-swap leaves a set :func:`read_encoded` refuses."""
+    with contextlib.ExitStack() as stack:
+        # Entered in commit order, left in reverse: matrix, then rejects, then the ids record.
+        ids_tmp = stack.enter_context(atomic_path(ids_path))
+        rejects_tmp = None if rejects_path is None else stack.enter_context(atomic_path(rejects_path))
+        matrix_tmp = stack.enter_context(atomic_path(output))
+        np.save(matrix_tmp, embeddings)
+        if rejects_tmp is not None:
+            rejects_tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rejects),
+                                   encoding="utf-8")
+        ids_tmp.write_text(json.dumps(alignment, indent=2), encoding="utf-8")
+        ids_path.unlink(missing_ok=True)  # all written: the old set stops being one from here on
 
 
 def read_encoded(output: str | Path) -> tuple[np.ndarray, dict[str, Any]]:

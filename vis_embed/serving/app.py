@@ -10,22 +10,40 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hmac
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from vis_embed.serving.batcher import MicroBatcher, QueueFullError
 from vis_embed.serving.errors import RequestError
-from vis_embed.serving.images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_URL_TIMEOUT_S, decode_images
-from vis_embed.serving.schemas import EmbeddingRequest, parse_items, parse_request
+from vis_embed.serving.hosts import AllowedHosts
+from vis_embed.serving.images import (
+    DEFAULT_MAX_IMAGE_BYTES,
+    DEFAULT_MAX_REQUEST_PIXELS,
+    DEFAULT_URL_TIMEOUT_S,
+    DEFAULT_URL_WORKERS,
+    ImagePolicy,
+    decode_images,
+)
+from vis_embed.serving.limits import InputLimiter
+from vis_embed.serving.schemas import (
+    EmbeddingRequest,
+    check_content_type,
+    check_instruction,
+    parse_items,
+    parse_request,
+)
 
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_ITEMS = 1024
+DEFAULT_REQUEST_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -39,11 +57,28 @@ class ServerSettings:
     allow_local_files: bool = False
     url_timeout_s: float = DEFAULT_URL_TIMEOUT_S
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    allow_urls: bool = False  # fetch http(s) image URLs at all
+    allow_private_urls: bool = False  # ... also loopback / private / link-local / multicast ones
+    url_workers: int = DEFAULT_URL_WORKERS  # the fetch pool: slow URLs wait here, not elsewhere
+    api_key: str | None = None  # every endpoint but /health needs "Authorization: Bearer KEY"
+    max_input_tokens: int | None = None  # None: the model's recorded max length, else 8192
+    long_input: str = "refuse"  # or "truncate"
+    max_request_pixels: int = DEFAULT_MAX_REQUEST_PIXELS
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S  # a request's whole life, body to answer
+    allowed_hosts: tuple[str, ...] | None = None  # Host header names answered; None: any (serving.hosts)
 
 
 def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     """The server around ``embedder``; its micro-batcher runs while the app is up (lifespan)."""
     batcher = MicroBatcher(embedder, settings.max_batch_size, settings.max_wait_ms, settings.max_queue)
+    limiter = InputLimiter(embedder, settings.max_input_tokens, settings.long_input)
+    url_pool = ThreadPoolExecutor(settings.url_workers, thread_name_prefix="vis-embed-fetch") \
+        if settings.allow_urls else None
+    image_policy = ImagePolicy(
+        allow_local_files=settings.allow_local_files, allow_urls=settings.allow_urls,
+        allow_private_urls=settings.allow_private_urls, url_timeout_s=settings.url_timeout_s,
+        max_image_bytes=settings.max_image_bytes, max_request_pixels=settings.max_request_pixels,
+        url_pool=url_pool)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -52,10 +87,42 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
             yield
         finally:
             await asyncio.to_thread(batcher.stop)
+            if url_pool is not None:
+                url_pool.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="vis_embed embeddings", lifespan=lifespan)
+    # With a key, the interactive docs go too: every endpoint but /health needs the key.
+    hidden = {"docs_url": None, "redoc_url": None, "openapi_url": None} if settings.api_key else {}
+    app = FastAPI(title="vis_embed embeddings", lifespan=lifespan, **hidden)
+    if settings.allowed_hosts is not None:
+        app.add_middleware(AllowedHosts, hosts=settings.allowed_hosts)
     app.state.batcher = batcher
+    app.state.limiter = limiter
     created = int(time.time())
+    authorized = Depends(_authorization(settings.api_key))
+
+    def prepare(items: list[dict[str, Any]], instruction: str | None) -> tuple[list[dict[str, Any]], int]:
+        """Everything a request needs before it may join a batch (in a worker thread)."""
+        if any("image" in item for item in items):
+            items = decode_images(items, image_policy)
+        return limiter.apply(items, instruction)
+
+    async def embed(request: Request) -> JSONResponse:
+        parsed = parse_request(await _read_body(request, settings.max_request_bytes))
+        _check_model(parsed, settings.model_name, embedder.embedding_dim)
+        check_instruction(parsed.instruction)
+        instruction, encoding_format = parsed.instruction, parsed.encoding_format
+        items = parse_items(parsed.input, settings.max_items)
+        del parsed  # the raw input (base64 images) is not held while the request waits
+        items, prompt_tokens = await asyncio.to_thread(prepare, items, instruction)
+        try:
+            future = batcher.submit(items, instruction, prompt_tokens)
+        except QueueFullError as exc:
+            raise RequestError(429, f"the server is busy: {exc}; retry later",
+                               error_type="rate_limit_error") from None
+        del items  # the job holds the decoded images until it is answered, then drops them
+        result = await asyncio.wrap_future(future)
+        return JSONResponse(_response(result.embeddings, result.prompt_tokens, encoding_format,
+                                      settings.model_name))
 
     @app.exception_handler(RequestError)
     async def request_error(_request: Request, exc: RequestError) -> JSONResponse:
@@ -70,30 +137,39 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     async def health() -> dict[str, Any]:
         return {"status": "ok", "model": settings.model_name, **batcher.stats()}
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", dependencies=[authorized])
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": settings.model_name, "object": "model",
                                             "created": created, "owned_by": "vis_embed"}]}
 
-    @app.post("/v1/embeddings")
+    @app.post("/v1/embeddings", dependencies=[authorized])
     async def embeddings(request: Request) -> JSONResponse:
-        body = await _read_body(request, settings.max_request_bytes)
-        parsed = parse_request(body)
-        _check_model(parsed, settings.model_name, embedder.embedding_dim)
-        items = parse_items(parsed.input, settings.max_items)
-        if any("image" in item for item in items):
-            items = await asyncio.to_thread(decode_images, items, settings.allow_local_files,
-                                            settings.url_timeout_s, settings.max_image_bytes)
+        check_content_type(request.headers.get("content-type"))
         try:
-            future = batcher.submit(items, parsed.instruction)
-        except QueueFullError as exc:
-            raise RequestError(429, f"the server is busy: {exc}; retry later",
-                               error_type="rate_limit_error") from None
-        result = await asyncio.wrap_future(future)
-        return JSONResponse(_response(result.embeddings, result.prompt_tokens, parsed.encoding_format,
-                                      settings.model_name))
+            async with asyncio.timeout(settings.request_timeout_s):  # cancelling it drops the queued job
+                return await embed(request)
+        except TimeoutError:
+            raise RequestError(504, f"the request took longer than this server's limit of "
+                                    f"{settings.request_timeout_s:g} s (--request-timeout); send fewer items",
+                               error_type="server_error") from None
 
     return app
+
+
+def _authorization(api_key: str | None):
+    """A dependency refusing (401) a request without ``Authorization: Bearer <api_key>``
+    (OpenAI's scheme: the ``openai`` client's ``api_key=`` sends it); compared in constant time."""
+    expected = None if api_key is None else api_key.encode("utf-8")
+
+    async def authorize(request: Request) -> None:
+        if expected is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode("utf-8"), expected):
+            raise RequestError(401, "missing or wrong API key: send the header 'Authorization: Bearer KEY'",
+                               error_type="authentication_error")
+
+    return authorize
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -8,7 +8,9 @@ wait, so a busy server batches without waiting at all.  Items are grouped by ins
 (the instruction is part of every item's prompt) and each group goes through
 ``Embedder.encode_partial`` -- the same length-bucketed batching, worker-thread preparation
 and per-item error reporting as ``Embedder.encode``; there is no second batching algorithm.
-An item that fails inside the model fails its own request only (``on_error="skip"``).
+An item that fails inside the model fails its own request only (``on_error="skip"``), and if
+a shared run raises anyway, its requests are run again one by one, so only the one that fails
+alone gets an error.  A request whose deadline passed while it waited is dropped unrun.
 
 The model runs in that one thread only: torch modules and fast tokenizers are not meant to be
 driven from several threads at once, and one thread keeps the event loop free for HTTP.
@@ -20,15 +22,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from vis_embed.errors import DataError
-from vis_embed.model.lengths import visual_tokens
-from vis_embed.model.prompts import join_instruction
 from vis_embed.serving.errors import RequestError
 
 
@@ -44,9 +44,21 @@ class EmbeddingResult:
 
 @dataclass
 class _Job:
-    items: list[dict[str, Any]]
+    items: list[dict[str, Any]]  # emptied once answered: decoded images are not held longer
     instruction: str | None
+    prompt_tokens: int = 0  # counted before the job was queued (serving.limits)
     future: Future = field(default_factory=Future)
+
+    def answer(self, result: EmbeddingResult | None = None, error: Exception | None = None) -> None:
+        """Settle the future unless the request gave up (its deadline passed: cancelled)."""
+        self.items = []
+        try:
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
+        except InvalidStateError:  # cancelled (the request's deadline passed): nobody waits
+            pass
 
 
 class MicroBatcher:
@@ -81,13 +93,14 @@ class MicroBatcher:
             self._thread.join(timeout_s)
         with self._ready:
             while self._queue:
-                self._queue.popleft().future.set_exception(
-                    RequestError(503, "the server is shutting down", error_type="server_error"))
+                self._queue.popleft().answer(error=RequestError(503, "the server is shutting down",
+                                                                error_type="server_error"))
 
     # ------------------------------------------------------------------ requests
-    def submit(self, items: list[dict[str, Any]], instruction: str | None) -> Future:
-        """A future of :class:`EmbeddingResult` (or a RequestError); QueueFullError when full."""
-        job = _Job(items, instruction)
+    def submit(self, items: list[dict[str, Any]], instruction: str | None, prompt_tokens: int = 0) -> Future:
+        """A future of :class:`EmbeddingResult` (or a RequestError); QueueFullError when full.
+        Cancelling the future (the request's deadline passed) drops the job if not yet run."""
+        job = _Job(items, instruction, prompt_tokens)
         with self._ready:
             if self._stopping:
                 raise RequestError(503, "the server is shutting down", error_type="server_error")
@@ -120,11 +133,15 @@ class MicroBatcher:
                 self._ready.wait()
             if self._stopping:
                 return None
+            self._drop_cancelled()
+            if not self._queue:
+                return []
             jobs = [self._queue.popleft()]
             self._busy = True
             size = len(jobs[0].items)
             deadline = time.monotonic() + self.max_wait_s
             while size < self.max_batch_size and not self._stopping:
+                self._drop_cancelled()
                 if self._queue:
                     if size + len(self._queue[0].items) > self.max_batch_size:
                         break  # whole requests only: the next one goes first in the next batch
@@ -137,21 +154,39 @@ class MicroBatcher:
                 self._ready.wait(remaining)
             return jobs
 
+    def _drop_cancelled(self) -> None:
+        """Requests that gave up while queued cost no model time (caller holds the lock)."""
+        while self._queue and self._queue[0].future.cancelled():
+            self._queue.popleft().items = []
+
     def _process(self, jobs: list[_Job]) -> None:
-        rows: dict[int, np.ndarray] = {}  # per job: (n_items, dim), filled group by group
-        tokens = {id(job): 0 for job in jobs}
+        """Run ``jobs`` together; if the shared run fails, run each job apart, so that only a
+        job that fails alone gets an error (4xx: its input is what the model could not take)."""
+        results, failed = self._run_together(jobs)
+        if failed is not None and len(jobs) > 1:
+            for job in jobs:
+                self._process([job])
+            return
+        for j, job in enumerate(jobs):
+            if failed is not None:
+                job.answer(error=RequestError(400, f"this request's input could not be embedded "
+                                                   f"({type(failed).__name__})"))
+            elif isinstance(results[j], RequestError):
+                job.answer(error=results[j])
+            else:
+                job.answer(EmbeddingResult(results[j], job.prompt_tokens))
+
+    def _run_together(self, jobs: list[_Job]) -> tuple[dict[int, Any], Exception | None]:
+        """job position -> (n_items, dim) rows or its RequestError; or the exception of a failed run."""
+        rows: dict[int, np.ndarray] = {}
         failed: dict[int, RequestError] = {}
         for instruction, members in _group_by_instruction(jobs).items():
             items = [jobs[j].items[k] for j, k in members]
             try:
                 embeddings, kept, errors = self.embedder.encode_partial(
                     items, instruction, batch_size=self.max_batch_size, on_error="skip")
-                counts = _prompt_tokens(self.embedder, items, instruction)
-            except Exception as exc:  # the model failed: these requests get a 500, the server goes on
-                error = RequestError(500, f"embedding failed ({type(exc).__name__}: {exc})",
-                                     error_type="server_error")
-                failed.update({j: error for j, _k in members})
-                continue
+            except Exception as exc:  # noqa: BLE001  (any failure: the caller retries apart)
+                return {}, exc
             for position, index in enumerate(kept):
                 j, k = members[index]
                 if j not in rows:
@@ -160,13 +195,7 @@ class MicroBatcher:
             for index, exc in errors.items():
                 j, k = members[index]
                 failed.setdefault(j, _item_error(k, exc))
-            for (j, _k), count in zip(members, counts):
-                tokens[id(jobs[j])] += count
-        for j, job in enumerate(jobs):
-            if j in failed:
-                job.future.set_exception(failed[j])
-            else:
-                job.future.set_result(EmbeddingResult(rows[j], tokens[id(job)]))
+        return {j: failed.get(j, rows.get(j)) for j in range(len(jobs))}, None
 
 
 def _group_by_instruction(jobs: Sequence[_Job]) -> dict[str | None, list[tuple[int, int]]]:
@@ -186,8 +215,3 @@ def _item_error(position: int, exc: DataError) -> RequestError:
     return RequestError(400, f"{param}: {exc.reason}", param=param)
 
 
-def _prompt_tokens(embedder: Any, items: Sequence[dict[str, Any]], instruction: str | None) -> list[int]:
-    """Tokens each item costs (instruction + text tokens, plus visual tokens): OpenAI's ``usage``."""
-    texts = [join_instruction(instruction, item.get("text")) for item in items]
-    text_ids = embedder.model.processor.tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return [len(ids) + (visual_tokens(embedder.model, item) or 0) for item, ids in zip(items, text_ids)]

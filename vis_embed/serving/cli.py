@@ -1,12 +1,17 @@
 """``vis-embed serve``: argument parsing and start-up (FastAPI, uvicorn and torch load on run).
 
-    vis-embed serve --model M [--adapter A] [--host 127.0.0.1] [--port 8000]
+    vis-embed serve --model M [--adapter A] [--host 127.0.0.1] [--port 8000] [--api-key KEY]
                     [--max-batch-size N] [--max-wait-ms T] [--max-queue Q] [--allow-local-files]
+                    [--allow-urls [--allow-private-urls]] [--max-input-tokens N] [--long-input MODE]
+                    [--max-request-pixels P] [--request-timeout S] ...
+
+The security-relevant defaults and what each protects against: docs/serving.md#deploying.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from vis_embed.errors import ConfigError
@@ -16,6 +21,10 @@ from vis_embed.model.cli import add_model_loading_arguments
 _MAX_REQUEST_BYTES = 32 * 1024 * 1024
 _MAX_ITEMS = 1024
 _URL_TIMEOUT_S = 5.0
+_URL_WORKERS = 4
+_MAX_REQUEST_PIXELS = 64_000_000
+_REQUEST_TIMEOUT_S = 60.0
+API_KEY_ENV = "VIS_EMBED_API_KEY"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,10 +46,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-items", type=int, default=_MAX_ITEMS,
                         help=f"most items per request; beyond, 413 (default: {_MAX_ITEMS})")
     parser.add_argument("--url-timeout", type=float, default=_URL_TIMEOUT_S,
-                        help=f"seconds to fetch an image URL (default: {_URL_TIMEOUT_S})")
+                        help=f"seconds one whole image-URL fetch may take (default: {_URL_TIMEOUT_S})")
     parser.add_argument("--allow-local-files", action="store_true",
                         help="accept image paths on the server's disk (off: any client could read its files)")
+    add_security_arguments(parser)
     add_model_loading_arguments(parser)
+
+
+def add_security_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that bound what one client can make the server do (docs/serving.md#deploying)."""
+    group = parser.add_argument_group("exposure and limits")
+    group.add_argument("--api-key", default=None,
+                       help=f"require 'Authorization: Bearer KEY' on every endpoint but /health "
+                            f"(default: ${API_KEY_ENV} if set, else no key)")
+    group.add_argument("--allowed-hosts", default=None,
+                       help="comma-separated Host header names the server answers (defence against DNS "
+                            "rebinding); default: localhost,127.0.0.1,::1 when --host is loopback, else any")
+    group.add_argument("--allow-urls", action="store_true",
+                       help="fetch http(s) image URLs (off: a client could make the server request any URL)")
+    group.add_argument("--allow-private-urls", action="store_true",
+                       help="with --allow-urls, also fetch loopback, private, link-local and multicast "
+                            "addresses (off: the server's own machine and network stay out of reach)")
+    group.add_argument("--url-workers", type=int, default=_URL_WORKERS,
+                       help=f"threads fetching URLs; more fetches wait (default: {_URL_WORKERS})")
+    group.add_argument("--max-input-tokens", type=int, default=None,
+                       help="most tokens per input (instruction + text + image); default: the model's "
+                            "recorded max length, else 8192")
+    group.add_argument("--long-input", choices=("refuse", "truncate"), default="refuse",
+                       help="an input over --max-input-tokens: refused with 400 (default, as OpenAI) or "
+                            "its text cut at the end")
+    group.add_argument("--max-request-pixels", type=int, default=_MAX_REQUEST_PIXELS,
+                       help=f"most image pixels per request, from the headers, before decoding; beyond, "
+                            f"413 (default: {_MAX_REQUEST_PIXELS})")
+    group.add_argument("--request-timeout", type=float, default=_REQUEST_TIMEOUT_S,
+                       help=f"seconds one request may take, body to answer; beyond, 504 "
+                            f"(default: {_REQUEST_TIMEOUT_S:g})")
+    group.add_argument("--header-timeout", type=float, default=10.0,
+                       help="seconds a new connection may take to send its request headers (default: 10)")
+    group.add_argument("--keep-alive-timeout", type=float, default=5.0,
+                       help="seconds an idle keep-alive connection stays open (default: 5)")
+    group.add_argument("--max-connections", type=int, default=512,
+                       help="open connections and requests at once; beyond, 503 (default: 512)")
+    group.add_argument("--max-header-bytes", type=int, default=16384,
+                       help="largest request head (request line + headers) (default: 16384)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,10 +96,25 @@ def run(args: argparse.Namespace) -> int:
 
     from vis_embed.model.embedder import Embedder
     from vis_embed.serving.app import ServerSettings, create_app
+    from vis_embed.serving.hosts import default_allowed_hosts
+    from vis_embed.serving.protocol import header_timeout_protocol
 
-    for name in ("max_batch_size", "max_queue", "max_request_bytes", "max_items", "port"):
+    for name in ("max_batch_size", "max_queue", "max_request_bytes", "max_items", "port", "url_workers",
+                 "max_request_pixels", "max_connections", "max_header_bytes"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("url_timeout", "request_timeout", "header_timeout", "keep_alive_timeout"):
+        if not getattr(args, name) > 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    if args.max_input_tokens is not None and args.max_input_tokens < 1:
+        raise ConfigError(f"--max-input-tokens must be >= 1, got {args.max_input_tokens}")
+    if args.allow_private_urls and not args.allow_urls:
+        raise ConfigError("--allow-private-urls widens --allow-urls; give both")
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    allowed_hosts = (tuple(host.strip() for host in args.allowed_hosts.split(",") if host.strip())
+                     if args.allowed_hosts else default_allowed_hosts(args.host))
+    if allowed_hosts is not None and "*" in allowed_hosts:
+        allowed_hosts = None
     embedder = Embedder.from_pretrained(
         args.model, adapter=args.adapter, device=args.device, dtype=args.dtype,
         min_pixels=args.min_pixels, max_pixels=args.max_pixels, prompt_format=args.prompt_format,
@@ -59,6 +122,12 @@ def run(args: argparse.Namespace) -> int:
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, max_batch_size=args.max_batch_size,
         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_request_bytes=args.max_request_bytes,
-        max_items=args.max_items, allow_local_files=args.allow_local_files, url_timeout_s=args.url_timeout)
-    uvicorn.run(create_app(embedder, settings), host=args.host, port=args.port, log_level="info")
+        max_items=args.max_items, allow_local_files=args.allow_local_files, url_timeout_s=args.url_timeout,
+        allow_urls=args.allow_urls, allow_private_urls=args.allow_private_urls, url_workers=args.url_workers,
+        api_key=api_key, max_input_tokens=args.max_input_tokens, long_input=args.long_input,
+        max_request_pixels=args.max_request_pixels, request_timeout_s=args.request_timeout,
+        allowed_hosts=allowed_hosts)
+    uvicorn.run(create_app(embedder, settings), host=args.host, port=args.port, log_level="info",
+                http=header_timeout_protocol(args.header_timeout), timeout_keep_alive=args.keep_alive_timeout,
+                limit_concurrency=args.max_connections, h11_max_incomplete_event_size=args.max_header_bytes)
     return 0

@@ -1,74 +1,146 @@
 """Item images -> decoded PIL images, before a request joins the queue.
 
-Decoding here (in a thread off the event loop) means an undecodable image, an unreachable URL
-or a refused local path fails *its own* request with a 400 naming the item, and never a
+Decoding here (in a thread off the event loop) means an undecodable image, a refused URL or
+a refused local path fails *its own* request with a 4xx naming the item, and never a
 micro-batch shared with other clients.  Decoding is :func:`vis_embed.data.images.load_image`
-(the project's one decoder: format checks, decompression-bomb limit, EXIF orientation, RGB).
+(the project's one decoder: format checks, decompression-bomb limit, EXIF orientation, RGB)
+and URLs go through the project's one fetcher, :func:`vis_embed.data.fetch.fetch_url`, under
+the server's policy (:class:`ImagePolicy`):
 
-URLs are fetched here rather than by ``load_image`` because a server needs what a batch job
-does not: a short timeout (a dead host must not hold a request for ``load_image``'s 30 s)
-and a cap on the bytes read (a huge download must not exhaust memory).  The fetched bytes are
-then decoded by ``load_image`` as a data URI.
+* URLs are refused unless ``--allow-urls``; even then loopback, private, link-local and
+  multicast addresses are refused unless ``--allow-private-urls`` (checked on every address
+  and redirect hop by the fetcher);
+* fetches run in the server's own bounded pool (``--url-workers``), so slow URLs cannot take
+  the threads other requests decode in, and ``--url-timeout`` bounds each whole fetch;
+* every failure of a URL says only "cannot fetch image URL" (plus the HTTP status class), so
+  the server cannot be used to probe a network;
+* the pixels of one request are bounded (``--max-request-pixels``), read from each image's
+  header before it is decoded: a few small files that would decode to huge images are refused
+  without allocating them.
 """
 
 from __future__ import annotations
 
 import base64
-import urllib.request
+import binascii
+import io
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
 
-from vis_embed.data.images import is_data_uri, is_url, load_image
+from vis_embed.data.fetch import FETCH_FAILED, FetchError, UrlPolicy, fetch_url
+from vis_embed.data.images import image_size, is_data_uri, is_url, load_image
 from vis_embed.errors import DataError
 from vis_embed.serving.errors import RequestError
 
 DEFAULT_URL_TIMEOUT_S = 5.0
 DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
+DEFAULT_URL_WORKERS = 4
+DEFAULT_MAX_REQUEST_PIXELS = 64_000_000  # five 12 MP photos, or ~300 of 448 x 448; RGB: 192 MB
 
 
-def decode_images(items: list[dict[str, Any]], allow_local_files: bool,
-                  url_timeout_s: float = DEFAULT_URL_TIMEOUT_S,
-                  max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> list[dict[str, Any]]:
-    """``items`` with each ``image`` replaced by its decoded RGB PIL image (a 400 names a bad one)."""
-    decoded = []
+@dataclass
+class ImagePolicy:
+    """What a request's images may be and cost (built once by ``create_app``)."""
+
+    allow_local_files: bool = False
+    allow_urls: bool = False
+    allow_private_urls: bool = False
+    url_timeout_s: float = DEFAULT_URL_TIMEOUT_S
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    max_request_pixels: int = DEFAULT_MAX_REQUEST_PIXELS
+    url_pool: ThreadPoolExecutor | None = None  # None: fetched in the caller's thread
+
+    def url_policy(self) -> UrlPolicy:
+        return UrlPolicy(allow_private=self.allow_private_urls, timeout_s=self.url_timeout_s,
+                         max_bytes=self.max_image_bytes)
+
+
+def decode_images(items: list[dict[str, Any]], policy: ImagePolicy) -> list[dict[str, Any]]:
+    """``items`` with each ``image`` replaced by its decoded RGB PIL image (a 4xx names a bad one)."""
+    decoded, pixels = [], 0
     for index, item in enumerate(items):
         if "image" in item:
             param = f"input[{index}].image"
-            item = {**item, "image": _decode(item["image"], param, allow_local_files, url_timeout_s,
-                                             max_image_bytes)}
+            source = _image_source(item["image"], param, policy)
+            # The budget is checked on the header's size, before the pixels are decoded: a
+            # 14 KB 1-bit PNG can decode to 265 MB of RGB.
+            pixels += _header_pixels(source, param)
+            if pixels > policy.max_request_pixels:
+                raise RequestError(413, f"{param}: the request's images hold more than {policy.max_request_pixels} "
+                                        f"pixels in all (--max-request-pixels); send fewer or smaller images",
+                                   param=param)
+            image = _load(source, param, is_url(item["image"]))
+            _check_box(item, image, index)
+            item = {**item, "image": image}
         decoded.append(item)
     return decoded
 
 
-def _decode(source: str, param: str, allow_local_files: bool, url_timeout_s: float,
-            max_image_bytes: int) -> Image.Image:
+def _image_source(source: str, param: str, policy: ImagePolicy) -> bytes | str:
+    """The image's encoded bytes (data URI, URL) or its local path, after the server's policy."""
     if is_url(source):
-        source = _as_data_uri(_fetch(source, param, url_timeout_s, max_image_bytes))
-    elif not is_data_uri(source) and not allow_local_files:
+        return _fetch(source, param, policy)
+    if is_data_uri(source):
+        try:
+            return base64.b64decode(source.split(",", 1)[1], validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise RequestError(400, f"{param}: malformed base64 image data URI ({exc})", param=param) from None
+    if not policy.allow_local_files:
         raise RequestError(400, f"{param}: local image paths are refused by this server (start it with "
                                 f"--allow-local-files); send a data: URI (base64) or an http(s) URL",
                            param=param)
+    return source
+
+
+def _header_pixels(source: bytes | str, param: str) -> int:
+    """Width x height from the image's header alone (0 if unreadable: the decode reports it)."""
+    size = None
+    if isinstance(source, bytes):
+        try:
+            with Image.open(io.BytesIO(source)) as image:
+                size = image.size
+        except Exception:  # noqa: BLE001  (not an image, a bomb: load_image says which, in its words)
+            size = None
+    else:
+        size = image_size(source)
+    return 0 if size is None else size[0] * size[1]
+
+
+def _load(source: bytes | str, param: str, from_url: bool) -> Image.Image:
     try:
         return load_image(source)
     except DataError as exc:
+        if from_url:  # fetched, but not an image: said as vaguely as a failed fetch
+            raise RequestError(400, f"{param}: {FETCH_FAILED} (not a usable image)", param=param) from None
         raise RequestError(400, f"{param}: {exc.reason}", param=param) from None
 
 
-def _fetch(url: str, param: str, timeout_s: float, max_bytes: int) -> bytes:
-    request = urllib.request.Request(url, headers={"User-Agent": "vis_embed-serve"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (http(s) only)
-            data = response.read(max_bytes + 1)
-    except Exception as exc:  # network errors come in many classes; all mean "cannot fetch"
-        raise RequestError(400, f"{param}: cannot fetch image URL {url[:200]} ({type(exc).__name__}: "
-                                f"{exc})", param=param) from None
-    if len(data) > max_bytes:
-        raise RequestError(413, f"{param}: image at {url[:200]} is larger than {max_bytes} bytes",
+def _fetch(url: str, param: str, policy: ImagePolicy) -> bytes:
+    if not policy.allow_urls:
+        raise RequestError(400, f"{param}: image URLs are not fetched by this server (its operator can "
+                                f"start it with --allow-urls); send the image as a data: URI (base64)",
                            param=param)
-    return data
+    try:
+        if policy.url_pool is None:
+            return fetch_url(url, policy.url_policy())
+        future = policy.url_pool.submit(fetch_url, url, policy.url_policy())
+        try:
+            return future.result(timeout=policy.url_timeout_s)  # waiting for a free worker counts too
+        except FutureTimeout:
+            future.cancel()
+            raise FetchError(FETCH_FAILED) from None
+    except FetchError as exc:
+        raise RequestError(400, f"{param}: {exc.reason}", param=param) from None
 
 
-def _as_data_uri(data: bytes) -> str:
-    # load_image sniffs the real format from the bytes; the subtype is only for the URI's syntax.
-    return "data:image/octet-stream;base64," + base64.b64encode(data).decode("ascii")
+def _check_box(item: dict[str, Any], image: Image.Image, index: int) -> None:
+    """A bbox outside the decoded image fails here, alone, not in the shared batch."""
+    box = item.get("bbox")
+    if box is not None and (box[2] > image.width or box[3] > image.height):
+        param = f"input[{index}].bbox"
+        raise RequestError(400, f"{param}: box {list(box)} lies outside the {image.width}x{image.height} image",
+                           param=param)

@@ -10,6 +10,7 @@ field); each input item goes through the project's one item validator,
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -17,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
 from vis_embed.serving.errors import RequestError
+
+MAX_JSON_DEPTH = 8  # {"input": [{"bbox": [...]}]} is 4 deep
+MAX_NUMBER_CHARS = 40  # digits of an int, characters of a float; a request needs far fewer
+MAX_INSTRUCTION_CHARS = 4096
 
 
 class EmbeddingRequest(BaseModel):
@@ -34,12 +39,70 @@ class EmbeddingRequest(BaseModel):
     dimensions: int | None = None
 
 
-def parse_request(body: bytes) -> EmbeddingRequest:
-    """The request in ``body``, or a 400 naming the first bad field."""
+def check_content_type(content_type: str | None) -> None:
+    """415 unless the body is declared JSON: a web page can only post ``text/plain`` or form
+    bodies across origins without a CORS preflight, so accepting those would let any page the
+    operator visits use the server."""
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json" and not (media_type.startswith("application/") and media_type.endswith("+json")):
+        raise RequestError(415, f"the request body must be JSON (Content-Type: application/json), got "
+                                f"{media_type or 'no Content-Type'}")
+
+
+def parse_json(body: bytes) -> Any:
+    """``body`` as JSON, refusing what Python's reader would take but a request never needs:
+    ``NaN``/``Infinity`` (not JSON; they broke batches), numbers of more than
+    :data:`MAX_NUMBER_CHARS` characters (``int()`` of 5,000 digits raises), and nesting deeper
+    than :data:`MAX_JSON_DEPTH` (a request is at most 4 deep)."""
     try:
-        payload = json.loads(body)
+        payload = json.loads(body, parse_constant=_no_constant, parse_int=_bounded_int, parse_float=_bounded_float)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RequestError(400, f"the request body is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise _too_deep() from None
+    if _depth_exceeds(payload, MAX_JSON_DEPTH):
+        raise _too_deep()
+    return payload
+
+
+def _no_constant(name: str) -> Any:
+    raise RequestError(400, f"the request body holds {name}, which is not JSON (numbers must be finite)")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise RequestError(400, f"the request body holds a number of {len(text)} digits (at most {MAX_NUMBER_CHARS})")
+    return int(text)
+
+
+def _bounded_float(text: str) -> float:
+    value = float(text) if len(text) <= MAX_NUMBER_CHARS else math.inf
+    if not math.isfinite(value):
+        raise RequestError(400, f"the request body holds the number {text[:40]}, which is too large or too long")
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """True if ``value`` nests lists/objects more than ``limit`` deep (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        children = current.values() if isinstance(current, dict) else current if isinstance(current, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def _too_deep() -> RequestError:
+    return RequestError(400, f"the request body nests deeper than {MAX_JSON_DEPTH} levels")
+
+
+def parse_request(body: bytes) -> EmbeddingRequest:
+    """The request in ``body``, or a 400 naming the first bad field."""
+    payload = parse_json(body)
     if not isinstance(payload, dict):
         raise RequestError(400, f"the request body must be a JSON object, got {type(payload).__name__}")
     try:
@@ -49,6 +112,20 @@ def parse_request(body: bytes) -> EmbeddingRequest:
         param = ".".join(str(part) for part in first["loc"]) or None
         reason = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
         raise RequestError(400, f"{param}: {reason}", param=param) from None
+
+
+def check_instruction(instruction: str | None) -> None:
+    """The instruction joins every item's prompt: a lone surrogate would fail the whole batch."""
+    if instruction is None:
+        return
+    try:
+        instruction.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(400, "instruction: is not valid Unicode (it holds a lone surrogate such as \\ud800)",
+                           param="instruction") from None
+    if len(instruction) > MAX_INSTRUCTION_CHARS:
+        raise RequestError(400, f"instruction: {len(instruction)} characters, above {MAX_INSTRUCTION_CHARS}",
+                           param="instruction")
 
 
 def parse_items(raw_input: Any, max_items: int) -> list[dict[str, Any]]:
@@ -77,17 +154,18 @@ def _text_item(text: str, param: str) -> dict[str, Any]:
     if not text.strip():
         raise RequestError(400, f"{param}: empty text (an item needs a non-blank text or an image)",
                            param=param)
-    return {"text": text}
+    return _item({"text": text}, param, field_of_text=param)
 
 
-def _item(value: Any, param: str) -> dict[str, Any]:
+def _item(value: Any, param: str, field_of_text: str | None = None) -> dict[str, Any]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         raise RequestError(400, f"{param}: token-id inputs are not supported; send text or items",
                            param=param)
     try:
         item = check_item(value, param)
     except DataError as exc:
-        raise RequestError(400, f"{exc.field}: {exc.reason}", param=exc.field) from None
+        field = field_of_text or exc.field  # a string input is its own text: "input[2]"
+        raise RequestError(400, f"{field}: {exc.reason}", param=field) from None
     if "image" in item and not isinstance(item["image"], str):  # JSON: always a string, but be sure
         raise RequestError(400, f"{param}.image: must be a string", param=f"{param}.image")
     return item

@@ -1,0 +1,34 @@
+"""A real uvicorn server in a thread on a free loopback port (tests of ``vis-embed serve``)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+
+class RunningServer:
+    """uvicorn serving ``app`` in a thread, on a socket bound to a free loopback port
+    (``options``: more ``uvicorn.Config`` settings)."""
+
+    def __init__(self, app: Any, **options: Any) -> None:
+        self.app = app
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", **options)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.socket.close()

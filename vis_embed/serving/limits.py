@@ -1,0 +1,112 @@
+"""Bounded text work per request: ``--max-input-tokens`` and ``usage.prompt_tokens``.
+
+An item's input tokens are the tokens of ``"<instruction> <text>"`` plus its image's merged
+visual tokens (what OpenAI's ``usage`` counts and what the model embeds, the chat template
+aside).  Over ``--max-input-tokens`` an item is refused (400, OpenAI's behaviour) or, with
+``--long-input truncate``, its text is cut at the end until it fits.
+
+A long text must not cost the server the time of tokenising it whole (1 MB took 50 s, with
+every other client waiting): the text is first cut to :data:`CHARS_PER_TOKEN` characters per
+allowed token -- more than any real text needs, so nothing that fits is cut -- and only that
+prefix is tokenised.  In refuse mode a text longer than that is refused without tokenising.
+
+All of this runs in the request's thread, before the request joins a batch, with its own copy
+of the tokenizer (the model thread's is not shared across threads) behind a lock.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from vis_embed.model.lengths import visual_tokens
+from vis_embed.model.prompts import join_instruction
+from vis_embed.serving.errors import RequestError
+
+DEFAULT_MAX_INPUT_TOKENS = 8192  # OpenAI's embeddings limit, for a model that records none
+CHARS_PER_TOKEN = 16  # English averages ~4 characters per token; 16 leaves room for long tokens
+TYPICAL_CHARS_PER_TOKEN = 4
+LONG_INPUT_MODES = ("refuse", "truncate")
+
+
+def model_max_tokens(embedder: Any) -> int:
+    """The model's recorded maximum length (``EmbeddingModel.token_limit``), else 8192."""
+    limit = getattr(getattr(embedder, "model", None), "token_limit", None)
+    return int(limit) if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_INPUT_TOKENS
+
+
+class InputLimiter:
+    """Applies the token limit to a request's items and counts their tokens."""
+
+    def __init__(self, embedder: Any, max_input_tokens: int | None, mode: str = "refuse") -> None:
+        if mode not in LONG_INPUT_MODES:
+            raise ValueError(f"long-input mode must be one of {LONG_INPUT_MODES}, got {mode!r}")
+        self.max_tokens = max_input_tokens or model_max_tokens(embedder)
+        if self.max_tokens < 1:
+            raise ValueError(f"max_input_tokens must be >= 1, got {self.max_tokens}")
+        self.mode = mode
+        self.max_chars = self.max_tokens * CHARS_PER_TOKEN
+        self._model = embedder.model
+        self._tokenizer = copy.deepcopy(embedder.model.processor.tokenizer)
+        self._lock = threading.Lock()
+
+    def apply(self, items: Sequence[dict[str, Any]], instruction: str | None) -> tuple[list[dict[str, Any]], int]:
+        """``(items, prompt_tokens)``: texts cut (truncate mode) and the tokens of the request."""
+        limited, total = [], 0
+        for index, item in enumerate(items):
+            item, tokens = self._limit_item(item, instruction, f"input[{index}]")
+            limited.append(item)
+            total += tokens
+        return limited, total
+
+    def _limit_item(self, item: dict[str, Any], instruction: str | None, param: str) -> tuple[dict[str, Any], int]:
+        visual = visual_tokens(self._model, item) or 0
+        text = item.get("text")
+        if text is not None and len(text) > self.max_chars:
+            if self.mode == "refuse":
+                raise self._too_long(param, f"{len(text)} characters")
+            text = text[:self.max_chars]  # cut by characters before any tokenising
+        if text is not None and self.mode == "truncate" and len(text) > self.max_tokens * TYPICAL_CHARS_PER_TOKEN:
+            # Most texts pass the limit within a typical number of characters per token:
+            # tokenising that prefix first spares the rest.
+            prefix = text[:self.max_tokens * TYPICAL_CHARS_PER_TOKEN]
+            if visual + self._count(instruction, prefix) > self.max_tokens:
+                text = prefix
+        count = self._count(instruction, text)
+        if visual + count <= self.max_tokens:
+            return ({**item, "text": text} if text is not None else item), visual + count
+        if self.mode == "refuse" or not text:
+            raise self._too_long(param, f"{visual + count} tokens")
+        return self._truncated(item, instruction, text, visual, param)
+
+    def _truncated(self, item: dict[str, Any], instruction: str | None, text: str, visual: int,
+                   param: str) -> tuple[dict[str, Any], int]:
+        with self._lock:
+            text_ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+        budget = self.max_tokens - visual - self._count(instruction, None)
+        while budget > 0:
+            # Re-tokenising the joined prompt can merge pieces differently: cut until it fits.
+            cut = self._decode(text_ids[:budget])
+            count = self._count(instruction, cut)
+            if cut.strip() and visual + count <= self.max_tokens:
+                return {**item, "text": cut}, visual + count
+            budget -= max(1, visual + count - self.max_tokens)
+        raise self._too_long(param, "its image and instruction alone")
+
+    def _count(self, instruction: str | None, text: str | None) -> int:
+        joined = join_instruction(instruction, text)
+        if not joined:
+            return 0
+        with self._lock:
+            return len(self._tokenizer(joined, add_special_tokens=False)["input_ids"])
+
+    def _decode(self, ids: list[int]) -> str:
+        with self._lock:
+            return self._tokenizer.decode(ids)
+
+    def _too_long(self, param: str, size: str) -> RequestError:
+        return RequestError(400, f"{param}: {size}, above this server's limit of {self.max_tokens} tokens "
+                                 f"per input (--max-input-tokens); shorten it or ask the operator for "
+                                 f"--long-input truncate", param=param)
