@@ -17,10 +17,14 @@ data config (pairs rows), the benchmark manifest's rows, ``vis-embed encode`` an
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vis_embed.data.images import is_data_uri, is_url, resolve_image
 from vis_embed.errors import DataError
 
 Item = dict[str, Any]
@@ -85,3 +89,53 @@ def check_item(value: Any, field: str | None = None, *, path: str | Path | None 
             raise fail("bbox", "a bbox crops the item's image, but the item has no image")
         item["bbox"] = check_bbox(item["bbox"], where("bbox"), path=path, line=line)  # type: ignore[arg-type]
     return item
+
+
+@dataclass(frozen=True)
+class ResolvedItem:
+    """A validated item with its image resolved: hashable, and *the* answer to "are two items
+    the same".
+
+    ``image`` is the resolved location (``resolve_image``: a normalised path, a URL or a data
+    URI) or None; ``bbox`` a tuple.  Two items are equal when they name the same resolved
+    image, box and text -- the key of loss labels.  :meth:`signature` is the one content
+    signature: with ``file_digest`` (e.g. ``ContentHasher.file``) a local image stands for its
+    bytes, so the evaluation cache and encode shards notice an image changed in place.
+    """
+
+    image: str | None
+    text: str | None
+    bbox: tuple[float, float, float, float] | None = None
+
+    @classmethod
+    def of(cls, value: Any, base_dir: str | Path | None = None, *, field: str | None = None,
+           path: str | Path | None = None, line: int | None = None) -> ResolvedItem:
+        """The checked (:func:`check_item`) item ``value`` with its image resolved against ``base_dir``."""
+        item = check_item(value, field, path=path, line=line)
+        image = item.get("image")
+        if image is not None and not isinstance(image, (str, os.PathLike)):
+            raise DataError("an in-memory (PIL) image has no resolved location; save it to a file",
+                            path=path, line=line, field=field)
+        bbox = item.get("bbox")
+        return cls(image=None if image is None else resolve_image(image, base_dir), text=item.get("text"),
+                   bbox=None if bbox is None else tuple(float(v) for v in bbox))  # type: ignore[arg-type]
+
+    def as_dict(self) -> Item:
+        """The plain item (``image``/``text``, ``bbox`` when set), what the model layer takes."""
+        item: Item = {"image": self.image, "text": self.text}
+        if self.bbox is not None:
+            item["bbox"] = list(self.bbox)
+        return item
+
+    def signature(self, file_digest: Callable[[str], str] | None = None) -> str:
+        """One string per distinct item: text, box and the image -- its location, or with
+        ``file_digest`` (for a readable local file) ``"sha256:" + file_digest(path)``."""
+        image = self.image
+        if file_digest is not None and image is not None and _is_local_file(image):
+            image = "sha256:" + file_digest(image)
+        return json.dumps([image, self.text, None if self.bbox is None else list(self.bbox)],
+                          ensure_ascii=False)
+
+
+def _is_local_file(image: str) -> bool:
+    return not (is_url(image) or is_data_uri(image)) and os.path.isfile(image)
