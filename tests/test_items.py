@@ -194,3 +194,41 @@ def test_encode_cli_input_that_is_not_utf8_names_the_line(folder: Path) -> None:
     (folder / "items.jsonl").write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
     with pytest.raises(DataError, match=r"items.jsonl:2: not UTF-8 text"):
         read_items(folder / "items.jsonl", on_error="raise")
+
+
+def test_resolved_item_equality_is_resolved_path_box_and_text(folder: Path) -> None:
+    from vis_embed.data import ResolvedItem
+
+    a = ResolvedItem.of({"image": "a.png", "bbox": [0, 0, 8, 6]}, folder)
+    assert a == ResolvedItem.of({"image": "./sub/../a.png", "bbox": [0.0, 0.0, 8.0, 6.0]}, folder)
+    assert a == ResolvedItem.of({"image": str(folder / "a.png"), "bbox": [0, 0, 8, 6]})
+    assert hash(a) == hash(ResolvedItem.of({"image": "a.png", "bbox": [0, 0, 8, 6]}, folder))
+    assert a.image == str(folder / "a.png") and a.as_dict() == {"image": a.image, "text": None, "bbox": [0, 0, 8, 6]}
+    others = [{"image": "a.png"}, {"image": "a.png", "bbox": [0, 0, 8, 5]},
+              {"image": "a.png", "bbox": [0, 0, 8, 6], "text": "t"}, {"image": "b.png", "bbox": [0, 0, 8, 6]}]
+    assert all(ResolvedItem.of(other, folder) != a for other in others)
+    with pytest.raises(DataError, match="field 'positive.img'"):
+        ResolvedItem.of({"img": "a.png"}, folder, field="positive")
+
+
+def test_one_content_signature_for_eval_cache_and_encode_shards(folder: Path) -> None:
+    """The evaluation harness and encode shards sign an item alike: its image by content."""
+    import shutil
+
+    from vis_embed.data import ResolvedItem
+    from vis_embed.embedding_cache import ContentHasher
+    from vis_embed.evaluation.harness import _ItemSigner
+    from vis_embed.model.encode_shards import _signatures
+
+    shutil.copy(folder / "a.png", folder / "copy.png")
+    item = {"image": "a.png", "bbox": [0, 0, 8, 6]}
+    resolved = ResolvedItem.of(item, folder)
+    eval_signature = _ItemSigner(ContentHasher())(resolved.as_dict())
+    assert _signatures([item], folder) == [eval_signature]
+    assert _signatures([{"image": "copy.png", "bbox": [0, 0, 8, 6]}], folder) == [eval_signature]  # same bytes
+    assert _signatures([{"image": "b.png", "bbox": [0, 0, 8, 6]}], folder) != [eval_signature]
+    assert _signatures([{"image": "a.png", "bbox": [0, 0, 8, 5]}], folder) != [eval_signature]
+    # without a digest (loss labels' key), the location stands for the content
+    assert resolved.signature() != eval_signature and str(folder / "a.png") in resolved.signature()
+    # a missing file keeps its location instead of failing (encoding it reports the error)
+    assert "missing.png" in _signatures([{"image": "missing.png"}], folder)[0]

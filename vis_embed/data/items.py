@@ -94,18 +94,19 @@ def check_item(value: Any, field: str | None = None, *, path: str | Path | None 
 @dataclass(frozen=True)
 class ResolvedItem:
     """A validated item with its image resolved: hashable, and *the* answer to "are two items
-    the same".
+    the same" (loss labels, the evaluation pools, the benchmark loader's shared items).
 
     ``image`` is the resolved location (``resolve_image``: a normalised path, a URL or a data
-    URI) or None; ``bbox`` a tuple.  Two items are equal when they name the same resolved
-    image, box and text -- the key of loss labels.  :meth:`signature` is the one content
-    signature: with ``file_digest`` (e.g. ``ContentHasher.file``) a local image stands for its
-    bytes, so the evaluation cache and encode shards notice an image changed in place.
+    URI) or None; ``bbox`` a tuple, as written.  Two items are equal when they name the same
+    resolved image, box and text (``[0, 0, 8, 8]`` equals ``[0.0, 0.0, 8.0, 8.0]``).
+    :meth:`signature` is the one content signature (the evaluation cache, encode shards):
+    with ``file_digest`` (e.g. ``ContentHasher.file``) a local image stands for its bytes, so
+    an image changed in place is never served stale.
     """
 
     image: str | None
     text: str | None
-    bbox: tuple[float, float, float, float] | None = None
+    bbox: tuple[float, ...] | None = None  # as written (ints stay ints)
 
     @classmethod
     def of(cls, value: Any, base_dir: str | Path | None = None, *, field: str | None = None,
@@ -114,11 +115,17 @@ class ResolvedItem:
         item = check_item(value, field, path=path, line=line)
         image = item.get("image")
         if image is not None and not isinstance(image, (str, os.PathLike)):
-            raise DataError("an in-memory (PIL) image has no resolved location; save it to a file",
+            raise DataError("an in-memory (PIL) image has no location to resolve; save it to a file",
                             path=path, line=line, field=field)
+        return cls.unchecked({**item, "image": None if image is None else resolve_image(image, base_dir)})
+
+    @classmethod
+    def unchecked(cls, item: Item) -> ResolvedItem:
+        """An item that is already checked and resolved (no validation: the caller's promise).
+        ``TypeError`` for a ``bbox`` that is not a sequence."""
         bbox = item.get("bbox")
-        return cls(image=None if image is None else resolve_image(image, base_dir), text=item.get("text"),
-                   bbox=None if bbox is None else tuple(float(v) for v in bbox))  # type: ignore[arg-type]
+        return cls(image=item.get("image"), text=item.get("text"),
+                   bbox=None if bbox is None else tuple(bbox))
 
     def as_dict(self) -> Item:
         """The plain item (``image``/``text``, ``bbox`` when set), what the model layer takes."""
@@ -127,15 +134,13 @@ class ResolvedItem:
             item["bbox"] = list(self.bbox)
         return item
 
-    def signature(self, file_digest: Callable[[str], str] | None = None) -> str:
-        """One string per distinct item: text, box and the image -- its location, or with
-        ``file_digest`` (for a readable local file) ``"sha256:" + file_digest(path)``."""
+    def signature(self, file_digest: Callable[[str], str | None] | None = None) -> str:
+        """One string per distinct item: image, text and box.  The image is its location, or
+        with ``file_digest`` (local files only; it returns None for one it cannot read)
+        ``"sha256:" + file_digest(path)``."""
         image = self.image
-        if file_digest is not None and image is not None and _is_local_file(image):
-            image = "sha256:" + file_digest(image)
-        return json.dumps([image, self.text, None if self.bbox is None else list(self.bbox)],
-                          ensure_ascii=False)
-
-
-def _is_local_file(image: str) -> bool:
-    return not (is_url(image) or is_data_uri(image)) and os.path.isfile(image)
+        if file_digest is not None and image is not None and not (is_url(image) or is_data_uri(image)):
+            digest = file_digest(image)
+            image = image if digest is None else "sha256:" + digest
+        box = None if self.bbox is None else list(self.bbox)
+        return json.dumps([image, self.text, box], ensure_ascii=False)

@@ -242,6 +242,7 @@ def iter_batches(path: str | Path, *, data_fingerprint: str | None, start_step: 
                                  query_id=columns["query_id"][part].tolist(),
                                  positive_id=columns["positive_id"][part].tolist(),
                                  role=columns["role"][part].tolist(),
-                                 label=columns[LABEL_COLUMN][part].tolist() if LABEL_COLUMN in columns else None)
+                                 label=(columns[LABEL_COLUMN][part].tolist()
+                                        if LABEL_COLUMN in columns else None))
     if first_row != info.steps * batch:
         raise DataError(f"schedule has {first_row} rows, expected {info.steps} x {batch}", path=path)

@@ -59,7 +59,9 @@ class ScheduleSource:
         """Whole steps (``ScheduledBatch``, all B members in slot order) from ``start_step``."""
         for batch in iter_batches(self.path, data_fingerprint=self.data_fingerprint, start_step=start_step,
                                   rank=0, world_size=1):
-            yield batch if batch.label is not None or self.data is None else replace(batch, label=self._labels(batch))
+            if batch.label is None and self.data is not None:  # a file from before the column
+                batch = replace(batch, label=self._labels(batch))
+            yield batch
 
     def _labels(self, batch: Any) -> list[int]:
         """Loss-label codes of a batch from a schedule file without the ``label`` column."""
