@@ -64,6 +64,7 @@ class TrainDataset:
     # loss-label code of each row, one code space across the config (set by load_train_config)
     labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
     _arrays: DatasetArrays | None = field(default=None, repr=False, compare=False)
+    _resolved_images: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -85,7 +86,12 @@ class TrainDataset:
         return None if identity is None else f"{self.namespace}{IDENTITY_SEPARATOR}{identity}"
 
     def resolve_image(self, image: str) -> str:
-        return resolve_image(image, self.image_root)
+        """``image`` resolved against ``image_root``, memoised: rows repeat images (MMEB's
+        classification labels, crops of one scene), and resolving dominated label encoding."""
+        resolved = self._resolved_images.get(image)
+        if resolved is None:
+            resolved = self._resolved_images[image] = resolve_image(image, self.image_root)
+        return resolved
 
     def query_item(self, rec: dict[str, Any]) -> Item:
         """Query side. Identity rows: the image (with its ``bbox``: the model crops) + text."""
@@ -123,7 +129,10 @@ class TrainDataset:
         key = self.identity_key(rec)
         if key is not None:
             return key
-        return (self.namespace, ResolvedItem.of(rec["positive"], self.image_root))
+        positive = rec["positive"]  # validated when the row was loaded
+        image, bbox = positive.get("image"), positive.get("bbox")
+        return (self.namespace, ResolvedItem(None if image is None else self.resolve_image(image),
+                                             positive.get("text"), None if bbox is None else tuple(bbox)))
 
     def _line(self, rec: dict[str, Any]) -> int | None:
         position = self.index.get(rec.get("id"))  # type: ignore[arg-type]
