@@ -162,6 +162,13 @@ def test_bbox_outside_the_image_is_the_same_error_everywhere(tiny_checkpoint: Ca
     (folder / "train.yaml").write_text(yaml.safe_dump({"datasets": [{"name": "p", "kind": "pairs", "path": "pairs.jsonl"}]}))
     with pytest.raises(DataError, match=r"pairs.jsonl:1: field 'query.bbox': box .* lies outside the 16x12 image"):
         load_train_config(folder / "train.yaml")  # at load time, from the image header
+    write_table(folder / "cand.jsonl", [{"id": "c1", "query": {"image": "a.png", "bbox": outside},
+                                         "candidates": [{"text": "x"}]}])
+    (folder / "bench.yaml").write_text(yaml.safe_dump({"name": "t", "datasets": [
+        {"name": "C", "meta_task": "Cls", "split": "IND", "benchmark": "other", "layout": "candidates",
+         "path": "cand.jsonl"}]}))
+    with pytest.raises(DataError, match=r"cand.jsonl:1: field 'query.bbox': box .* lies outside the 16x12 image"):
+        load_benchmark(folder / "bench.yaml").dataset("C").load_candidates()
     with pytest.raises(DataError, match=r"field 'bbox': box .* lies outside the 16x12 image") as info:
         _embedder(tiny_checkpoint).encode([{"image": "a.png", "bbox": outside}], base_dir=folder)
     assert info.value.item_index == 0

@@ -193,6 +193,7 @@ def _resolved_item(raw: Any, image_root: Path, field_name: str, ctx: RowContext,
         checker.check(resolved["image"], f"{field_name}.image", ctx)
     if "bbox" in item:
         resolved["bbox"] = item["bbox"]
+        checker.check_bbox(resolved["image"], item["bbox"], f"{field_name}.bbox", ctx)  # header only
     if shared is not None:
         shared[key] = resolved
     return resolved
