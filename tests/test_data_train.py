@@ -85,22 +85,45 @@ def test_round_trip_identity_and_pairs(data_dir: Path, suffix: str) -> None:
     assert pairs.query_item(pairs.get("p1")) == {"image": None, "text": "a red square"}
 
 
-def test_bbox_crops_query_side_only(data_dir: Path) -> None:
+def test_bbox_travels_with_the_query_item_and_the_model_layer_crops(data_dir: Path) -> None:
+    """Crops happen in one place, the model layer: the data layer hands over path + bbox."""
+    from vis_embed.data.images import crop_to_bbox, load_image
+
     rec = load_train_config(_setup(data_dir)).datasets[0]
     query = rec.query_item(rec.get("a2"))
-    crop = query["image"]
-    assert isinstance(crop, Image.Image) and crop.size == (6, 6)
-    assert crop.getpixel((2, 2)) == (0, 0, 255)  # pixel (10, 8) of the original
-    assert query["text"] == "the cat"
-    assert rec.positive_item(rec.get("a2"))["image"] == str(data_dir / "train" / "a2.png")
+    assert query == {"image": str(data_dir / "train" / "a2.png"), "text": "the cat", "bbox": [8, 6, 14, 12]}
+    crop = crop_to_bbox(load_image(query["image"]), query["bbox"])  # what EmbeddingModel.prepare_one does
+    assert crop.size == (6, 6) and crop.getpixel((2, 2)) == (0, 0, 255)  # pixel (10, 8) of the original
+    assert rec.positive_item(rec.get("a2")) == {"image": str(data_dir / "train" / "a2.png"), "text": None}
 
 
-def test_bbox_outside_image_is_reported(data_dir: Path) -> None:
+def test_bbox_outside_image_is_a_load_error_naming_file_line_field(data_dir: Path) -> None:
     rows = _identity_rows()
     rows[1]["bbox"] = [0, 0, 40, 6]
-    rec = load_train_config(_setup(data_dir, identity_rows=rows)).datasets[0]
-    with pytest.raises(DataError, match=r"rec.jsonl:2: field 'bbox'.*outside"):
-        rec.query_item(rec.get("a2"))
+    with pytest.raises(DataError, match=r"rec.jsonl:2: field 'bbox'.*outside the 16x12 image"):
+        load_train_config(_setup(data_dir, identity_rows=rows))
+    pairs = _pairs_rows()
+    pairs[1]["positive"]["bbox"] = [0, 0, 10, 13]
+    with pytest.raises(DataError, match=r"pairs.jsonl:2: field 'positive.bbox'.*outside the 16x12 image"):
+        load_train_config(_setup(data_dir, pairs_rows=pairs))
+    pairs = _pairs_rows()
+    pairs[0]["negatives"] = [{"image": "a2.png", "bbox": [0, 0, 17, 2]}]
+    with pytest.raises(DataError, match=r"pairs.jsonl:1: field 'negatives\[0\].bbox'.*outside"):
+        load_train_config(_setup(data_dir, pairs_rows=pairs))
+
+
+def test_bbox_bounds_are_those_of_the_displayed_image(data_dir: Path) -> None:
+    """An EXIF-rotated photo (stored 16x12, displayed 12x16): boxes are in the displayed frame."""
+    stored = Image.new("RGB", (16, 12), (1, 2, 3))
+    exif = stored.getexif()
+    exif[0x0112] = 6  # rotate 90 degrees to display
+    stored.save(data_dir / "train" / "a2.png", exif=exif.tobytes())
+    rows = _identity_rows()
+    rows[1]["bbox"] = [0, 0, 12, 16]
+    assert load_train_config(_setup(data_dir, identity_rows=rows)).datasets[0].get("a2")["bbox"] == [0, 0, 12, 16]
+    rows[1]["bbox"] = [0, 0, 16, 12]
+    with pytest.raises(DataError, match=r"rec.jsonl:2: field 'bbox'.*12x16"):
+        load_train_config(_setup(data_dir, identity_rows=rows))
 
 
 def test_arrays_for_scheduler(data_dir: Path) -> None:

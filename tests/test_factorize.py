@@ -29,3 +29,8 @@ def test_distinct_of_codes_gives_the_labels_back(labels: list) -> None:
     assert len(set(map(repr, distinct))) == len(distinct)
     # first appearance: each row's code is an old one or the next new one
     assert all(codes[i] <= max(codes[:i], default=-1) + 1 for i in range(len(codes)))
+
+
+def test_none_is_missing_gets_minus_one_and_no_entry() -> None:
+    codes, distinct = factorize(["b", None, "a", "b", None], none_is_missing=True)
+    assert codes.tolist() == [0, -1, 1, 0, -1] and distinct == ["b", "a"]

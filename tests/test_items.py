@@ -128,13 +128,13 @@ BOX = [2, 1, 10, 7]
 def test_bbox_crops_the_same_pixels_on_every_path(tiny_checkpoint: Callable[..., Path], folder: Path) -> None:
     expected = crop_to_bbox(load_image(folder / "a.png"), BOX)
     assert expected.size == (8, 6) and expected.getpixel((1, 1)) == (0, 0, 255)
-    # training: a pairs item with a bbox arrives cropped (as identity rows' query side does)
+    # training: a pairs item keeps its bbox (as identity rows' query side does); the model crops
     write_table(folder / "pairs.jsonl", [{"id": "p1", "query": {"image": "a.png", "bbox": BOX}, "positive": {"text": "t"}},
                                          {"id": "p2", "query": {"text": "r"}, "positive": {"image": "b.png"}}])
     (folder / "train.yaml").write_text(yaml.safe_dump({"datasets": [{"name": "p", "kind": "pairs", "path": "pairs.jsonl"}]}))
     pairs = load_train_config(folder / "train.yaml").dataset("p")
     training_query = pairs.query_item(pairs.get("p1"))
-    assert np.array_equal(np.asarray(training_query["image"]), np.asarray(expected))
+    assert training_query == {"image": str(folder / "a.png"), "text": None, "bbox": BOX}
     # evaluation: the manifest keeps the bbox, and the model crops it
     write_table(folder / "cand.jsonl", [{"id": "c1", "query": {"image": "a.png", "bbox": BOX}, "candidates": [{"text": "x"}]}])
     (folder / "bench.yaml").write_text(yaml.safe_dump({"name": "t", "datasets": [
@@ -160,9 +160,15 @@ def test_bbox_outside_the_image_is_the_same_error_everywhere(tiny_checkpoint: Ca
     write_table(folder / "pairs.jsonl", [{"id": "p1", "query": {"image": "a.png", "bbox": outside}, "positive": {"text": "t"}},
                                          {"id": "p2", "query": {"text": "r"}, "positive": {"image": "b.png"}}])
     (folder / "train.yaml").write_text(yaml.safe_dump({"datasets": [{"name": "p", "kind": "pairs", "path": "pairs.jsonl"}]}))
-    pairs = load_train_config(folder / "train.yaml").dataset("p")
     with pytest.raises(DataError, match=r"pairs.jsonl:1: field 'query.bbox': box .* lies outside the 16x12 image"):
-        pairs.query_item(pairs.get("p1"))
+        load_train_config(folder / "train.yaml")  # at load time, from the image header
+    write_table(folder / "cand.jsonl", [{"id": "c1", "query": {"image": "a.png", "bbox": outside},
+                                         "candidates": [{"text": "x"}]}])
+    (folder / "bench.yaml").write_text(yaml.safe_dump({"name": "t", "datasets": [
+        {"name": "C", "meta_task": "Cls", "split": "IND", "benchmark": "other", "layout": "candidates",
+         "path": "cand.jsonl"}]}))
+    with pytest.raises(DataError, match=r"cand.jsonl:1: field 'query.bbox': box .* lies outside the 16x12 image"):
+        load_benchmark(folder / "bench.yaml").dataset("C").load_candidates()
     with pytest.raises(DataError, match=r"field 'bbox': box .* lies outside the 16x12 image") as info:
         _embedder(tiny_checkpoint).encode([{"image": "a.png", "bbox": outside}], base_dir=folder)
     assert info.value.item_index == 0
@@ -195,3 +201,41 @@ def test_encode_cli_input_that_is_not_utf8_names_the_line(folder: Path) -> None:
     (folder / "items.jsonl").write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
     with pytest.raises(DataError, match=r"items.jsonl:2: not UTF-8 text"):
         read_items(folder / "items.jsonl", on_error="raise")
+
+
+def test_resolved_item_equality_is_resolved_path_box_and_text(folder: Path) -> None:
+    from vis_embed.data import ResolvedItem
+
+    a = ResolvedItem.of({"image": "a.png", "bbox": [0, 0, 8, 6]}, folder)
+    assert a == ResolvedItem.of({"image": "./sub/../a.png", "bbox": [0.0, 0.0, 8.0, 6.0]}, folder)
+    assert a == ResolvedItem.of({"image": str(folder / "a.png"), "bbox": [0, 0, 8, 6]})
+    assert hash(a) == hash(ResolvedItem.of({"image": "a.png", "bbox": [0, 0, 8, 6]}, folder))
+    assert a.image == str(folder / "a.png") and a.as_dict() == {"image": a.image, "text": None, "bbox": [0, 0, 8, 6]}
+    others = [{"image": "a.png"}, {"image": "a.png", "bbox": [0, 0, 8, 5]},
+              {"image": "a.png", "bbox": [0, 0, 8, 6], "text": "t"}, {"image": "b.png", "bbox": [0, 0, 8, 6]}]
+    assert all(ResolvedItem.of(other, folder) != a for other in others)
+    with pytest.raises(DataError, match="field 'positive.img'"):
+        ResolvedItem.of({"img": "a.png"}, folder, field="positive")
+
+
+def test_one_content_signature_for_eval_cache_and_encode_shards(folder: Path) -> None:
+    """The evaluation harness and encode shards sign an item alike: its image by content."""
+    import shutil
+
+    from vis_embed.data import ResolvedItem
+    from vis_embed.embedding_cache import ContentHasher
+    from vis_embed.evaluation.harness import _ItemSigner
+    from vis_embed.model.encode_shards import _signatures
+
+    shutil.copy(folder / "a.png", folder / "copy.png")
+    item = {"image": "a.png", "bbox": [0, 0, 8, 6]}
+    resolved = ResolvedItem.of(item, folder)
+    eval_signature = _ItemSigner(ContentHasher())(resolved.as_dict())
+    assert _signatures([item], folder) == [eval_signature]
+    assert _signatures([{"image": "copy.png", "bbox": [0, 0, 8, 6]}], folder) == [eval_signature]  # same bytes
+    assert _signatures([{"image": "b.png", "bbox": [0, 0, 8, 6]}], folder) != [eval_signature]
+    assert _signatures([{"image": "a.png", "bbox": [0, 0, 8, 5]}], folder) != [eval_signature]
+    # without a digest (loss labels' key), the location stands for the content
+    assert resolved.signature() != eval_signature and str(folder / "a.png") in resolved.signature()
+    # a missing file keeps its location instead of failing (encoding it reports the error)
+    assert "missing.png" in _signatures([{"image": "missing.png"}], folder)[0]

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vis_embed.training.losses import Temperature, identity_ids, info_nce_loss
+from vis_embed.training.losses import Temperature, info_nce_loss
 from vis_embed.training.losses.infonce import NO_IDENTITY
 
 
@@ -52,13 +52,6 @@ def test_hard_negatives_in_the_batch_count_as_negatives() -> None:
     c_hard = c.clone()
     c_hard[1] = q[0]  # candidate 1 (another identity) now looks exactly like query 0
     assert info_nce_loss(q, c_hard, 0.1, ids).item() > base.item() + 0.1
-
-
-def test_identity_ids_are_deterministic_and_none_means_unknown() -> None:
-    keys = ["ns::b", None, "ns::a", "ns::b"]
-    ids = identity_ids(keys)
-    assert ids.tolist() == identity_ids(list(keys)).tolist()
-    assert ids[1] == NO_IDENTITY and ids[0] == ids[3] and ids[0] != ids[2]
 
 
 def test_learnable_temperature_gets_a_gradient_and_starts_at_init() -> None:

@@ -21,7 +21,7 @@ from vis_embed.data.benchmark import (
 )
 from vis_embed.data.factorize import factorize
 from vis_embed.data.images import crop_to_bbox, is_url, load_image, resolve_image
-from vis_embed.data.items import ITEM_KEYS, Item, check_bbox, check_item
+from vis_embed.data.items import ITEM_KEYS, Item, ResolvedItem, check_bbox, check_item
 from vis_embed.data.manifest import FILE_ROLES, LAYOUTS
 from vis_embed.data.tables import read_table, write_table
 from vis_embed.data.train_config import KINDS
@@ -29,14 +29,13 @@ from vis_embed.data.train import (
     DatasetArrays,
     TrainDataConfig,
     TrainDataset,
-    crop_image,
     load_train_config,
 )
 
 __all__ = [
     "FILE_ROLES", "ITEM_KEYS", "KINDS", "LAYOUTS", "Benchmark", "CandidateQuery", "DatasetArrays",
-    "EvalDatasetSpec", "GalleryData", "GalleryRow", "Item", "TrainDataConfig", "TrainDataset",
-    "check_bbox", "check_item", "crop_image", "crop_to_bbox", "factorize", "is_url", "load_benchmark",
+    "EvalDatasetSpec", "GalleryData", "GalleryRow", "Item", "ResolvedItem", "TrainDataConfig", "TrainDataset",
+    "check_bbox", "check_item", "crop_to_bbox", "factorize", "is_url", "load_benchmark",
     "load_candidates", "load_gallery", "load_image", "load_train_config", "read_table",
     "resolve_image", "write_table",
 ]

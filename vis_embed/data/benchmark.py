@@ -16,7 +16,7 @@ from typing import Any
 
 from vis_embed.config import validate_document
 from vis_embed.data.images import resolve_image
-from vis_embed.data.items import Item, check_item
+from vis_embed.data.items import Item, ResolvedItem, check_item
 from vis_embed.data.manifest import LAYOUTS  # noqa: F401  (re-exported with the spec it describes)
 from vis_embed.data.manifest import FILE_ROLES, Manifest, ManifestEntry, files_of_layout
 from vis_embed.data.records import ImageChecker, RowContext, require_str
@@ -174,29 +174,26 @@ def _spec(entry: ManifestEntry, manifest_path: Path, line: int | None) -> EvalDa
 # Rows of the two layouts
 
 
-def _item_key(item: dict[str, Any]) -> tuple[Any, Any, Any]:
-    bbox = item.get("bbox")
-    return item.get("image"), item.get("text"), None if bbox is None else tuple(bbox)
-
-
 def _resolved_item(raw: Any, image_root: Path, field_name: str, ctx: RowContext,
-                   checker: ImageChecker, shared: dict[tuple[Any, Any, Any], Item] | None = None) -> Item:
-    """The validated item with its image resolved; equal items share one dict via ``shared``."""
+                   checker: ImageChecker, shared: dict[ResolvedItem, Item] | None = None) -> Item:
+    """The validated item with its image resolved; equal items share one dict via ``shared``
+    (keyed on the item as written: a repeat skips validation and resolution)."""
     if shared is not None and isinstance(raw, dict):
         try:
-            known = shared.get(_item_key(raw))
+            known = shared.get(ResolvedItem.unchecked(raw))
         except TypeError:  # an unhashable (hence invalid) value: check_item names it below
             known = None
         if known is not None and raw.keys() <= {"image", "text", "bbox"}:
             return known  # an identical item was already validated
     item = check_item(raw, field_name, path=ctx.path, line=ctx.line)
-    key = _item_key(item)
+    key = ResolvedItem.unchecked(item)
     resolved = {"image": item.get("image"), "text": item.get("text")}
     if resolved["image"] is not None:
         resolved["image"] = resolve_image(resolved["image"], image_root)
         checker.check(resolved["image"], f"{field_name}.image", ctx)
     if "bbox" in item:
         resolved["bbox"] = item["bbox"]
+        checker.check_bbox(resolved["image"], item["bbox"], f"{field_name}.bbox", ctx)  # header only
     if shared is not None:
         shared[key] = resolved
     return resolved
@@ -214,7 +211,7 @@ def load_candidates(path: str | Path, image_root: str | Path | None = None, *,
     checker = ImageChecker(check_images)
     queries: list[CandidateQuery] = []
     seen: dict[str, int] = {}
-    shared: dict[tuple[Any, Any, Any], Item] = {}
+    shared: dict[ResolvedItem, Item] = {}
     for line, row in read_table(path):
         ctx = RowContext(path, line)
         query_id = _unique_id(row, ctx, seen)

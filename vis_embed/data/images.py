@@ -253,3 +253,20 @@ def crop_to_bbox(image: Image.Image, bbox: list[float], name: str | None = None)
         raise DataError(f"box {list(bbox)} lies outside the {image.width}x{image.height} image{where}",
                         field="bbox")
     return image.crop((round(x0), round(y0), round(x1), round(y1)))
+
+
+# EXIF orientations that turn the stored image by 90 degrees (the displayed frame is transposed)
+_TRANSPOSING_ORIENTATIONS = frozenset({5, 6, 7, 8})
+
+
+def displayed_size(path: str | Path) -> tuple[int, int]:
+    """(width, height) of a local image file *as displayed* (after EXIF orientation, the frame
+    ``load_image`` gives and a ``bbox`` is written in), read from the header without decoding
+    pixels.  ``DataError`` naming the file when it cannot be read."""
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+            orientation = image.getexif().get(0x0112)  # the EXIF Orientation tag
+    except (OSError, UnidentifiedImageError, ValueError) as exc:
+        raise DataError(f"cannot read the image header ({exc})", path=path) from None
+    return (height, width) if orientation in _TRANSPOSING_ORIENTATIONS else (width, height)

@@ -17,11 +17,14 @@ data config (pairs rows), the benchmark manifest's rows, ``vis-embed encode`` an
 
 from __future__ import annotations
 
+import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from vis_embed.data.images import is_data_uri, is_url, resolve_image
 from vis_embed.errors import DataError
 
 Item = dict[str, Any]
@@ -100,3 +103,59 @@ def check_item(value: Any, field: str | None = None, *, path: str | Path | None 
             raise fail("bbox", "a bbox crops the item's image, but the item has no image")
         item["bbox"] = check_bbox(item["bbox"], where("bbox"), path=path, line=line)  # type: ignore[arg-type]
     return item
+
+
+class ResolvedItem(NamedTuple):
+    """A validated item with its image resolved: immutable, hashable, and *the* answer to "are
+    two items the same" (loss labels, the evaluation pools, the benchmark loader's shared items).
+    A named tuple rather than a frozen dataclass: built once per training row when labels are
+    encoded, and a tuple is several times cheaper to build.
+
+    ``image`` is the resolved location (``resolve_image``: a normalised path, a URL or a data
+    URI) or None; ``bbox`` a tuple, as written.  Two items are equal when they name the same
+    resolved image, box and text (``[0, 0, 8, 8]`` equals ``[0.0, 0.0, 8.0, 8.0]``).
+    :meth:`signature` is the one content signature (the evaluation cache, encode shards):
+    with ``file_digest`` (e.g. ``ContentHasher.file``) a local image stands for its bytes, so
+    an image changed in place is never served stale.
+    """
+
+    image: str | None
+    text: str | None
+    bbox: tuple[float, ...] | None = None  # as written (ints stay ints)
+
+    @classmethod
+    def of(cls, value: Any, base_dir: str | Path | None = None, *, field: str | None = None,
+           path: str | Path | None = None, line: int | None = None) -> ResolvedItem:
+        """The checked (:func:`check_item`) item ``value`` with its image resolved against ``base_dir``."""
+        item = check_item(value, field, path=path, line=line)
+        image = item.get("image")
+        if image is not None and not isinstance(image, (str, os.PathLike)):
+            raise DataError("an in-memory (PIL) image has no location to resolve; save it to a file",
+                            path=path, line=line, field=field)
+        return cls.unchecked({**item, "image": None if image is None else resolve_image(image, base_dir)})
+
+    @classmethod
+    def unchecked(cls, item: Item) -> ResolvedItem:
+        """An item that is already checked and resolved (no validation: the caller's promise).
+        ``TypeError`` for a ``bbox`` that is not a sequence."""
+        bbox = item.get("bbox")
+        return cls(image=item.get("image"), text=item.get("text"),
+                   bbox=None if bbox is None else tuple(bbox))
+
+    def as_dict(self) -> Item:
+        """The plain item (``image``/``text``, ``bbox`` when set), what the model layer takes."""
+        item: Item = {"image": self.image, "text": self.text}
+        if self.bbox is not None:
+            item["bbox"] = list(self.bbox)
+        return item
+
+    def signature(self, file_digest: Callable[[str], str | None] | None = None) -> str:
+        """One string per distinct item: image, text and box.  The image is its location, or
+        with ``file_digest`` (local files only; it returns None for one it cannot read)
+        ``"sha256:" + file_digest(path)``."""
+        image = self.image
+        if file_digest is not None and image is not None and not (is_url(image) or is_data_uri(image)):
+            digest = file_digest(image)
+            image = image if digest is None else "sha256:" + digest
+        box = None if self.bbox is None else list(self.bbox)
+        return json.dumps([image, self.text, box], ensure_ascii=False)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vis_embed.data.images import is_url
+from vis_embed.data.images import displayed_size, is_data_uri, is_url
 from vis_embed.errors import DataError
 
 
@@ -55,11 +55,13 @@ def check_id_list(value: Any, field: str, ctx: RowContext) -> list[str]:
 
 
 class ImageChecker:
-    """Checks that image files exist, stat-ing each distinct path once."""
+    """Checks that image files exist, stat-ing each distinct path once, and that boxes lie
+    inside their image (its displayed size read once per file from the header: no decode)."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self._seen: set[str] = set()
+        self._sizes: dict[str, tuple[int, int]] = {}
 
     def check(self, resolved: str, field: str, ctx: RowContext) -> None:
         if not self.enabled or resolved in self._seen or is_url(resolved):
@@ -67,3 +69,16 @@ class ImageChecker:
         if not os.path.isfile(resolved):
             raise ctx.error(field, f"image file not found: {resolved}")
         self._seen.add(resolved)
+
+    def check_bbox(self, resolved: str, bbox: list[float], field: str, ctx: RowContext) -> None:
+        """A box reaching past the image is an error at load time, naming the row, not mid-run."""
+        if not self.enabled or is_url(resolved) or is_data_uri(resolved):
+            return
+        if resolved not in self._sizes:
+            try:
+                self._sizes[resolved] = displayed_size(resolved)
+            except DataError as exc:
+                raise ctx.error(field, f"{exc.reason}: {resolved}") from None
+        width, height = self._sizes[resolved]
+        if bbox[2] > width or bbox[3] > height:
+            raise ctx.error(field, f"box {list(bbox)} lies outside the {width}x{height} image {resolved}")

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from vis_embed.data.images import crop_to_bbox, load_image, resolve_image
-from vis_embed.data.items import Item, check_bbox, check_item
+from vis_embed.data.factorize import factorize
+from vis_embed.data.images import resolve_image
+from vis_embed.data.items import Item, ResolvedItem, check_bbox, check_item
 from vis_embed.data.records import ImageChecker, RowContext, check_id_list, require_str
 from vis_embed.config import validate_document
 from vis_embed.data.tables import read_table
@@ -60,7 +61,10 @@ class TrainDataset:
     index: dict[str, int] = field(default_factory=dict, repr=False)
     lines: list[int] = field(default_factory=list, repr=False)
     config_entry: dict[str, Any] = field(default_factory=dict, repr=False)
+    # loss-label code of each row, one code space across the config (set by load_train_config)
+    labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
     _arrays: DatasetArrays | None = field(default=None, repr=False, compare=False)
+    _resolved_images: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -82,22 +86,26 @@ class TrainDataset:
         return None if identity is None else f"{self.namespace}{IDENTITY_SEPARATOR}{identity}"
 
     def resolve_image(self, image: str) -> str:
-        return resolve_image(image, self.image_root)
+        """``image`` resolved against ``image_root``, memoised: rows repeat images (MMEB's
+        classification labels, crops of one scene), and resolving dominated label encoding."""
+        resolved = self._resolved_images.get(image)
+        if resolved is None:
+            resolved = self._resolved_images[image] = resolve_image(image, self.image_root)
+        return resolved
 
     def query_item(self, rec: dict[str, Any]) -> Item:
-        """Query side. Identity rows: the image, cropped to ``bbox`` (a PIL image) if set, + text."""
+        """Query side. Identity rows: the image (with its ``bbox``: the model crops) + text."""
         if self.kind == "pairs":
-            return self._item(rec["query"], rec, "query")
-        image_path = self.resolve_image(rec["image"])
-        image: Any = image_path
+            return self._item(rec["query"])
+        item: Item = {"image": self.resolve_image(rec["image"]), "text": rec.get("text")}
         if "bbox" in rec:
-            image = crop_image(image_path, rec["bbox"], where=(self.path, self._line(rec)))
-        return {"image": image, "text": rec.get("text")}
+            item["bbox"] = rec["bbox"]
+        return item
 
     def positive_item(self, rec: dict[str, Any]) -> Item:
         """Candidate side. Identity rows: the full image of the row (no crop, no text)."""
         if self.kind == "pairs":
-            return self._item(rec["positive"], rec, "positive")
+            return self._item(rec["positive"])
         return {"image": self.resolve_image(rec["image"]), "text": None}
 
     def negative_items(self, rec: dict[str, Any]) -> list[Item]:
@@ -106,16 +114,25 @@ class TrainDataset:
         its positive.  Empty for identity rows and rows without them."""
         if self.kind != "pairs":
             return []
-        return [self._item(obj, rec, f"negatives[{i}]") for i, obj in enumerate(rec.get("negatives", ()))]
+        return [self._item(obj) for obj in rec.get("negatives", ())]
 
-    def _item(self, obj: dict[str, Any], rec: dict[str, Any], side: str) -> Item:
-        """A pairs item with its image resolved, cropped to its ``bbox`` (a PIL image) if set."""
-        image = obj.get("image")
-        if image is not None:
-            image = self.resolve_image(image)
-            if "bbox" in obj:
-                image = crop_image(image, obj["bbox"], (self.path, self._line(rec)), f"{side}.bbox")
-        return {"image": image, "text": obj.get("text")}
+    def _item(self, obj: dict[str, Any]) -> Item:
+        """A pairs item with its image resolved (a ``bbox`` stays: crops happen in the model layer)."""
+        return ResolvedItem.of(obj, self.image_root).as_dict()
+
+    def label_key(self, rec: dict[str, Any]) -> Any:
+        """What the loss treats as "the same candidate" (hashable): the row's identity key, else
+        (a pairs row without identity) its positive as a :class:`ResolvedItem` -- resolved image
+        path + bbox + text, scoped to the namespace.  Two classification rows whose positive is
+        the label text "circle" are the same candidate: pushing a query away from an identical
+        copy of its own positive would only teach noise.  Encoded once per load (``labels``)."""
+        key = self.identity_key(rec)
+        if key is not None:
+            return key
+        positive = rec["positive"]  # validated when the row was loaded
+        image, bbox = positive.get("image"), positive.get("bbox")
+        return (self.namespace, ResolvedItem(None if image is None else self.resolve_image(image),
+                                             positive.get("text"), None if bbox is None else tuple(bbox)))
 
     def _line(self, rec: dict[str, Any]) -> int | None:
         position = self.index.get(rec.get("id"))  # type: ignore[arg-type]
@@ -136,37 +153,30 @@ class TrainDataset:
 
 
 def _dataset_arrays(dataset: TrainDataset) -> DatasetArrays:
-    codes: dict[str, int] = {}
-    identity = np.full(len(dataset.records), -1, dtype=np.int64)
+    identity, identity_keys = factorize([dataset.identity_key(rec) for rec in dataset.records],
+                                        none_is_missing=True)
     offsets = np.zeros(len(dataset.records) + 1, dtype=np.int64)
     negatives: list[int] = []
     for position, rec in enumerate(dataset.records):
-        key = dataset.identity_key(rec)
-        if key is not None:
-            identity[position] = codes.setdefault(key, len(codes))
         negatives.extend(dataset.index[neg] for neg in rec.get("hard_negatives", ()))
         offsets[position + 1] = len(negatives)
     return DatasetArrays(
         ids=np.array([rec["id"] for rec in dataset.records], dtype=object),
         identity=identity,
-        identity_keys=list(codes),
+        identity_keys=identity_keys,
         hard_negative_offsets=offsets,
         hard_negative_indices=np.asarray(negatives, dtype=np.int64),
     )
 
 
-def crop_image(image_path: str, bbox: list[float], where: tuple[Any, int | None] = (None, None),
-               field: str = "bbox") -> Any:
-    """Load ``image_path`` as the model does (RGB, EXIF-upright) and crop it to ``bbox``.
-
-    ``bbox`` is in pixels of the image *as displayed* (after EXIF orientation), the frame
-    in which the positive side -- the full image -- reaches the model.
-    """
-    image = load_image(image_path)
-    try:
-        return crop_to_bbox(image, bbox, image_path)
-    except DataError as exc:  # name the data row, not only the image file
-        raise DataError(exc.reason, path=where[0], line=where[1], field=field) from None
+def _assign_labels(datasets: list[TrainDataset]) -> None:
+    """Every row's loss-label code (``TrainDataset.labels``), encoded once over the whole config
+    so that codes compare across datasets (an identity namespace shared by two datasets)."""
+    codes, _keys = factorize([ds.label_key(rec) for ds in datasets for rec in ds.records])
+    start = 0
+    for dataset in datasets:
+        dataset.labels = codes[start:start + len(dataset)]
+        start += len(dataset)
 
 
 @dataclass
@@ -203,6 +213,7 @@ def load_train_config(yaml_path: str | Path, *, check_images: bool = True) -> Tr
     datasets = [_dataset(entry, raw, yaml_path) for entry, raw in zip(config.datasets, document["datasets"])]
     for dataset in datasets:
         _load_rows(dataset, checker)
+    _assign_labels(datasets)
     return TrainDataConfig(path=yaml_path, datasets=datasets)
 
 
@@ -244,7 +255,10 @@ def _validate_identity_row(row: dict[str, Any], ctx: RowContext, dataset: TrainD
     require_str(row, "text", ctx, optional=True)
     if "bbox" in row:
         check_bbox(row["bbox"], "bbox", path=ctx.path, line=ctx.line)
-    checker.check(dataset.resolve_image(image), "image", ctx)  # type: ignore[arg-type]
+    resolved = dataset.resolve_image(image)  # type: ignore[arg-type]
+    checker.check(resolved, "image", ctx)
+    if "bbox" in row:
+        checker.check_bbox(resolved, row["bbox"], "bbox", ctx)
 
 
 def _validate_pairs_row(row: dict[str, Any], ctx: RowContext, dataset: TrainDataset,
@@ -252,17 +266,24 @@ def _validate_pairs_row(row: dict[str, Any], ctx: RowContext, dataset: TrainData
     for side in ("query", "positive"):
         if side not in row:
             raise ctx.error(side, "missing required field")
-        item = check_item(row[side], side, path=ctx.path, line=ctx.line)
-        if "image" in item:
-            checker.check(dataset.resolve_image(item["image"]), f"{side}.image", ctx)
+        _check_pairs_item(row[side], side, ctx, dataset, checker)
     require_str(row, "identity", ctx, optional=True)
     negatives = row.get("negatives", [])
     if not isinstance(negatives, list):
         raise ctx.error("negatives", f"expected a list of items, got {type(negatives).__name__}")
     for index, negative in enumerate(negatives):
-        item = check_item(negative, f"negatives[{index}]", path=ctx.path, line=ctx.line)
-        if "image" in item:
-            checker.check(dataset.resolve_image(item["image"]), f"negatives[{index}].image", ctx)
+        _check_pairs_item(negative, f"negatives[{index}]", ctx, dataset, checker)
+
+
+def _check_pairs_item(value: Any, field: str, ctx: RowContext, dataset: TrainDataset,
+                      checker: ImageChecker) -> None:
+    """A pairs row's item: valid, its image found and its ``bbox`` inside the image."""
+    item = check_item(value, field, path=ctx.path, line=ctx.line)
+    if "image" in item:
+        resolved = dataset.resolve_image(item["image"])
+        checker.check(resolved, f"{field}.image", ctx)
+        if "bbox" in item:
+            checker.check_bbox(resolved, item["bbox"], f"{field}.bbox", ctx)
 
 
 def _check_hard_negatives(dataset: TrainDataset) -> None:

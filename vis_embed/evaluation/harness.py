@@ -29,7 +29,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vis_embed.data.benchmark import EvalDatasetSpec
-from vis_embed.data.images import is_url
+from vis_embed.data.items import ResolvedItem
 from vis_embed.data.taxonomy import group_means
 from vis_embed.distributed import broadcast_object, is_main_process
 from vis_embed.embedding_cache import CacheStats, ContentHasher, EmbeddingCache
@@ -71,17 +71,13 @@ def describe_encoder(encoder: Encoder, name: str | None = None, adapter: str | N
 
 
 class _ItemSigner:
-    """Content signature of an item: its text/extra keys plus the SHA-256 of its image file."""
+    """An item's content signature (:meth:`ResolvedItem.signature`, image files by SHA-256)."""
 
     def __init__(self, hasher: ContentHasher) -> None:
         self.hasher = hasher
 
     def __call__(self, item: dict[str, Any]) -> str:
-        signed = dict(item)
-        image = item.get("image")
-        if isinstance(image, str) and not is_url(image):
-            signed["image"] = "sha256:" + self.hasher.file(image)
-        return layouts.item_key(signed)
+        return ResolvedItem.unchecked(item).signature(self.hasher.file)
 
 
 @dataclass

@@ -23,7 +23,7 @@ import numpy as np
 from vis_embed.data.benchmark import LAYOUTS, EvalDatasetSpec, load_candidates, load_gallery
 from vis_embed.data.factorize import factorize
 from vis_embed.data.images import resolve_image
-from vis_embed.data.items import Item, check_item
+from vis_embed.data.items import Item, ResolvedItem, check_item
 from vis_embed.data.records import ImageChecker, RowContext
 from vis_embed.data.tables import read_table
 from vis_embed.errors import ConfigError, DataError
@@ -80,11 +80,6 @@ def normalise_item(value: Any, root: Path, path: Path, line: int, field_name: st
     return item
 
 
-def item_key(item: Item) -> str:
-    """Identity of an item for de-duplication (same image path, text and extra keys)."""
-    return repr(sorted((k, repr(v)) for k, v in item.items()))
-
-
 def _rows(spec: EvalDatasetSpec, role: str, max_rows: int | None = None) -> Iterable[tuple[int, dict[str, Any]]]:
     for count, (line, row) in enumerate(read_table(spec.file(role))):
         if max_rows is not None and count >= max_rows:
@@ -122,13 +117,13 @@ def prepare_candidates(spec: EvalDatasetSpec, max_queries: int | None, options: 
     rows = load_candidates(spec.file("path"), spec.root_for("path"))[:max_queries]
     queries = [_clean(row.query) for row in rows]
     pool: list[Item] = []
-    pool_index: dict[str, int] = {}
+    pool_index: dict[ResolvedItem, int] = {}
     lists: list[np.ndarray] = []
     for row in rows:
         indices = []
         for raw in row.candidates:
             item = _clean(raw)
-            key = item_key(item)
+            key = ResolvedItem.unchecked(item)  # the loader resolved and checked it
             if key not in pool_index:
                 pool_index[key] = len(pool)
                 pool.append(item)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from vis_embed.data.images import is_url, resolve_image
+from vis_embed.data.items import ResolvedItem
 from vis_embed.embedding_cache import CacheStats, ContentHasher, EmbeddingCache, Shard
 from vis_embed.errors import DataError
 from vis_embed.model.embedder import Embedder
@@ -63,16 +63,15 @@ def remove_shards(work_dir: Path) -> None:
     shutil.rmtree(work_dir, ignore_errors=True)
 
 
-def _signatures(items: list[dict[str, Any]], base_dir: Path) -> list[dict[str, Any]]:
-    """The items with each readable local image replaced by its content hash."""
+def _signatures(items: list[dict[str, Any]], base_dir: Path) -> list[str]:
+    """Each item's content signature (:meth:`ResolvedItem.signature`): a readable local image
+    by its SHA-256; a missing one by its location (encoding it fails, or is skipped, anyway)."""
     hasher = ContentHasher()
-    signed = []
-    for item in items:
-        image = item.get("image")
-        if isinstance(image, (str, Path)) and not is_url(image) and Path(resolve_image(image, base_dir)).is_file():
-            item = {**item, "image": "sha256:" + hasher.file(resolve_image(image, base_dir))}
-        signed.append({key: str(value) for key, value in item.items()})
-    return signed
+
+    def digest(path: str) -> str | None:
+        return hasher.file(path) if Path(path).is_file() else None
+
+    return [ResolvedItem.of(item, base_dir).signature(digest) for item in items]
 
 
 def _error_note(index: int, error: DataError) -> dict[str, Any]:

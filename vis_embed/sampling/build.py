@@ -55,6 +55,15 @@ def _merge_identity_keys(keys_per_dataset: list[list[str]]) -> tuple[np.ndarray,
     return codes, np.array(distinct, dtype=object)
 
 
+def member_labels(config: Any, schedule: Schedule) -> np.ndarray:
+    """The loss-label code of every member's positive: the codes the loader computed once
+    (``TrainDataset.labels``), looked up by (dataset, positive row); int64, schedule order."""
+    labels = [config.dataset(name).labels for name in schedule.dataset_names]
+    offsets = np.concatenate([[0], np.cumsum([len(codes) for codes in labels])]).astype(np.int64)
+    every = np.concatenate(labels).astype(np.int64) if labels else np.zeros(0, dtype=np.int64)
+    return every[offsets[:-1][schedule.dataset.astype(np.int64)] + schedule.positive_row]
+
+
 def build_schedule(data: Any, out: str | Path, settings: ScheduleSettings | None = None, *,
                    report_path: str | Path | None = None, show_progress: bool = False,
                    print_report: bool = False, **setting_values: Any) -> Schedule:
@@ -74,6 +83,7 @@ def build_schedule(data: Any, out: str | Path, settings: ScheduleSettings | None
     config = load_train_config(data) if isinstance(data, (str, Path)) else data
     planner = plan_naive_schedule if settings.strategy == "naive" else plan_schedule
     schedule = planner(subdatasets_from_config(config), settings, show_progress=show_progress)
+    schedule.label = member_labels(config, schedule)
     out = Path(out)
     write_schedule(schedule, out, data_fingerprint=config.fingerprint())
     report_path = Path(report_path) if report_path else out.with_name(out.name + ".report.json")

@@ -53,11 +53,14 @@ class MiningResult:
 # --------------------------------------------------------------------------- core (embeddings in)
 
 
-def _codes(values: Sequence[Any]) -> np.ndarray:
-    """Integer codes (``factorize``); ``None`` values get negative codes of their own (each unique)."""
-    missing = np.fromiter((value is None for value in values), dtype=bool, count=len(values))
-    codes = np.empty(len(values), dtype=np.int64)
-    codes[~missing] = factorize([value for value in values if value is not None])[0]
+def _codes(values: Sequence[Any] | np.ndarray) -> np.ndarray:
+    """Integer codes: an int array is taken as codes already (the loader's ``TrainDataset.labels``);
+    other labels go through ``factorize``, ``None`` values getting negative codes of their own
+    (each unique)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        return values.astype(np.int64)
+    codes, _distinct = factorize(list(values), none_is_missing=True)
+    missing = codes < 0
     codes[missing] = -1 - np.arange(int(missing.sum()))
     return codes
 
@@ -76,13 +79,14 @@ def positive_similarity(kind: str, queries: np.ndarray, candidates: np.ndarray,
     return np.where(counts[inverse] > 1, similarity, np.nan)
 
 
-def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities: Sequence[Any],
+def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities: Sequence[Any] | np.ndarray,
                          groups: Sequence[Any] | None, k: int, kind: str = "pairs",
                          min_positive_similarity: float | None = None,
                          remove_noisy: bool = False, similarity: str = "candidate") -> MiningResult:
     """Hard negatives from precomputed unit-norm embeddings (row i = record i).
 
-    ``identities``: label per record (None: the record is its own identity).  ``groups``:
+    ``identities``: label per record (None: the record is its own identity), or int codes
+    (``TrainDataset.labels``: the loss labels, so a mined negative is never one the loss masks).  ``groups``:
     group key per record (None for a record: it gets no negatives and is nobody's negative);
     ``groups=None``: one group.  ``similarity``: ``candidate`` (rank the others' candidates by
     similarity to the record's candidate) or ``query`` (to the record's query).
@@ -99,7 +103,7 @@ def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities
         raise ValueError(f"queries {queries.shape} and candidates {candidates.shape} differ")
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")
-    identity = _codes(list(identities))
+    identity = _codes(identities)
     group = np.zeros(n, dtype=np.int64) if groups is None else _codes(list(groups))
     ungrouped = np.zeros(n, dtype=bool) if groups is None else np.array([g is None for g in groups])
     probes = candidates if similarity == "candidate" else queries
@@ -176,7 +180,7 @@ def mine_dataset(dataset: Any, encoder: Encoder, k: int = 5, group_by: str | Non
     candidates = encoder.encode([dataset.positive_item(r) for r in records],
                                 instruction=dataset.candidate_instruction, batch_size=batch_size,
                                 show_progress=show_progress)
-    identities = [dataset.identity_key(r) for r in records]
+    identities = dataset.labels  # the loss's labels, encoded once at load
     groups = None if group_by is None else [_field(r, group_by) for r in records]
     result = mine_from_embeddings(queries, candidates, identities, groups, k, kind=dataset.kind,
                                   min_positive_similarity=min_positive_similarity, remove_noisy=remove_noisy,

@@ -2,7 +2,10 @@
 
 Format (docs/scheduling.md): one Parquet table, ``steps × B`` rows in (step, slot, position)
 order, columns ``step`` (int32), ``slot`` (int32), ``dataset``, ``query_id``,
-``positive_id`` (strings) and ``role`` (``anchor`` | ``hard_negative``).  Row groups hold
+``positive_id`` (strings), ``role`` (``anchor`` | ``hard_negative``) and ``label`` (int64:
+the loss-label code of the member's positive, computed once by the data loader; the loss
+masks same-label candidates).  A file without ``label`` (written before it existed) still
+reads: its batches carry ``label=None`` and the trainer derives the codes from the data.  Row groups hold
 whole steps, so reading from step ``s`` skips earlier row groups without decoding them.
 Schema metadata:
 
@@ -28,7 +31,8 @@ from vis_embed.io import atomic_path, fingerprint_json
 from vis_embed.sampling.types import ROLES, Schedule
 
 FORMAT_VERSION = 1
-COLUMNS: tuple[str, ...] = ("step", "slot", "dataset", "query_id", "positive_id", "role")
+COLUMNS: tuple[str, ...] = ("step", "slot", "dataset", "query_id", "positive_id", "role")  # required
+LABEL_COLUMN = "label"  # written by build_schedule; optional when reading (older files)
 META_DATA_FINGERPRINT = "vis_embed.data_fingerprint"
 META_ARGS_FINGERPRINT = "vis_embed.args_fingerprint"
 META_SCHEDULE = "vis_embed.schedule"
@@ -59,6 +63,7 @@ class ScheduledMember:
     query_id: str
     positive_id: str
     role: str
+    label: int | None = None
 
 
 @dataclass(frozen=True)
@@ -71,13 +76,15 @@ class ScheduledBatch:
     query_id: list[str]
     positive_id: list[str]
     role: list[str]
+    label: list[int] | None = None  # None: a schedule file without the ``label`` column
 
     def __len__(self) -> int:
         return len(self.slot)
 
     def members(self) -> list[ScheduledMember]:
+        labels = self.label if self.label is not None else [None] * len(self.slot)
         return [ScheduledMember(*fields) for fields in
-                zip(self.slot, self.dataset, self.query_id, self.positive_id, self.role)]
+                zip(self.slot, self.dataset, self.query_id, self.positive_id, self.role, labels)]
 
 
 # --------------------------------------------------------------------------- fingerprints
@@ -97,14 +104,17 @@ def schedule_table(schedule: Schedule, metadata: dict[str, str] | None = None):
     offsets = np.concatenate([[0], np.cumsum([len(ids) for ids in schedule.dataset_ids])]).astype(np.int64)
     all_ids = pa.array(np.concatenate(schedule.dataset_ids) if schedule.dataset_ids else [], type=pa.string())
     base = offsets[:-1][schedule.dataset.astype(np.int64)]
-    table = pa.table({
+    columns = {
         "step": pa.array(schedule.step, type=pa.int32()),
         "slot": pa.array(schedule.slot, type=pa.int32()),
         "dataset": pa.array(schedule.dataset_names, type=pa.string()).take(pa.array(schedule.dataset)),
         "query_id": all_ids.take(pa.array(base + schedule.query_row)),
         "positive_id": all_ids.take(pa.array(base + schedule.positive_row)),
         "role": pa.array(list(ROLES), type=pa.string()).take(pa.array(schedule.role)),
-    })
+    }
+    if schedule.label is not None:
+        columns[LABEL_COLUMN] = pa.array(np.asarray(schedule.label, dtype=np.int64), type=pa.int64())
+    table = pa.table(columns)
     return table.replace_schema_metadata(metadata or {})
 
 
@@ -120,7 +130,8 @@ def write_schedule(schedule: Schedule, path: str | Path, data_fingerprint: str,
     settings = schedule.settings
     arguments = settings.to_json()
     info = {"format_version": FORMAT_VERSION, "arguments": arguments,
-            "datasets": schedule.dataset_names, "columns": list(COLUMNS),
+            "datasets": schedule.dataset_names,
+            "columns": list(COLUMNS) + ([LABEL_COLUMN] if schedule.label is not None else []),
             "report": schedule.report}
     metadata = {META_DATA_FINGERPRINT: data_fingerprint,
                 META_ARGS_FINGERPRINT: arguments_fingerprint(arguments),
@@ -208,6 +219,7 @@ def iter_batches(path: str | Path, *, data_fingerprint: str | None, start_step: 
     if not 0 <= start_step <= info.steps:
         raise ConfigError(f"start step {start_step} is outside 0..{info.steps}")
     parquet = pq.ParquetFile(path)
+    names = list(COLUMNS) + ([LABEL_COLUMN] if LABEL_COLUMN in parquet.schema_arrow.names else [])
     first_row = 0
     for group in range(parquet.metadata.num_row_groups):
         group_rows = parquet.metadata.row_group(group).num_rows
@@ -217,8 +229,8 @@ def iter_batches(path: str | Path, *, data_fingerprint: str | None, start_step: 
         first_row += group_rows
         if first_step + steps_here <= start_step:
             continue
-        table = parquet.read_row_group(group, columns=list(COLUMNS))
-        columns = {name: table.column(name).to_numpy(zero_copy_only=False) for name in COLUMNS}
+        table = parquet.read_row_group(group, columns=names)
+        columns = {name: table.column(name).to_numpy(zero_copy_only=False) for name in names}
         for offset in range(max(0, start_step - first_step), steps_here):
             step = first_step + offset
             lo = offset * batch
@@ -229,6 +241,8 @@ def iter_batches(path: str | Path, *, data_fingerprint: str | None, start_step: 
                                  dataset=columns["dataset"][part].tolist(),
                                  query_id=columns["query_id"][part].tolist(),
                                  positive_id=columns["positive_id"][part].tolist(),
-                                 role=columns["role"][part].tolist())
+                                 role=columns["role"][part].tolist(),
+                                 label=(columns[LABEL_COLUMN][part].tolist()
+                                        if LABEL_COLUMN in columns else None))
     if first_row != info.steps * batch:
         raise DataError(f"schedule has {first_row} rows, expected {info.steps} x {batch}", path=path)

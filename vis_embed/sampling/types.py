@@ -99,7 +99,10 @@ class Schedule:
     """A computed schedule: ``steps × B`` members in (step, slot, position) order.
 
     Row ``r`` belongs to step ``r // B``; ``dataset[r]`` indexes ``dataset_names``;
-    ``query_row`` / ``positive_row`` are row positions within that dataset.
+    ``query_row`` / ``positive_row`` are row positions within that dataset.  ``label``: the
+    loss-label code of each member's positive (``TrainDataset.labels``), set by
+    ``build_schedule`` from the training data and written as the ``label`` column; None for a
+    schedule planned from in-memory :class:`SubDataset` s alone.
     """
 
     settings: ScheduleSettings
@@ -112,6 +115,7 @@ class Schedule:
     role: np.ndarray                   # int8, index into ROLES
     report: dict[str, Any] = field(default_factory=dict)
     stats: ScheduleStats | None = None  # what the identity-aware planner measured (None: naive)
+    label: np.ndarray | None = None     # int64 loss-label code of each member's positive
 
     @property
     def step(self) -> np.ndarray:

@@ -8,6 +8,7 @@ slots (``schedule_io.rank_rows``), so gathering ranks in order rebuilds slot ord
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,17 @@ def write_recipe_schedule(data: Any, path: str | Path, *, steps: int, global_bat
 
 
 class ScheduleSource:
-    """Steps of a schedule file, checked against the training data's fingerprint."""
+    """Steps of a schedule file, checked against the training data's fingerprint.
 
-    def __init__(self, path: str | Path, data_fingerprint: str) -> None:
+    Every step carries its members' loss-label codes: the file's ``label`` column, or for a
+    file written before that column existed, the same codes looked up in ``data``
+    (``TrainDataset.labels`` of each positive; the fingerprint check makes them the same data).
+    """
+
+    def __init__(self, path: str | Path, data_fingerprint: str, data: Any = None) -> None:
         self.path = Path(path)
         self.data_fingerprint = data_fingerprint
+        self.data = data
         self.info = check_data_fingerprint(self.path, data_fingerprint)  # FingerprintMismatchError
         self.num_steps = int(self.info.steps)
         self.global_batch_size = int(self.info.global_batch_size)
@@ -50,8 +57,19 @@ class ScheduleSource:
 
     def steps(self, start_step: int = 0) -> Iterator[Any]:
         """Whole steps (``ScheduledBatch``, all B members in slot order) from ``start_step``."""
-        yield from iter_batches(self.path, data_fingerprint=self.data_fingerprint, start_step=start_step,
-                                rank=0, world_size=1)
+        for batch in iter_batches(self.path, data_fingerprint=self.data_fingerprint, start_step=start_step,
+                                  rank=0, world_size=1):
+            if batch.label is None and self.data is not None:  # a file from before the column
+                batch = replace(batch, label=self._labels(batch))
+            yield batch
+
+    def _labels(self, batch: Any) -> list[int]:
+        """Loss-label codes of a batch from a schedule file without the ``label`` column."""
+        labels = []
+        for name, positive in zip(batch.dataset, batch.positive_id):
+            dataset = self.data.dataset(name)
+            labels.append(int(dataset.labels[dataset.index[positive]]))
+        return labels
 
 
 def open_schedule(recipe: Any, data: Any) -> ScheduleSource:
@@ -65,4 +83,4 @@ def open_schedule(recipe: Any, data: Any) -> ScheduleSource:
                                   seed=recipe.seed, sampling=recipe.sampling,
                                   show_progress=recipe.logging.progress_bar)
         barrier()
-    return ScheduleSource(path, data.fingerprint())
+    return ScheduleSource(path, data.fingerprint(), data)

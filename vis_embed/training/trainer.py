@@ -38,8 +38,7 @@ from vis_embed.training.deepspeed_config import fill_deepspeed_config
 from vis_embed.training.extra_candidates import column_order, extra_count, prepare_extras
 from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world_size, init_distributed, is_main_process
 from vis_embed.training.gradcache import StepResult, contrastive_step, runs_plain
-from vis_embed.training.labels import loss_label
-from vis_embed.training.losses import BatchLabels, Temperature, build_objective, designated_negatives, identity_ids
+from vis_embed.training.losses import BatchLabels, Temperature, build_objective, designated_negatives
 from vis_embed.training.lr_schedule import lr_lambda
 from vis_embed.training.recipe import Recipe, recipe_to_dict
 from vis_embed.training.run_dir import check_run_directory, clear_run_directory
@@ -62,7 +61,7 @@ class PreparedStep:
     candidates: list[Any]
     query_lengths: list[int]
     candidate_lengths: list[int]
-    identities: torch.Tensor  # (global batch,) identity ids in slot order
+    identities: torch.Tensor  # (global batch,) int64 loss-label codes in slot order (the schedule's `label`)
     designated: torch.Tensor | None = None  # (global batch,)*2 designated hard-negative pairs
     candidate_order: torch.Tensor | None = None  # loss columns in the gathered candidates (explicit negatives)
 
@@ -206,8 +205,7 @@ class Trainer:
     def prepare_step(self, batch: Any) -> PreparedStep:
         """This rank's shard of one scheduled step, prepared (images loaded, prompts built)."""
         members = batch.members()
-        identities = identity_ids([loss_label(self._dataset(m.dataset), self._dataset(m.dataset).get(m.positive_id))
-                                   for m in members])
+        identities = torch.tensor(batch.label, dtype=torch.long)  # computed once, at data load
         shard = members[self.shard]
         queries: list[Any] = [None] * len(shard)
         candidates: list[Any] = [None] * len(shard)

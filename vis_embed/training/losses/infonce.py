@@ -25,32 +25,21 @@ or freeze it for the first steps (``Temperature(freeze_steps=...)``).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vis_embed.training.losses.designated import pad_columns
 
-NO_IDENTITY = -1
-
-
-def identity_ids(keys: Sequence[Hashable | None]) -> Tensor:
-    """Map identity keys (``None`` = unknown) to int64 ids; ``NO_IDENTITY`` for ``None``.
-
-    Ids are only compared for equality inside one global batch, so any consistent mapping
-    works -- but every rank must produce the same ids, hence the sorted, deterministic order.
-    """
-    vocabulary = {key: index for index, key in enumerate(sorted({k for k in keys if k is not None}, key=str))}
-    return torch.tensor([NO_IDENTITY if k is None else vocabulary[k] for k in keys], dtype=torch.long)
+NO_IDENTITY = -1  # a row whose label is unknown: never masked
 
 
 def info_nce_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, temperature: Tensor | float,
                   identities: Tensor | None = None) -> Tensor:
     """Mean InfoNCE of ``N`` queries against ``N`` candidates (row i's positive is column i).
 
-    ``identities`` (N,) int64: candidates j != i with ``identities[j] == identities[i] >= 0``
+    ``identities`` (N,) int64 label codes (the trainer's: the schedule's ``label`` column, computed
+    once when the training data is loaded): candidates j != i with ``identities[j] == identities[i] >= 0``
     are masked out of query i's denominator.  ``candidate_embeddings`` may have more rows than
     the queries: extra candidates after the N positives (explicit negatives), in every
     query's denominator and never masked.  Computed in float32 whatever the input dtype.

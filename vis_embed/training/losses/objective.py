@@ -23,7 +23,8 @@ LOSS_KINDS = ("infonce", "two_tier", "triplet_hinge")
 class BatchLabels:
     """Per-row facts of one global batch, in slot order.
 
-    ``identities``: (N,) identity ids (:func:`~vis_embed.training.losses.infonce.identity_ids`);
+    ``identities``: (N,) int64 loss-label codes (the schedule's ``label`` column: identity or,
+    without one, the positive's content, encoded once by the data loader; -1: unknown);
     ``designated``: (N, N) bool designated-hard-negative pairs
     (:func:`~vis_embed.training.losses.designated.designated_negatives`), None when unknown.
     """
