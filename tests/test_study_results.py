@@ -1,0 +1,141 @@
+"""Provenance (vis_embed/provenance.py) and the per-seed result files the ablation tables are built from."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from vis_embed.provenance import code_version, describe, machine, provenance
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str) -> ModuleType:
+    sys.path.insert(0, str(REPO / "eval"))
+    spec = importlib.util.spec_from_file_location(name, REPO / "eval" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+study = _load("study_results")
+
+
+def test_provenance_names_commit_command_machine_versions_and_date() -> None:
+    record = provenance(["vis-embed", "train", "a recipe.yaml"])
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert record["commit"] == head and isinstance(record["dirty"], bool)
+    assert record["command"] == "vis-embed train 'a recipe.yaml'"
+    assert record["machine"]["cores"] >= 1 and record["machine"]["cpu"]
+    assert record["torch"] and record["python"] and record["version"]
+    assert dt.datetime.fromisoformat(record["date"]).tzinfo is not None
+    assert head[:10] in describe(record)
+
+
+def test_outside_a_checkout_the_version_stands_in(tmp_path) -> None:
+    version = code_version(tmp_path)
+    assert version["commit"] is None and version["dirty"] is None and version["version"]
+
+
+def test_cpu_features_come_from_cpuinfo(tmp_path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t\t: fpu sse avx2 avx512f amx_tile\n\n"
+                       "processor\t: 1\nmodel name\t: Test CPU 9000\nflags\t\t: fpu\n")
+    host = machine(cpuinfo)
+    assert host["cpu"] == "Test CPU 9000"
+    assert host["cpu_features"] == ["avx2", "avx512f", "amx_tile"]
+
+
+def _fake_run(root: Path, *, groups: dict[str, float], mask: bool, losses: list[float],
+              shares: list[float | None]) -> Path:
+    """A finished run as the drivers leave it: run/{recipe.yaml,train_log.jsonl}, eval/, schedule."""
+    (root / "run").mkdir(parents=True)
+    (root / "eval").mkdir()
+    schedule = root / "schedule.parquet"
+    schedule.write_bytes(b"not really parquet, hashed only")
+    recipe = {"schedule": str(schedule), "max_steps": len(losses), "global_batch_size": 8,
+              "loss": {"identity_mask": mask}, "temperature": {"init": 0.02, "learnable": True},
+              "init_adapter": "base/final"}
+    (root / "run" / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    (root / "run" / "train_log.jsonl").write_text("".join(
+        json.dumps({"step": i, "loss": loss, "tau": 0.02 - i * 1e-4, "step_time_s": 1.5, "fn_share": share,
+                    "fn_query_fraction": 0.5, "fn_logit_gap": -2.0 if share is not None else None}) + "\n"
+        for i, (loss, share) in enumerate(zip(losses, shares))))
+    datasets = {"RecIND": {"meta_task": "ID-Rec", "split": "IND", "benchmark": "MVEB", "primary": "P@1",
+                           "metrics": {"P@1": 50.0}},
+                "EditOOD": {"meta_task": "ID-Edit", "split": "OOD", "benchmark": "MVEB", "primary": "P@1",
+                            "metrics": {"P@1": 10.0}},
+                "GrdOOD": {"meta_task": "ID-Grd", "split": "OOD", "benchmark": "MVEB", "primary": "P@1",
+                           "metrics": {"P@1": 30.0}},
+                "ClsIND": {"meta_task": "Cls", "split": "IND", "benchmark": "MMEB", "primary": "P@1",
+                           "metrics": {"P@1": 90.0}},
+                "Peer": {"meta_task": "2AFC", "split": "OOD", "benchmark": "other", "primary": "2AFC",
+                         "metrics": {"2AFC": 0.7}}}
+    (root / "eval" / "results.json").write_text(json.dumps({"groups": groups, "datasets": datasets}))
+    return root
+
+
+def test_a_seed_result_holds_metrics_loss_schedule_hash_and_provenance(tmp_path) -> None:
+    run = _fake_run(tmp_path / "r", groups={"ID-Rec": 50.0, "MVEB": 30.0}, mask=False,
+                    losses=[float(10 - i) for i in range(20)], shares=[0.01 * i for i in range(20)])
+    record = study.seed_result(study="warm", arm="naive_unmasked-tau0.02", seed=3, run_dir=run / "run",
+                               command="bash eval/ablation_warm.sh")
+    assert record["metrics"] == {"ID-Rec": 50.0, "MVEB": 30.0} and record["seed"] == 3
+    assert record["identity_mask"] is False and record["init_adapter"] == "base/final"
+    assert record["schedule_hash"] == hashlib.sha256(b"not really parquet, hashed only").hexdigest()
+    training = record["training"]
+    assert training["steps"] == 20 and training["final_loss"] == -9.0
+    assert training["final_loss_mean_last10pct"] == pytest.approx((-8.0 - 9.0) / 2)
+    assert training["train_seconds"] == pytest.approx(30.0)
+    assert training["fn_share_mean"] == pytest.approx(0.095)
+    assert training["fn_share_by_decile"] == pytest.approx([0.005 + 0.02 * k for k in range(10)])
+    assert record["temperature"] == {"init": 0.02, "learnable": True, "final": pytest.approx(0.0181)}
+    assert record["provenance"]["command"] == "bash eval/ablation_warm.sh" and record["provenance"]["commit"]
+    # trained-task and transfer columns of one benchmark (MMEB and peer protocols left out)
+    assert study.benchmark_split_means(record) == {"MVEB IND": 50.0, "MVEB OOD": 20.0}
+    path = study.write_seed_result(tmp_path / "results", record)
+    assert path.name == "naive_unmasked-tau0.02_seed3.json"
+    assert study.read_seed_results(tmp_path / "results") == {"naive_unmasked-tau0.02": {"3": record}}
+
+
+def _record(arm: str, seed: int, groups: dict[str, float], mask: bool = True) -> dict:
+    return {"schema": 1, "study": "ablation", "arm": arm, "seed": seed, "metrics": groups, "identity_mask": mask,
+            "identity_repeat_rate": 0.25 if arm.startswith("naive") else 0.0, "training": {},
+            "provenance": {"commit": "0123456789abcdef", "dirty": False, "date": f"2026-11-2{seed}T10:00:00+00:00",
+                           "machine": {"cpu": "Test CPU", "cpu_features": ["avx2"], "cores": 2}}}
+
+
+def test_the_ablation_table_is_rebuilt_from_result_files_only(tmp_path) -> None:
+    results = tmp_path / "results"
+    id_rec = {"naive_unmasked": [40.0, 42.0, 44.0], "naive_masked": [41.0, 44.0, 45.0]}
+    for arm, values in id_rec.items():
+        for seed, value in enumerate(values):
+            groups = {"ID-Rec": value, "Re-ID": 20.0, "MVEB": 30.0 + seed, "overall": 25.0}
+            study.write_seed_result(results, _record(arm, seed, groups, mask=arm != "naive_unmasked"))
+    markdown = tmp_path / "ablation.md"
+    markdown.write_text("old\n<!-- reading -->\nmy reading\n<!-- /reading -->\nold footer\n")
+    done = subprocess.run([sys.executable, str(REPO / "eval" / "ablation_table.py"), "--seeds", "0", "1", "2",
+                           "--variants", "naive_unmasked", "naive_masked", "--results", str(results),
+                           "--out", str(markdown), "--recipe", str(REPO / "recipes" / "ablation_sampling.yaml"),
+                           "--command", "bash eval/ablation_sampling.sh"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = markdown.read_text()
+    assert "| 3 | 42.0 ± 2.0 | 20.0 ± 0.0 |" in text  # naive_unmasked ID-Rec 40/42/44, Re-ID constant
+    assert "| 3 | 43.3 ± 2.1 |" in text
+    # paired differences 1, 2, 1: mean 1.33, t(0.975, 2) * 0.577 / sqrt(3) = 1.43
+    assert "| `naive_masked` | 3 | +1.3 [-0.1, +2.8] |" in text
+    assert "my reading" in text and "old footer" not in text
+    assert "- 6 runs: commit 0123456789; Test CPU (avx2, 2 cores); 2026-11-20T10:00:00+00:00 .. " \
+           "2026-11-22T10:00:00+00:00" in text
+    assert "24.0%" not in text and "25.0%" in text  # the repeat rate is the result files'
