@@ -139,3 +139,56 @@ def test_the_ablation_table_is_rebuilt_from_result_files_only(tmp_path) -> None:
     assert "- 6 runs: commit 0123456789; Test CPU (avx2, 2 cores); 2026-11-20T10:00:00+00:00 .. " \
            "2026-11-22T10:00:00+00:00" in text
     assert "24.0%" not in text and "25.0%" in text  # the repeat rate is the result files'
+
+
+warm = _load("ablation_warm_table")
+
+
+def _warm_record(arm: str, seed: int, *, rec: float, ind: float, ood: float, schedule: str,
+                 share: float | None) -> dict:
+    datasets = {"Rec": {"meta_task": "ID-Rec", "split": "IND", "benchmark": "MVEB", "primary": "P@1", "score": ind},
+                "Edit": {"meta_task": "ID-Edit", "split": "OOD", "benchmark": "MVEB", "primary": "P@1", "score": ood}}
+    training = {"final_loss_mean_last10pct": 1.0, "fn_share_mean": share, "fn_share_last10pct": share,
+                "fn_query_fraction_mean": 0.5 if share else 0.0, "fn_logit_gap_mean": -3.0 if share else None,
+                "fn_share_by_decile": [share] * 10}
+    variant, tau = warm.split_arm(arm)
+    return {**_record(arm, seed, {"ID-Rec": rec, "overall": 20.0}), "datasets": datasets, "training": training,
+            "schedule_hash": schedule, "temperature": {"init": float(tau) if variant else 0.07, "learnable": tau == "0.02", "final": 0.02}}
+
+
+def test_the_warm_table_is_rebuilt_from_result_files(tmp_path) -> None:
+    results = tmp_path / "results"
+    for seed in range(3):
+        for arm, rec, share in (("naive_unmasked-tau0.02", 40.0 + seed, 0.10), ("naive_masked-tau0.02", 42.0 + 2 * seed, 0.10)):
+            study.write_seed_result(results, _warm_record(arm, seed, rec=rec, ind=rec, ood=10.0, schedule=f"naive{seed}",
+                                                           share=share))
+        study.write_seed_result(results, _warm_record("identity-tau0.02", seed, rec=45.0, ind=45.0, ood=12.0,
+                                                      schedule=f"aware{seed}", share=0.0))
+    for step, rec in ((200, 30.0), (400, 35.0), (600, 35.0)):
+        study.write_seed_result(results / "base", _warm_record(f"base-step{step}", 0, rec=rec, ind=rec, ood=5.0,
+                                                               schedule="base", share=0.0))
+    assert warm.best_base_step(results) == 400  # the earliest of the equal best
+    text = warm.document(results, tmp_path / "warm.md", "bash eval/ablation_warm.sh", tmp_path / "none.yaml",
+                         tmp_path / "none.yaml")
+    assert "## tau 0.02 (learnable: True)" in text
+    # ID-Rec, MVEB IND (= the Rec score), MVEB OOD (= the Edit score) as separate columns
+    assert "(`naive_unmasked-tau0.02`) | 3 | 41.0 ± 1.0 | 41.0 ± 1.0 | 10.0 ± 0.0 |" in text
+    assert "| 10.00 ± 0.00 / 10.00 ± 0.00 |" in text  # FN share mean / last 10 %, in percent
+    # masked - unmasked: differences 2, 3, 4 -> +3.0 [+0.5, +5.5]; same schedule hash for all 3 pairs
+    assert "| `naive_masked-tau0.02` | 3 | **+3.0 [+0.5, +5.5]** | **+3.0 [+0.5, +5.5]** | +0.0 [+0.0, +0.0] |" in text
+    assert text.count("| 3/3 |") == 1 and "| 0/3 |" in text  # identity-aware draws other batches
+    assert "| 400 | 35.0 |" in text and "**yes**" in text.split("| 400 |")[1].split("\n")[0]
+
+
+def test_the_plan_adds_base_and_runs_from_the_probe(tmp_path) -> None:
+    probe = tmp_path / "probe"
+    (probe / "run").mkdir(parents=True)
+    (probe / "run" / "train_log.jsonl").write_text("".join(json.dumps({"step": i, "step_time_s": t}) + "\n"
+                                                           for i, t in enumerate([9.0, 1.0, 1.2, 0.8])))
+    (probe / "train_seconds").write_text("32")
+    (probe / "eval_seconds").write_text("60")
+    estimate = warm.plan(probe, base_steps=800, base_evals=4, runs=50, steps=200, jobs=2)
+    assert estimate["seconds_per_step"] == pytest.approx(1.0)  # step 0's one-off cost left out
+    assert estimate["overhead_s"] == pytest.approx(32 - 12)
+    assert estimate["base_s"] == pytest.approx(800 + 20 + 5 * 60)
+    assert estimate["total_s"] == pytest.approx(estimate["base_s"] + 50 * (200 + 20 + 60) / 2)
