@@ -5,7 +5,9 @@ One training + evaluation of a study's arm and seed becomes ``RESULTS/<arm>_seed
 
     {"schema": 1, "study", "arm", "seed",
      "metrics": {group: P@1 ...}        eval/results.json's groups
-     "datasets": {name: {meta_task, split, benchmark, primary, score}}
+     "datasets": {name: {meta_task, split, benchmark, primary, score, metrics}}
+     "evaluations": {NAME: datasets like the above}   further evaluations (--extra-eval), e.g. peer
+     "loss_kind", "adaptation"
      "training": {steps, final_loss, final_loss_mean_last10pct, train_seconds,
                   fn_share_mean, fn_share_last10pct, fn_query_fraction_mean, fn_logit_gap_mean,
                   fn_share_by_decile: [...]}     from run/train_log.jsonl
@@ -77,8 +79,10 @@ def identity_repeat_rate(schedule: Path, data: Any) -> float:
 def dataset_score(entry: dict[str, Any]) -> dict[str, Any]:
     """What a table needs of one evaluated dataset: its task, split, benchmark and primary score."""
     primary = entry.get("primary", PRIMARY_METRIC)
+    metrics = entry.get("metrics") or {}
     return {"meta_task": entry.get("meta_task"), "split": entry.get("split"), "benchmark": entry.get("benchmark"),
-            "primary": primary, "score": (entry.get("metrics") or {}).get(primary)}
+            "primary": primary, "score": metrics.get(primary),
+            "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
 
 
 def benchmark_split_means(record: dict[str, Any], benchmark: str = "MVEB") -> dict[str, float]:
@@ -123,30 +127,47 @@ def training_summary(log: Path) -> dict[str, Any]:
     }
 
 
-def seed_result(*, study: str, arm: str, seed: int, run_dir: Path, eval_dir: Path | None = None,
-                schedule: Path | None = None, data: Any = None, command: str | None = None) -> dict[str, Any]:
-    """The result record of one finished run (``run_dir``: the trainer's output directory)."""
+def seed_result(*, study: str, arm: str, seed: int, run_dir: Path | None, eval_dir: Path | None = None,
+                schedule: Path | None = None, data: Any = None, command: str | None = None,
+                extra_evals: dict[str, Path] | None = None) -> dict[str, Any]:
+    """The result record of one finished run (``run_dir``: the trainer's output directory; None
+    for an untrained reference model, then ``eval_dir`` is required).  ``extra_evals``: further
+    evaluations of the same model by name (e.g. ``peer``), kept per dataset."""
+    if run_dir is None and eval_dir is None:
+        raise ValueError("an untrained model's record needs its eval_dir")
     eval_dir = eval_dir or run_dir.parent / "eval"
-    results = json.loads((eval_dir / "results.json").read_text(encoding="utf-8"))
-    recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8"))
+    results = _read_json(eval_dir / "results.json")
+    recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8")) if run_dir else {}
     temperature = recipe.get("temperature") or {}
-    training = training_summary(run_dir / "train_log.jsonl")
-    schedule = schedule or Path(recipe["schedule"])
+    training = training_summary(run_dir / "train_log.jsonl") if run_dir else {}
+    if schedule is None and recipe.get("schedule"):
+        schedule = Path(recipe["schedule"])
+    has_schedule = schedule is not None and schedule.is_file()
     return {
         "schema": SCHEMA, "study": study, "arm": arm, "seed": int(seed),
         "metrics": results["groups"],
-        "datasets": {name: dataset_score(entry) for name, entry in (results.get("datasets") or {}).items()},
+        "datasets": _dataset_scores(results),
+        "evaluations": {name: _dataset_scores(_read_json(Path(directory) / "results.json"))
+                        for name, directory in (extra_evals or {}).items()},
         "training": training,
-        "identity_mask": bool((recipe.get("loss") or {}).get("identity_mask", True)),
+        "identity_mask": bool((recipe.get("loss") or {}).get("identity_mask", True)) if run_dir else None,
+        "loss_kind": (recipe.get("loss") or {}).get("kind"), "adaptation": recipe.get("adaptation"),
         "temperature": {"init": temperature.get("init"), "learnable": temperature.get("learnable"),
-                        "final": training["final_tau"]},
+                        "final": training.get("final_tau")},
         "init_adapter": recipe.get("init_adapter"),
         "max_steps": recipe.get("max_steps"), "global_batch_size": recipe.get("global_batch_size"),
-        "schedule_hash": file_hash(schedule) if schedule.is_file() else None,
-        "identity_repeat_rate": identity_repeat_rate(schedule, data) if data is not None and schedule.is_file()
-        else None,
+        "schedule_hash": file_hash(schedule) if has_schedule else None,
+        "identity_repeat_rate": identity_repeat_rate(schedule, data) if data is not None and has_schedule else None,
         "provenance": provenance(command=command) if command else provenance(),
     }
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def _dataset_scores(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: dataset_score(entry) for name, entry in (results.get("datasets") or {}).items()}
 
 
 def write_seed_result(results: Path, record: dict[str, Any]) -> Path:
@@ -194,8 +215,10 @@ def main() -> None:
     write.add_argument("--study", required=True)
     write.add_argument("--arm", required=True)
     write.add_argument("--seed", type=int, required=True)
-    write.add_argument("--run-dir", type=Path, required=True, help="the trainer's output_dir")
+    write.add_argument("--run-dir", type=Path, help="the trainer's output_dir (none: an untrained model)")
     write.add_argument("--eval-dir", type=Path, help="default: RUN_DIR/../eval")
+    write.add_argument("--extra-eval", action="append", default=[], metavar="NAME=DIR",
+                       help="another evaluation of the same model (repeatable), e.g. peer=DIR/eval_peer")
     write.add_argument("--schedule", type=Path, help="default: the recipe's schedule")
     write.add_argument("--data", type=Path, help="train.yaml: also count identity repeats in the schedule")
     write.add_argument("--command", help="the command that reproduces the study (default: this one)")
@@ -206,8 +229,10 @@ def main() -> None:
         from vis_embed.data import load_train_config
 
         data = load_train_config(args.data)
+    extra = dict(item.split("=", 1) for item in args.extra_eval)
     record = seed_result(study=args.study, arm=args.arm, seed=args.seed, run_dir=args.run_dir,
-                         eval_dir=args.eval_dir, schedule=args.schedule, data=data, command=args.command)
+                         eval_dir=args.eval_dir, schedule=args.schedule, data=data, command=args.command,
+                         extra_evals={name: Path(directory) for name, directory in extra.items()})
     print(write_seed_result(args.out, record))
 
 

@@ -192,3 +192,22 @@ def test_the_plan_adds_base_and_runs_from_the_probe(tmp_path) -> None:
     assert estimate["overhead_s"] == pytest.approx(32 - 12)
     assert estimate["base_s"] == pytest.approx(800 + 20 + 5 * 60)
     assert estimate["total_s"] == pytest.approx(estimate["base_s"] + 50 * (200 + 20 + 60) / 2)
+
+
+def test_the_objectives_table_reads_synthetic_and_peer_scores_from_result_files(tmp_path) -> None:
+    results = tmp_path / "results"
+    for arm, seeds in (("untrained", [0]), ("infonce_lora", [0, 1]), ("two_tier_lora", [0, 1])):
+        for seed in seeds:
+            ssr = {"untrained": 50.0, "infonce_lora": 60.0, "two_tier_lora": 64.0 + seed}[arm]
+            record = {**_record(arm, seed, {"ID-Rec": 30.0 + seed, "MVEB": 20.0}),
+                      "evaluations": {"peer": {"PeerNearID": {"metrics": {"SSR": ssr, "pairwise_acc": 70.0}}}}}
+            study.write_seed_result(results, record)
+    markdown = tmp_path / "objectives.md"
+    done = subprocess.run([sys.executable, str(REPO / "eval" / "objectives_table.py"), "--seeds", "0", "1",
+                           "--combos", "infonce_lora", "two_tier_lora", "--results", str(results),
+                           "--out", str(markdown)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = markdown.read_text()
+    assert "| untrained model (reference) | – | 50.0 | 70.0 |" in text  # SSR, PA of the untrained record
+    assert "(`two_tier_lora`) | 2 | 64.5 ± 0.7 | 70.0 ± 0.0 |" in text
+    assert "- 5 runs: commit 0123456789" in text
