@@ -161,8 +161,9 @@ def pilot_rows(results: Path) -> list[str]:
     records = read_seed_results(results / "pilot")
     if not records:
         return []
-    lines = ["| from base step | tau | FN share % (mean / last 10%) | ID-Rec unmasked | ID-Rec masked | "
-             "MVEB IND masked − unmasked | MVEB OOD masked − unmasked |", "|---:|---|---:|---:|---:|---:|---:|"]
+    lines = ["| from base step | tau | FN share % (mean / last 10%) | final loss / tau (unmasked) | ID-Rec unmasked | "
+             "ID-Rec masked | MVEB IND masked − unmasked | MVEB OOD masked − unmasked |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
     starts: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
     for arm, by_seed in records.items():  # arm: from<step>-<variant>-tau<tau>
         head, _, tau = arm.rpartition("-tau")
@@ -176,7 +177,10 @@ def pilot_rows(results: Path) -> list[str]:
         t = unmasked["training"]
         share = f"{100 * (t.get('fn_share_mean') or 0):.2f} / {100 * (t.get('fn_share_last10pct') or 0):.2f}"
         diff = [f"{m[c] - u[c]:+.1f}" if c in m and c in u else "–" for c in ("MVEB IND", "MVEB OOD")]
-        lines.append(f"| {step} | {tau} | {share} | {u.get('ID-Rec', float('nan')):.1f} | "
+        # a learnable tau that diverges shows here first (loss up, tau at its clamp): LEARN_002=false then
+        stability = f"{_stat([t['final_loss_mean_last10pct']], 3)} / {_stat([t['final_tau']], 4)}" \
+            if t.get("final_loss_mean_last10pct") is not None and t.get("final_tau") is not None else "–"
+        lines.append(f"| {step} | {tau} | {share} | {stability} | {u.get('ID-Rec', float('nan')):.1f} | "
                      f"{m.get('ID-Rec', float('nan')):.1f} | " + " | ".join(diff) + " |")
     return lines
 

@@ -33,7 +33,8 @@ study = _load("study_results")
 
 def test_provenance_names_commit_command_machine_versions_and_date() -> None:
     record = provenance(["vis-embed", "train", "a recipe.yaml"])
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
     assert record["commit"] == head and isinstance(record["dirty"], bool)
     assert record["command"] == "vis-embed train 'a recipe.yaml'"
     assert record["machine"]["cores"] >= 1 and record["machine"]["cpu"]
@@ -128,7 +129,7 @@ def test_the_ablation_table_is_rebuilt_from_result_files_only(tmp_path) -> None:
                            "--variants", "naive_unmasked", "naive_masked", "--results", str(results),
                            "--out", str(markdown), "--recipe", str(REPO / "recipes" / "ablation_sampling.yaml"),
                            "--command", "bash eval/ablation_sampling.sh"],
-                          capture_output=True, text=True, cwd=tmp_path)
+                          capture_output=True, text=True, check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     text = markdown.read_text()
     assert "| 3 | 42.0 ± 2.0 | 20.0 ± 0.0 |" in text  # naive_unmasked ID-Rec 40/42/44, Re-ID constant
@@ -205,9 +206,22 @@ def test_the_objectives_table_reads_synthetic_and_peer_scores_from_result_files(
     markdown = tmp_path / "objectives.md"
     done = subprocess.run([sys.executable, str(REPO / "eval" / "objectives_table.py"), "--seeds", "0", "1",
                            "--combos", "infonce_lora", "two_tier_lora", "--results", str(results),
-                           "--out", str(markdown)], capture_output=True, text=True, cwd=tmp_path)
+                           "--out", str(markdown)], capture_output=True, text=True, check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     text = markdown.read_text()
     assert "| untrained model (reference) | – | 50.0 | 70.0 |" in text  # SSR, PA of the untrained record
     assert "(`two_tier_lora`) | 2 | 64.5 ± 0.7 | 70.0 ± 0.0 |" in text
     assert "- 5 runs: commit 0123456789" in text
+
+
+def test_the_pilot_rows_pair_each_start_and_tau(tmp_path) -> None:
+    results = tmp_path / "results"
+    for step in (200, 400):
+        for variant, rec in (("naive_unmasked", 30.0), ("naive_masked", 33.0)):
+            record = _warm_record(f"from{step}-{variant}-tau0.07", 0, rec=rec, ind=rec, ood=10.0, schedule="s",
+                                  share=step / 4000)
+            record["training"].update(final_tau=0.07, final_loss_mean_last10pct=2.5)
+            study.write_seed_result(results / "pilot", record)
+    rows = warm.pilot_rows(results)
+    assert rows[2] == "| 200 | 0.07 | 5.00 / 5.00 | 2.500 / 0.0700 | 30.0 | 33.0 | +3.0 | +0.0 |"
+    assert rows[3].startswith("| 400 | 0.07 | 10.00 / 10.00 |")
