@@ -106,7 +106,7 @@ def backfill_results(out: Path, results: Path, study: str, variants: list[str], 
                 continue
             write_seed_result(results, seed_result(study=study, arm=variant, seed=int(seed), run_dir=directory / "run",
                                                    schedule=directory / "schedule.parquet", data=data,
-                                                   command=command))
+                                                   command=command, backfilled=True))
 
 
 def _cell(values: list[float]) -> str:

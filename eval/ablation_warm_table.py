@@ -46,7 +46,8 @@ def plan(probe: Path, *, base_steps: int, base_evals: int, runs: int, steps: int
     base = base_steps * per_step + overhead + (base_evals + 1) * evaluation
     one_run = steps * per_step + overhead + evaluation
     return {"seconds_per_step": per_step, "overhead_s": overhead, "eval_s": evaluation, "base_s": base,
-            "one_run_s": one_run, "runs": runs, "runs_s": runs * one_run / max(1, jobs), "total_s": base + runs * one_run / max(1, jobs)}
+            "one_run_s": one_run, "runs": runs, "runs_s": runs * one_run / max(1, jobs),
+            "total_s": base + runs * one_run / max(1, jobs)}
 
 
 def _hours(seconds: float) -> str:

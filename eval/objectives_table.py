@@ -3,7 +3,8 @@
 Reads the per-seed result files RESULTS/<combo>_seed<N>.json and RESULTS/untrained_seed0.json
 (eval/study_results.py: the synthetic benchmark's groups plus the ``peer`` evaluation; the
 driver writes one after each run, and finished runs under OUT without one get one first) and
-writes (atomically) per combination the mean ± sample std over seeds of the synthetic benchmark's P@1 groups and of the peer protocols' primary metrics, then the paired difference
+writes (atomically) per combination the mean ± sample std over seeds of the synthetic benchmark's
+P@1 groups and of the peer protocols' primary metrics, then the paired difference
 of each combination against ``infonce_lora`` with a 95% t-interval (paired by seed).  Every
 number comes from those files; the statistics helpers are eval/ablation_table.py's.  A reading
 written into TABLE between the ``<!-- reading -->`` and ``<!-- /reading -->`` markers is kept.
@@ -58,7 +59,7 @@ def backfill_results(out: Path, results: Path, combos: list[str], seeds: list[st
         if not done or result_path(results, arm, seed).is_file():
             continue
         write_seed_result(results, seed_result(study="objectives", arm=arm, seed=int(seed), run_dir=run_dir,
-                                               eval_dir=directory / "eval", command=command,
+                                               eval_dir=directory / "eval", command=command, backfilled=True,
                                                extra_evals={"peer": directory / "eval_peer"}))
 
 
@@ -107,7 +108,8 @@ def main() -> None:
     parser.add_argument("--synth-size", default="small", help="the `vis-embed synth --size` the runs used")
     parser.add_argument("--recipe", type=Path, default=Path("recipes/ablation_sampling.yaml"))
     parser.add_argument("--hard-negatives", type=int, default=5)
-    parser.add_argument("--command", default="bash eval/objectives_comparison.sh", help="the command that reproduces it")
+    parser.add_argument("--command", default="bash eval/objectives_comparison.sh",
+                        help="the command that reproduces it")
     parser.add_argument("--out", dest="markdown", type=Path, default=Path("docs/objectives.md"))
     parser.add_argument("--results", type=Path, help="per-seed result files (default: docs/results/<TABLE stem>)")
     args = parser.parse_args()

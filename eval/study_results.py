@@ -129,10 +129,11 @@ def training_summary(log: Path) -> dict[str, Any]:
 
 def seed_result(*, study: str, arm: str, seed: int, run_dir: Path | None, eval_dir: Path | None = None,
                 schedule: Path | None = None, data: Any = None, command: str | None = None,
-                extra_evals: dict[str, Path] | None = None) -> dict[str, Any]:
+                extra_evals: dict[str, Path] | None = None, backfilled: bool = False) -> dict[str, Any]:
     """The result record of one finished run (``run_dir``: the trainer's output directory; None
     for an untrained reference model, then ``eval_dir`` is required).  ``extra_evals``: further
-    evaluations of the same model by name (e.g. ``peer``), kept per dataset."""
+    evaluations of the same model by name (e.g. ``peer``), kept per dataset.  ``backfilled``:
+    written after the fact for a run made earlier, so its provenance is not the run's own."""
     if run_dir is None and eval_dir is None:
         raise ValueError("an untrained model's record needs its eval_dir")
     eval_dir = eval_dir or run_dir.parent / "eval"
@@ -158,7 +159,8 @@ def seed_result(*, study: str, arm: str, seed: int, run_dir: Path | None, eval_d
         "max_steps": recipe.get("max_steps"), "global_batch_size": recipe.get("global_batch_size"),
         "schedule_hash": file_hash(schedule) if has_schedule else None,
         "identity_repeat_rate": identity_repeat_rate(schedule, data) if data is not None and has_schedule else None,
-        "provenance": provenance(command=command) if command else provenance(),
+        "provenance": {**(provenance(command=command) if command else provenance()),
+                       **({"backfilled": True} if backfilled else {})},
     }
 
 
@@ -199,12 +201,15 @@ def provenance_lines(records: list[dict[str, Any]]) -> list[str]:
     for record in records:
         info = record.get("provenance") or {}
         key = f"{info.get('commit')}{'+dirty' if info.get('dirty') else ''}"
+        key += "+backfilled" if info.get("backfilled") else ""
         by_commit.setdefault(key, []).append(record)
     lines = []
     for group in by_commit.values():
         dates = sorted((r.get("provenance") or {}).get("date") or "" for r in group)
         first = dict(group[0].get("provenance") or {}, date=f"{dates[0]} .. {dates[-1]}")
-        lines.append(f"- {len(group)} runs: {describe(first)}")
+        late = " (result files written later for runs made earlier: the run's own commit is unknown)" \
+            if first.get("backfilled") else ""
+        lines.append(f"- {len(group)} runs: {describe(first)}{late}")
     return lines
 
 

@@ -107,6 +107,9 @@ def test_a_seed_result_holds_metrics_loss_schedule_hash_and_provenance(tmp_path)
     path = study.write_seed_result(tmp_path / "results", record)
     assert path.name == "naive_unmasked-tau0.02_seed3.json"
     assert study.read_seed_results(tmp_path / "results") == {"naive_unmasked-tau0.02": {"3": record}}
+    assert "written later" not in study.provenance_lines([record])[0]
+    late = study.seed_result(study="warm", arm="a", seed=0, run_dir=run / "run", backfilled=True)
+    assert "written later for runs made earlier" in study.provenance_lines([late])[0]
 
 
 def _record(arm: str, seed: int, groups: dict[str, float], mask: bool = True) -> dict:
@@ -154,15 +157,16 @@ def _warm_record(arm: str, seed: int, *, rec: float, ind: float, ood: float, sch
                 "fn_share_by_decile": [share] * 10}
     variant, tau = warm.split_arm(arm)
     return {**_record(arm, seed, {"ID-Rec": rec, "overall": 20.0}), "datasets": datasets, "training": training,
-            "schedule_hash": schedule, "temperature": {"init": float(tau) if variant else 0.07, "learnable": tau == "0.02", "final": 0.02}}
+            "schedule_hash": schedule,
+            "temperature": {"init": float(tau) if variant else 0.07, "learnable": tau == "0.02", "final": 0.02}}
 
 
 def test_the_warm_table_is_rebuilt_from_result_files(tmp_path) -> None:
     results = tmp_path / "results"
     for seed in range(3):
-        for arm, rec, share in (("naive_unmasked-tau0.02", 40.0 + seed, 0.10), ("naive_masked-tau0.02", 42.0 + 2 * seed, 0.10)):
-            study.write_seed_result(results, _warm_record(arm, seed, rec=rec, ind=rec, ood=10.0, schedule=f"naive{seed}",
-                                                           share=share))
+        for arm, rec in (("naive_unmasked-tau0.02", 40.0 + seed), ("naive_masked-tau0.02", 42.0 + 2 * seed)):
+            study.write_seed_result(results, _warm_record(arm, seed, rec=rec, ind=rec, ood=10.0,
+                                                          schedule=f"naive{seed}", share=0.10))
         study.write_seed_result(results, _warm_record("identity-tau0.02", seed, rec=45.0, ind=45.0, ood=12.0,
                                                       schedule=f"aware{seed}", share=0.0))
     for step, rec in ((200, 30.0), (400, 35.0), (600, 35.0)):

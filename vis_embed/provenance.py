@@ -58,7 +58,8 @@ def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
             key, _, value = line.partition(":")
             fields.setdefault(key.strip(), value.strip())
     flags = set(fields.get("flags", "").split())
-    return {"cpu": fields.get("model name") or platform.processor() or platform.machine(), "cpu_features": [f for f in CPU_FEATURES if f in flags],
+    return {"cpu": fields.get("model name") or platform.processor() or platform.machine(),
+            "cpu_features": [f for f in CPU_FEATURES if f in flags],
             "cores": os.cpu_count(), "platform": platform.platform(), "gpu": _gpu_name()}
 
 
