@@ -86,9 +86,11 @@ if [ ! -f "$probe/eval/results.json" ]; then
   echo $(( $(date +%s) - started )) > "$probe/eval_seconds"
 fi
 read -r -a pair_seeds <<< "$SEEDS_PAIR"; read -r -a other_seeds <<< "$SEEDS_OTHER"; read -r -a taus <<< "$TAUS"
-checkpoints=$(( BASE_STEPS / BASE_EVERY ))
+checkpoints=$(( BASE_STEPS / BASE_EVERY ))  # evaluated base adapters (checkpoint-N ..., final/)
+[ "$(( BASE_STEPS % BASE_EVERY ))" = 0 ] || checkpoints=$(( checkpoints + 1 ))
+base_left=$BASE_STEPS; [ -f "$OUT/base/run/final/adapter_config.json" ] && base_left=0
 $PY eval/ablation_warm_table.py plan --probe "$probe" --jobs "$JOBS" --budget-hours "$BUDGET_HOURS" \
-  --base-steps "$BASE_STEPS" --base-evals "$checkpoints" \
+  --base-steps "$base_left" --base-evals "$checkpoints" \
   --runs "$([ "$MODE" = pilot ] && echo $(( checkpoints * 2 * ${#taus[@]} )) \
             || echo $(( (2 * ${#pair_seeds[@]} + ${#other_seeds[@]}) * ${#taus[@]} )))" \
   --steps "$([ "$MODE" = pilot ] && echo "$PILOT_STEPS" || echo "$STEPS")" \

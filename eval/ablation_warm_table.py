@@ -43,7 +43,9 @@ def plan(probe: Path, *, base_steps: int, base_evals: int, runs: int, steps: int
     per_step = statistics.mean(times[1:] if len(times) > 1 else times)  # step 0 pays one-off costs
     overhead = max(0.0, float((probe / "train_seconds").read_text()) - sum(times))  # load, schedule, save
     evaluation = float((probe / "eval_seconds").read_text())
-    base = base_steps * per_step + overhead + (base_evals + 1) * evaluation
+    # base_evals: the adapters the base stage evaluates (its checkpoints, final/ included);
+    # base_steps 0: the base run is already done (a MODE=full run after the pilot)
+    base = base_steps * per_step + overhead + base_evals * evaluation if base_steps else 0.0
     one_run = steps * per_step + overhead + evaluation
     return {"seconds_per_step": per_step, "overhead_s": overhead, "eval_s": evaluation, "base_s": base,
             "one_run_s": one_run, "runs": runs, "runs_s": runs * one_run / max(1, jobs),

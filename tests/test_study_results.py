@@ -195,8 +195,10 @@ def test_the_plan_adds_base_and_runs_from_the_probe(tmp_path) -> None:
     estimate = warm.plan(probe, base_steps=800, base_evals=4, runs=50, steps=200, jobs=2)
     assert estimate["seconds_per_step"] == pytest.approx(1.0)  # step 0's one-off cost left out
     assert estimate["overhead_s"] == pytest.approx(32 - 12)
-    assert estimate["base_s"] == pytest.approx(800 + 20 + 5 * 60)
+    assert estimate["base_s"] == pytest.approx(800 + 20 + 4 * 60)
     assert estimate["total_s"] == pytest.approx(estimate["base_s"] + 50 * (200 + 20 + 60) / 2)
+    done = warm.plan(probe, base_steps=0, base_evals=0, runs=50, steps=200, jobs=2)  # base already trained
+    assert done["total_s"] == pytest.approx(50 * (200 + 20 + 60) / 2)
 
 
 def test_the_objectives_table_reads_synthetic_and_peer_scores_from_result_files(tmp_path) -> None:
