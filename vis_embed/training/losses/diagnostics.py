@@ -27,15 +27,9 @@ import torch
 from torch import Tensor
 
 from vis_embed.training.losses.designated import pad_columns
+from vis_embed.training.losses.infonce import false_negative_mask
 
 DIAGNOSTIC_KEYS = ("fn_share", "fn_query_fraction", "fn_logit_gap")
-
-
-def false_negative_mask(identities: Tensor) -> Tensor:
-    """(N, N) bool: candidate j is a false negative of query i (same label >= 0, j != i)."""
-    same = (identities[:, None] == identities[None, :]) & (identities[:, None] >= 0)
-    same.fill_diagonal_(False)
-    return same
 
 
 @torch.no_grad()

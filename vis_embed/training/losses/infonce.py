@@ -46,6 +46,14 @@ def identity_ids(keys: Sequence[Hashable | None]) -> Tensor:
     return torch.tensor([NO_IDENTITY if k is None else vocabulary[k] for k in keys], dtype=torch.long)
 
 
+def false_negative_mask(identities: Tensor) -> Tensor:
+    """(N, N) bool: candidate j is a false negative of query i -- the same label (>= 0), j != i.
+    The one rule the loss mask and the diagnostics (diagnostics.py) share."""
+    same = (identities[:, None] == identities[None, :]) & (identities[:, None] >= 0)
+    same.fill_diagonal_(False)
+    return same
+
+
 def info_nce_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, temperature: Tensor | float,
                   identities: Tensor | None = None) -> Tensor:
     """Mean InfoNCE of ``N`` queries against ``N`` candidates (row i's positive is column i).
@@ -62,9 +70,7 @@ def info_nce_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, temper
                          f"of the same width")
     scores = query_embeddings.float() @ candidate_embeddings.float().T / temperature
     if identities is not None:
-        identities = identities.to(scores.device)
-        same_identity = (identities[:, None] == identities[None, :]) & (identities[:, None] >= 0)
-        same_identity.fill_diagonal_(False)
+        same_identity = false_negative_mask(identities.to(scores.device))
         scores = scores.masked_fill(pad_columns(same_identity, scores.shape[1]), float("-inf"))
     targets = torch.arange(scores.shape[0], device=scores.device)
     return F.cross_entropy(scores, targets)
