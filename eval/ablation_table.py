@@ -88,11 +88,13 @@ class Run:
     groups: dict[str, float]
     identity_mask: bool
     repeat_rate: float | None
+    fn_share: float | None = None  # mean false-negative share of the softmax over training (train_log)
 
 
 def run_from_record(record: dict[str, Any]) -> Run:
     """One run as the table needs it, from its per-seed result file (eval/study_results.py)."""
-    return Run(record["metrics"], bool(record.get("identity_mask", True)), record.get("identity_repeat_rate"))
+    return Run(record["metrics"], bool(record.get("identity_mask", True)), record.get("identity_repeat_rate"),
+               (record.get("training") or {}).get("fn_share_mean"))
 
 
 def backfill_results(out: Path, results: Path, study: str, variants: list[str], seeds: list[str],
@@ -125,6 +127,12 @@ def _rate_cell(rates: list[float]) -> str:
     return f"{100 * statistics.mean(rates):.1f}% ({100 * min(rates):.1f}–{100 * max(rates):.1f})"
 
 
+def _share_cell(runs: Any) -> str:
+    """Mean over seeds of each run's mean false-negative share (%); "–" for runs logged before it existed."""
+    shares = [run.fn_share for run in runs if run.fn_share is not None]
+    return f"{100 * statistics.mean(shares):.2f}" if shares else "–"
+
+
 def _difference_cell(difference: PairedDifference) -> str:
     if difference.low is None:
         return f"{difference.mean:+.1f}"
@@ -134,14 +142,14 @@ def _difference_cell(difference: PairedDifference) -> str:
 
 def summarise(runs: dict[str, dict[str, Run]]) -> tuple[str, str]:
     """The per-variant table and the paired-difference table (Markdown)."""
-    lines = ["| variant | loss mask | seeds | " + " | ".join(COLUMNS) + " | identity repeats |",
-             "|---|---|---:|" + "---:|" * len(COLUMNS) + "---:|"]
+    lines = ["| variant | loss mask | seeds | " + " | ".join(COLUMNS) + " | identity repeats | FN share % |",
+             "|---|---|---:|" + "---:|" * len(COLUMNS) + "---:|---:|"]
     for variant, by_seed in runs.items():
         masks = sorted({"on" if run.identity_mask else "off" for run in by_seed.values()})
         cells = [_cell([run.groups[c] for run in by_seed.values() if c in run.groups]) for c in COLUMNS]
         rates = [run.repeat_rate for run in by_seed.values() if run.repeat_rate is not None]
         lines.append(f"| {VARIANTS[variant]} (`{variant}`) | {'/'.join(masks)} | {len(by_seed)} | "
-                     + " | ".join(cells) + f" | {_rate_cell(rates)} |")
+                     + " | ".join(cells) + f" | {_rate_cell(rates)} | {_share_cell(by_seed.values())} |")
     paired = ["| variant − `naive_unmasked` | pairs | " + " | ".join(PAIRED_COLUMNS) + " |",
               "|---|---:|" + "---:|" * len(PAIRED_COLUMNS)]
     baseline = runs.get(BASELINE, {})
@@ -203,7 +211,9 @@ def document(args: argparse.Namespace, runs: dict[str, dict[str, Run]], table: s
         "same steps; only the batch schedule and the loss mask change. P@1 (%) on held-out identities, "
         f"mean ± sample std over training seeds {', '.join(seeds)}. *Identity repeats*: share of "
         "batch members whose identity is already in their batch (the false negatives of an unmasked "
-        "loss), recomputed from each run's schedule file; mean (min–max) over seeds.", "",
+        "loss), recomputed from each run's schedule file; mean (min–max) over seeds. *FN share*: mean share "
+        "of a query's softmax denominator taken by same-label candidates over training (`fn_share` of "
+        "train_log.jsonl, docs/training.md), mean over seeds.", "",
         table, "",
         f"Paired difference against `{BASELINE}` (same seed = same model initialisation and, for "
         "`naive_masked`, the same batches): mean [95% t-interval] in P@1 points; **bold**: the interval "

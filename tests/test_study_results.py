@@ -125,7 +125,9 @@ def test_the_ablation_table_is_rebuilt_from_result_files_only(tmp_path) -> None:
     for arm, values in id_rec.items():
         for seed, value in enumerate(values):
             groups = {"ID-Rec": value, "Re-ID": 20.0, "MVEB": 30.0 + seed, "overall": 25.0}
-            study.write_seed_result(results, _record(arm, seed, groups, mask=arm != "naive_unmasked"))
+            record = _record(arm, seed, groups, mask=arm != "naive_unmasked")
+            record["training"] = {"fn_share_mean": 0.01 * (seed + 1)}
+            study.write_seed_result(results, record)
     markdown = tmp_path / "ablation.md"
     markdown.write_text("old\n<!-- reading -->\nmy reading\n<!-- /reading -->\nold footer\n")
     done = subprocess.run([sys.executable, str(REPO / "eval" / "ablation_table.py"), "--seeds", "0", "1", "2",
@@ -142,7 +144,7 @@ def test_the_ablation_table_is_rebuilt_from_result_files_only(tmp_path) -> None:
     assert "my reading" in text and "old footer" not in text
     assert "- 6 runs: commit 0123456789; Test CPU (avx2, 2 cores); 2026-11-20T10:00:00+00:00 .. " \
            "2026-11-22T10:00:00+00:00" in text
-    assert "24.0%" not in text and "25.0%" in text  # the repeat rate is the result files'
+    assert "24.0%" not in text and "| 25.0% | 2.00 |" in text  # repeat rate, FN share: the result files'
 
 
 warm = _load("ablation_warm_table")
