@@ -9,7 +9,9 @@
 #   identity_hn     identity-aware + k=HN structured hard negatives (look-alikes) in the anchor's slot
 #   naive           older name of naive_masked (the first ablation's baseline)
 # Every variant except naive_unmasked trains with the loss mask on (the recipe default).
-# Writes OUT/<variant>-<seed>/{schedule.parquet,run,eval,log.txt} and the table TABLE.
+# Writes OUT/<variant>-<seed>/{schedule.parquet,run,eval,log.txt}, one result file per run
+# RESULTS/<variant>_seed<N>.json (metrics, final loss, schedule hash, provenance; committed,
+# default docs/results/<TABLE stem>/) and the table TABLE, built from the result files only.
 #
 #   bash eval/ablation_sampling.sh                        # SIZE=small: docs/ablation.md
 #   SIZE=small-dense JOBS=2 bash eval/ablation_sampling.sh   # docs/ablation_dense.md (20 runs)
@@ -34,7 +36,10 @@ SEEDS=${SEEDS:-$seeds}
 HN=${HN:-$hn}
 VARIANTS=${VARIANTS:-"naive_unmasked naive_masked identity identity_hn"}
 JOBS=${JOBS:-1}
+RESULTS=${RESULTS:-docs/results/$(basename "$TABLE" .md)}   # per-seed result files (docs/experiments.md)
+COMMAND="SIZE=$SIZE OUT=$OUT SEEDS=\"$SEEDS\" VARIANTS=\"$VARIANTS\" HN=$HN JOBS=$JOBS bash eval/ablation_sampling.sh"
 VIS=${VIS:-.venv/bin/vis-embed}
+PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p "$OUT"
 
@@ -57,7 +62,7 @@ run_one() {
     identity_hn)    strategy=identity_aware; negatives=$HN ;;
   esac
   local dir="$OUT/$variant-$seed" resume=""
-  [ -f "$dir/eval/results.json" ] && return 0
+  [ -f "$dir/eval/results.json" ] && [ -f "$RESULTS/${variant}_seed$seed.json" ] && return 0
   mkdir -p "$dir"
   ls -d "$dir"/run/checkpoint-* >/dev/null 2>&1 && resume="--resume"
   echo "== $variant, seed $seed (log: $dir/log.txt)"
@@ -67,8 +72,12 @@ run_one() {
       --set schedule="$dir/schedule.parquet" --set output_dir="$dir/run" --set seed="$seed" \
       --set sampling.strategy="$strategy" --set sampling.hard_negatives="$negatives" \
       --set loss.identity_mask="$mask" --set logging.tensorboard=false
-    $VIS eval --model "$OUT/model" --adapter "$dir/run/final" --benchmark "$OUT/synth/benchmark.yaml" \
+    [ -f "$dir/eval/results.json" ] || $VIS eval --model "$OUT/model" --adapter "$dir/run/final" --benchmark "$OUT/synth/benchmark.yaml" \
       --out "$dir/eval" --no-pictures --quiet
+    # the per-seed result file the table is built from (metrics, loss, schedule hash, provenance)
+    $PY eval/study_results.py write --study "$(basename "$TABLE" .md)" --arm "$variant" \
+      --seed "$seed" --run-dir "$dir/run" --schedule "$dir/schedule.parquet" --data "$OUT/synth/train.yaml" \
+      --out "$RESULTS" --command "$COMMAND"
   } > "$dir/log.txt" 2>&1 || { echo "!! $variant, seed $seed failed: see $dir/log.txt" >&2; return 1; }
 }
 
@@ -83,6 +92,5 @@ while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
 [ "$failed" = 0 ] || { echo "some runs failed; rerun the script to resume them" >&2; exit 1; }
 
 # shellcheck disable=SC2086  # SEEDS and VARIANTS are word lists
-.venv/bin/python eval/ablation_table.py "$OUT" --seeds $SEEDS --variants $VARIANTS --synth-size "$SIZE" \
-  --recipe "$RECIPE" --out "$TABLE" \
-  --command "SIZE=$SIZE OUT=$OUT SEEDS=\"$SEEDS\" VARIANTS=\"$VARIANTS\" HN=$HN JOBS=$JOBS bash eval/ablation_sampling.sh"
+$PY eval/ablation_table.py "$OUT" --seeds $SEEDS --variants $VARIANTS --synth-size "$SIZE" \
+  --recipe "$RECIPE" --out "$TABLE" --results "$RESULTS" --command "$COMMAND"

@@ -1,29 +1,30 @@
 """Summarise the sampling ablation (eval/ablation_sampling.sh) into a Markdown table.
 
-Reads OUT/<variant>-<seed>/{eval/results.json, run/recipe.yaml, schedule.parquet} and writes
+Reads the per-seed result files RESULTS/<variant>_seed<N>.json (eval/study_results.py; the
+driver writes one after each run, and finished runs under OUT without one get one first) and writes
 (atomically) P@1 (%) mean ± sample std over seeds per variant, the loss mask each run trained
-with, the realised identity-repeat rate of each schedule (recomputed here from the schedule
+with, the realised identity-repeat rate of each schedule (recomputed from the schedule
 file, with the loss's own notion of "same identity"), and the paired difference of every
 variant against the paper's baseline ``naive_unmasked`` with a 95% t-interval (paired by
-seed).  Nothing is typed in by hand: every number comes from those files.  A reading written
+seed).  Nothing is typed in by hand: every number comes from the result files.  A reading written
 into TABLE between the ``<!-- reading -->`` and ``<!-- /reading -->`` markers is kept.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import math
-import platform
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from study_results import (identity_repeat_rate, provenance_lines, read_seed_results,  # noqa: E402,F401
+                           result_path, seed_result, write_seed_result)
 
-from vis_embed.io import atomic_write_text
+from vis_embed.io import atomic_write_text  # noqa: E402
 
 VARIANTS = {
     "naive_unmasked": "naive interleaved, no loss mask (the paper's baseline)",
@@ -82,46 +83,32 @@ def paired_difference(a: list[float], b: list[float]) -> PairedDifference:
     return PairedDifference(mean, mean - half, mean + half, len(differences))
 
 
-def identity_repeat_rate(schedule: Path, data: Any) -> float:
-    """Share of scheduled members whose identity already occurs earlier in their batch.
-
-    The identity is the data config's scoped key (``namespace::identity``), the one the loss
-    mask compares; a row without identity repeats nothing.  Computed from the schedule file
-    itself, independently of the scheduler's own report.
-    """
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(schedule, columns=["step", "dataset", "query_id"]).to_pydict()
-    seen: dict[int, set[str]] = {}
-    repeats = 0
-    for step, name, query_id in zip(table["step"], table["dataset"], table["query_id"]):
-        dataset = data.dataset(name)
-        key = dataset.identity_key(dataset.get(query_id))
-        if key is None:
-            continue
-        batch = seen.setdefault(step, set())
-        repeats += key in batch
-        batch.add(key)
-    return repeats / max(1, len(table["step"]))
-
-
 @dataclass
 class Run:
     groups: dict[str, float]
     identity_mask: bool
     repeat_rate: float | None
+    fn_share: float | None = None  # mean false-negative share of the softmax over training (train_log)
 
 
-def load_run(directory: Path, data: Any | None) -> Run | None:
-    results = directory / "eval" / "results.json"
-    if not results.is_file():
-        return None
-    recipe = yaml.safe_load((directory / "run" / "recipe.yaml").read_text(encoding="utf-8"))
-    # runs from before loss.identity_mask existed trained with the mask
-    mask = bool((recipe.get("loss") or {}).get("identity_mask", True))
-    schedule = directory / "schedule.parquet"
-    rate = identity_repeat_rate(schedule, data) if data is not None and schedule.is_file() else None
-    return Run(json.loads(results.read_text(encoding="utf-8"))["groups"], mask, rate)
+def run_from_record(record: dict[str, Any]) -> Run:
+    """One run as the table needs it, from its per-seed result file (eval/study_results.py)."""
+    return Run(record["metrics"], bool(record.get("identity_mask", True)), record.get("identity_repeat_rate"),
+               (record.get("training") or {}).get("fn_share_mean"))
+
+
+def backfill_results(out: Path, results: Path, study: str, variants: list[str], seeds: list[str],
+                     data: Any | None, command: str) -> None:
+    """Result files for finished runs under OUT that have none yet (runs made before the
+    driver wrote them); their provenance is then this command's, not the run's own."""
+    for variant in variants:
+        for seed in seeds:
+            directory = out / f"{variant}-{seed}"
+            if result_path(results, variant, seed).is_file() or not (directory / "eval" / "results.json").is_file():
+                continue
+            write_seed_result(results, seed_result(study=study, arm=variant, seed=int(seed), run_dir=directory / "run",
+                                                   schedule=directory / "schedule.parquet", data=data,
+                                                   command=command, backfilled=True))
 
 
 def _cell(values: list[float]) -> str:
@@ -140,6 +127,12 @@ def _rate_cell(rates: list[float]) -> str:
     return f"{100 * statistics.mean(rates):.1f}% ({100 * min(rates):.1f}–{100 * max(rates):.1f})"
 
 
+def _share_cell(runs: Any) -> str:
+    """Mean over seeds of each run's mean false-negative share (%); "–" for runs logged before it existed."""
+    shares = [run.fn_share for run in runs if run.fn_share is not None]
+    return f"{100 * statistics.mean(shares):.2f}" if shares else "–"
+
+
 def _difference_cell(difference: PairedDifference) -> str:
     if difference.low is None:
         return f"{difference.mean:+.1f}"
@@ -149,14 +142,14 @@ def _difference_cell(difference: PairedDifference) -> str:
 
 def summarise(runs: dict[str, dict[str, Run]]) -> tuple[str, str]:
     """The per-variant table and the paired-difference table (Markdown)."""
-    lines = ["| variant | loss mask | seeds | " + " | ".join(COLUMNS) + " | identity repeats |",
-             "|---|---|---:|" + "---:|" * len(COLUMNS) + "---:|"]
+    lines = ["| variant | loss mask | seeds | " + " | ".join(COLUMNS) + " | identity repeats | FN share % |",
+             "|---|---|---:|" + "---:|" * len(COLUMNS) + "---:|---:|"]
     for variant, by_seed in runs.items():
         masks = sorted({"on" if run.identity_mask else "off" for run in by_seed.values()})
         cells = [_cell([run.groups[c] for run in by_seed.values() if c in run.groups]) for c in COLUMNS]
         rates = [run.repeat_rate for run in by_seed.values() if run.repeat_rate is not None]
         lines.append(f"| {VARIANTS[variant]} (`{variant}`) | {'/'.join(masks)} | {len(by_seed)} | "
-                     + " | ".join(cells) + f" | {_rate_cell(rates)} |")
+                     + " | ".join(cells) + f" | {_rate_cell(rates)} | {_share_cell(by_seed.values())} |")
     paired = ["| variant − `naive_unmasked` | pairs | " + " | ".join(PAIRED_COLUMNS) + " |",
               "|---|---:|" + "---:|" * len(PAIRED_COLUMNS)]
     baseline = runs.get(BASELINE, {})
@@ -182,44 +175,58 @@ def kept_reading(markdown: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=Path, nargs="?", help="the runs' folder: finished runs without a result file "
+                        "get one first (the table itself reads only the result files)")
     parser.add_argument("--seeds", nargs="+", default=["0", "1", "2"])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--synth-size", default="small", help="the `vis-embed synth --size` the runs used")
     parser.add_argument("--recipe", type=Path, default=Path("recipes/ablation_sampling.yaml"))
     parser.add_argument("--command", default="bash eval/ablation_sampling.sh", help="the command that reproduces it")
     parser.add_argument("--out", dest="markdown", type=Path, default=Path("docs/ablation.md"))
+    parser.add_argument("--results", type=Path, help="per-seed result files (default: docs/results/<TABLE stem>)")
     args = parser.parse_args()
-    from vis_embed.data import load_train_config
+    results = args.results or Path("docs/results") / args.markdown.stem
+    if args.out is not None:
+        from vis_embed.data import load_train_config
 
-    train_yaml = args.out / "synth" / "train.yaml"
-    data = load_train_config(train_yaml) if train_yaml.is_file() else None
-    runs: dict[str, dict[str, Run]] = {}
-    for variant in args.variants:
-        by_seed = {seed: run for seed in args.seeds if (run := load_run(args.out / f"{variant}-{seed}", data))}
-        if by_seed:
-            runs[variant] = by_seed
+        train_yaml = args.out / "synth" / "train.yaml"
+        data = load_train_config(train_yaml) if train_yaml.is_file() else None
+        backfill_results(args.out, results, args.markdown.stem, args.variants, args.seeds, data, args.command)
+    records = read_seed_results(results, args.variants, args.seeds)
+    runs = {variant: {seed: run_from_record(record) for seed, record in by_seed.items()}
+            for variant, by_seed in records.items()}
     table, paired = summarise(runs)
-    text = "\n".join([
+    atomic_write_text(args.markdown, document(args, runs, table, paired, results,
+                                              [r for by_seed in records.values() for r in by_seed.values()]))
+    print(table + "\n\n" + paired)
+
+
+def document(args: argparse.Namespace, runs: dict[str, dict[str, Run]], table: str, paired: str, results: Path,
+             records: list[dict[str, Any]]) -> str:
+    seeds = sorted({seed for by_seed in runs.values() for seed in by_seed}, key=int)
+    return "\n".join([
         "# Sampling ablation in miniature (the paper's Table 2)"
         + ("" if args.synth_size == "small" else f": {args.synth_size} data"), "",
         f"Same tiny random Qwen2-VL, same synthetic data (`vis-embed synth --size {args.synth_size} --seed 0`), "
         "same steps; only the batch schedule and the loss mask change. P@1 (%) on held-out identities, "
-        f"mean ± sample std over training seeds {', '.join(args.seeds)}. *Identity repeats*: share of "
+        f"mean ± sample std over training seeds {', '.join(seeds)}. *Identity repeats*: share of "
         "batch members whose identity is already in their batch (the false negatives of an unmasked "
-        "loss), recomputed from each run's schedule file; mean (min–max) over seeds.", "",
+        "loss), recomputed from each run's schedule file; mean (min–max) over seeds. *FN share*: mean share "
+        "of a query's softmax denominator taken by same-label candidates over training (`fn_share` of "
+        "train_log.jsonl, docs/training.md), mean over seeds.", "",
         table, "",
         f"Paired difference against `{BASELINE}` (same seed = same model initialisation and, for "
         "`naive_masked`, the same batches): mean [95% t-interval] in P@1 points; **bold**: the interval "
         "excludes 0.", "",
         paired, "",
         kept_reading(args.markdown), "",
-        f"Produced on {dt.date.today().isoformat()} ({platform.machine()}, 2-core CPU sandbox, no GPU) by:", "",
+        f"Built from the per-seed result files in `{results}` (docs/experiments.md) by "
+        "`eval/ablation_table.py`; the runs' provenance (commit, machine, date):", "",
+        *provenance_lines(records), "",
+        "Command:", "",
         "```bash", args.command, "```", "",
         f"Recipe (`{args.recipe}`):", "", "```yaml", args.recipe.read_text(encoding="utf-8").rstrip(), "```", "",
     ])
-    atomic_write_text(args.markdown, text)
-    print(table + "\n\n" + paired)
 
 
 if __name__ == "__main__":

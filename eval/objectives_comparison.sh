@@ -10,7 +10,9 @@
 # Each run is evaluated on the synthetic manifest (MVEB/MMEB-style P@1) and on the peer
 # protocols derived from its eval images (eval/objectives_peers.py: NearID SSR/PA, 2AFC, TLL
 # asymmetric recall, ID-Sim AP); the untrained model is evaluated once as a reference.
-# Writes OUT/<combo>-<seed>/{schedule.parquet,run,eval,eval_peer,log.txt}, OUT/base/ and TABLE.
+# Writes OUT/<combo>-<seed>/{schedule.parquet,run,eval,eval_peer,log.txt}, OUT/base/, one result
+# file per run RESULTS/<combo>_seed<N>.json (+ untrained_seed0.json; committed, default
+# docs/results/<TABLE stem>/) and TABLE, built from the result files only.
 #
 #   bash eval/objectives_comparison.sh                  # docs/objectives.md (12 runs)
 #   SEEDS="0 1 2 3 4" JOBS=2 bash eval/objectives_comparison.sh
@@ -27,6 +29,8 @@ SEEDS=${SEEDS:-"0 1 2"}
 HN=${HN:-5}
 COMBOS=${COMBOS:-"infonce_lora two_tier_lora hinge_lora infonce_head"}
 JOBS=${JOBS:-2}
+RESULTS=${RESULTS:-docs/results/$(basename "$TABLE" .md)}   # per-seed result files (docs/experiments.md)
+COMMAND="SIZE=$SIZE OUT=$OUT SEEDS=\"$SEEDS\" COMBOS=\"$COMBOS\" HN=$HN JOBS=$JOBS bash eval/objectives_comparison.sh"
 VIS=${VIS:-.venv/bin/vis-embed}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -63,7 +67,7 @@ run_one() {
     infonce_head)  kind=infonce;       adaptation=head ;;
   esac
   local dir="$OUT/$combo-$seed" resume=""
-  [ -f "$dir/eval/results.json" ] && [ -f "$dir/eval_peer/results.json" ] && return 0
+  [ -f "$RESULTS/${combo}_seed$seed.json" ] && return 0
   mkdir -p "$dir"
   ls -d "$dir"/run/checkpoint-* >/dev/null 2>&1 && resume="--resume"
   echo "== $combo, seed $seed (log: $dir/log.txt)"
@@ -74,13 +78,21 @@ run_one() {
       --set sampling.strategy=identity_aware --set sampling.hard_negatives="$HN" \
       --set loss.kind="$kind" --set adaptation="$adaptation" --set logging.tensorboard=false
     evaluate "$dir" "$dir/run/final"
+    # the per-seed result file the table is built from (metrics, loss, schedule hash, provenance)
+    $PY eval/study_results.py write --study "$(basename "$TABLE" .md)" --arm "$combo" --seed "$seed" \
+      --run-dir "$dir/run" --schedule "$dir/schedule.parquet" --extra-eval peer="$dir/eval_peer" \
+      --out "$RESULTS" --command "$COMMAND"
   } > "$dir/log.txt" 2>&1 || { echo "!! $combo, seed $seed failed: see $dir/log.txt" >&2; return 1; }
 }
 
 # The untrained model: the reference point every combination starts from.
 run_base() {
   mkdir -p "$OUT/base"
-  evaluate "$OUT/base" "" > "$OUT/base/log.txt" 2>&1 \
+  [ -f "$RESULTS/untrained_seed0.json" ] && return 0
+  { evaluate "$OUT/base" ""
+    $PY eval/study_results.py write --study "$(basename "$TABLE" .md)" --arm untrained --seed 0 \
+      --eval-dir "$OUT/base/eval" --extra-eval peer="$OUT/base/eval_peer" --out "$RESULTS" --command "$COMMAND"
+  } > "$OUT/base/log.txt" 2>&1 \
     || { echo "!! untrained reference failed: see $OUT/base/log.txt" >&2; return 1; }
 }
 
@@ -97,5 +109,4 @@ while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
 
 # shellcheck disable=SC2086  # SEEDS and COMBOS are word lists
 $PY eval/objectives_table.py "$OUT" --seeds $SEEDS --combos $COMBOS --synth-size "$SIZE" \
-  --recipe "$RECIPE" --hard-negatives "$HN" --out "$TABLE" \
-  --command "SIZE=$SIZE OUT=$OUT SEEDS=\"$SEEDS\" COMBOS=\"$COMBOS\" HN=$HN JOBS=$JOBS bash eval/objectives_comparison.sh"
+  --recipe "$RECIPE" --hard-negatives "$HN" --out "$TABLE" --results "$RESULTS" --command "$COMMAND"

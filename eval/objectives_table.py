@@ -1,8 +1,10 @@
 """Summarise the peer-objectives comparison (eval/objectives_comparison.sh) into docs/objectives.md.
 
-Reads OUT/<combo>-<seed>/{eval,eval_peer}/results.json (and OUT/base/ for the untrained model)
-and writes (atomically) per combination the mean ± sample std over seeds of the synthetic
-benchmark's P@1 groups and of the peer protocols' primary metrics, then the paired difference
+Reads the per-seed result files RESULTS/<combo>_seed<N>.json and RESULTS/untrained_seed0.json
+(eval/study_results.py: the synthetic benchmark's groups plus the ``peer`` evaluation; the
+driver writes one after each run, and finished runs under OUT without one get one first) and
+writes (atomically) per combination the mean ± sample std over seeds of the synthetic benchmark's
+P@1 groups and of the peer protocols' primary metrics, then the paired difference
 of each combination against ``infonce_lora`` with a 95% t-interval (paired by seed).  Every
 number comes from those files; the statistics helpers are eval/ablation_table.py's.  A reading
 written into TABLE between the ``<!-- reading -->`` and ``<!-- /reading -->`` markers is kept.
@@ -11,14 +13,14 @@ written into TABLE between the ``<!-- reading -->`` and ``<!-- /reading -->`` ma
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ablation_table import _cell, _difference_cell, kept_reading, paired_difference  # noqa: E402
+from study_results import (provenance_lines, read_seed_results, result_path, seed_result,  # noqa: E402
+                           write_seed_result)
 
 from vis_embed.io import atomic_write_text  # noqa: E402
 
@@ -36,19 +38,29 @@ PEER_COLUMNS = {"SSR": ("PeerNearID", "SSR"), "PA": ("PeerNearID", "pairwise_acc
 PAIRED_COLUMNS = ("ID-Rec", "Re-ID", "NearID", "MVEB", "overall", "SSR", "PA", "2AFC", "TLL R@1", "ID-Sim AP")
 
 
-def load_scores(directory: Path) -> dict[str, float] | None:
-    """Every column of one evaluated model, or None when either evaluation is missing."""
-    synth, peer = directory / "eval" / "results.json", directory / "eval_peer" / "results.json"
-    if not synth.is_file() or not peer.is_file():
-        return None
-    groups = json.loads(synth.read_text(encoding="utf-8"))["groups"]
-    datasets = json.loads(peer.read_text(encoding="utf-8"))["datasets"]
-    scores = {column: float(groups[column]) for column in SYNTH_COLUMNS if column in groups}
+def record_scores(record: dict[str, Any]) -> dict[str, float]:
+    """Every column of one evaluated model, from its result file (eval/study_results.py)."""
+    scores = {column: float(record["metrics"][column]) for column in SYNTH_COLUMNS if column in record["metrics"]}
+    peer = (record.get("evaluations") or {}).get("peer", {})
     for column, (dataset, metric) in PEER_COLUMNS.items():
-        value = datasets.get(dataset, {}).get("metrics", {}).get(metric)
+        value = peer.get(dataset, {}).get("metrics", {}).get(metric)
         if value is not None:
             scores[column] = float(value)
     return scores
+
+
+def backfill_results(out: Path, results: Path, combos: list[str], seeds: list[str], command: str) -> None:
+    """Result files for finished runs under OUT that have none yet (made before the driver
+    wrote them; their provenance is then this command's, not the run's own)."""
+    wanted = [("untrained", "0", out / "base", None)] + [
+        (combo, seed, out / f"{combo}-{seed}", out / f"{combo}-{seed}" / "run") for combo in combos for seed in seeds]
+    for arm, seed, directory, run_dir in wanted:
+        done = all((directory / name / "results.json").is_file() for name in ("eval", "eval_peer"))
+        if not done or result_path(results, arm, seed).is_file():
+            continue
+        write_seed_result(results, seed_result(study="objectives", arm=arm, seed=int(seed), run_dir=run_dir,
+                                               eval_dir=directory / "eval", command=command, backfilled=True,
+                                               extra_evals={"peer": directory / "eval_peer"}))
 
 
 def _row(title: str, seeds: int | str, runs: list[dict[str, float]], columns: tuple[str, ...]) -> str:
@@ -89,21 +101,27 @@ def summarise(runs: dict[str, dict[str, dict[str, float]]], base: dict[str, floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=Path, nargs="?", help="the runs' folder: finished runs without a result file "
+                        "get one first (the table itself reads only the result files)")
     parser.add_argument("--seeds", nargs="+", default=["0", "1", "2"])
     parser.add_argument("--combos", nargs="+", default=list(COMBOS), choices=list(COMBOS))
     parser.add_argument("--synth-size", default="small", help="the `vis-embed synth --size` the runs used")
     parser.add_argument("--recipe", type=Path, default=Path("recipes/ablation_sampling.yaml"))
     parser.add_argument("--hard-negatives", type=int, default=5)
-    parser.add_argument("--command", default="bash eval/objectives_comparison.sh", help="the command that reproduces it")
+    parser.add_argument("--command", default="bash eval/objectives_comparison.sh",
+                        help="the command that reproduces it")
     parser.add_argument("--out", dest="markdown", type=Path, default=Path("docs/objectives.md"))
+    parser.add_argument("--results", type=Path, help="per-seed result files (default: docs/results/<TABLE stem>)")
     args = parser.parse_args()
-    runs = {}
-    for combo in args.combos:
-        by_seed = {seed: scores for seed in args.seeds if (scores := load_scores(args.out / f"{combo}-{seed}"))}
-        if by_seed:
-            runs[combo] = by_seed
-    synth, peer, paired = summarise(runs, load_scores(args.out / "base"))
+    results = args.results or Path("docs/results") / args.markdown.stem
+    if args.out is not None:
+        backfill_results(args.out, results, args.combos, args.seeds, args.command)
+    records = read_seed_results(results, args.combos, args.seeds)
+    runs = {combo: {seed: record_scores(record) for seed, record in by_seed.items()}
+            for combo, by_seed in records.items()}
+    untrained = read_seed_results(results, ["untrained"]).get("untrained", {}).get("0")
+    every = [r for by_seed in records.values() for r in by_seed.values()] + ([untrained] if untrained else [])
+    synth, peer, paired = summarise(runs, record_scores(untrained) if untrained else None)
     text = "\n".join([
         "# Peer objectives and adaptation styles on one benchmark", "",
         f"Same tiny random Qwen2-VL, same synthetic data (`vis-embed synth --size {args.synth_size} --seed 0`), "
@@ -118,7 +136,9 @@ def main() -> None:
         f"Paired difference against `{REFERENCE}` (same seed = same initialisation and the same batches): "
         "mean [95% t-interval] in points; **bold**: the interval excludes 0.", "", paired, "",
         kept_reading(args.markdown), "",
-        f"Produced on {dt.date.today().isoformat()} ({platform.machine()}, 2-core CPU sandbox, no GPU) by:", "",
+        f"Built from the per-seed result files in `{results}` (docs/experiments.md) by "
+        "`eval/objectives_table.py`; the runs' provenance (commit, machine, date):", "",
+        *provenance_lines(every), "", "Command:", "",
         "```bash", args.command, "```", "",
     ])
     atomic_write_text(args.markdown, text)

@@ -199,6 +199,42 @@ def load_adapter_weights(model: nn.Module, directory: Path) -> None:
     backbone.load_state_dict(state, strict=False)
 
 
+def warm_start(model: nn.Module, directory: str | Path) -> None:
+    """Initialise the training model's adapter from a saved one (recipe ``init_adapter``).
+
+    Refuses (ConfigError) a directory without weights of the recipe's adaptation, a LoRA adapter
+    that lacks some of the recipe's LoRA weights (other ``lora.r`` / ``target_modules`` /
+    ``vision``) or has other shapes: a warm start that silently kept random weights for part of
+    the adapter would not be the warm start the experiment claims.
+    """
+    directory = Path(directory)
+    source = f"init_adapter {directory}"
+    if not directory.is_dir():
+        raise ConfigError(f"{source}: not a directory")
+    found = find_peft_model(model)
+    if getattr(model, "head", None) is not None:
+        if not (directory / HEAD_CONFIG).is_file():
+            raise ConfigError(f"{source}: no projection head ({HEAD_CONFIG}) for adaptation: head")
+    elif found is not None:
+        from peft import get_peft_model_state_dict
+        from safetensors import safe_open
+
+        weights = directory / "adapter_model.safetensors"
+        if not weights.is_file():
+            raise ConfigError(f"{source}: no adapter_model.safetensors (a LoRA adapter directory)")
+        with safe_open(str(weights), framework="pt") as saved:
+            missing = sorted(set(get_peft_model_state_dict(found[1])) - set(saved.keys()))
+        if missing:
+            raise ConfigError(f"{source}: lacks {len(missing)} of the recipe's LoRA weights (e.g. {missing[0]}); "
+                              "lora.target_modules and lora.vision must match the adapter's")
+    elif not any(directory.glob("model*.safetensors")):
+        raise ConfigError(f"{source}: no model*.safetensors (full fine-tuning needs full weights)")
+    try:
+        load_adapter_weights(model, directory)
+    except RuntimeError as exc:  # size mismatch: another lora.r or head dim
+        raise ConfigError(f"{source}: does not fit the recipe's adapter: {str(exc).splitlines()[0]}") from None
+
+
 def weights_problem(state: dict[str, torch.Tensor]) -> str | None:
     """Why ``state`` must not be saved (a non-finite or exploded tensor, named), else None."""
     for name, tensor in state.items():

@@ -138,6 +138,9 @@ class Recipe(_Strict):
     adaptation: Literal["lora", "head"] = "lora"
     head: HeadConfig = Field(default_factory=HeadConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    # warm start: the adapter (LoRA, head or full weights) starts from this saved one (a run's
+    # final/ or checkpoint-STEP/); optimiser, LR schedule and tau start fresh (--resume wins)
+    init_adapter: str | None = None
     gradcache: GradCacheConfig = Field(default_factory=GradCacheConfig)
     model_options: ModelOptions = Field(default_factory=ModelOptions)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
@@ -146,10 +149,10 @@ class Recipe(_Strict):
     num_workers: int = Field(2, ge=0)  # >0: the next step's images are prepared while this one trains
     torch_threads: int | None = Field(None, gt=0)  # torch intra-op threads (None: torch's default)
 
-    @field_validator("model", "data", "schedule", "output_dir")
+    @field_validator("model", "data", "schedule", "output_dir", "init_adapter")
     @classmethod
-    def _not_empty(cls, value: str) -> str:
-        if not value.strip():
+    def _not_empty(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
             raise ValueError("must not be empty")
         return value
 

@@ -39,6 +39,7 @@ from vis_embed.training.extra_candidates import column_order, extra_count, prepa
 from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world_size, init_distributed, is_main_process
 from vis_embed.training.gradcache import StepResult, contrastive_step, runs_plain
 from vis_embed.training.losses import BatchLabels, Temperature, build_objective, designated_negatives
+from vis_embed.training.losses.diagnostics import false_negative_stats
 from vis_embed.training.lr_schedule import lr_lambda
 from vis_embed.training.recipe import Recipe, recipe_to_dict
 from vis_embed.training.run_dir import check_run_directory, clear_run_directory
@@ -140,6 +141,8 @@ class Trainer:
 
         set_seed(recipe.seed)  # identical LoRA init on every rank
         self.model = build_training_model(recipe, self.device)
+        if recipe.init_adapter:  # warm start; a checkpoint found by --resume overwrites it
+            ckpt.warm_start(self.model, recipe.init_adapter)
         self.temperature = Temperature(recipe.temperature.init, recipe.temperature.learnable,
                                        recipe.temperature.freeze_steps, recipe.temperature.min).to(self.device)
         lr_schedule = lr_lambda(recipe.optimizer.warmup_steps, recipe.max_steps, recipe.optimizer.decay,
@@ -154,6 +157,7 @@ class Trainer:
         self.tau_scheduler = torch.optim.lr_scheduler.LambdaLR(self.tau_optimizer, lr_schedule)
         self.backend = self._build_backend(lr_schedule)
         self.start_step = 0
+        self.step_diagnostics: dict[str, float] = {}
         if resume:
             self._resume()
         else:
@@ -244,6 +248,8 @@ class Trainer:
         def loss_fn(queries: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
             if prepared.candidate_order is not None:
                 candidates = candidates[prepared.candidate_order.to(candidates.device)]
+            # the false-negative diagnostics of this global batch (losses/diagnostics.py), logged per step
+            self.step_diagnostics = false_negative_stats(queries, candidates, self.temperature(), labels.identities)
             return self.objective(queries, candidates, labels)
 
         result = contrastive_step(self.backend, self.model.collate, prepared.queries, prepared.candidates,
@@ -300,6 +306,7 @@ class Trainer:
                     "lr": self.backend.lr(), "samples_per_s": recipe.global_batch_size / max(elapsed, 1e-9),
                     "step_time_s": elapsed,
                     "padded_fraction": (float(np.mean(result.padded_fraction)) if result.padded_fraction else 0.0),
+                    **self.step_diagnostics,
                     **({"replay_max_abs_diff": result.replay_max_abs_diff}
                        if result.replay_max_abs_diff is not None else {}),
                 })

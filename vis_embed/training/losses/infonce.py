@@ -34,6 +34,14 @@ from vis_embed.training.losses.designated import pad_columns
 NO_IDENTITY = -1  # a row whose label is unknown: never masked
 
 
+def false_negative_mask(identities: Tensor) -> Tensor:
+    """(N, N) bool: candidate j is a false negative of query i -- the same label (>= 0), j != i.
+    The one rule the loss mask and the diagnostics (diagnostics.py) share."""
+    same = (identities[:, None] == identities[None, :]) & (identities[:, None] >= 0)
+    same.fill_diagonal_(False)
+    return same
+
+
 def info_nce_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, temperature: Tensor | float,
                   identities: Tensor | None = None) -> Tensor:
     """Mean InfoNCE of ``N`` queries against ``N`` candidates (row i's positive is column i).
@@ -51,9 +59,7 @@ def info_nce_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, temper
                          f"of the same width")
     scores = query_embeddings.float() @ candidate_embeddings.float().T / temperature
     if identities is not None:
-        identities = identities.to(scores.device)
-        same_identity = (identities[:, None] == identities[None, :]) & (identities[:, None] >= 0)
-        same_identity.fill_diagonal_(False)
+        same_identity = false_negative_mask(identities.to(scores.device))
         scores = scores.masked_fill(pad_columns(same_identity, scores.shape[1]), float("-inf"))
     targets = torch.arange(scores.shape[0], device=scores.device)
     return F.cross_entropy(scores, targets)
