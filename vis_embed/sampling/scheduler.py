@@ -94,6 +94,13 @@ class _Scheduler(IdentityCandidates):
         self.prep_kinds_pairs = np.array([source.kind == "pairs" for source in self.prep.sources])
         # scratch flags over all records (membership tests in O(n) instead of sorting)
         self._flag = np.zeros(len(self.prep.row_identity), dtype=bool)
+        # pairs rows drawn again this step after a step left them out: placed if their group
+        # fits at all (no second deferral for a short group), so each is drawn once per epoch
+        self._redrawn = np.zeros(len(self.prep.row_identity), dtype=bool)
+        self._redrawn_rows: list[np.ndarray] = []
+        # pairs rows a slot passed over for their group while a later candidate was placed
+        self._skipped = np.zeros(len(self.prep.row_identity), dtype=bool)
+        self._step_draws: dict[int, list[np.ndarray]] = {}  # pairs rows drawn this step, per source
 
     def _member_of(self, values: np.ndarray, members: np.ndarray) -> np.ndarray:
         """``np.isin(values, members)`` for record numbers, via the scratch flags."""
@@ -130,12 +137,22 @@ class _Scheduler(IdentityCandidates):
         self.slot_cap = int(math.ceil(float(self.slot_expectation.max()) - 1e-9))
 
     def _pairs_candidates(self, source: SourceState, count: int) -> np.ndarray:
-        """The next ``count`` rows: pending ones first, then the epoch's permutation."""
+        """The next ``count`` rows: pending ones first, then the epoch's permutation.
+
+        Rows that must be placed in queue order, never deferred for their group's size
+        (``_redrawn``): pending rows a slot skipped before (``_skipped``), and, once this step reaches
+        the next epoch, every row of the old epoch drawn in this step -- a new epoch's row
+        must not be anchored while one of the old epoch waits.
+        """
         taken = [source.pending[:count]]
+        self._mark_in_order(taken[0][self._skipped[taken[0]]])
         need = count - len(taken[0])
         source.pending = source.pending[len(taken[0]):]
+        step_draws = self._step_draws.setdefault(source.index, [])
         while need > 0:
             if source.cursor >= len(source.permutation):
+                for rows in (*step_draws, *taken):
+                    self._mark_in_order(rows)
                 source.permutation = self.rng.permutation(source.num_rows) + source.offset
                 source.cursor = 0
                 source.epochs_started += 1
@@ -143,7 +160,12 @@ class _Scheduler(IdentityCandidates):
             source.cursor += len(chunk)
             taken.append(chunk)
             need -= len(chunk)
+        step_draws.extend(taken)
         return np.concatenate(taken)
+
+    def _mark_in_order(self, rows: np.ndarray) -> None:
+        self._redrawn[rows] = True
+        self._redrawn_rows.append(rows)
 
     # ---- statistics
 
@@ -180,7 +202,8 @@ class _Scheduler(IdentityCandidates):
         anchor_slot, anchor_rows, pairs_taken = [], [], {}
         # slots filled with whole groups (datasets where that rarely works cut groups at once;
         # pairs slots take their queue in order, so no row is skipped for its group's size)
-        strict = (self._packing_worth() & ~self.prep_kinds_pairs)[slot_source]
+        strict = self._packing_worth()[slot_source]
+        self._pairs_slot = self.prep_kinds_pairs[slot_source]
         self._add_candidates(range(len(slot_source)), slot_source, anchor_slot, anchor_rows, pairs_taken)
         for _round in range(_MAX_TOPUP_ROUNDS + 1):
             stream = self._stream(np.concatenate(anchor_slot), np.concatenate(anchor_rows))
@@ -207,6 +230,9 @@ class _Scheduler(IdentityCandidates):
                 f"dataset(s) {names}: identities collide across slots (shared namespace or several "
                 f"slots of one dataset); lower interleave_batch_size or add data")
         self._return_unused_pairs(pairs_taken, stream, accepted)
+        for rows in self._redrawn_rows:
+            self._redrawn[rows] = False
+        self._redrawn_rows, self._step_draws = [], {}
         self._count_shortfalls(stream, accepted)
         slot = stream["slot"][accepted]
         query = stream["row"][accepted]
@@ -215,13 +241,18 @@ class _Scheduler(IdentityCandidates):
 
     def _fill(self, stream: dict[str, np.ndarray], strict: np.ndarray, relax: bool) -> tuple[np.ndarray, np.ndarray]:
         """Accepted entries and the slots left short.  ``strict`` slots are filled with whole
-        groups (no group cut at the slot's end); with ``relax`` a slot that cannot be filled so
-        may cut its last group."""
+        groups (no group cut at the slot's end), first with anchors whose free look-alikes make
+        a full group (``full``), then, in a slot those cannot fill, with any whole groups; with
+        ``relax`` a slot that cannot be filled so may cut its last group."""
         m = self.settings.interleave_batch_size
         num_slots = len(strict)
+        full = strict & self._pairs_slot  # identity slots: whole groups suffice (cheaper)
         while True:
-            accepted = self._resolve(stream, num_slots, strict)
+            accepted = self._resolve(stream, num_slots, strict, full)
             filled = np.bincount(stream["slot"][accepted], minlength=num_slots)
+            if (full & (filled < m)).any():
+                full &= filled >= m  # anchors with short groups may take the room they left
+                continue
             relax_now = strict & (filled < m)
             if not relax or not relax_now.any() or not self.settings.hard_negatives:
                 return accepted, np.flatnonzero(filled < m)
@@ -236,7 +267,10 @@ class _Scheduler(IdentityCandidates):
         ``relaxed`` (the slot cuts its last group).  A dataset where this rarely helps (e.g. every group has k + 1 members and
         M is no multiple of it) is not tried again: it would only cost time."""
         slots, rows = np.concatenate(anchor_slot), np.concatenate(anchor_rows)
-        movable = np.flatnonzero(np.isin(slots, short))
+        # a pairs slot keeps its queue order (each row drawn once per epoch): never reordered
+        movable = np.flatnonzero(np.isin(slots, short) & ~self._pairs_slot[slots])
+        if not len(movable):
+            return stream, relaxed, short if more else np.zeros(0, dtype=np.int64)
         order = np.arange(len(slots))
         for _try in range(_REPACK_TRIES):
             order[movable] = self.rng.permutation(movable)
@@ -325,13 +359,13 @@ class _Scheduler(IdentityCandidates):
         group = np.repeat(np.arange(len(anchor_rows)), sizes)
         return {"row": row, "is_anchor": is_anchor, "group": group, "group_start": group_start,
                 "group_available": available, "slot": np.repeat(anchor_slot, sizes),
-                "identity": self.prep.row_identity[row]}
+                "identity": self.prep.row_identity[row], "redrawn": self._redrawn[row] & is_anchor}
 
     def _resolve(self, stream: dict[str, np.ndarray], num_slots: int,
-                 strict: np.ndarray | None = None) -> np.ndarray:
+                 strict: np.ndarray | None = None, full: np.ndarray | None = None) -> np.ndarray:
         """The greedy acceptance mask (``greedy.resolve``) under this schedule's k and M."""
         return resolve(stream, num_slots, self.settings.hard_negatives, self.settings.interleave_batch_size,
-                       strict)
+                       strict, full)
 
     def _positives(self, query: np.ndarray) -> np.ndarray:
         prep = self.prep
@@ -351,6 +385,8 @@ class _Scheduler(IdentityCandidates):
         own positive), so that counts as its draw of the epoch: each row is drawn once per epoch.
         """
         used = stream["row"][accepted]
+        self._skipped[used] = False
+        self._skipped[self._passed_over(stream, accepted)] = True
         for index, chunks in pairs_taken.items():
             source = self.prep.sources[index]
             taken = np.concatenate(chunks)
@@ -362,6 +398,19 @@ class _Scheduler(IdentityCandidates):
             first_copy[sorter] = np.concatenate(([True], ordered[1:] != ordered[:-1]))
             unused = taken[~(first_copy & self._member_of(taken, used))]
             source.pending = np.concatenate([unused, source.pending])
+
+
+    def _passed_over(self, stream: dict[str, np.ndarray], accepted: np.ndarray) -> np.ndarray:
+        """Pairs anchor candidates left out although a later candidate of their slot was placed
+        (deferred for their group's size or look-alikes): their next draw places them in order."""
+        is_anchor = stream["is_anchor"]
+        slot = stream["slot"]
+        last_accepted = np.full(int(slot.max()) + 1 if len(slot) else 0, -1)
+        positions = np.flatnonzero(accepted & is_anchor)
+        np.maximum.at(last_accepted, slot[positions], positions)
+        passed = is_anchor & ~accepted & (np.arange(len(slot)) < last_accepted[slot]) & self._pairs_slot[slot]
+        rows = stream["row"][passed]
+        return rows[~self._member_of(rows, stream["row"][accepted])]
 
 
 def plan_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettings,
