@@ -92,15 +92,15 @@ class _Scheduler(IdentityCandidates):
         self.packing = np.zeros((len(self.prep.sources), 2), dtype=np.int64)
         self.packing_now: set[int] = set()
         self.prep_kinds_pairs = np.array([source.kind == "pairs" for source in self.prep.sources])
+        self._source_epochs = np.zeros(len(self.prep.sources), dtype=np.int64)
         # scratch flags over all records (membership tests in O(n) instead of sorting)
         self._flag = np.zeros(len(self.prep.row_identity), dtype=bool)
-        # pairs rows drawn again this step after a step left them out: placed if their group
-        # fits at all (no second deferral for a short group), so each is drawn once per epoch
-        self._redrawn = np.zeros(len(self.prep.row_identity), dtype=bool)
-        self._redrawn_rows: list[np.ndarray] = []
-        # pairs rows a slot passed over for their group while a later candidate was placed
+        # Pairs rows placed in queue order, never deferred for their group's size (``redrawn``
+        # in the stream), so each row is drawn once per epoch: rows a slot passed over before
+        # (``_skipped``) and rows of an epoch older than their dataset's current one (drawn
+        # before its queue wrapped round: a new epoch's row must not go first)
         self._skipped = np.zeros(len(self.prep.row_identity), dtype=bool)
-        self._step_draws: dict[int, list[np.ndarray]] = {}  # pairs rows drawn this step, per source
+        self._row_epoch = np.full(len(self.prep.row_identity), np.iinfo(np.int64).max, dtype=np.int64)
 
     def _member_of(self, values: np.ndarray, members: np.ndarray) -> np.ndarray:
         """``np.isin(values, members)`` for record numbers, via the scratch flags."""
@@ -137,35 +137,23 @@ class _Scheduler(IdentityCandidates):
         self.slot_cap = int(math.ceil(float(self.slot_expectation.max()) - 1e-9))
 
     def _pairs_candidates(self, source: SourceState, count: int) -> np.ndarray:
-        """The next ``count`` rows: pending ones first, then the epoch's permutation.
-
-        Rows that must be placed in queue order, never deferred for their group's size
-        (``_redrawn``): pending rows a slot skipped before (``_skipped``), and, once this step reaches
-        the next epoch, every row of the old epoch drawn in this step -- a new epoch's row
-        must not be anchored while one of the old epoch waits.
-        """
+        """The next ``count`` rows: pending ones first, then the epoch's permutation."""
         taken = [source.pending[:count]]
-        self._mark_in_order(taken[0][self._skipped[taken[0]]])
         need = count - len(taken[0])
         source.pending = source.pending[len(taken[0]):]
-        step_draws = self._step_draws.setdefault(source.index, [])
         while need > 0:
             if source.cursor >= len(source.permutation):
-                for rows in (*step_draws, *taken):
-                    self._mark_in_order(rows)
                 source.permutation = self.rng.permutation(source.num_rows) + source.offset
                 source.cursor = 0
                 source.epochs_started += 1
+                self._source_epochs[source.index] = source.epochs_started
             chunk = source.permutation[source.cursor:source.cursor + need]
             source.cursor += len(chunk)
+            # the oldest draw counts: a row taken at the end of one epoch and the start of the next
+            self._row_epoch[chunk] = np.minimum(self._row_epoch[chunk], source.epochs_started)
             taken.append(chunk)
             need -= len(chunk)
-        step_draws.extend(taken)
         return np.concatenate(taken)
-
-    def _mark_in_order(self, rows: np.ndarray) -> None:
-        self._redrawn[rows] = True
-        self._redrawn_rows.append(rows)
 
     # ---- statistics
 
@@ -212,7 +200,7 @@ class _Scheduler(IdentityCandidates):
                 self.packing_now.update(slot_source[short[strict[short]]].tolist())
                 # enough candidates but whole groups do not add up to M (a packing problem):
                 # other orders, else cut a last group; too few candidates: another round
-                relaxed, relaxed_short = self._fill(stream, strict.copy(), relax=True)
+                relaxed, relaxed_short = self._fill(stream, strict.copy(), relax=True, full=self._full.copy())
                 if not len(relaxed_short):
                     stream, accepted, short = self._repack(anchor_slot, anchor_rows, short, strict,
                                                            stream, relaxed, more=_round < _PACKING_ROUNDS)
@@ -230,29 +218,31 @@ class _Scheduler(IdentityCandidates):
                 f"dataset(s) {names}: identities collide across slots (shared namespace or several "
                 f"slots of one dataset); lower interleave_batch_size or add data")
         self._return_unused_pairs(pairs_taken, stream, accepted)
-        for rows in self._redrawn_rows:
-            self._redrawn[rows] = False
-        self._redrawn_rows, self._step_draws = [], {}
         self._count_shortfalls(stream, accepted)
         slot = stream["slot"][accepted]
         query = stream["row"][accepted]
         role = np.where(stream["is_anchor"][accepted], ROLE_ANCHOR, ROLE_HARD_NEGATIVE).astype(np.int8)
         return slot, query, self._positives(query), role
 
-    def _fill(self, stream: dict[str, np.ndarray], strict: np.ndarray, relax: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _fill(self, stream: dict[str, np.ndarray], strict: np.ndarray, relax: bool,
+              full: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Accepted entries and the slots left short.  ``strict`` slots are filled with whole
         groups (no group cut at the slot's end), first with anchors whose free look-alikes make
         a full group (``full``), then, in a slot those cannot fill, with any whole groups; with
-        ``relax`` a slot that cannot be filled so may cut its last group."""
+        ``relax`` a slot that cannot be filled so may cut its last group.  ``full`` (default: every
+        strict pairs slot) is where full groups are preferred; the mask it ends with is kept in
+        ``self._full`` so that refills of the same step start from it (one resolve, not two)."""
         m = self.settings.interleave_batch_size
         num_slots = len(strict)
-        full = strict & self._pairs_slot  # identity slots: whole groups suffice (cheaper)
+        # identity slots: whole groups suffice (their anchors are drawn ∝ instances; cheaper)
+        full = strict & self._pairs_slot if full is None else full & strict
         while True:
             accepted = self._resolve(stream, num_slots, strict, full)
             filled = np.bincount(stream["slot"][accepted], minlength=num_slots)
             if (full & (filled < m)).any():
                 full &= filled >= m  # anchors with short groups may take the room they left
                 continue
+            self._full = full
             relax_now = strict & (filled < m)
             if not relax or not relax_now.any() or not self.settings.hard_negatives:
                 return accepted, np.flatnonzero(filled < m)
@@ -272,10 +262,11 @@ class _Scheduler(IdentityCandidates):
         if not len(movable):
             return stream, relaxed, short if more else np.zeros(0, dtype=np.int64)
         order = np.arange(len(slots))
+        full = self._full.copy()
         for _try in range(_REPACK_TRIES):
             order[movable] = self.rng.permutation(movable)
             candidate = self._stream(slots[order], rows[order])
-            accepted, still_short = self._fill(candidate, strict.copy(), relax=False)
+            accepted, still_short = self._fill(candidate, strict.copy(), relax=False, full=full.copy())
             if not len(still_short):
                 return candidate, accepted, still_short
         return stream, relaxed, short if more else np.zeros(0, dtype=np.int64)
@@ -359,7 +350,12 @@ class _Scheduler(IdentityCandidates):
         group = np.repeat(np.arange(len(anchor_rows)), sizes)
         return {"row": row, "is_anchor": is_anchor, "group": group, "group_start": group_start,
                 "group_available": available, "slot": np.repeat(anchor_slot, sizes),
-                "identity": self.prep.row_identity[row], "redrawn": self._redrawn[row] & is_anchor}
+                "identity": self.prep.row_identity[row], "redrawn": self._in_queue_order(row) & is_anchor}
+
+    def _in_queue_order(self, rows: np.ndarray) -> np.ndarray:
+        """Pairs rows that must be placed in queue order (see ``_skipped`` / ``_row_epoch``)."""
+        epoch_now = self._source_epochs[self.prep.row_dataset[rows]]
+        return self._skipped[rows] | (self._row_epoch[rows] < epoch_now)
 
     def _resolve(self, stream: dict[str, np.ndarray], num_slots: int,
                  strict: np.ndarray | None = None, full: np.ndarray | None = None) -> np.ndarray:
@@ -386,6 +382,7 @@ class _Scheduler(IdentityCandidates):
         """
         used = stream["row"][accepted]
         self._skipped[used] = False
+        self._row_epoch[used] = np.iinfo(np.int64).max
         self._skipped[self._passed_over(stream, accepted)] = True
         for index, chunks in pairs_taken.items():
             source = self.prep.sources[index]
