@@ -27,8 +27,9 @@ def resolve(stream: dict[str, np.ndarray], num_slots: int, k: int, m: int,
     could take the room; and (e) in a ``full`` slot (a strict one that prefers whole groups),
     an anchor only if those free negatives reach min(k, its designated negatives): an anchor
     whose look-alikes are already in the batch is left for a later batch while others fill
-    the slot.  A pairs row already left out once (``redrawn``) is exempt from (d) and (e): it is
-    placed at its next draw, in queue order, so each row is drawn once per epoch.  Every condition depends only on earlier entries, so Jacobi
+    the slot.  A pairs row that must keep its queue order (``redrawn``: passed over once, or
+    from an older epoch; sampling/pairs_queue.py) is exempt from (d) and (e), so each row is
+    drawn once per epoch.  Every condition depends only on earlier entries, so Jacobi
     iteration from any start reaches the sequential answer; collisions are rare, so it
     converges in 2-3 rounds.
     """

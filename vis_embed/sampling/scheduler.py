@@ -24,7 +24,10 @@ Per step (details and guarantees in docs/scheduling.md):
    order.  A greedy pass in stream order accepts a member iff its identity is not yet in the
    batch, a hard negative only if its anchor was accepted and fewer than ``k`` of the anchor's
    hard negatives were, and only while its slot has room (``M`` members); an anchor only if
-   its slot has room for its whole group, unless the slot cannot be filled otherwise.  The greedy pass is
+   its slot has room for its whole group, unless the slot cannot be filled otherwise; in a
+   pairs slot, first only anchors whose free look-alikes make a full group (issue 27,
+   overlapping designated sets), and a row passed over once (or from an older epoch) is
+   placed in queue order at its next draw.  The greedy pass is
    computed as a fixed-point iteration of vectorised operations (each decision depends only
    on earlier entries, so the iteration reaches the sequential result).  Slots left short
    (identity collisions) get another round of candidates; a slot that cannot be filled is an
@@ -47,7 +50,8 @@ from vis_embed.errors import ConfigError
 from vis_embed.sampling.draws import segment_arange, slot_expectations, systematic_sample
 from vis_embed.sampling.greedy import SHORTFALL_CAUSES, resolve, shortfalls
 from vis_embed.sampling.identity_candidates import IdentityCandidates
-from vis_embed.sampling.prepare import SourceState, prepare
+from vis_embed.sampling.pairs_queue import PairsQueue
+from vis_embed.sampling.prepare import prepare
 from vis_embed.sampling.report import build_report
 from vis_embed.sampling.settings import ScheduleSettings
 from vis_embed.sampling.types import (
@@ -71,7 +75,7 @@ _PACKING_ROUNDS = 3
 _HARD_NEGATIVE_MARGIN = 5
 
 
-class _Scheduler(IdentityCandidates):
+class _Scheduler(IdentityCandidates, PairsQueue):
     def __init__(self, datasets: Sequence[SubDataset], settings: ScheduleSettings) -> None:
         self.settings = settings
         self.datasets = list(datasets)
@@ -92,15 +96,9 @@ class _Scheduler(IdentityCandidates):
         self.packing = np.zeros((len(self.prep.sources), 2), dtype=np.int64)
         self.packing_now: set[int] = set()
         self.prep_kinds_pairs = np.array([source.kind == "pairs" for source in self.prep.sources])
-        self._source_epochs = np.zeros(len(self.prep.sources), dtype=np.int64)
         # scratch flags over all records (membership tests in O(n) instead of sorting)
         self._flag = np.zeros(len(self.prep.row_identity), dtype=bool)
-        # Pairs rows placed in queue order, never deferred for their group's size (``redrawn``
-        # in the stream), so each row is drawn once per epoch: rows a slot passed over before
-        # (``_skipped``) and rows of an epoch older than their dataset's current one (drawn
-        # before its queue wrapped round: a new epoch's row must not go first)
-        self._skipped = np.zeros(len(self.prep.row_identity), dtype=bool)
-        self._row_epoch = np.full(len(self.prep.row_identity), np.iinfo(np.int64).max, dtype=np.int64)
+        self._init_pairs_queue()
 
     def _member_of(self, values: np.ndarray, members: np.ndarray) -> np.ndarray:
         """``np.isin(values, members)`` for record numbers, via the scratch flags."""
@@ -135,25 +133,6 @@ class _Scheduler(IdentityCandidates):
         self.dataset_share = shares / shares.sum()
         self.slot_expectation = slot_expectations(shares, slots, capacity)
         self.slot_cap = int(math.ceil(float(self.slot_expectation.max()) - 1e-9))
-
-    def _pairs_candidates(self, source: SourceState, count: int) -> np.ndarray:
-        """The next ``count`` rows: pending ones first, then the epoch's permutation."""
-        taken = [source.pending[:count]]
-        need = count - len(taken[0])
-        source.pending = source.pending[len(taken[0]):]
-        while need > 0:
-            if source.cursor >= len(source.permutation):
-                source.permutation = self.rng.permutation(source.num_rows) + source.offset
-                source.cursor = 0
-                source.epochs_started += 1
-                self._source_epochs[source.index] = source.epochs_started
-            chunk = source.permutation[source.cursor:source.cursor + need]
-            source.cursor += len(chunk)
-            # the oldest draw counts: a row taken at the end of one epoch and the start of the next
-            self._row_epoch[chunk] = np.minimum(self._row_epoch[chunk], source.epochs_started)
-            taken.append(chunk)
-            need -= len(chunk)
-        return np.concatenate(taken)
 
     # ---- statistics
 
@@ -352,11 +331,6 @@ class _Scheduler(IdentityCandidates):
                 "group_available": available, "slot": np.repeat(anchor_slot, sizes),
                 "identity": self.prep.row_identity[row], "redrawn": self._in_queue_order(row) & is_anchor}
 
-    def _in_queue_order(self, rows: np.ndarray) -> np.ndarray:
-        """Pairs rows that must be placed in queue order (see ``_skipped`` / ``_row_epoch``)."""
-        epoch_now = self._source_epochs[self.prep.row_dataset[rows]]
-        return self._skipped[rows] | (self._row_epoch[rows] < epoch_now)
-
     def _resolve(self, stream: dict[str, np.ndarray], num_slots: int,
                  strict: np.ndarray | None = None, full: np.ndarray | None = None) -> np.ndarray:
         """The greedy acceptance mask (``greedy.resolve``) under this schedule's k and M."""
@@ -372,43 +346,6 @@ class _Scheduler(IdentityCandidates):
         positive = query.copy()
         positive[has_other] = prep.instance_rows[prep.row_instance_start[query[has_other]] + offset[has_other]]
         return positive
-
-    def _return_unused_pairs(self, pairs_taken: dict[int, list[np.ndarray]], stream: dict[str, np.ndarray],
-                             accepted: np.ndarray) -> None:
-        """Rows drawn as candidates but not in the batch go back to the front of the queue.
-
-        A drawn row placed as another anchor's hard negative is a full member (its query with its
-        own positive), so that counts as its draw of the epoch: each row is drawn once per epoch.
-        """
-        used = stream["row"][accepted]
-        self._skipped[used] = False
-        self._row_epoch[used] = np.iinfo(np.int64).max
-        self._skipped[self._passed_over(stream, accepted)] = True
-        for index, chunks in pairs_taken.items():
-            source = self.prep.sources[index]
-            taken = np.concatenate(chunks)
-            # Multiset difference: across an epoch boundary a row can be taken twice (end of one
-            # permutation, start of the next); only the copy that became an anchor is consumed.
-            sorter = np.argsort(taken, kind="stable")
-            ordered = taken[sorter]
-            first_copy = np.empty(len(taken), dtype=bool)
-            first_copy[sorter] = np.concatenate(([True], ordered[1:] != ordered[:-1]))
-            unused = taken[~(first_copy & self._member_of(taken, used))]
-            source.pending = np.concatenate([unused, source.pending])
-
-
-    def _passed_over(self, stream: dict[str, np.ndarray], accepted: np.ndarray) -> np.ndarray:
-        """Pairs anchor candidates left out although a later candidate of their slot was placed
-        (deferred for their group's size or look-alikes): their next draw places them in order."""
-        is_anchor = stream["is_anchor"]
-        slot = stream["slot"]
-        last_accepted = np.full(int(slot.max()) + 1 if len(slot) else 0, -1)
-        positions = np.flatnonzero(accepted & is_anchor)
-        np.maximum.at(last_accepted, slot[positions], positions)
-        passed = is_anchor & ~accepted & (np.arange(len(slot)) < last_accepted[slot]) & self._pairs_slot[slot]
-        rows = stream["row"][passed]
-        return rows[~self._member_of(rows, stream["row"][accepted])]
-
 
 def plan_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettings,
                   show_progress: bool = False) -> Schedule:
