@@ -72,9 +72,10 @@ class TwoTierOptions(_Strict):
 
     alpha: float = Field(0.5, ge=0)                 # weight of the ranking tier (NearID: 0.5)
     temperature: float | None = Field(0.07, gt=0)   # fixed tau (NearID: 0.07); null: the recipe's temperature
-    # the margin variant's keys, refused here with a pointer to where they went (issue 27)
-    weight: float | None = None
-    margin: float | None = None
+    # the margin variant's keys, refused here with a pointer to where they went (issue 27);
+    # never written back (recipe_to_dict)
+    weight: float | None = Field(None, exclude=True)
+    margin: float | None = Field(None, exclude=True)
 
     @model_validator(mode="after")
     def _margin_keys_moved(self) -> "TwoTierOptions":
