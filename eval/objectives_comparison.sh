@@ -4,7 +4,9 @@
 # schedule with HN designated hard negatives per anchor, the same steps; only the loss and
 # the adaptation style change.  COMBOS x SEEDS training runs:
 #   infonce_lora   VisME: InfoNCE + LoRA (the reference)
-#   two_tier_lora  NearID: InfoNCE + margin tier over the designated look-alikes, LoRA
+#   two_tier_lora  NearID (Eq. 1-3): L_disc + 0.5 L_rank, tau 0.07, LoRA
+#   two_tier_margin_lora  the pre-issue-27 variant: InfoNCE + margin tier over the look-alikes
+#                  (not in the default COMBOS; COMBOS="two_tier_margin_lora" reproduces old rows)
 #   hinge_lora     DreamSim: triplet hinge on cosine distances, LoRA
 #   infonce_head   TLL / linear probe: InfoNCE, frozen backbone + trained projection head
 # Each run is evaluated on the synthetic manifest (MVEB/MMEB-style P@1) and on the peer
@@ -37,8 +39,9 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p "$OUT"
 
 for combo in $COMBOS; do  # fail before hours of training, not in the middle
-  case $combo in infonce_lora|two_tier_lora|hinge_lora|infonce_head) ;;
-    *) echo "unknown combination '$combo' (infonce_lora two_tier_lora hinge_lora infonce_head)" >&2; exit 2 ;;
+  case $combo in infonce_lora|two_tier_lora|two_tier_margin_lora|hinge_lora|infonce_head) ;;
+    *) echo "unknown combination '$combo' (infonce_lora two_tier_lora two_tier_margin_lora hinge_lora infonce_head)" >&2
+       exit 2 ;;
   esac
 done
 
@@ -63,6 +66,7 @@ run_one() {
   case $combo in
     infonce_lora)  kind=infonce;       adaptation=lora ;;
     two_tier_lora) kind=two_tier;      adaptation=lora ;;
+    two_tier_margin_lora) kind=two_tier_margin; adaptation=lora ;;
     hinge_lora)    kind=triplet_hinge; adaptation=lora ;;
     infonce_head)  kind=infonce;       adaptation=head ;;
   esac

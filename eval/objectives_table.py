@@ -27,6 +27,7 @@ from vis_embed.io import atomic_write_text  # noqa: E402
 COMBOS = {
     "infonce_lora": "InfoNCE + LoRA (VisME)",
     "two_tier_lora": "two-tier + LoRA (NearID)",
+    "two_tier_margin_lora": "two-tier margin variant + LoRA (pre-issue-27 two_tier)",
     "hinge_lora": "triplet hinge + LoRA (DreamSim)",
     "infonce_head": "InfoNCE + projection head (TLL / linear probe)",
 }

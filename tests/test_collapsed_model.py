@@ -3,6 +3,7 @@ the tie-policy / truncated-ranking rules of issue 15 on the harness and the synt
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -21,11 +22,26 @@ from vis_embed.evaluation.harness import EvalSettings, Harness
 NAMES = list(COLOURS)  # 6 identities
 
 
+# An ordinary unit vector: n copies of its self-similarity do not average to exactly itself
+# (np.full(16, 0.25), whose products are exact, hid the constant-group bug of issue 27).
+COLLAPSED_VECTOR = np.random.default_rng(7).normal(size=16)
+COLLAPSED_VECTOR /= np.linalg.norm(COLLAPSED_VECTOR)
+
+
 class CollapsedEncoder(FakeEncoder):
     """Maps every item to the same unit vector (a collapsed model)."""
 
     def embed_one(self, item):
-        return np.full(16, 0.25)
+        return COLLAPSED_VECTOR.copy()
+
+
+def _random_order_ap(labels: list[int]) -> float:
+    """Expected AP of a uniformly random ranking, by enumerating every order (chance)."""
+    values = []
+    for order in itertools.permutations(labels):
+        hits = np.cumsum(order)
+        values.append(np.mean([hits[i] / (i + 1) for i in range(len(order)) if order[i]]))
+    return float(np.mean(values))
 
 
 class NaNEncoder(FakeEncoder):
@@ -80,7 +96,11 @@ def test_collapsed_encoder_scores_at_most_chance_on_every_protocol(tmp_path: Pat
         assert got["TLL"][f"R@{k}"] <= 100 * chance
     assert got["TLL"]["R@1"] == 0.0 and got["TLL"]["R@5"] == 0.0
     prevalence = 100 * 3 / n_pairs
-    assert got["AP"]["AP"] <= prevalence
+    assert got["AP"]["prevalence"] == prevalence
+    assert got["AP"]["AP_pessimistic"] <= prevalence
+    # one big tie: AP at its expectation over the tie's orders = a random ranking's AP (chance)
+    labels = [i % 2 for i in range(n_pairs)]
+    assert got["AP"]["AP"] == pytest.approx(100 * _random_order_ap(labels), abs=1e-9)
     # a constant model has no correlation: undefined, counted, and the run goes on
     assert got["Corr"]["spearman"] is None and got["Corr"]["n_constant_groups"] == 1
     assert "Corr" in json.loads((tmp_path / "out" / "results.json").read_text())["datasets"]

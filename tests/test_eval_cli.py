@@ -53,7 +53,7 @@ def test_eval_command_writes_every_output(tmp_path: Path, monkeypatch: pytest.Mo
     assert set(results["datasets"]) == {"Cand", "Gal", "AFC"}
     # the fake encoder picks the same-colour image in both triplets: 1.0 and 1 - 0.25
     assert results["datasets"]["AFC"]["metrics"]["2AFC"] == pytest.approx(100 * (1.0 + 0.75) / 2)
-    assert set(results["groups"]) == {"ID-Rec", "Re-ID", "IND", "OOD", "MVEB", "overall"}
+    assert set(results["groups"]) == {"ID-Rec", "Re-ID", "MVEB-IND", "MVEB-OOD", "IND", "OOD", "MVEB", "overall"}
     assert "overall" in capsys.readouterr().out
     assert "| **fake + lora-a** |" in (out / "results.md").read_text()
     for picture in ("grids/Cand.png", "grids/Gal.png", "plots/ID-Rec.png", "plots/Re-ID.png"):

@@ -46,7 +46,7 @@ def test_results_json_layout_groups_and_single_encoding(tmp_path: Path) -> None:
         assert {"meta_task", "split", "n_queries", "metrics"} <= set(entry)
         assert {"P@1", "hit@5", "recall@5", "MRR", "mAP", "NDCG@5"} <= set(entry["metrics"])
     cand, gal = saved["datasets"]["Cand"], saved["datasets"]["Gal"]
-    assert list(saved["groups"]) == ["ID-Rec", "Re-ID", "IND", "OOD", "MVEB", "overall"]
+    assert list(saved["groups"]) == ["ID-Rec", "Re-ID", "MVEB-IND", "MVEB-OOD", "IND", "OOD", "MVEB", "overall"]
     assert saved["groups"]["overall"] == pytest.approx((cand["metrics"]["P@1"] + gal["metrics"]["P@1"]) / 2)
     assert saved["groups"]["IND"] == cand["metrics"]["P@1"]
     # 6 queries x 4 candidates = 24 candidate slots, but only 6 distinct candidate images;

@@ -1,5 +1,6 @@
-"""The peer objectives: two-tier (NearID) and triplet hinge (DreamSim), their designated
-negatives, the objective dispatcher, and GradCache = plain back-propagation for each kind."""
+"""The peer objectives: two-tier (NearID, Eq. 1-3), its margin variant and triplet hinge
+(DreamSim), their designated negatives, the objective dispatcher, and GradCache = plain
+back-propagation for each kind."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from vis_embed.training.losses import (
     info_nce_loss,
     triplet_hinge_loss,
     two_tier_loss,
+    two_tier_margin_loss,
 )
 from vis_embed.training.lr_schedule import lr_lambda
 
@@ -63,22 +65,82 @@ def test_margin_tier_is_the_mean_hinge_over_designated_pairs() -> None:
     assert float(got) == pytest.approx(sum(by_hand) / len(by_hand), rel=1e-6)
 
 
-def test_two_tier_is_infonce_plus_weighted_margin_tier() -> None:
+def test_two_tier_margin_is_infonce_plus_weighted_margin_tier() -> None:
     queries, candidates = _unit(8, seed=3), _unit(8, seed=4)
     designated = designated_negatives(ROLES, SLOTS)
     identities = torch.arange(8)
     infonce = info_nce_loss(queries, candidates, 0.1, identities)
     tier = designated_margin_loss(queries, candidates, designated, 0.2)
     assert float(tier) > 0  # the case must exercise the second tier
-    got = two_tier_loss(queries, candidates, 0.1, designated, identities, weight=0.5, margin=0.2)
+    got = two_tier_margin_loss(queries, candidates, 0.1, designated, identities, weight=0.5, margin=0.2)
     assert float(got) == pytest.approx(float(infonce + 0.5 * tier), rel=1e-6)
 
 
 def test_two_tier_without_designated_pairs_is_infonce() -> None:
     queries, candidates = _unit(5, seed=5), _unit(5, seed=6)
     none = torch.zeros(5, 5, dtype=torch.bool)
-    assert float(two_tier_loss(queries, candidates, 0.1, none, margin=0.5)) == \
+    assert float(two_tier_margin_loss(queries, candidates, 0.1, none, margin=0.5)) == \
         pytest.approx(float(info_nce_loss(queries, candidates, 0.1)), rel=1e-6)
+    assert float(two_tier_loss(queries, candidates, none, temperature=0.1)) == \
+        pytest.approx(float(info_nce_loss(queries, candidates, 0.1)), rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- NearID Eq. 1-3
+
+def _nearid_by_the_paper(anchors, positives, lookalikes_of, alpha, tau):
+    """NearID Eq. 1-3 written out per anchor in float64: anchors a_i, the global positive pool
+    p_j, anchor i's own look-alikes r_ik (separate vectors, seen by anchor i only)."""
+    a, p = anchors.double(), positives.double()
+    disc, rank = [], []
+    for i in range(len(a)):
+        pool = [float(a[i] @ p[j]) / tau for j in range(len(p))]
+        own = [float(a[i] @ r.double()) / tau for r in lookalikes_of[i]]
+        disc.append(-(pool[i] - math.log(sum(math.exp(x) for x in pool + own))))
+        if own:
+            lse = math.log(sum(math.exp(x) for j, x in enumerate(pool) if j != i))
+            rank.append(sum(math.log1p(math.exp(lse - x)) for x in own) / len(own))
+    return sum(disc) / len(disc) + alpha * (sum(rank) / len(rank) if rank else 0.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_two_tier_is_nearid_eq_1_to_3_on_random_logits(seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    n, dim = 7, 5
+    anchors = F.normalize(torch.randn(n, dim, generator=generator), dim=-1)
+    positives = F.normalize(torch.randn(n, dim, generator=generator), dim=-1)
+    counts = [int(c) for c in torch.randint(0, 4, (n,), generator=generator)]
+    counts[0] = max(counts[0], 1)
+    lookalikes_of = [F.normalize(torch.randn(c, dim, generator=generator), dim=-1) for c in counts]
+    # our layout: the pool, then every anchor's look-alikes as extra columns marked as its own
+    candidates = torch.cat([positives, *lookalikes_of])
+    own = torch.zeros(n, len(candidates), dtype=torch.bool)
+    column = n
+    for i, c in enumerate(counts):
+        own[i, column:column + c] = True
+        column += c
+    for alpha, tau in ((0.5, 0.07), (1.3, 0.2)):
+        expected = _nearid_by_the_paper(anchors, positives, lookalikes_of, alpha, tau)
+        got = two_tier_loss(anchors, candidates, own, alpha=alpha, temperature=tau)
+        assert float(got) == pytest.approx(expected, abs=1e-6, rel=1e-6)
+
+
+def test_two_tier_in_batch_lookalikes_rank_above_generic_negatives() -> None:
+    """Scheduled batches: a look-alike is a batch member (its row's positive); it is counted once
+    in the anchor's denominator and left out of LSE_i, the generic negatives."""
+    queries, candidates = _unit(8, seed=21), _unit(8, seed=22)
+    designated = designated_negatives(ROLES, SLOTS)
+    tau, alpha = 0.07, 0.5
+    s = (queries.double() @ candidates.double().T) / tau
+    disc = float(torch.nn.functional.cross_entropy(s, torch.arange(8)))
+    ranks = []
+    for i in range(8):
+        own = designated[i].nonzero().flatten().tolist()
+        if own:
+            generic = [j for j in range(8) if j != i and j not in own]
+            lse = float(torch.logsumexp(s[i, generic], 0))
+            ranks.append(sum(math.log1p(math.exp(lse - float(s[i, k]))) for k in own) / len(own))
+    expected = disc + alpha * sum(ranks) / len(ranks)
+    assert float(two_tier_loss(queries, candidates, designated)) == pytest.approx(expected, abs=1e-6)
 
 
 def test_margin_tier_is_zero_when_the_positive_wins_by_the_margin() -> None:
@@ -139,7 +201,9 @@ def test_objective_dispatches_each_kind_and_honours_the_identity_mask() -> None:
     tau = Temperature(0.1, learnable=False)
     expected = {
         "infonce": info_nce_loss(queries, candidates, 0.1, identities),
-        "two_tier": two_tier_loss(queries, candidates, 0.1, labels.designated, identities, weight=2.0, margin=0.3),
+        "two_tier": two_tier_loss(queries, candidates, labels.designated, identities, alpha=0.5, temperature=0.07),
+        "two_tier_margin": two_tier_margin_loss(queries, candidates, 0.1, labels.designated, identities,
+                                                weight=2.0, margin=0.3),
         "triplet_hinge": triplet_hinge_loss(queries, candidates, labels.designated, identities, margin=0.3),
     }
     assert set(expected) == set(LOSS_KINDS)
@@ -166,7 +230,8 @@ def _one_step(kind: str, chunk_size: int, learnable_tau: bool = True):
     backend = TorchBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
                            max_grad_norm=0.0, lr_schedule=lr_lambda(0, 10))
     # a large margin keeps every hinge active, so each pair contributes gradient
-    objective = build_objective(kind, tau, two_tier_margin=2.0, hinge_margin=2.0)
+    # two_tier on the learnable tau here (two_tier_temperature=None), so its gradient is compared too
+    objective = build_objective(kind, tau, two_tier_temperature=None, two_tier_margin=2.0, hinge_margin=2.0)
     labels = BatchLabels(torch.arange(BATCH), designated_negatives(ROLES, SLOTS))
     queries, candidates = random_members(BATCH, 1), random_members(BATCH, 2)
     result = contrastive_step(backend, model.collate, queries, candidates,
@@ -178,7 +243,7 @@ def _one_step(kind: str, chunk_size: int, learnable_tau: bool = True):
     return result, grads, None if tau_grad is None else tau_grad.clone()
 
 
-@pytest.mark.parametrize("kind", ["two_tier", "triplet_hinge"])
+@pytest.mark.parametrize("kind", ["two_tier", "two_tier_margin", "triplet_hinge"])
 @pytest.mark.parametrize("chunk_size", [1, 3, BATCH])
 def test_gradcache_gradients_equal_plain_back_propagation(kind: str, chunk_size: int) -> None:
     plain, plain_grads, plain_tau = _one_step(kind, 0)
@@ -188,7 +253,7 @@ def test_gradcache_gradients_equal_plain_back_propagation(kind: str, chunk_size:
     for name, reference in plain_grads.items():
         assert float(reference.norm()) > 0, name
         assert float((cached_grads[name] - reference).norm() / reference.norm()) <= 1e-4, name
-    if kind == "two_tier":
+    if kind in ("two_tier", "two_tier_margin"):
         assert float(cached_tau) == pytest.approx(float(plain_tau), rel=1e-4)
     else:  # the hinge has no temperature: tau gets no gradient on either path
         assert plain_tau is None and cached_tau is None

@@ -75,12 +75,12 @@ def test_the_trainer_gives_the_loss_the_designated_pairs_of_the_schedule(setup, 
     assert pairs == expected | {(j, i) for i, j in expected}
 
 
-@pytest.mark.parametrize("kind", ["infonce", "two_tier", "triplet_hinge"])
+@pytest.mark.parametrize("kind", ["infonce", "two_tier", "two_tier_margin", "triplet_hinge"])
 def test_each_loss_kind_trains_changes_the_vectors_and_evaluates(setup, tmp_path, kind: str) -> None:
     base, _data, _schedule, manifest = setup
     # The toy identities differ in background colour: a random model already ranks them, so
     # wide margins keep the hinges active (margin 0.05 gives a zero loss and no update here).
-    final = Trainer(_recipe(setup, tmp_path / "run", loss__kind=kind, loss__two_tier={"margin": 1.0},
+    final = Trainer(_recipe(setup, tmp_path / "run", loss__kind=kind, loss__two_tier_margin={"margin": 1.0},
                             loss__triplet_hinge={"margin": 1.0})).train()
     log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     assert len(log) == 2 and all(math.isfinite(row["loss"]) and row["loss"] > 0 for row in log)
@@ -97,13 +97,23 @@ def test_each_loss_kind_trains_changes_the_vectors_and_evaluates(setup, tmp_path
 
 
 def test_loss_section_is_validated(setup, tmp_path) -> None:
-    recipe = _recipe(setup, tmp_path / "r", loss__kind="two_tier", loss__two_tier={"weight": 0.5, "margin": 0.2})
-    assert (recipe.loss.kind, recipe.loss.two_tier.weight, recipe.loss.two_tier.margin) == ("two_tier", 0.5, 0.2)
+    recipe = _recipe(setup, tmp_path / "r", loss__kind="two_tier_margin",
+                     loss__two_tier_margin={"weight": 0.5, "margin": 0.2})
+    assert (recipe.loss.kind, recipe.loss.two_tier_margin.weight, recipe.loss.two_tier_margin.margin) == \
+        ("two_tier_margin", 0.5, 0.2)
+    nearid = _recipe(setup, tmp_path / "n", loss__kind="two_tier").loss.two_tier
+    assert (nearid.alpha, nearid.temperature) == (0.5, 0.07)  # NearID's alpha and fixed tau
+    assert _recipe(setup, tmp_path / "t", loss__two_tier={"alpha": 1.0, "temperature": None}).loss.two_tier.alpha == 1.0
+    # the margin variant's old keys under two_tier are refused with a pointer to where they went
+    with pytest.raises(ConfigError, match="loss.two_tier.*two_tier_margin"):
+        _recipe(setup, tmp_path / "old", loss__kind="two_tier", loss__two_tier={"weight": 0.5, "margin": 0.2})
     assert recipe.loss.triplet_hinge.margin == 0.05 and recipe.loss.identity_mask is True
     assert _recipe(setup, tmp_path / "d").loss.kind == "infonce"  # the default is VisME's loss
     with pytest.raises(ConfigError, match="loss.kind"):
         _recipe(setup, tmp_path / "x", loss__kind="cosent")
-    with pytest.raises(ConfigError, match="loss.two_tier.margin"):
-        _recipe(setup, tmp_path / "y", loss__two_tier={"margin": -1})
+    with pytest.raises(ConfigError, match="loss.two_tier_margin.margin"):
+        _recipe(setup, tmp_path / "y", loss__two_tier_margin={"margin": -1})
+    with pytest.raises(ConfigError, match="loss.two_tier.temperature"):
+        _recipe(setup, tmp_path / "w", loss__two_tier={"temperature": 0})
     with pytest.raises(ConfigError, match="loss.triplet_hinge.weight"):
         _recipe(setup, tmp_path / "z", loss__triplet_hinge={"weight": 1})

@@ -63,8 +63,11 @@ def test_asymmetric_recall_counts_either_direction() -> None:
 def test_average_precision_hand_computed_with_tie() -> None:
     scores = np.array([0.9, 0.8, 0.8, 0.1])
     labels = np.array([1, 1, 0, 1])
+    # the tie's two orders, equally likely: 1,1,0,1 -> (1 + 1 + 3/4) / 3; 1,0,1,1 -> (1 + 2/3 + 3/4) / 3
+    both_orders = ((1 + 1 + 3 / 4) / 3 + (1 + 2 / 3 + 3 / 4) / 3) / 2
+    assert protocols.average_precision(scores, labels) == pytest.approx(both_orders, abs=1e-12)
     # pessimistic order: 0.9(1), 0.8(0), 0.8(1), 0.1(1) -> AP = (1/1 + 2/3 + 3/4) / 3
-    assert protocols.average_precision(scores, labels) == pytest.approx((1 + 2 / 3 + 3 / 4) / 3)
+    assert protocols.pessimistic_average_precision(scores, labels) == pytest.approx((1 + 2 / 3 + 3 / 4) / 3)
 
 
 def test_correlations_match_scipy_and_fisher_z_average() -> None:

@@ -32,7 +32,7 @@ BASE = {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "
     ("optimizer.lr=inf", "optimizer.lr"), ("optimizer.lr=.nan", "optimizer.lr"),
     ("optimizer.betas=[0.9,.inf]", "optimizer.betas.1"), ("temperature.init=.inf", "temperature.init"),
     ("temperature.lr=-.inf", "temperature.lr"), ("gradcache.max_padding=nan", "gradcache.max_padding"),
-    ("loss.two_tier.weight=.inf", "loss.two_tier.weight"), ("sampling.hard_negatives=.nan", "sampling.hard_negatives"),
+    ("loss.two_tier.alpha=.inf", "loss.two_tier.alpha"), ("sampling.hard_negatives=.nan", "sampling.hard_negatives"),
 ])
 def test_non_finite_recipe_numbers_are_refused_naming_the_key(override, key) -> None:
     with pytest.raises(ConfigError, match=rf"'{key}'.*finite"):

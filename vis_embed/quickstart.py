@@ -29,6 +29,7 @@ import numpy as np
 
 from data_prep.synth import generate
 from vis_embed import resources
+from vis_embed.data.taxonomy import BENCHMARK_SPLIT_KEYS, POOLED_SPLIT_KEYS, SPLITS
 from vis_embed.errors import ConfigError
 from vis_embed.evaluation.report import model_label
 from vis_embed.io import atomic_path, atomic_write_json, atomic_write_text
@@ -39,7 +40,8 @@ from vis_embed.model.tiny import build_tiny_checkpoint
 T = TypeVar("T")
 STAGE_TIMES = "stage_times.json"
 SMOOTHING_STEPS = 15  # moving-average window of the loss curve (the raw loss is drawn faintly)
-STAGE_KEYS = ("Cls", "Ret", "ID-Rec", "Re-ID", "ID-Grd", "ID-Edit", "IND", "OOD", "MMEB", "MVEB", "overall")
+STAGE_KEYS = ("Cls", "Ret", "ID-Rec", "Re-ID", "ID-Grd", "ID-Edit", *BENCHMARK_SPLIT_KEYS, *SPLITS, *POOLED_SPLIT_KEYS,
+              "MMEB", "MVEB", "overall")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -3,7 +3,10 @@
 Group keys are spelled exactly as in the VisME paper's Table 1 and in ``results.json``.
 Aggregation rule (how MMEB's published scores are computed): a meta-task score is the
 unweighted mean of its datasets; IND, OOD, per-benchmark and overall scores are unweighted
-means over *datasets*, not over meta-tasks.
+means over *datasets*, not over meta-tasks.  IND / OOD are reported per benchmark
+(``MMEB-IND``, ``MVEB-OOD``, ...), as the papers do; the bare ``IND`` / ``OOD`` keys appear only
+when one benchmark's datasets hold that split (they then equal its per-benchmark key), and a
+mean over the datasets of several benchmarks is labelled ``IND_pooled`` / ``OOD_pooled``.
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ MMEB_META_TASKS: tuple[str, ...] = ("Cls", "VQA", "Ret", "Grd")
 MVEB_META_TASKS: tuple[str, ...] = ("ID-Rec", "Re-ID", "ID-Grd", "ID-Edit")
 SPLITS: tuple[str, ...] = ("IND", "OOD")
 BENCHMARKS: tuple[str, ...] = ("MMEB", "MVEB")
+BENCHMARK_SPLIT_KEYS: tuple[str, ...] = tuple(f"{b}-{s}" for b in BENCHMARKS for s in SPLITS)
+POOLED_SPLIT_KEYS: tuple[str, ...] = tuple(f"{s}_pooled" for s in SPLITS)
 # The order group keys are reported in.
-GROUP_KEYS: tuple[str, ...] = (*MMEB_META_TASKS, *MVEB_META_TASKS, *SPLITS, "MMEB", "MVEB", "overall")
+GROUP_KEYS: tuple[str, ...] = (*MMEB_META_TASKS, *MVEB_META_TASKS, *BENCHMARK_SPLIT_KEYS, *SPLITS,
+                               *POOLED_SPLIT_KEYS, "MMEB", "MVEB", "overall")
 
 # MMEB (VLM2Vec, Jiang et al. 2024): 36 datasets; 20 in-distribution (used for training),
 # 16 out-of-distribution.  Names as in the released MMEB-eval files and VLM2Vec score files.
@@ -61,22 +67,33 @@ def group_means(rows: Iterable[Mapping[str, object]]) -> dict[str, float]:
     """Group scores from per-dataset rows ``{"meta_task", "split", "benchmark"?, "score"}``.
 
     Every group is the unweighted mean of the scores of its *datasets*: a meta-task over
-    its datasets, and ``IND`` / ``OOD`` / ``MMEB`` / ``MVEB`` / ``overall`` directly over
-    the datasets they contain (not over meta-task means).  ``benchmark`` defaults to the
-    one implied by the meta-task.  Groups with no dataset are omitted; keys come out in
-    :data:`GROUP_KEYS` order, followed by free-text meta-tasks in first-seen order.
+    its datasets, and ``MMEB-IND`` / ``MVEB-OOD`` / ... / ``MMEB`` / ``MVEB`` / ``overall``
+    directly over the datasets they contain (not over meta-task means).  ``IND`` / ``OOD``
+    are kept when every dataset of the split has one benchmark; a split whose datasets come
+    from several benchmarks is reported as ``IND_pooled`` / ``OOD_pooled`` instead, so a
+    pooled figure is never mistaken for the papers' per-benchmark one.  ``benchmark``
+    defaults to the one implied by the meta-task.  Groups with no dataset are omitted; keys
+    come out in :data:`GROUP_KEYS` order, followed by free-text meta-tasks in first-seen order.
     """
     members: dict[str, list[float]] = {}
+    split_benchmarks: dict[str, set[object]] = {}
     for row in rows:
         score = float(row["score"])  # type: ignore[arg-type]
         meta_task = str(row["meta_task"])
         benchmark = row.get("benchmark") or benchmark_of_meta_task(meta_task)
         keys = [meta_task, "overall"]
-        if row.get("split") in SPLITS:
-            keys.append(str(row["split"]))
+        split = row.get("split")
+        if split in SPLITS:
+            keys.append(str(split))
+            split_benchmarks.setdefault(str(split), set()).add(benchmark)
+            if benchmark in BENCHMARKS:
+                keys.append(f"{benchmark}-{split}")
         if benchmark in BENCHMARKS:
             keys.append(str(benchmark))
         for key in keys:
             members.setdefault(key, []).append(score)
+    for split, benchmarks in split_benchmarks.items():
+        if len(benchmarks) > 1:
+            members[f"{split}_pooled"] = members.pop(split)
     ordered = [k for k in GROUP_KEYS if k in members] + [k for k in members if k not in GROUP_KEYS]
     return {key: sum(members[key]) / len(members[key]) for key in ordered}

@@ -46,7 +46,9 @@ log = logging.getLogger(__name__)
 
 # Bump when a metric's definition changes so old per-dataset results are recomputed.
 # 2: zero NearID margins are exactly 0; gallery cut-offs no longer miss the item at rank depth.
-METRICS_VERSION = 2
+# 3: embeddings L2-normalised at the scoring boundary; a duplicate of the positive is a hit; AP
+#    ties at their expectation (AP_pessimistic beside it); constant groups detected by range.
+METRICS_VERSION = 3
 PRIMARY_METRIC = "P@1"
 
 

@@ -10,13 +10,19 @@ documented in docs/evaluation.md (layouts ``2afc``, ``nearid``, ``asym_recall``,
 - :func:`nearid_margins`, :func:`nearid_scores` -- NearID directed margins
   delta = s(p_i, p_j) - s(p_i, n_i); Sample Success Rate and pairwise accuracy.
 - :func:`asymmetric_recall_at_k` -- TLL: a pair counts if found in either direction.
-- :func:`average_precision` -- AP of same/different pair scores (pessimistic ties).
+- :func:`average_precision` -- AP of same/different pair scores; ties by the expected-rank
+  rule (McSherry & Najork 2008), :func:`pessimistic_average_precision` beside it.
 - :func:`correlation_with_humans` -- Pearson / Spearman, Fisher-z averaged across groups.
 
 A collapsed model (every item embedded as the same vector) must never score above chance:
-ties are resolved against the model everywhere (a zero NearID margin fails, a 2AFC tie
-scores 0.5, tied ranks are pessimistic) and a constant group has no correlation (NaN,
-counted).  Non-finite similarities or labels are errors naming the item, never a score.
+ties are resolved against the model or at their expectation everywhere (a zero NearID margin
+fails, a 2AFC tie scores 0.5, tied ranks are pessimistic, tied AP is the expected AP over the
+tie's orders = the prevalence for one big tie) and a constant group -- detected by its range,
+``max - min <= tolerance``, not by an exactly zero variance that rounding hides -- has no
+correlation (left out, counted).  Non-finite similarities or labels are errors naming the
+item, never a score.  Every function that takes embeddings L2-normalises them first
+(:func:`unit_rows`): the protocols are defined on cosine similarities, so a vector's norm
+cannot change a score.
 """
 
 from __future__ import annotations
@@ -29,6 +35,24 @@ from vis_embed.evaluation.metrics import pessimistic_order
 
 # TLL reports asymmetric recall at these k.
 ASYM_RECALL_KS: tuple[int, ...] = (1, 5, 20)
+# A group whose values span at most this (relative to their magnitude, at least 1) is constant:
+# n copies of one cosine differ by a few ulps after a mean, which must not read as a correlation.
+CONSTANT_TOLERANCE = 1e-9
+
+
+def unit_rows(embeddings: np.ndarray) -> np.ndarray:
+    """``embeddings`` (N, D) as float64 rows of norm 1, so inner products are cosines.
+
+    A zero row stays zero (its cosine with anything is 0, never a NaN that would read as a
+    broken model); NaN / infinite rows stay non-finite for the callers' row-naming checks.
+    """
+    values = np.asarray(embeddings, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"embeddings must be a (N, D) matrix, got shape {values.shape}")
+    with np.errstate(invalid="ignore", over="ignore"):
+        norms = np.linalg.norm(values, axis=1, keepdims=True)
+        return np.divide(values, norms, out=np.zeros_like(values), where=norms > 0) \
+            + np.where(np.isfinite(norms), 0.0, np.nan)
 
 
 def check_finite(values: np.ndarray, what: str, item: str = "item") -> None:
@@ -89,9 +113,9 @@ def nearid_margins(anchor_embeddings: np.ndarray, negative_embeddings: np.ndarra
     rounded similarities: when p_j and n_i are the same vector the margin is exactly 0 (and
     fails), instead of +-1e-16 that would count as a success for a collapsed model.
     """
-    anchors = np.asarray(anchor_embeddings, dtype=np.float64)
-    targets = anchors if view_embeddings is None else np.asarray(view_embeddings, dtype=np.float64)
-    negatives = np.asarray(negative_embeddings, dtype=np.float64)
+    anchors = unit_rows(anchor_embeddings)
+    targets = anchors if view_embeddings is None else unit_rows(view_embeddings)
+    negatives = unit_rows(negative_embeddings)
     valid = np.asarray(negative_valid, dtype=bool)
     for values, what in ((anchors, "anchor embedding"), (targets, "view embedding")):
         check_finite(values, what, "view")
@@ -130,11 +154,11 @@ def asymmetric_recall_at_k(a_embeddings: np.ndarray, b_embeddings: np.ndarray,
     """
     a = np.asarray(a_embeddings, dtype=np.float64)
     b = np.asarray(b_embeddings, dtype=np.float64)
-    if a.shape != b.shape or len(a) == 0:
+    if a.ndim != 2 or a.shape != b.shape or len(a) == 0:
         raise ValueError("a and b must be non-empty with equal shapes (aligned pairs)")
     check_finite(a, "embedding a", "pair")
     check_finite(b, "embedding b", "pair")
-    similarity = a @ b.T
+    similarity = unit_rows(a) @ unit_rows(b).T
     diagonal = np.diag(similarity)
     # Pessimistic rank: every other item scoring >= the partner's score comes first.
     rank_a_to_b = (similarity >= diagonal[:, None]).sum(axis=1)  # counts the partner itself
@@ -143,14 +167,51 @@ def asymmetric_recall_at_k(a_embeddings: np.ndarray, b_embeddings: np.ndarray,
     return {f"R@{k}": float((best_rank <= k).mean()) for k in ks}
 
 
-def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
-    """AP of same (1) / different (0) pairs ranked by score; ties put different pairs first."""
+def _check_pair_scores(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     check_finite(np.asarray(scores), "similarity", "pair")
     check_finite(np.asarray(labels), "label", "pair")
-    labels = np.asarray(labels, dtype=bool)
+    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=bool)
+    if scores.shape != labels.shape or scores.ndim != 1:
+        raise ValueError("scores and labels must be 1-D and aligned")
     if not labels.any():
         raise ValueError("average precision needs at least one 'same' pair")
-    relevance = labels[pessimistic_order(np.asarray(scores), labels)]
+    return scores, labels
+
+
+def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
+    r"""AP of same (1) / different (0) pairs ranked by score, ties by the expected-rank rule.
+
+    Tied pairs are in every order with equal probability and AP is its expectation (McSherry
+    & Najork, ECIR 2008).  A tie group after ``s`` pairs, ``R_b`` of them same, holding ``n``
+    pairs of which ``r`` are same, contributes (a same pair at position p of the group has
+    ``(p - 1)(r - 1)/(n - 1)`` other same pairs before it, in expectation)
+
+    .. math::
+
+        \frac{r}{n} \sum_{p=1}^{n} \frac{R_b + 1 + (p - 1)\frac{r - 1}{n - 1}}{s + p}
+
+    and AP is the sum over groups divided by the number of same pairs.  Without ties this is
+    ordinary AP; one big tie (a collapsed model) gives the prevalence + O(log n / n).
+    """
+    scores, labels = _check_pair_scores(scores, labels)
+    order = np.argsort(-scores, kind="stable")
+    sorted_scores, sorted_labels = scores[order], labels[order]
+    boundaries = np.flatnonzero(np.diff(sorted_scores)) + 1
+    total, seen, same_before = 0.0, 0, 0
+    for group in np.split(sorted_labels, boundaries):
+        n, r = len(group), int(group.sum())
+        if r:
+            p = np.arange(1, n + 1, dtype=np.float64)
+            others_before = (p - 1) * ((r - 1) / (n - 1) if n > 1 else 0.0)
+            total += r / n * float(((same_before + 1 + others_before) / (seen + p)).sum())
+        seen, same_before = seen + n, same_before + r
+    return total / int(labels.sum())
+
+
+def pessimistic_average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
+    """AP with every tie resolved against the model (different pairs first): a lower bound."""
+    scores, labels = _check_pair_scores(scores, labels)
+    relevance = labels[pessimistic_order(scores, labels)]
     ranks = np.flatnonzero(relevance) + 1
     return float((np.arange(1, len(ranks) + 1) / ranks).mean())
 
@@ -180,6 +241,14 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return pearson(_ranks(np.asarray(x, dtype=np.float64)), _ranks(np.asarray(y, dtype=np.float64)))
 
 
+def is_constant(values: np.ndarray, tolerance: float = CONSTANT_TOLERANCE) -> bool:
+    """Whether ``values`` span at most ``tolerance`` x max(1, their largest magnitude)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return True
+    return float(values.max() - values.min()) <= tolerance * max(1.0, float(np.abs(values).max()))
+
+
 def fisher_z_mean(correlations: Sequence[float]) -> float:
     """Average correlations in Fisher-z space: tanh(mean(arctanh(r))); NaN when there are none.
 
@@ -198,9 +267,10 @@ def correlation_with_humans(model_scores: np.ndarray, human_scores: np.ndarray,
     With ``groups`` (e.g. one per annotation set or category) each group's correlation is
     computed separately and the groups are combined by an unweighted Fisher-z mean; groups
     with fewer than 3 pairs are skipped.  A group where the model (or the humans) give one
-    constant score has no correlation: it is left out of the mean, counted in
-    ``n_constant_groups`` and named in ``constant_groups``; when every group is constant the
-    correlations are NaN.  The run is never stopped by it.
+    constant score (:func:`is_constant`: range within :data:`CONSTANT_TOLERANCE`; rounding
+    makes copies of one cosine differ by ulps) has no correlation: it is left out of the
+    mean, counted in ``n_constant_groups`` and named in ``constant_groups``; when every group
+    is constant the correlations are NaN.  The run is never stopped by it.
     """
     model_scores = np.asarray(model_scores, dtype=np.float64)
     human_scores = np.asarray(human_scores, dtype=np.float64)
@@ -214,12 +284,13 @@ def correlation_with_humans(model_scores: np.ndarray, human_scores: np.ndarray,
         members = group_labels == name
         if members.sum() < 3:
             continue
-        r = pearson(model_scores[members], human_scores[members])
-        if np.isnan(r):
+        model, human = model_scores[members], human_scores[members]
+        r, rho = pearson(model, human), spearman(model, human)
+        if is_constant(model) or is_constant(human) or np.isnan(r) or np.isnan(rho):
             constant.append(str(name))
             continue
         pearsons.append(r)
-        spearmans.append(spearman(model_scores[members], human_scores[members]))
+        spearmans.append(rho)
     if not pearsons and not constant:
         raise ValueError("need at least one group with >= 3 scored pairs")
     return {"pearson": fisher_z_mean(pearsons), "spearman": fisher_z_mean(spearmans),

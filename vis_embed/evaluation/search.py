@@ -31,6 +31,16 @@ from vis_embed.evaluation.settings import INDEX_KINDS
 __all__ = ["Bf16ShortlistIndex", "TorchExactIndex", "build_index", "check_bf16_products", "numpy_topk",
            "resolve_index", "search"]
 
+def _finite(matrix: np.ndarray, name: str) -> np.ndarray:
+    """``matrix`` (float32, 2-D) when every row is finite; else ValueError naming the first bad
+    row: faiss silently drops a NaN gallery vector and scores a NaN query 0."""
+    matrix = _as_float32(matrix, name)
+    bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+    if len(bad):
+        raise ValueError(f"{name} row {int(bad[0])} is NaN or infinite ({len(bad)} such rows)")
+    return matrix
+
+
 # score matrix of one TorchExactIndex query block: at most this many float32 values (1 GiB)
 _GPU_BLOCK_VALUES = 2 ** 28
 
@@ -85,9 +95,9 @@ def build_index(gallery: np.ndarray, kind: str = "auto", nlist: int | None = Non
     """An inner-product index holding ``gallery`` (N, D); all kinds answer ``.search(queries, k)``.
 
     ``auto`` builds the kind :func:`resolve_index` picks for this machine (``resolve_index(kind,
-    D).kind`` says which, without building anything).
+    D).kind`` says which, without building anything).  A NaN or infinite row is an error.
     """
-    gallery = _as_float32(gallery, "gallery")
+    gallery = _finite(gallery, "gallery")
     if gallery.shape[0] == 0:
         raise ValueError("empty gallery: nothing to search")
     if kind not in INDEX_KINDS:
@@ -113,8 +123,9 @@ def build_index(gallery: np.ndarray, kind: str = "auto", nlist: int | None = Non
 
 
 def search(index: Any, queries: np.ndarray, k: int, batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    """``(scores, ids)`` of shape (Q, k), best first; ids are -1 where fewer than k exist."""
-    queries = _as_float32(queries, "queries")
+    """``(scores, ids)`` of shape (Q, k), best first; ids are -1 where fewer than k exist.
+    A NaN or infinite query is an error (every index kind)."""
+    queries = _finite(queries, "queries")
     k = min(int(k), index.ntotal)
     if k <= 0:
         raise ValueError("k must be positive and the index non-empty")

@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.data.benchmark import EvalDatasetSpec, load_benchmark, load_candidates, load_gallery
-from vis_embed.data.items import Item
+from vis_embed.data.items import Item, ResolvedItem
 from vis_embed.data.manifest import RETRIEVAL_LAYOUTS
 from vis_embed.errors import ConfigError
-from vis_embed.evaluation.layouts import item_key
 from vis_embed.integrations import require
 
 require("mteb", "mteb", "the mteb integration")
@@ -107,7 +106,7 @@ def manifest_task(spec: EvalDatasetSpec) -> ManifestRetrievalTask:
 
 def _candidates_split(spec: EvalDatasetSpec) -> tuple[RetrievalSplitData, bool]:
     rows = load_candidates(spec.file("path"), spec.root_for("path"))
-    pool: dict[str, tuple[str, Item]] = {}  # item key -> (document id, item)
+    pool: dict[ResolvedItem, tuple[str, Item]] = {}  # item -> (document id, item)
     top_ranked: dict[str, list[str]] = {}
     relevant: dict[str, dict[str, int]] = {}
     for position, row in enumerate(rows):
@@ -115,7 +114,7 @@ def _candidates_split(spec: EvalDatasetSpec) -> tuple[RetrievalSplitData, bool]:
         ranked = []
         for raw in row.candidates:
             item = _clean(raw)
-            document_id = pool.setdefault(item_key(item), (f"c{len(pool)}", item))[0]
+            document_id = pool.setdefault(ResolvedItem.unchecked(item), (f"c{len(pool)}", item))[0]
             if document_id not in ranked:
                 ranked.append(document_id)
         top_ranked[query_id] = ranked

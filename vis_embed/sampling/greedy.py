@@ -15,7 +15,7 @@ SHORTFALL_CAUSES: tuple[str, ...] = ("identity_in_batch", "slot_end", "beyond_ma
 
 
 def resolve(stream: dict[str, np.ndarray], num_slots: int, k: int, m: int,
-            strict: np.ndarray | None = None) -> np.ndarray:
+            strict: np.ndarray | None = None, full: np.ndarray | None = None) -> np.ndarray:
     """The greedy acceptance mask, as the fixed point of a vectorised update.
 
     Entry i is accepted iff (a) no earlier *accepted* entry has its identity, (b) for a hard
@@ -24,14 +24,24 @@ def resolve(stream: dict[str, np.ndarray], num_slots: int, k: int, m: int,
     slot, an anchor only if its slot still has room for it and the negatives it will get:
     min(k, its negatives whose identity is neither accepted before the anchor nor repeated
     earlier in its list).  So a group is never cut at the slot's end while another candidate
-    could take the room.  Every condition depends only on earlier entries, so Jacobi
+    could take the room; and (e) in a ``full`` slot (a strict one that prefers whole groups),
+    an anchor only if those free negatives reach min(k, its designated negatives): an anchor
+    whose look-alikes are already in the batch is left for a later batch while others fill
+    the slot.  A pairs row that must keep its queue order (``redrawn``: passed over once, or
+    from an older epoch; sampling/pairs_queue.py) is exempt from (d) and (e), so each row is
+    drawn once per epoch.  Every condition depends only on earlier entries, so Jacobi
     iteration from any start reaches the sequential answer; collisions are rare, so it
     converges in 2-3 rounds.
     """
     n = len(stream["row"])
     identity, is_anchor, group = stream["identity"], stream["is_anchor"], stream["group"]
     group_start, slot = stream["group_start"], stream["slot"]
-    strict_entry = np.zeros(n, dtype=bool) if strict is None else strict[slot] & is_anchor
+    # a pairs row left out once (``redrawn``) is placed in queue order at its next draw, as in a
+    # relaxed slot: deferring it again for its group's size could starve it for an epoch
+    redrawn = stream.get("redrawn", np.zeros(n, dtype=bool))
+    strict_entry = np.zeros(n, dtype=bool) if strict is None else strict[slot] & is_anchor & ~redrawn
+    full_entry = np.zeros(n, dtype=bool) if full is None else full[slot] & strict_entry
+    wanted = np.minimum(k, stream["group_available"]) if full is not None else None
     by_identity = np.lexsort((np.arange(n), identity))
     sorted_identity = identity[by_identity]
     run_first = np.concatenate(([True], sorted_identity[1:] != sorted_identity[:-1]))
@@ -65,6 +75,8 @@ def resolve(stream: dict[str, np.ndarray], num_slots: int, k: int, m: int,
             & (identity != identity[group_start[group]])
         need = np.minimum(k, np.bincount(group[free_negative], minlength=len(group_start)))
         room_needed = np.where(strict_entry, 1 + need[group], 1)
+        if wanted is not None:
+            accepted &= ~(full_entry & (need[group] < wanted[group]))
         # a slot position counts the earlier entries *accepted* (last iterate), not those that
         # pass the identity and group rules but find no room (an anchor skipped in a strict slot)
         running = np.cumsum(active)

@@ -27,8 +27,12 @@ from vis_embed.sampling.settings import ScheduleSettings
 from vis_embed.sampling.types import ROLES, Schedule, SubDataset
 
 
-def _positive_lookup(ds: SubDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: identity code, and the rows of every identity grouped (CSR) for drawing positives."""
+Lookup = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _positive_lookup(ds: SubDataset) -> Lookup:
+    """Per row: identity code, the rows of every identity grouped (CSR: ``order``, ``offsets``)
+    for drawing positives, and each row's rank among its identity's rows."""
     if ds.kind == "pairs" or ds.identities is None:
         codes = np.arange(ds.num_rows)
     else:
@@ -38,7 +42,9 @@ def _positive_lookup(ds: SubDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray
     order = np.argsort(codes, kind="stable")
     counts = np.bincount(codes)
     offsets = np.concatenate([[0], np.cumsum(counts)])
-    return codes, order, offsets
+    rank = np.empty(len(codes), dtype=np.int64)
+    rank[order] = np.arange(len(codes)) - offsets[codes[order]]
+    return codes, order, offsets, rank
 
 
 def _identity_keys(datasets: Sequence[SubDataset]) -> list[np.ndarray]:
@@ -86,7 +92,7 @@ def plan_naive_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettin
     lookups = [_positive_lookup(ds) for ds in datasets]
     # Rows that can be anchors: pairs rows, and identity rows whose identity has another instance.
     anchors = []
-    for ds, (codes, _order, offsets) in zip(datasets, lookups):
+    for ds, (codes, _order, offsets, _rank) in zip(datasets, lookups):
         sizes = np.diff(offsets)[codes]
         usable = np.flatnonzero(sizes >= 2) if ds.kind == "identity" else np.arange(ds.num_rows)
         if len(usable) < slot_size:
@@ -122,19 +128,22 @@ def plan_naive_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettin
     return schedule
 
 
-def _draw_slot(rng: np.random.Generator, ds: SubDataset, lookup: tuple[np.ndarray, np.ndarray, np.ndarray],
+def _draw_slot(rng: np.random.Generator, ds: SubDataset, lookup: Lookup,
                anchors: np.ndarray, slot_size: int) -> tuple[np.ndarray, np.ndarray]:
     """``slot_size`` anchor rows drawn uniformly without replacement, and their positives."""
-    codes, order, offsets = lookup
+    codes, order, offsets, rank = lookup
     rows = rng.choice(anchors, size=slot_size, replace=False)
     if ds.kind == "pairs":
         return rows, rows
     ident = codes[rows]
     start, size = offsets[ident], offsets[ident + 1] - offsets[ident]
-    # uniform among the identity's OTHER instances: draw from size-1 and skip the anchor
-    pick = start + (rng.random(slot_size) * (size - 1)).astype(np.int64)
-    partners = order[pick]
-    return rows, np.where(partners == rows, order[pick + 1], partners)
+    # uniform among the identity's OTHER instances: draw one of the size-1 places and shift the
+    # places at or after the anchor's rank up by one (skipping the anchor).  Replacing a hit on
+    # the anchor by the next instance instead, as before issue 27, doubled that instance's
+    # chance and starved the last one.
+    place = (rng.random(slot_size) * (size - 1)).astype(np.int64)
+    place += place >= rank[rows]
+    return rows, order[start + place]
 
 
 def _report(datasets: Sequence[SubDataset], settings: ScheduleSettings, dataset: np.ndarray,

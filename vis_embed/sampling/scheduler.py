@@ -24,7 +24,10 @@ Per step (details and guarantees in docs/scheduling.md):
    order.  A greedy pass in stream order accepts a member iff its identity is not yet in the
    batch, a hard negative only if its anchor was accepted and fewer than ``k`` of the anchor's
    hard negatives were, and only while its slot has room (``M`` members); an anchor only if
-   its slot has room for its whole group, unless the slot cannot be filled otherwise.  The greedy pass is
+   its slot has room for its whole group, unless the slot cannot be filled otherwise; in a
+   pairs slot, first only anchors whose free look-alikes make a full group (issue 27,
+   overlapping designated sets), and a row passed over once (or from an older epoch) is
+   placed in queue order at its next draw.  The greedy pass is
    computed as a fixed-point iteration of vectorised operations (each decision depends only
    on earlier entries, so the iteration reaches the sequential result).  Slots left short
    (identity collisions) get another round of candidates; a slot that cannot be filled is an
@@ -47,7 +50,8 @@ from vis_embed.errors import ConfigError
 from vis_embed.sampling.draws import segment_arange, slot_expectations, systematic_sample
 from vis_embed.sampling.greedy import SHORTFALL_CAUSES, resolve, shortfalls
 from vis_embed.sampling.identity_candidates import IdentityCandidates
-from vis_embed.sampling.prepare import SourceState, prepare
+from vis_embed.sampling.pairs_queue import PairsQueue
+from vis_embed.sampling.prepare import prepare
 from vis_embed.sampling.report import build_report
 from vis_embed.sampling.settings import ScheduleSettings
 from vis_embed.sampling.types import (
@@ -71,7 +75,7 @@ _PACKING_ROUNDS = 3
 _HARD_NEGATIVE_MARGIN = 5
 
 
-class _Scheduler(IdentityCandidates):
+class _Scheduler(IdentityCandidates, PairsQueue):
     def __init__(self, datasets: Sequence[SubDataset], settings: ScheduleSettings) -> None:
         self.settings = settings
         self.datasets = list(datasets)
@@ -94,6 +98,7 @@ class _Scheduler(IdentityCandidates):
         self.prep_kinds_pairs = np.array([source.kind == "pairs" for source in self.prep.sources])
         # scratch flags over all records (membership tests in O(n) instead of sorting)
         self._flag = np.zeros(len(self.prep.row_identity), dtype=bool)
+        self._init_pairs_queue()
 
     def _member_of(self, values: np.ndarray, members: np.ndarray) -> np.ndarray:
         """``np.isin(values, members)`` for record numbers, via the scratch flags."""
@@ -128,22 +133,6 @@ class _Scheduler(IdentityCandidates):
         self.dataset_share = shares / shares.sum()
         self.slot_expectation = slot_expectations(shares, slots, capacity)
         self.slot_cap = int(math.ceil(float(self.slot_expectation.max()) - 1e-9))
-
-    def _pairs_candidates(self, source: SourceState, count: int) -> np.ndarray:
-        """The next ``count`` rows: pending ones first, then the epoch's permutation."""
-        taken = [source.pending[:count]]
-        need = count - len(taken[0])
-        source.pending = source.pending[len(taken[0]):]
-        while need > 0:
-            if source.cursor >= len(source.permutation):
-                source.permutation = self.rng.permutation(source.num_rows) + source.offset
-                source.cursor = 0
-                source.epochs_started += 1
-            chunk = source.permutation[source.cursor:source.cursor + need]
-            source.cursor += len(chunk)
-            taken.append(chunk)
-            need -= len(chunk)
-        return np.concatenate(taken)
 
     # ---- statistics
 
@@ -180,7 +169,8 @@ class _Scheduler(IdentityCandidates):
         anchor_slot, anchor_rows, pairs_taken = [], [], {}
         # slots filled with whole groups (datasets where that rarely works cut groups at once;
         # pairs slots take their queue in order, so no row is skipped for its group's size)
-        strict = (self._packing_worth() & ~self.prep_kinds_pairs)[slot_source]
+        strict = self._packing_worth()[slot_source]
+        self._pairs_slot = self.prep_kinds_pairs[slot_source]
         self._add_candidates(range(len(slot_source)), slot_source, anchor_slot, anchor_rows, pairs_taken)
         for _round in range(_MAX_TOPUP_ROUNDS + 1):
             stream = self._stream(np.concatenate(anchor_slot), np.concatenate(anchor_rows))
@@ -189,7 +179,7 @@ class _Scheduler(IdentityCandidates):
                 self.packing_now.update(slot_source[short[strict[short]]].tolist())
                 # enough candidates but whole groups do not add up to M (a packing problem):
                 # other orders, else cut a last group; too few candidates: another round
-                relaxed, relaxed_short = self._fill(stream, strict.copy(), relax=True)
+                relaxed, relaxed_short = self._fill(stream, strict.copy(), relax=True, full=self._full.copy())
                 if not len(relaxed_short):
                     stream, accepted, short = self._repack(anchor_slot, anchor_rows, short, strict,
                                                            stream, relaxed, more=_round < _PACKING_ROUNDS)
@@ -213,15 +203,25 @@ class _Scheduler(IdentityCandidates):
         role = np.where(stream["is_anchor"][accepted], ROLE_ANCHOR, ROLE_HARD_NEGATIVE).astype(np.int8)
         return slot, query, self._positives(query), role
 
-    def _fill(self, stream: dict[str, np.ndarray], strict: np.ndarray, relax: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _fill(self, stream: dict[str, np.ndarray], strict: np.ndarray, relax: bool,
+              full: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Accepted entries and the slots left short.  ``strict`` slots are filled with whole
-        groups (no group cut at the slot's end); with ``relax`` a slot that cannot be filled so
-        may cut its last group."""
+        groups (no group cut at the slot's end), first with anchors whose free look-alikes make
+        a full group (``full``), then, in a slot those cannot fill, with any whole groups; with
+        ``relax`` a slot that cannot be filled so may cut its last group.  ``full`` (default: every
+        strict pairs slot) is where full groups are preferred; the mask it ends with is kept in
+        ``self._full`` so that refills of the same step start from it (one resolve, not two)."""
         m = self.settings.interleave_batch_size
         num_slots = len(strict)
+        # identity slots: whole groups suffice (their anchors are drawn ∝ instances; cheaper)
+        full = strict & self._pairs_slot if full is None else full & strict
         while True:
-            accepted = self._resolve(stream, num_slots, strict)
+            accepted = self._resolve(stream, num_slots, strict, full)
             filled = np.bincount(stream["slot"][accepted], minlength=num_slots)
+            if (full & (filled < m)).any():
+                full &= filled >= m  # anchors with short groups may take the room they left
+                continue
+            self._full = full
             relax_now = strict & (filled < m)
             if not relax or not relax_now.any() or not self.settings.hard_negatives:
                 return accepted, np.flatnonzero(filled < m)
@@ -236,12 +236,16 @@ class _Scheduler(IdentityCandidates):
         ``relaxed`` (the slot cuts its last group).  A dataset where this rarely helps (e.g. every group has k + 1 members and
         M is no multiple of it) is not tried again: it would only cost time."""
         slots, rows = np.concatenate(anchor_slot), np.concatenate(anchor_rows)
-        movable = np.flatnonzero(np.isin(slots, short))
+        # a pairs slot keeps its queue order (each row drawn once per epoch): never reordered
+        movable = np.flatnonzero(np.isin(slots, short) & ~self._pairs_slot[slots])
+        if not len(movable):
+            return stream, relaxed, short if more else np.zeros(0, dtype=np.int64)
         order = np.arange(len(slots))
+        full = self._full.copy()
         for _try in range(_REPACK_TRIES):
             order[movable] = self.rng.permutation(movable)
             candidate = self._stream(slots[order], rows[order])
-            accepted, still_short = self._fill(candidate, strict.copy(), relax=False)
+            accepted, still_short = self._fill(candidate, strict.copy(), relax=False, full=full.copy())
             if not len(still_short):
                 return candidate, accepted, still_short
         return stream, relaxed, short if more else np.zeros(0, dtype=np.int64)
@@ -325,13 +329,13 @@ class _Scheduler(IdentityCandidates):
         group = np.repeat(np.arange(len(anchor_rows)), sizes)
         return {"row": row, "is_anchor": is_anchor, "group": group, "group_start": group_start,
                 "group_available": available, "slot": np.repeat(anchor_slot, sizes),
-                "identity": self.prep.row_identity[row]}
+                "identity": self.prep.row_identity[row], "redrawn": self._in_queue_order(row) & is_anchor}
 
     def _resolve(self, stream: dict[str, np.ndarray], num_slots: int,
-                 strict: np.ndarray | None = None) -> np.ndarray:
+                 strict: np.ndarray | None = None, full: np.ndarray | None = None) -> np.ndarray:
         """The greedy acceptance mask (``greedy.resolve``) under this schedule's k and M."""
         return resolve(stream, num_slots, self.settings.hard_negatives, self.settings.interleave_batch_size,
-                       strict)
+                       strict, full)
 
     def _positives(self, query: np.ndarray) -> np.ndarray:
         prep = self.prep
@@ -342,27 +346,6 @@ class _Scheduler(IdentityCandidates):
         positive = query.copy()
         positive[has_other] = prep.instance_rows[prep.row_instance_start[query[has_other]] + offset[has_other]]
         return positive
-
-    def _return_unused_pairs(self, pairs_taken: dict[int, list[np.ndarray]], stream: dict[str, np.ndarray],
-                             accepted: np.ndarray) -> None:
-        """Rows drawn as candidates but not in the batch go back to the front of the queue.
-
-        A drawn row placed as another anchor's hard negative is a full member (its query with its
-        own positive), so that counts as its draw of the epoch: each row is drawn once per epoch.
-        """
-        used = stream["row"][accepted]
-        for index, chunks in pairs_taken.items():
-            source = self.prep.sources[index]
-            taken = np.concatenate(chunks)
-            # Multiset difference: across an epoch boundary a row can be taken twice (end of one
-            # permutation, start of the next); only the copy that became an anchor is consumed.
-            sorter = np.argsort(taken, kind="stable")
-            ordered = taken[sorter]
-            first_copy = np.empty(len(taken), dtype=bool)
-            first_copy[sorter] = np.concatenate(([True], ordered[1:] != ordered[:-1]))
-            unused = taken[~(first_copy & self._member_of(taken, used))]
-            source.pending = np.concatenate([unused, source.pending])
-
 
 def plan_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettings,
                   show_progress: bool = False) -> Schedule:

@@ -68,6 +68,25 @@ class LoraConfig(_Strict):
 
 
 class TwoTierOptions(_Strict):
+    """NearID's two-tier loss (training/losses/two_tier.py): L = L_disc + alpha * L_rank."""
+
+    alpha: float = Field(0.5, ge=0)                 # weight of the ranking tier (NearID: 0.5)
+    temperature: float | None = Field(0.07, gt=0)   # fixed tau (NearID: 0.07); null: the recipe's temperature
+    # the margin variant's keys, refused here with a pointer to where they went (issue 27);
+    # never written back (recipe_to_dict)
+    weight: float | None = Field(None, exclude=True)
+    margin: float | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _margin_keys_moved(self) -> "TwoTierOptions":
+        for key in ("weight", "margin"):
+            if getattr(self, key) is not None:
+                raise ValueError(f"{key!r} belongs to the margin variant, now `loss.kind: two_tier_margin` "
+                                 f"with `loss.two_tier_margin.{key}`; NearID's two_tier takes alpha and temperature")
+        return self
+
+
+class TwoTierMarginOptions(_Strict):
     weight: float = Field(1.0, ge=0)         # weight of the margin tier beside InfoNCE
     margin: float = Field(0.1, ge=0, le=2)   # cosine margin: positive above each designated look-alike
 
@@ -78,11 +97,13 @@ class TripletHingeOptions(_Strict):
 
 class LossConfig(_Strict):
     """The objective (training/losses/): ``infonce`` (VisME), ``two_tier`` (NearID),
-    ``triplet_hinge`` (DreamSim); each kind's options live in its own sub-section."""
+    ``two_tier_margin`` (the pre-issue-27 margin variant), ``triplet_hinge`` (DreamSim); each
+    kind's options live in its own sub-section."""
 
-    kind: Literal["infonce", "two_tier", "triplet_hinge"] = "infonce"
+    kind: Literal["infonce", "two_tier", "two_tier_margin", "triplet_hinge"] = "infonce"
     identity_mask: bool = True  # leave same-identity candidates out of a query's negatives
     two_tier: TwoTierOptions = Field(default_factory=TwoTierOptions)
+    two_tier_margin: TwoTierMarginOptions = Field(default_factory=TwoTierMarginOptions)
     triplet_hinge: TripletHingeOptions = Field(default_factory=TripletHingeOptions)
 
 

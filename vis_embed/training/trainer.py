@@ -143,14 +143,19 @@ class Trainer:
         self.model = build_training_model(recipe, self.device)
         if recipe.init_adapter:  # warm start; a checkpoint found by --resume overwrites it
             ckpt.warm_start(self.model, recipe.init_adapter)
-        self.temperature = Temperature(recipe.temperature.init, recipe.temperature.learnable,
-                                       recipe.temperature.freeze_steps, recipe.temperature.min).to(self.device)
+        loss = recipe.loss
+        fixed_tau = loss.two_tier.temperature if loss.kind == "two_tier" else None
+        # NearID's two_tier fixes its own tau (loss.two_tier.temperature): the trainer's Temperature
+        # holds it, so the logged tau is the one the loss used
+        self.temperature = (Temperature(fixed_tau, learnable=False, min_value=fixed_tau) if fixed_tau is not None
+                            else Temperature(recipe.temperature.init, recipe.temperature.learnable,
+                                             recipe.temperature.freeze_steps, recipe.temperature.min)).to(self.device)
         lr_schedule = lr_lambda(recipe.optimizer.warmup_steps, recipe.max_steps, recipe.optimizer.decay,
                                 recipe.optimizer.min_lr_ratio)
-        loss = recipe.loss
         self.objective = build_objective(
-            loss.kind, self.temperature, identity_mask=loss.identity_mask, two_tier_weight=loss.two_tier.weight,
-            two_tier_margin=loss.two_tier.margin, hinge_margin=loss.triplet_hinge.margin)
+            loss.kind, self.temperature, identity_mask=loss.identity_mask, two_tier_alpha=loss.two_tier.alpha,
+            two_tier_temperature=None, two_tier_weight=loss.two_tier_margin.weight,
+            two_tier_margin=loss.two_tier_margin.margin, hinge_margin=loss.triplet_hinge.margin)
         self.tau_optimizer = torch.optim.AdamW([self.temperature.log_tau], weight_decay=0.0,
                                                lr=recipe.temperature.lr or recipe.optimizer.lr,
                                                betas=recipe.optimizer.betas, eps=recipe.optimizer.eps)

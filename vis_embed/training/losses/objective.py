@@ -14,9 +14,10 @@ from torch import Tensor
 
 from vis_embed.training.losses.infonce import info_nce_loss
 from vis_embed.training.losses.triplet_hinge import triplet_hinge_loss
-from vis_embed.training.losses.two_tier import two_tier_loss
+from vis_embed.training.losses.two_tier import NEARID_ALPHA, NEARID_TEMPERATURE, two_tier_loss
+from vis_embed.training.losses.two_tier_margin import two_tier_margin_loss
 
-LOSS_KINDS = ("infonce", "two_tier", "triplet_hinge")
+LOSS_KINDS = ("infonce", "two_tier", "two_tier_margin", "triplet_hinge")
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,14 @@ Objective = Callable[[Tensor, Tensor, BatchLabels], Tensor]
 
 
 def build_objective(kind: str, temperature: Callable[[], Tensor], *, identity_mask: bool = True,
+                    two_tier_alpha: float = NEARID_ALPHA, two_tier_temperature: float | None = NEARID_TEMPERATURE,
                     two_tier_weight: float = 1.0, two_tier_margin: float = 0.1,
                     hinge_margin: float = 0.05) -> Objective:
     """``(queries, candidates, labels) -> scalar loss`` for ``kind`` (one of :data:`LOSS_KINDS`).
 
     ``temperature`` is called on every evaluation (a learnable tau changes between steps);
+    ``two_tier`` (NearID) uses its own fixed ``two_tier_temperature`` unless that is None;
+    ``two_tier_weight`` / ``two_tier_margin`` are the ``two_tier_margin`` variant's;
     ``identity_mask=False`` drops the mask of same-identity candidates (the paper's baseline).
     """
     def mask(labels: BatchLabels) -> Tensor | None:
@@ -50,8 +54,14 @@ def build_objective(kind: str, temperature: Callable[[], Tensor], *, identity_ma
     if kind == "infonce":
         return lambda q, c, labels: info_nce_loss(q, c, temperature(), mask(labels))
     if kind == "two_tier":
-        return lambda q, c, labels: two_tier_loss(q, c, temperature(), labels.designated, mask(labels),
-                                                  weight=two_tier_weight, margin=two_tier_margin)
+        def tau() -> Tensor | float:
+            return temperature() if two_tier_temperature is None else two_tier_temperature
+
+        return lambda q, c, labels: two_tier_loss(q, c, labels.designated, mask(labels), alpha=two_tier_alpha,
+                                                  temperature=tau())
+    if kind == "two_tier_margin":
+        return lambda q, c, labels: two_tier_margin_loss(q, c, temperature(), labels.designated, mask(labels),
+                                                         weight=two_tier_weight, margin=two_tier_margin)
     if kind == "triplet_hinge":
         return lambda q, c, labels: triplet_hinge_loss(q, c, labels.designated, mask(labels),
                                                        margin=hinge_margin)

@@ -1,62 +1,106 @@
-r"""Two-tier loss (NearID): InfoNCE plus a margin tier over designated near-identity distractors.
+r"""Two-tier loss of NearID (Sec. 3.2, Eq. 1-3): discrimination plus a ranking tier that puts
+an anchor's own look-alikes *above* generic negatives.
 
-With L2-normalised query and candidate embeddings :math:`q_i, c_j`, cosine similarities
-:math:`s_{ij} = q_i^\top c_j` and :math:`\mathcal{D}_i` the designated hard negatives of row i
-(:func:`~vis_embed.training.losses.designated.designated_negatives`):
+With L2-normalised anchors (queries) :math:`a_i`, candidates :math:`c_j`, logits
+:math:`l_{ij} = a_i^\top c_j / \tau` (``tau`` fixed, default 0.07), the global positive pool
+:math:`P = \{c_1, \dots, c_N\}` (column i is anchor i's positive) and :math:`R_i` anchor i's
+look-alikes (designated near-identity negatives :math:`r_{ik}`):
 
 .. math::
 
-    \mathcal{L} = \mathcal{L}_{\text{InfoNCE}}
-        + w \cdot \frac{1}{|\mathcal{P}|} \sum_{(i, j) \in \mathcal{P}}
-          \max\bigl(0,\; m - (s_{ii} - s_{ij})\bigr),
-    \qquad \mathcal{P} = \{(i, j) : j \in \mathcal{D}_i\}
+    \mathcal{L} = \mathcal{L}_{\text{disc}} + \alpha\, \mathcal{L}_{\text{rank}}
+    \qquad (\alpha = 0.5)
 
-Tier 1 (InfoNCE, :mod:`~vis_embed.training.losses.infonce`, identity mask included) separates
-identities over the whole batch; tier 2 asks the positive to beat every *designated* look-alike
-by at least the cosine margin ``m`` -- a look-alike usually sits among the highest in-batch
-scores, where the softmax already pushes, but InfoNCE stops pushing once it is merely below
-the positive; the margin keeps a gap.  A batch without designated pairs (a naive schedule,
-``hard_negatives: 0``) gets tier 1 only.
+    \mathcal{L}_{\text{disc}} = -\frac{1}{N} \sum_i \log
+        \frac{\exp l_{ii}}{\sum_{j \in P} \exp l_{ij} + \sum_{k \in R_i} \exp l(a_i, r_{ik})}
 
-When to use: identity data whose failure mode is near-duplicates of *other* identities
-(product variants, re-identification, look-alike families) and a schedule with designated
-hard negatives (``sampling.hard_negatives > 0``).  Recipe: ``loss: {kind: two_tier,
-two_tier: {weight: 1.0, margin: 0.1}}``.
+    \mathcal{L}_{\text{rank}} = \operatorname{mean}_{i:\,R_i \neq \emptyset}\;
+        \operatorname{mean}_{k \in R_i} \operatorname{softplus}\bigl(\mathrm{LSE}_i - l(a_i, r_{ik})\bigr),
+    \qquad \mathrm{LSE}_i = \log \sum_{j \in G_i} \exp l_{ij}
+
+:math:`G_i` are the anchor's generic batch negatives: every candidate column except its
+positive and its look-alikes.  Other positive views stay in the denominator of
+:math:`\mathcal{L}_{\text{disc}}` (no margin anywhere): the first tier separates identities,
+the second asks each look-alike to score above the soft maximum of the generic negatives --
+look-alikes must rank between the positive and everything else.
+
+Columns, as this project lays out a batch: the first N are the positive pool; extra columns
+after them (a pairs row's explicit negatives, or look-alikes given as separate vectors) are
+in every anchor's denominator unless ``lookalikes`` marks them as some anchors' look-alikes,
+in which case they are in only those anchors' denominators (NearID: an anchor sees its own
+look-alikes, not another anchor's).  A look-alike that is a positive-pool column (the
+scheduler's hard-negative rows, :func:`~vis_embed.training.losses.designated.designated_negatives`)
+is counted once, as the pool member it is.  ``identities`` (``loss.identity_mask``) removes
+same-identity duplicates (j != i) from every sum; the identity-aware scheduler never puts two
+members of one identity in a batch, so on its batches the mask changes nothing and the loss is
+Eq. 1-3 exactly (``identity_mask: false`` makes it literal on any batch).
+
+When to use: identity data whose failure mode is near-duplicates of *other* identities and a
+schedule with designated hard negatives (``sampling.hard_negatives > 0``); without look-alikes
+the ranking tier is 0 and the loss is InfoNCE at ``tau``.  Recipe: ``loss: {kind: two_tier,
+two_tier: {alpha: 0.5, temperature: 0.07}}`` (``temperature: null`` uses the recipe's
+``temperature:`` section, learnable or not).  The margin variant used before issue 27 is
+``two_tier_margin`` (:mod:`~vis_embed.training.losses.two_tier_margin`).
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from vis_embed.training.losses.designated import pad_columns
-from vis_embed.training.losses.infonce import info_nce_loss
+
+NEARID_ALPHA = 0.5
+NEARID_TEMPERATURE = 0.07
 
 
-def designated_margin_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, designated: Tensor,
-                           margin: float) -> Tensor:
-    """Tier 2 alone: mean ``max(0, margin - (s_ii - s_ij))`` over designated pairs (i, j); 0 when none.
+def _same_identity(identities: Tensor | None, rows: int, columns: int, device: torch.device) -> Tensor:
+    """(rows, columns) bool: column j != i shares row i's (known) identity."""
+    if identities is None:
+        return torch.zeros(rows, columns, dtype=torch.bool, device=device)
+    identities = identities.to(device)
+    same = (identities[:, None] == identities[None, :]) & (identities[:, None] >= 0)
+    same.fill_diagonal_(False)
+    return pad_columns(same, columns)
 
-    ``candidate_embeddings`` may have more rows than the queries (extra negatives after the N
-    positives); ``designated`` is (N, N) over the positives.
+
+def two_tier_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, lookalikes: Tensor | None,
+                  identities: Tensor | None = None, *, alpha: float = NEARID_ALPHA,
+                  temperature: Tensor | float = NEARID_TEMPERATURE) -> Tensor:
+    """NearID's L = L_disc + alpha * L_rank (module docstring), computed in float32.
+
+    ``lookalikes``: (N, N) over the positive pool or (N, C) over every candidate column, True
+    where the column is a look-alike of anchor i (None or all False: no ranking tier).
     """
-    scores = query_embeddings.float() @ candidate_embeddings.float().T
-    positives = scores.diagonal()[:, None]
-    pairs = pad_columns(designated.to(scores.device), scores.shape[1])
-    if not bool(pairs.any()):
-        return scores.sum() * 0.0  # zero, but part of the graph (GradCache expects a gradient)
-    return F.relu(margin - (positives - scores))[pairs].mean()
+    rows, columns = query_embeddings.shape[0], candidate_embeddings.shape[0]
+    if rows > columns or query_embeddings.shape[1:] != candidate_embeddings.shape[1:]:
+        raise ValueError(f"queries {tuple(query_embeddings.shape)} and candidates "
+                         f"{tuple(candidate_embeddings.shape)}: need one candidate per query (+ extras) "
+                         f"of the same width")
+    logits = query_embeddings.float() @ candidate_embeddings.float().T / temperature
+    device = logits.device
+    own = torch.zeros(rows, columns, dtype=torch.bool, device=device) if lookalikes is None \
+        else pad_columns(lookalikes.to(device).bool(), columns)
+    own = own & ~torch.eye(rows, columns, dtype=torch.bool, device=device)  # a positive is never a look-alike
+    # an extra column that is someone's look-alike belongs to its anchors' denominators only
+    extra = torch.arange(columns, device=device) >= rows
+    foreign = (extra & own.any(dim=0))[None, :] & ~own
+    excluded = _same_identity(identities, rows, columns, device) | foreign
+    disc_logits = logits.masked_fill(excluded, float("-inf"))
+    first_tier = F.cross_entropy(disc_logits, torch.arange(rows, device=device))
+    has_lookalikes = own.any(dim=1)
+    if alpha == 0 or not bool(has_lookalikes.any()):
+        return first_tier + logits.sum() * 0.0  # part of the graph either way (GradCache)
+    generic = ~(excluded | own | torch.eye(rows, columns, dtype=torch.bool, device=device))
+    # an anchor with no generic negative has LSE = -inf, softplus(-inf) = 0: its terms are 0
+    # (computed on a finite stand-in so no NaN gradient flows back)
+    no_generic = ~generic.any(dim=1, keepdim=True)
+    lse = torch.logsumexp(logits.masked_fill(~generic, float("-inf")).masked_fill(no_generic, 0.0),
+                          dim=1, keepdim=True)
+    per_pair = F.softplus(lse - logits).masked_fill(~own | no_generic, 0.0)
+    per_anchor = per_pair.sum(dim=1)[has_lookalikes] / own.sum(dim=1)[has_lookalikes]
+    return first_tier + alpha * per_anchor.mean()
 
 
-def two_tier_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, temperature: Tensor | float,
-                  designated: Tensor | None, identities: Tensor | None = None, *,
-                  weight: float = 1.0, margin: float = 0.1) -> Tensor:
-    """InfoNCE (``identities`` masks duplicates as in :func:`info_nce_loss`) + ``weight`` x tier 2."""
-    first_tier = info_nce_loss(query_embeddings, candidate_embeddings, temperature, identities)
-    if designated is None or weight == 0:
-        return first_tier
-    second_tier = designated_margin_loss(query_embeddings, candidate_embeddings, designated, margin)
-    return first_tier + weight * second_tier.to(first_tier.dtype)
-
-
-__all__ = ["designated_margin_loss", "two_tier_loss"]
+__all__ = ["NEARID_ALPHA", "NEARID_TEMPERATURE", "two_tier_loss"]

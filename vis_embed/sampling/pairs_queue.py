@@ -1,0 +1,92 @@
+"""The queue of pairs datasets: rows of a per-epoch random permutation, each drawn once per
+epoch (as an anchor, or placed as another anchor's hard negative while drawn); rows drawn but
+not in the batch go back to the queue's front.  A mixin of the scheduler (uses its ``rng``,
+``prep``, ``_member_of`` and ``_pairs_slot``).
+
+Strict pairs slots may pass a row over for its group's size or look-alikes (issue 27); so
+that this never breaks "once per epoch", a row passed over once (``_skipped``) and a row of an
+epoch older than its dataset's current one (``_row_epoch``) are placed in queue order at their
+next draw (``redrawn`` in the stream, exempt from the group rules of ``greedy.resolve``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from vis_embed.sampling.prepare import PreparedData, SourceState
+
+_NEVER = np.iinfo(np.int64).max
+
+
+class PairsQueue:
+    rng: np.random.Generator
+    prep: PreparedData
+    _pairs_slot: np.ndarray
+    _member_of: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+    def _init_pairs_queue(self) -> None:
+        records = len(self.prep.row_identity)
+        self._skipped = np.zeros(records, dtype=bool)           # passed over by a slot, not yet placed
+        self._row_epoch = np.full(records, _NEVER, dtype=np.int64)  # epoch of a waiting row's first draw
+        self._source_epochs = np.zeros(len(self.prep.sources), dtype=np.int64)
+
+    def _pairs_candidates(self, source: SourceState, count: int) -> np.ndarray:
+        """The next ``count`` rows: pending ones first, then the epoch's permutation."""
+        taken = [source.pending[:count]]
+        need = count - len(taken[0])
+        source.pending = source.pending[len(taken[0]):]
+        while need > 0:
+            if source.cursor >= len(source.permutation):
+                source.permutation = self.rng.permutation(source.num_rows) + source.offset
+                source.cursor = 0
+                source.epochs_started += 1
+                self._source_epochs[source.index] = source.epochs_started
+            chunk = source.permutation[source.cursor:source.cursor + need]
+            source.cursor += len(chunk)
+            # the oldest draw counts: a row taken at the end of one epoch and the start of the next
+            self._row_epoch[chunk] = np.minimum(self._row_epoch[chunk], source.epochs_started)
+            taken.append(chunk)
+            need -= len(chunk)
+        return np.concatenate(taken)
+
+    def _in_queue_order(self, rows: np.ndarray) -> np.ndarray:
+        """Pairs rows that must be placed in queue order (see ``_skipped`` / ``_row_epoch``)."""
+        epoch_now = self._source_epochs[self.prep.row_dataset[rows]]
+        return self._skipped[rows] | (self._row_epoch[rows] < epoch_now)
+
+    def _return_unused_pairs(self, pairs_taken: dict[int, list[np.ndarray]], stream: dict[str, np.ndarray],
+                             accepted: np.ndarray) -> None:
+        """Rows drawn as candidates but not in the batch go back to the front of the queue.
+
+        A drawn row placed as another anchor's hard negative is a full member (its query with its
+        own positive), so that counts as its draw of the epoch: each row is drawn once per epoch.
+        """
+        used = stream["row"][accepted]
+        self._skipped[used] = False
+        self._row_epoch[used] = _NEVER
+        self._skipped[self._passed_over(stream, accepted)] = True
+        for index, chunks in pairs_taken.items():
+            source = self.prep.sources[index]
+            taken = np.concatenate(chunks)
+            # Multiset difference: across an epoch boundary a row can be taken twice (end of one
+            # permutation, start of the next); only the copy that became an anchor is consumed.
+            sorter = np.argsort(taken, kind="stable")
+            ordered = taken[sorter]
+            first_copy = np.empty(len(taken), dtype=bool)
+            first_copy[sorter] = np.concatenate(([True], ordered[1:] != ordered[:-1]))
+            unused = taken[~(first_copy & self._member_of(taken, used))]
+            source.pending = np.concatenate([unused, source.pending])
+
+    def _passed_over(self, stream: dict[str, np.ndarray], accepted: np.ndarray) -> np.ndarray:
+        """Pairs anchor candidates left out although a later candidate of their slot was placed
+        (deferred for their group's size or look-alikes): their next draw places them in order."""
+        is_anchor = stream["is_anchor"]
+        slot = stream["slot"]
+        last_accepted = np.full(int(slot.max()) + 1 if len(slot) else 0, -1)
+        positions = np.flatnonzero(accepted & is_anchor)
+        np.maximum.at(last_accepted, slot[positions], positions)
+        passed = is_anchor & ~accepted & (np.arange(len(slot)) < last_accepted[slot]) & self._pairs_slot[slot]
+        rows = stream["row"][passed]
+        return rows[~self._member_of(rows, stream["row"][accepted])]
