@@ -56,6 +56,9 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     app = FastAPI(title="vis_embed embeddings", lifespan=lifespan)
     app.state.batcher = batcher
     created = int(time.time())
+    # The effective settings the vectors are made with (EmbeddingConfig), listed by /v1/models.
+    config = getattr(embedder, "embedding_config", None)
+    embedding_config = config.to_json() if hasattr(config, "to_json") else None
 
     @app.exception_handler(RequestError)
     async def request_error(_request: Request, exc: RequestError) -> JSONResponse:
@@ -72,8 +75,8 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": settings.model_name, "object": "model",
-                                            "created": created, "owned_by": "vis_embed"}]}
+        return {"object": "list", "data": [{"id": settings.model_name, "object": "model", "created": created,
+                                            "owned_by": "vis_embed", "embedding_config": embedding_config}]}
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> JSONResponse:
