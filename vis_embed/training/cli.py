@@ -61,6 +61,6 @@ def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
 def run_merge(args: argparse.Namespace) -> int:
     from vis_embed.training.merge import merge_adapter
 
-    out = merge_adapter(args.adapter, args.out, base=args.base, dtype=args.dtype)
+    out = merge_adapter(args.adapter, args.out, base=args.base, dtype=args.dtype or "checkpoint")
     print(f"merged checkpoint written to {out}")
     return 0
