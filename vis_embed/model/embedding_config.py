@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from vis_embed.config import format_validation_error
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_write_json
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES
@@ -107,15 +108,16 @@ class EmbeddingConfig(BaseModel):
 
 
 def _validated(values: Mapping[str, Any], source: str, flags: bool = False) -> EmbeddingConfig:
+    """``values`` as an EmbeddingConfig; problems are a ConfigError naming the source and each field
+    (as ``field (--flag)`` for given values), through the project's one ValidationError formatter."""
     try:
         return EmbeddingConfig.model_validate(dict(values))
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            field = ".".join(map(str, error["loc"])) or "(root)"
-            name = f"{field} (--{field.replace('_', '-')})" if flags else f"field {field!r}"
-            problems.append(f"{source}: {name}: {error['msg']}")
-        raise ConfigError("\n".join(problems)) from None
+        def name(loc: tuple[Any, ...]) -> str:
+            field = ".".join(map(str, loc)) or "(root)"
+            return f"{field} (--{field.replace('_', '-')})" if flags else field
+        problems = format_validation_error(exc, source, dotted=name)
+        raise ConfigError("\n".join(str(problem) for problem in problems)) from None
 
 
 def read_embedding_config(directory: str | Path | None) -> dict[str, Any]:

@@ -111,8 +111,8 @@ class EmbeddingModel(torch.nn.Module):
         super().__init__()
         # The settings as resolved at load (policies such as dtype "auto" kept as policies):
         # what save_pretrained records; the attributes below are what prepare_one reads.
-        self.embedding_config = embedding_config or EmbeddingConfig(
-            prompt_format=prompt_format, min_pixels=min_pixels, max_pixels=max_pixels, max_length=max_length)
+        self.embedding_config = embedding_config or EmbeddingConfig.from_options(
+            {}, prompt_format=prompt_format, min_pixels=min_pixels, max_pixels=max_pixels, max_length=max_length)
         self.max_length = max_length  # the caller's token cap; None: the model's own (token_limit)
         self.truncated_items = 0  # items whose text prepare_one cut to fit token_limit
         self.backbone = backbone
