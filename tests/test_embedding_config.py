@@ -164,6 +164,11 @@ def test_adapter_file_wins_over_base_file_and_explicit_values_over_both(trained,
     assert resolve_embedding_config(base, trained["final"], max_length=16, prompt_format=None).max_length == 16
     model = Embedder.from_pretrained(base, device="cpu").model
     assert (model.prompt_format, model.max_length, model.min_pixels) == ("vlm2vec", 32, 1024)
+    # any field passes through by name (a field added to the class needs no new keyword) ...
+    named = Embedder.from_pretrained(base, device="cpu", query_instruction="Find it.")
+    assert named.embedding_config.query_instruction == "Find it."
+    with pytest.raises(TypeError, match="max_lenght"):  # ... and a misspelt one is refused
+        Embedder.from_pretrained(base, device="cpu", max_lenght=8)
 
 
 def test_a_checkpoint_without_the_file_loads_as_before(trained, items) -> None:

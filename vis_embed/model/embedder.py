@@ -70,14 +70,14 @@ class Embedder:
                         attn_implementation: str | None = None,
                         min_pixels: int | None = None, max_pixels: int | None = None,
                         prompt_format: str | None = None, max_length: int | None = None,
-                        compile: bool = False) -> Embedder:
+                        compile: bool = False, **settings: Any) -> Embedder:
         """See :meth:`EmbeddingModel.from_pretrained` (settings left at None: the values recorded
         in the adapter's / model's ``embedding_config.json``, else the defaults); eval mode.
         ``compile=True`` calls :meth:`compile` (fused element-wise kernels; see there)."""
         embedder = cls(EmbeddingModel.from_pretrained(
             name_or_path, adapter=adapter, device=device, dtype=dtype,
             attn_implementation=attn_implementation, min_pixels=min_pixels,
-            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length))
+            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length, **settings))
         if compile:
             embedder.compile()
         return embedder

@@ -154,12 +154,12 @@ class EmbeddingModel(torch.nn.Module):
                         device: str | torch.device | None = None, dtype: Any = None,
                         attn_implementation: str | None = None, min_pixels: int | None = None,
                         max_pixels: int | None = None, prompt_format: str | None = None,
-                        max_length: int | None = None) -> EmbeddingModel:
+                        max_length: int | None = None, **settings: Any) -> EmbeddingModel:
         """Load a hub id or local checkpoint (and optionally a peft LoRA adapter on top).
 
-        Settings left at None: the adapter's recorded ``embedding_config.json`` > the base's >
-        the default (:mod:`vis_embed.model.embedding_config`).  ``max_length`` cuts the end of an
-        item's *text* (never the instruction, template or visual tokens); unset: no cap.
+        Settings left at None (``settings``: any other EmbeddingConfig field): the adapter's
+        recorded ``embedding_config.json`` > the base's > the default (:mod:`.embedding_config`).
+        ``max_length`` cuts the end of an item's *text* (never instruction, template or image).
         """
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -168,7 +168,7 @@ class EmbeddingModel(torch.nn.Module):
             raise ConfigError(f"model path not found: {name}")
         settings = resolve_embedding_config(
             name, adapter, dtype=dtype_name(dtype), attn_implementation=attn_implementation, min_pixels=min_pixels,
-            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length)
+            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length, **settings)
         device = torch.device(device) if device is not None else default_device()
         torch_dtype = resolve_dtype(dtype if isinstance(dtype, torch.dtype) else settings.dtype, device)
         attn = settings.attn_implementation or default_attn_implementation(device)
