@@ -195,6 +195,15 @@ def test_a_bad_recorded_value_names_the_file_and_field(tmp_path) -> None:
         EmbeddingConfig.from_options({"min_pixels": 10_000, "max_pixels": 5_000})
 
 
+def test_save_pretrained_writes_the_settings_it_embeds_with(trained, tmp_path) -> None:
+    model = Embedder.from_pretrained(trained["base"], adapter=trained["final"], device="cpu", max_length=48).model
+    model.save_pretrained(tmp_path / "saved")
+    recorded = read_embedding_config(tmp_path / "saved")
+    assert recorded["prompt_format"] == "vlm2vec" and recorded["max_length"] == 48
+    assert recorded["adaptation"] == "lora" and recorded["dtype"] == "float32"
+    assert (tmp_path / "saved" / "adapter_config.json").is_file()
+
+
 # ------------------------------------------------------------------ eval, serve
 def test_eval_records_the_effective_settings_in_results_json(trained, tmp_path) -> None:
     images = tmp_path / "bench" / "images"
