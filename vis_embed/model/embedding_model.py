@@ -79,9 +79,10 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None =
 
 
 def dtype_name(dtype: str | torch.dtype | None) -> str | None:
-    """A dtype as the name EmbeddingConfig records (``torch.float32`` -> ``"float32"``)."""
+    """The name EmbeddingConfig records (``torch.float32`` -> ``"float32"``; float64 etc.: None)."""
     if isinstance(dtype, torch.dtype):
-        return str(dtype).removeprefix("torch.")
+        name = str(dtype).removeprefix("torch.")
+        return name if name in DTYPE_NAMES else None
     return dtype
 
 
@@ -109,8 +110,7 @@ class EmbeddingModel(torch.nn.Module):
                  name_or_path: str | None = None, adapter: str | None = None,
                  max_length: int | None = None, embedding_config: EmbeddingConfig | None = None) -> None:
         super().__init__()
-        # The settings as resolved at load (policies such as dtype "auto" kept as policies):
-        # what save_pretrained records; the attributes below are what prepare_one reads.
+        # Settings as resolved at load (dtype "auto" kept as a policy); prepare_one reads the attributes.
         self.embedding_config = embedding_config or EmbeddingConfig.from_options(
             {}, prompt_format=prompt_format, min_pixels=min_pixels, max_pixels=max_pixels, max_length=max_length)
         self.max_length = max_length  # the caller's token cap; None: the model's own (token_limit)
