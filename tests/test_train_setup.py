@@ -84,7 +84,7 @@ def test_seed_outside_what_set_seed_accepts_is_a_config_error(seed: int) -> None
 def test_merge_command_keeps_its_flags(monkeypatch, tmp_path: Path) -> None:
     calls = []
 
-    def fake_merge(adapter, out, base=None, dtype="auto"):
+    def fake_merge(adapter, out, base=None, dtype="checkpoint"):
         calls.append((adapter, out, base, dtype))
         return Path(out)
 
@@ -92,4 +92,5 @@ def test_merge_command_keeps_its_flags(monkeypatch, tmp_path: Path) -> None:
     out = str(tmp_path / "merged")
     assert vis_embed_main(["merge", "run/final", "--out", out, "--base", "base-model", "--dtype", "float32"]) == 0
     assert vis_embed_main(["merge", "run/final", "--out", out]) == 0
-    assert calls == [("run/final", out, "base-model", "float32"), ("run/final", out, None, "auto")]
+    # No --dtype: the checkpoint's own dtype (spelled "auto" before "auto" came to mean "by device").
+    assert calls == [("run/final", out, "base-model", "float32"), ("run/final", out, None, "checkpoint")]

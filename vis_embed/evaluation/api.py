@@ -37,7 +37,9 @@ def load_specs(manifest: Path) -> tuple[list[EvalDatasetSpec], str]:
 
 
 def load_embedder(model: str | Path, adapter: str | Path | None = None, **overrides: Any) -> Embedder:
-    """``Embedder.from_pretrained`` with the overrides that are not None (prompt_format, max_pixels, device).
+    """``Embedder.from_pretrained`` with the overrides that are not None (EmbeddingConfig fields such
+    as prompt_format or max_length, device, compile); the others come from the model's recorded
+    ``embedding_config.json``, else the defaults.
 
     Without a device, each rank of a torchrun launch on GPUs takes its own (``cuda:LOCAL_RANK``).
     """

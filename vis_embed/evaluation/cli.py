@@ -25,7 +25,7 @@ from vis_embed import resources
 from vis_embed.evaluation.report import find_reference, load_groups, load_models, models_table, read_reference
 from vis_embed.evaluation.settings import DEFAULT_INDEX, DEFAULT_TIE_POLICY, INDEX_KINDS, TIE_POLICIES, EvalSettings
 from vis_embed.io import atomic_write_json
-from vis_embed.model.defaults import COMPILE_HELP
+from vis_embed.model.cli import add_model_loading_arguments, model_settings
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,10 +47,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="order of tied scores in candidate and gallery rankings: pessimistic (default: a "
                              "negative tied with a positive ranks first, so a collapsed model scores 0) or first "
                              "(listed order, as argmax in VLM2Vec's scorer: reproduces published MMEB numbers)")
-    parser.add_argument("--prompt-format", default=None, help="override the model's prompt format (chat | vlm2vec)")
-    parser.add_argument("--max-pixels", type=int, default=None, help="override the image pixel budget")
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available)")
-    parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
+    add_model_loading_arguments(parser)  # --prompt-format, --max-pixels, --max-length, --dtype, --device, ...
     parser.add_argument("--cache-dir", type=Path, default=None, help="embedding cache (default OUT/cache)")
     parser.add_argument("--examples", type=int, default=3, help="queries per retrieval grid (0: no grids)")
     parser.add_argument("--no-pictures", action="store_true", help="skip bar charts and retrieval grids")
@@ -63,8 +60,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 def _load_encoder(args: argparse.Namespace) -> Any:
     from vis_embed.evaluation import api  # torch, transformers: only when the command runs
 
-    return api.load_embedder(args.model, args.adapter, prompt_format=args.prompt_format,
-                             max_pixels=args.max_pixels, device=args.device, compile=args.compile or None)
+    return api.load_embedder(args.model, args.adapter, **model_settings(args))
 
 
 def run_eval(args: argparse.Namespace) -> int:

@@ -53,8 +53,10 @@ PRIMARY_METRIC = "P@1"
 
 
 def describe_encoder(encoder: Encoder, name: str | None = None, adapter: str | None = None) -> dict[str, Any]:
-    """The ``model`` block of results.json: name, adapter, prompt format, pixels, fingerprints."""
+    """The ``model`` block of results.json: name, adapter, prompt format, pixels, fingerprints,
+    and ``embedding_config``: every effective setting (EmbeddingConfig) when the encoder has one."""
     inner = getattr(encoder, "model", None)
+    config = getattr(encoder, "embedding_config", None)
 
     def lookup(attribute: str) -> Any:
         for owner in (encoder, inner):
@@ -69,6 +71,7 @@ def describe_encoder(encoder: Encoder, name: str | None = None, adapter: str | N
         "prompt_format": lookup("prompt_format"),
         "pixels": {"min_pixels": lookup("min_pixels"), "max_pixels": lookup("max_pixels")},
         "fingerprints": {"model": encoder.fingerprint()},
+        "embedding_config": config.to_json() if hasattr(config, "to_json") else None,
     }
 
 

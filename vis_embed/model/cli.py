@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
-from vis_embed.model.defaults import COMPILE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
-from vis_embed.model.prompts import PROMPT_FORMATS
+from vis_embed.model.defaults import COMPILE_HELP
+from vis_embed.model.embedding_config import add_embedding_config_arguments, given_settings
 from vis_embed.model.tiny import ARCHS, PRESETS, build_tiny_checkpoint
 
 
@@ -36,17 +37,17 @@ def run_tiny_model(args: argparse.Namespace) -> int:
 
 
 def add_model_loading_arguments(parser: argparse.ArgumentParser) -> None:
-    """How to load the model for inference: pixel budget, device, dtype, prompt format
-    (``encode`` and ``serve``; the values go to ``Embedder.from_pretrained``)."""
-    parser.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
-                        help=f"largest image area in pixels before resizing (default: {DEFAULT_MAX_PIXELS})")
-    parser.add_argument("--min-pixels", type=int, default=DEFAULT_MIN_PIXELS,
-                        help=f"smallest image area in pixels (default: {DEFAULT_MIN_PIXELS})")
+    """How to load the model for inference (encode, eval, serve, mine-negatives): the
+    EmbeddingConfig flags, generated from the class (default: the value recorded with the model,
+    else the built-in one; :func:`model_settings` collects them), plus device and --compile."""
+    add_embedding_config_arguments(parser)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
-    parser.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA)")
-    parser.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="chat",
-                        help="prompt template: chat (Qwen chat messages) or vlm2vec (default: chat)")
     parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
+
+
+def model_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The keywords of ``Embedder.from_pretrained`` that add_model_loading_arguments' flags gave."""
+    return {**given_settings(args), "device": args.device, "compile": args.compile}
 
 
 def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,9 +72,8 @@ def run_encode(args: argparse.Namespace) -> int:
     cache_stats = CacheStats()
     written = encode_jsonl(
         args.model, args.input, args.output, adapter=args.adapter, instruction=args.instruction,
-        batch_size=args.batch_size, min_pixels=args.min_pixels, max_pixels=args.max_pixels, device=args.device,
-        dtype=args.dtype, prompt_format=args.prompt_format, compile=args.compile, on_error=args.on_error,
-        show_progress=not args.no_progress, cache_stats=cache_stats)
+        batch_size=args.batch_size, on_error=args.on_error, show_progress=not args.no_progress,
+        cache_stats=cache_stats, **model_settings(args))
     if get_world_size() > 1:  # under torchrun: what this rank did, then rank 0 alone reports the output
         print(cache_stats.summary(), file=sys.stderr)
     if get_rank() == 0:

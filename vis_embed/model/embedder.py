@@ -26,12 +26,8 @@ from vis_embed.errors import DataError
 from vis_embed.io import fingerprint_files, fingerprint_json
 from vis_embed.model.batching import chunk_order
 from vis_embed.model.compile_blocks import compile_blocks
-from vis_embed.model.embedding_model import (
-    DEFAULT_MAX_PIXELS,
-    DEFAULT_MIN_PIXELS,
-    EmbeddingModel,
-    PreparedItem,
-)
+from vis_embed.model.embedding_config import EmbeddingConfig
+from vis_embed.model.embedding_model import EmbeddingModel, PreparedItem
 from vis_embed.model.lengths import estimated_lengths
 
 # Keys that record how a file was loaded or written, not what the model computes.
@@ -72,15 +68,16 @@ class Embedder:
     def from_pretrained(cls, name_or_path: str | Path, adapter: str | Path | None = None,
                         device: str | torch.device | None = None, dtype: Any = None,
                         attn_implementation: str | None = None,
-                        min_pixels: int = DEFAULT_MIN_PIXELS, max_pixels: int = DEFAULT_MAX_PIXELS,
-                        prompt_format: str = "chat", max_length: int | None = None,
-                        compile: bool = False) -> Embedder:
-        """See :meth:`EmbeddingModel.from_pretrained`; the model is put in eval mode.
+                        min_pixels: int | None = None, max_pixels: int | None = None,
+                        prompt_format: str | None = None, max_length: int | None = None,
+                        compile: bool = False, **settings: Any) -> Embedder:
+        """See :meth:`EmbeddingModel.from_pretrained` (settings left at None: the values recorded
+        in the adapter's / model's ``embedding_config.json``, else the defaults); eval mode.
         ``compile=True`` calls :meth:`compile` (fused element-wise kernels; see there)."""
         embedder = cls(EmbeddingModel.from_pretrained(
             name_or_path, adapter=adapter, device=device, dtype=dtype,
             attn_implementation=attn_implementation, min_pixels=min_pixels,
-            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length))
+            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length, **settings))
         if compile:
             embedder.compile()
         return embedder
@@ -98,6 +95,11 @@ class Embedder:
     @property
     def embedding_dim(self) -> int:
         return self.model.embedding_dim
+
+    @property
+    def embedding_config(self) -> EmbeddingConfig:
+        """The effective settings (dtype and attention as resolved here): what outputs record."""
+        return self.model.current_config(effective=True)
 
     # ------------------------------------------------------------------ encoding
     def encode(self, items: Sequence[dict[str, Any]], instruction: str | None = None,

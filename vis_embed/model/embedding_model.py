@@ -31,6 +31,7 @@ from vis_embed.data.images import crop_to_bbox, fit_aspect_ratio, load_image
 from vis_embed.data.items import check_item
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES, TEXT_LORA_MODULES
+from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.patch_embedding import use_matmul_patch_embedding
 from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
@@ -60,17 +61,29 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None = None) -> torch.dtype:
-    """The weights' dtype: a ``torch.dtype`` as given, a name (``"bfloat16"``) as named, and
-    None or ``"auto"``: bfloat16 on CUDA, float32 elsewhere (``device``, default: the default device)."""
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None = None) -> torch.dtype | str:
+    """The one dtype rule.  A ``torch.dtype`` as given, a name (``"bfloat16"``) as named; None or
+    ``"auto"``: by device (bfloat16 on CUDA, float32 elsewhere; ``device`` default: the default
+    device); ``"checkpoint"``: the checkpoint's own dtype, returned as transformers' spelling of
+    it (the string ``"auto"``, which ``from_pretrained(dtype=...)`` takes)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype is None or dtype == "auto":
         return torch.bfloat16 if (device or default_device()).type == "cuda" else torch.float32
+    if dtype == "checkpoint":
+        return "auto"
     resolved = getattr(torch, str(dtype), None)
     if not isinstance(resolved, torch.dtype):
         raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_NAMES)}")
     return resolved
+
+
+def dtype_name(dtype: str | torch.dtype | None) -> str | None:
+    """The name EmbeddingConfig records (``torch.float32`` -> ``"float32"``; float64 etc.: None)."""
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+        return name if name in DTYPE_NAMES else None
+    return dtype
 
 
 def default_attn_implementation(device: torch.device) -> str:
@@ -95,8 +108,11 @@ class EmbeddingModel(torch.nn.Module):
     def __init__(self, backbone: Any, processor: Any, *, min_pixels: int = DEFAULT_MIN_PIXELS,
                  max_pixels: int = DEFAULT_MAX_PIXELS, prompt_format: str = "chat",
                  name_or_path: str | None = None, adapter: str | None = None,
-                 max_length: int | None = None) -> None:
+                 max_length: int | None = None, embedding_config: EmbeddingConfig | None = None) -> None:
         super().__init__()
+        # Settings as resolved at load (dtype "auto" kept as a policy); prepare_one reads the attributes.
+        self.embedding_config = embedding_config or EmbeddingConfig.from_options(
+            {}, prompt_format=prompt_format, min_pixels=min_pixels, max_pixels=max_pixels, max_length=max_length)
         self.max_length = max_length  # the caller's token cap; None: the model's own (token_limit)
         self.truncated_items = 0  # items whose text prepare_one cut to fit token_limit
         self.backbone = backbone
@@ -136,27 +152,29 @@ class EmbeddingModel(torch.nn.Module):
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, adapter: str | Path | None = None,
                         device: str | torch.device | None = None, dtype: Any = None,
-                        attn_implementation: str | None = None,
-                        min_pixels: int = DEFAULT_MIN_PIXELS, max_pixels: int = DEFAULT_MAX_PIXELS,
-                        prompt_format: str = "chat", max_length: int | None = None) -> EmbeddingModel:
+                        attn_implementation: str | None = None, min_pixels: int | None = None,
+                        max_pixels: int | None = None, prompt_format: str | None = None,
+                        max_length: int | None = None, **settings: Any) -> EmbeddingModel:
         """Load a hub id or local checkpoint (and optionally a peft LoRA adapter on top).
 
-        ``max_length`` caps an item's token count by cutting the end of the item's *text*
-        (never the instruction, the template or visual tokens); None = no cap.
+        Settings left at None (``settings``: any other EmbeddingConfig field): the adapter's
+        recorded ``embedding_config.json`` > the base's > the default (:mod:`.embedding_config`).
+        ``max_length`` cuts the end of an item's *text* (never instruction, template or image).
         """
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        check_prompt_format(prompt_format)
         name = str(name_or_path)
         if _looks_local(name) and not Path(name).expanduser().is_dir():
             raise ConfigError(f"model path not found: {name}")
+        settings = resolve_embedding_config(
+            name, adapter, dtype=dtype_name(dtype), attn_implementation=attn_implementation, min_pixels=min_pixels,
+            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length, **settings)
         device = torch.device(device) if device is not None else default_device()
-        dtype = resolve_dtype(dtype, device)
-        attn_implementation = attn_implementation or default_attn_implementation(device)
+        torch_dtype = resolve_dtype(dtype if isinstance(dtype, torch.dtype) else settings.dtype, device)
+        attn = settings.attn_implementation or default_attn_implementation(device)
         try:
             processor = AutoProcessor.from_pretrained(name)
-            backbone = AutoModelForImageTextToText.from_pretrained(
-                name, dtype=dtype, attn_implementation=attn_implementation)
+            backbone = AutoModelForImageTextToText.from_pretrained(name, dtype=torch_dtype, attn_implementation=attn)
         except (OSError, ValueError, KeyError) as exc:
             raise ConfigError(f"cannot load model {name!r}: {exc}") from exc
         head = None
@@ -166,11 +184,27 @@ class EmbeddingModel(torch.nn.Module):
             backbone = _load_adapter(backbone, adapter)
         backbone.to(device)
         backbone.eval()
-        model = cls(backbone, processor, min_pixels=min_pixels, max_pixels=max_pixels,
-                    prompt_format=prompt_format, name_or_path=name,
-                    adapter=None if adapter is None else str(adapter), max_length=max_length)
+        model = cls(backbone, processor, min_pixels=settings.min_pixels, max_pixels=settings.max_pixels,
+                    prompt_format=settings.prompt_format, name_or_path=name,
+                    adapter=None if adapter is None else str(adapter), max_length=settings.max_length,
+                    embedding_config=settings)
         model.head = head
         return model
+
+    def current_config(self, effective: bool = True) -> EmbeddingConfig:
+        """The settings this model embeds with now.  ``effective``: dtype and attention kernel
+        as resolved on this machine (what results record); else as policies (what is saved)."""
+        update: dict[str, Any] = {"prompt_format": self.prompt_format, "min_pixels": self.min_pixels,
+                                  "max_pixels": self.max_pixels, "max_length": self.max_length,
+                                  "adaptation": "head" if self.head is not None
+                                  else "lora" if hasattr(self.backbone, "peft_config")
+                                  else self.embedding_config.adaptation}
+        if effective:
+            config = getattr(self.backbone, "config", None)
+            update["dtype"] = dtype_name(self.dtype)
+            update["attn_implementation"] = getattr(config, "_attn_implementation", None) \
+                or self.embedding_config.attn_implementation
+        return self.embedding_config.model_copy(update=update)
 
     @property
     def device(self) -> torch.device:
@@ -235,13 +269,15 @@ class EmbeddingModel(torch.nn.Module):
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
         """Adapter-only if peft-wrapped (peft format), the head only with a projection head,
-        else full weights + processor."""
+        else full weights + processor; with ``embedding_config.json`` beside them."""
         out_dir = Path(out_dir)
         if self.head is not None:
-            return save_head(out_dir, self.head, self.name_or_path)
-        self.backbone.save_pretrained(out_dir, safe_serialization=True)
-        if not hasattr(self.backbone, "peft_config"):
-            self.processor.save_pretrained(out_dir)
+            save_head(out_dir, self.head, self.name_or_path)
+        else:
+            self.backbone.save_pretrained(out_dir, safe_serialization=True)
+            if not hasattr(self.backbone, "peft_config"):
+                self.processor.save_pretrained(out_dir)
+        self.current_config(effective=False).save(out_dir)  # the settings travel with the weights
         return out_dir
 
     # ------------------------------------------------------------------ items -> tensors

@@ -9,8 +9,10 @@ Outputs (all written atomically):
 
 * ``OUTPUT`` (e.g. ``emb.npy``): float32 (N, D), L2-normalised.
 * ``OUTPUT`` with ``.ids.json`` (``emb.ids.json``): row alignment -- ``{"lines": [...],
-  "ids": [...]}`` where row j of the matrix is input line ``lines[j]`` (1-based, counting
-  every physical line) and ``ids[j]`` is that row's ``id`` field (or null).
+  "ids": [...], "embedding_config": {...}}`` where row j of the matrix is input line
+  ``lines[j]`` (1-based, counting every physical line), ``ids[j]`` is that row's ``id`` field
+  (or null), and ``embedding_config`` the effective settings the vectors were made with
+  (:class:`vis_embed.model.embedding_config.EmbeddingConfig`).
 * With ``--on-error skip`` only: ``emb.rejects.jsonl``, one ``{"line", "field", "reason",
   "row"}`` per skipped line (lines that are not UTF-8 or not JSON, items that break the contract,
   unreadable images, items the model embeds as NaN).  Without it (the default, ``raise``) the
@@ -47,7 +49,6 @@ from vis_embed.distributed import all_gather_object, broadcast_object, get_world
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.errors import DataError
 from vis_embed.io import atomic_path, parse_jsonl_line, read_text_lines_or_errors
-from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from vis_embed.model.embedder import Embedder, NonFiniteEmbeddingError
 from vis_embed.model.encode_shards import encode_across_ranks, remove_shards, shards_dir
 
@@ -110,12 +111,13 @@ class EncodedFile:
 
 
 def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: str | Path | None = None,
-                 instruction: str | None = None, batch_size: int = 16, min_pixels: int = DEFAULT_MIN_PIXELS,
-                 max_pixels: int = DEFAULT_MAX_PIXELS, device: str | None = None, dtype: str | None = None,
-                 prompt_format: str = "chat", compile: bool = False, on_error: str = "raise",
-                 show_progress: bool = True,
-                 cache_stats: CacheStats | None = None) -> EncodedFile:
+                 instruction: str | None = None, batch_size: int = 16, device: str | None = None,
+                 compile: bool = False, on_error: str = "raise", show_progress: bool = True,
+                 cache_stats: CacheStats | None = None, **settings: Any) -> EncodedFile:
     """Encode every item of ``input_path`` with ``model`` (+ ``adapter``) into ``output`` and its sidecars.
+
+    ``settings``: EmbeddingConfig fields (prompt_format, min_pixels, max_pixels, max_length,
+    dtype, attn_implementation); None or absent = the value recorded with the model, else the default.
 
     Launched by torchrun, every rank calls this and encodes a share (``cache_stats``, when
     given, counts this rank's encoded and reused shards); rank 0 writes, every rank returns
@@ -125,8 +127,7 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
     items, ids, lines, rejects = read_items(input_path, on_error)
     with torchrun_group():
         embedder = Embedder.from_pretrained(
-            model, adapter=adapter, device=device or local_device(), dtype=dtype,
-            min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format, compile=compile)
+            model, adapter=adapter, device=device or local_device(), compile=compile, **settings)
         try:
             if get_world_size() == 1:
                 encoded = embedder.encode_partial(
@@ -140,7 +141,8 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
             raise _anchor(exc, input_path, lines) from None
         truncated = sum(all_gather_object(embedder.model.truncated_items))
         written = None if encoded is None else _write_outputs(
-            encoded, items, ids, lines, rejects, input_path, output, on_error, truncated)
+            encoded, items, ids, lines, rejects, input_path, output, on_error, truncated,
+            embedder.embedding_config.to_json())
         written = broadcast_object(written)  # also: no rank drops the shards before rank 0 has written
     if get_world_size() > 1:
         remove_shards(shards_dir(output))
@@ -149,7 +151,8 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
 
 def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], items: list[dict[str, Any]],
                    ids: list[Any], lines: list[int], rejects: list[dict[str, Any]], input_path: Path,
-                   output: Path, on_error: str, truncated: int = 0) -> EncodedFile:
+                   output: Path, on_error: str, truncated: int = 0,
+                   embedding_config: dict[str, Any] | None = None) -> EncodedFile:
     """Write the matrix, the row alignment and (skip mode) the rejects of an encoded JSONL."""
     embeddings, kept, errors = encoded
     for index, error in errors.items():
@@ -158,7 +161,8 @@ def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], 
                         "row": _jsonable({**items[index], "id": ids[index]})})
     rejects.sort(key=lambda reject: reject["line"])
     ids_path, rejects_path = sidecar_paths(output)
-    alignment = {"input": str(input_path), "lines": [lines[i] for i in kept], "ids": [ids[i] for i in kept]}
+    alignment = {"input": str(input_path), "lines": [lines[i] for i in kept], "ids": [ids[i] for i in kept],
+                 "embedding_config": embedding_config}
     try:
         _commit_set(output, ids_path, rejects_path if on_error == "skip" else None, embeddings, rejects, alignment)
     except OSError as exc:  # disk full, quota, read-only: the previous set is still whole

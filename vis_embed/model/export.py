@@ -36,7 +36,7 @@ from typing import Any
 
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
-from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 
 EXPORT_FORMATS = ("sentence-transformers",)
 # The identity task's instructions (data_prep.synth's "identity" pair): what the quickstart trains.
@@ -107,17 +107,8 @@ def check_base_exists(base: str, recorded_in: Path | None = None) -> None:
                           "checkpoint's directory or hub id")
 
 
-def load_merged(base: str | None, adapter: str | Path | None = None,
-                dtype: Any = "auto") -> tuple[Any, Any]:
-    """``(model, processor)``: ``base`` with ``adapter`` folded in (base from the adapter if None).
-
-    ``dtype`` "auto" keeps the checkpoint's own dtype (transformers' "auto").
-    """
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
-    from vis_embed.model.embedding_model import resolve_dtype
-
-    adapter_dir = None if adapter is None else Path(adapter).expanduser()
+def recorded_base(base: str | None, adapter_dir: Path | None) -> str:
+    """``base``, else the adapter's recorded base (checked to exist when it is a path)."""
     if base is None:
         if adapter_dir is None:
             raise ConfigError("no model given")
@@ -125,7 +116,23 @@ def load_merged(base: str | None, adapter: str | Path | None = None,
         check_base_exists(base, adapter_dir / "adapter_config.json")
     else:
         check_base_exists(base)
-    torch_dtype = "auto" if dtype == "auto" else resolve_dtype(dtype)
+    return base
+
+
+def load_merged(base: str | None, adapter: str | Path | None = None,
+                dtype: Any = "checkpoint") -> tuple[Any, Any]:
+    """``(model, processor)``: ``base`` with ``adapter`` folded in (base from the adapter if None).
+
+    ``dtype``: the written weights' dtype, by the one rule (``embedding_model.resolve_dtype``):
+    "checkpoint" (default) keeps the checkpoint's own, "auto" is by device (float32 on CPU).
+    """
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from vis_embed.model.embedding_model import resolve_dtype
+
+    adapter_dir = None if adapter is None else Path(adapter).expanduser()
+    base = recorded_base(base, adapter_dir)
+    torch_dtype = resolve_dtype(dtype or "checkpoint")
     local_only = looks_like_path(base)  # a path never needs the hub: no network retries
     try:
         model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch_dtype,
@@ -203,31 +210,57 @@ def prepare_processor(processor: Any, min_pixels: int, max_pixels: int) -> Any:
 
 
 def export_sentence_transformers(model: str | None, out: str | Path, adapter: str | Path | None = None,
-                                 query_instruction: str | None = DEFAULT_QUERY_INSTRUCTION,
-                                 document_instruction: str | None = DEFAULT_DOCUMENT_INSTRUCTION,
-                                 min_pixels: int = DEFAULT_MIN_PIXELS, max_pixels: int = DEFAULT_MAX_PIXELS,
-                                 dtype: Any = "auto") -> Path:
-    """Write the merged checkpoint + sentence-transformers files to ``out`` (atomically)."""
-    if min_pixels > max_pixels:
-        raise ConfigError(f"min_pixels ({min_pixels}) exceeds max_pixels ({max_pixels})")
+                                 query_instruction: str | None = None, document_instruction: str | None = None,
+                                 min_pixels: int | None = None, max_pixels: int | None = None,
+                                 dtype: Any = None, **settings: Any) -> Path:
+    """Write the merged checkpoint + sentence-transformers files to ``out`` (atomically).
+
+    Settings left at None (instructions, pixels, ``settings``: other EmbeddingConfig fields)
+    take the adapter's / base's recorded ``embedding_config.json``, else the defaults (the
+    instructions: DEFAULT_QUERY_INSTRUCTION / DEFAULT_DOCUMENT_INSTRUCTION; "" = no prompt).
+    ``dtype``: the written weights' (default "checkpoint": the base checkpoint's own).
+    The effective settings are written as the export's ``embedding_config.json``.
+    """
     # imported here: `vis-embed export --help` reads this module and must not import torch
     from vis_embed.model.projection_head import head_base_model, is_head_directory, load_head
 
     head = None
     if adapter is not None and is_head_directory(adapter):  # a projection head: base + Dense module
-        head, model, adapter = load_head(adapter), model or head_base_model(adapter), None
-    merged, processor = load_merged(model, adapter, dtype)
-    processor = prepare_processor(processor, min_pixels, max_pixels)
+        head, model = load_head(adapter), model or head_base_model(adapter)
+    config = export_config(model, adapter, query_instruction=query_instruction,
+                           dtype=None if dtype in (None, "checkpoint") else dtype,
+                           document_instruction=document_instruction, min_pixels=min_pixels,
+                           max_pixels=max_pixels, **settings)
+    merged, processor = load_merged(model, None if head is not None else adapter, dtype)
+    processor = prepare_processor(processor, config.min_pixels, config.max_pixels)
     embedding_dim = int(merged.config.get_text_config().hidden_size)
     with atomic_directory(out) as tmp:
         merged.save_pretrained(str(tmp), safe_serialization=True)
         processor.save_pretrained(str(tmp))
-        files = sentence_transformers_files(embedding_dim, query_instruction, document_instruction)
+        files = sentence_transformers_files(embedding_dim, config.query_instruction, config.document_instruction)
         if head is not None:
             _add_head_modules(tmp, files, head)
         for relative, content in files.items():
             atomic_write_json(tmp / relative, content)
+        config.save(tmp)
     return Path(out)
+
+
+def export_config(model: str | None, adapter: str | Path | None, **given: Any) -> EmbeddingConfig:
+    """The export's settings: given > recorded (adapter's over base's) > defaults, checked to
+    be what the sentence-transformers layout can reproduce (the ``chat`` prompt format)."""
+    base = model
+    if base is None and adapter is not None and (Path(adapter).expanduser() / "adapter_config.json").is_file():
+        base = base_model_of(adapter)
+    config = resolve_embedding_config(base, adapter, **given)
+    if config.prompt_format != "chat":
+        raise ConfigError(f"the model's prompt_format is {config.prompt_format!r} (recorded in its "
+                          "embedding_config.json or given); the sentence-transformers export reproduces "
+                          "the 'chat' prompt format only")
+    instructions = {"query_instruction": config.query_instruction, "document_instruction": config.document_instruction}
+    defaults = {"query_instruction": DEFAULT_QUERY_INSTRUCTION, "document_instruction": DEFAULT_DOCUMENT_INSTRUCTION}
+    update = {key: (defaults[key] if value is None else value or None) for key, value in instructions.items()}
+    return config.model_copy(update={**update, "adaptation": None})  # a plain checkpoint (+ ST modules)
 
 
 def _add_head_modules(directory: Path, files: dict[str, Any], head: Any) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES
+from vis_embed.model.embedding_config import INSTRUCTIONS, LOADING, add_embedding_config_arguments, given_settings
 from vis_embed.model.export import DEFAULT_DOCUMENT_INSTRUCTION, DEFAULT_QUERY_INSTRUCTION, EXPORT_FORMATS
 
 
@@ -25,16 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=EXPORT_FORMATS, default="sentence-transformers",
                         help="output layout (sentence-transformers: also what `vllm serve` reads)")
     parser.add_argument("--out", required=True, type=Path, help="directory to write")
-    parser.add_argument("--query-instruction", default=DEFAULT_QUERY_INSTRUCTION,
-                        help=f"prompt 'query' (encode_query) (default: {DEFAULT_QUERY_INSTRUCTION!r})")
-    parser.add_argument("--document-instruction", default=DEFAULT_DOCUMENT_INSTRUCTION,
-                        help=f"prompt 'document' (encode_document) (default: {DEFAULT_DOCUMENT_INSTRUCTION!r})")
-    parser.add_argument("--min-pixels", type=int, default=DEFAULT_MIN_PIXELS,
-                        help=f"smallest image area in pixels (default: {DEFAULT_MIN_PIXELS})")
-    parser.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
-                        help=f"largest image area in pixels (default: {DEFAULT_MAX_PIXELS})")
-    parser.add_argument("--dtype", choices=DTYPE_NAMES, default="auto",
-                        help="dtype of the written weights (auto: the base checkpoint's)")
+    # --query-instruction, --document-instruction, --min-pixels, --max-pixels, --dtype, ...: generated
+    # from EmbeddingConfig; not given = the adapter's / model's recorded value, else the default.
+    add_embedding_config_arguments(parser, groups=(LOADING, INSTRUCTIONS), help_overrides={
+        "query_instruction": f"prompt 'query' (encode_query); '' for none (default: the recorded one, "
+                             f"else {DEFAULT_QUERY_INSTRUCTION!r})",
+        "document_instruction": f"prompt 'document' (encode_document); '' for none (default: the recorded "
+                                f"one, else {DEFAULT_DOCUMENT_INSTRUCTION!r})",
+        "dtype": "dtype of the written weights (default: checkpoint, the base checkpoint's own; auto: by "
+                 "device, bfloat16 on CUDA and float32 elsewhere)"})
     parser.add_argument("--results", type=Path, default=None,
                         help="a `vis-embed eval` results.json whose metrics go on the model card "
                              "(default: the adapter's last recorded evaluation, if any)")
@@ -48,10 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None and args.adapter is None:
         raise ConfigError("give MODEL, --adapter, or both")
     results = _read_results(args.results) if args.results is not None else None  # checked before the export
-    out = export_sentence_transformers(
-        args.model, args.out, adapter=args.adapter, query_instruction=args.query_instruction or None,
-        document_instruction=args.document_instruction or None, min_pixels=args.min_pixels,
-        max_pixels=args.max_pixels, dtype=args.dtype)
+    out = export_sentence_transformers(args.model, args.out, adapter=args.adapter, **given_settings(args))
     write_model_card(out, export_facts(args.adapter, _card_base(args.model, args.adapter), results),
                      merged=True)
     print(f"sentence-transformers model written to {out} "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.sampling.mining import SIMILARITIES, load_mining_dataset, mine_dataset
 
 
@@ -30,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--noisy", choices=("flag", "remove"), default="flag",
                         help="noisy positives: flag them (noisy_positive: true) or remove them")
     parser.add_argument("--batch-size", type=int, default=16, help="items per forward pass (default: 16)")
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available)")
+    add_model_loading_arguments(parser)  # --device, --prompt-format, --max-pixels, --max-length, ...
     parser.add_argument("--report", default=None, help="report JSON (default: OUT.mining.json)")
 
 
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from vis_embed.model.embedder import Embedder
 
     dataset = load_mining_dataset(args.data, args.dataset)
-    encoder = Embedder.from_pretrained(args.model, adapter=args.adapter, device=args.device)
+    encoder = Embedder.from_pretrained(args.model, adapter=args.adapter, **model_settings(args))
     rows, result = mine_dataset(dataset, encoder, k=args.k, group_by=args.group_by,
                                 min_positive_similarity=args.min_positive_similarity,
                                 remove_noisy=args.noisy == "remove", batch_size=args.batch_size,

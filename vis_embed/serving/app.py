@@ -98,6 +98,9 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     app.state.batcher = batcher
     app.state.limiter = limiter
     created = int(time.time())
+    # The effective settings the vectors are made with (EmbeddingConfig), listed by /v1/models.
+    config = getattr(embedder, "embedding_config", None)
+    embedding_config = config.to_json() if hasattr(config, "to_json") else None
     authorized = Depends(_authorization(settings.api_key))
 
     def prepare(items: list[dict[str, Any]], instruction: str | None) -> tuple[list[dict[str, Any]], int]:
@@ -139,8 +142,8 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
 
     @app.get("/v1/models", dependencies=[authorized])
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": settings.model_name, "object": "model",
-                                            "created": created, "owned_by": "vis_embed"}]}
+        return {"object": "list", "data": [{"id": settings.model_name, "object": "model", "created": created,
+                                            "owned_by": "vis_embed", "embedding_config": embedding_config}]}
 
     @app.post("/v1/embeddings", dependencies=[authorized])
     async def embeddings(request: Request) -> JSONResponse:

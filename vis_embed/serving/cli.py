@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from vis_embed.errors import ConfigError
-from vis_embed.model.cli import add_model_loading_arguments
+from vis_embed.model.cli import add_model_loading_arguments, model_settings
 
 # Kept in step with vis_embed.serving.app / images (not imported: they import FastAPI).
 _MAX_REQUEST_BYTES = 32 * 1024 * 1024
@@ -115,10 +115,7 @@ def run(args: argparse.Namespace) -> int:
                      if args.allowed_hosts else default_allowed_hosts(args.host))
     if allowed_hosts is not None and "*" in allowed_hosts:
         allowed_hosts = None
-    embedder = Embedder.from_pretrained(
-        args.model, adapter=args.adapter, device=args.device, dtype=args.dtype,
-        min_pixels=args.min_pixels, max_pixels=args.max_pixels, prompt_format=args.prompt_format,
-        compile=args.compile)
+    embedder = Embedder.from_pretrained(args.model, adapter=args.adapter, **model_settings(args))
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, max_batch_size=args.max_batch_size,
         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_request_bytes=args.max_request_bytes,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from vis_embed.model.defaults import DTYPE_NAMES
+from vis_embed.model.embedding_config import add_embedding_config_arguments
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,13 +53,14 @@ def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", default=None,
                         help="base model (default: base_model_name_or_path in adapter_config.json)")
     parser.add_argument("--out", required=True, help="directory of the merged checkpoint")
-    parser.add_argument("--dtype", choices=DTYPE_NAMES, default="auto",
-                        help="dtype of the merged weights (auto: the base checkpoint's)")
+    add_embedding_config_arguments(parser, only=["dtype"], help_overrides={
+        "dtype": "dtype of the merged weights (default: checkpoint, the base checkpoint's own; auto: by device, "
+                 "bfloat16 on CUDA and float32 elsewhere)"})
 
 
 def run_merge(args: argparse.Namespace) -> int:
     from vis_embed.training.merge import merge_adapter
 
-    out = merge_adapter(args.adapter, args.out, base=args.base, dtype=args.dtype)
+    out = merge_adapter(args.adapter, args.out, base=args.base, dtype=args.dtype or "checkpoint")
     print(f"merged checkpoint written to {out}")
     return 0

@@ -14,15 +14,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from vis_embed.io import atomic_directory
-from vis_embed.model.export import base_model_of, load_merged
+from vis_embed.model.embedding_config import resolve_embedding_config
+from vis_embed.model.export import base_model_of, load_merged, recorded_base
 
 __all__ = ["base_model_of", "merge_adapter"]
 
 
-def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None, dtype: str = "auto") -> Path:
-    """Merge ``adapter`` into ``base`` and save a full checkpoint to ``out`` (atomically)."""
+def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,
+                  dtype: str | None = "checkpoint") -> Path:
+    """Merge ``adapter`` into ``base`` and save a full checkpoint to ``out`` (atomically), with the
+    adapter's recorded ``embedding_config.json`` (over the base's) beside it.  ``dtype``: the merged
+    weights' ("checkpoint", the default: the base checkpoint's own; "auto": by device)."""
+    base = recorded_base(base, Path(adapter).expanduser())
+    config = resolve_embedding_config(base, adapter, dtype=None if dtype in (None, "checkpoint") else dtype)
     merged, processor = load_merged(base, adapter, dtype)
     with atomic_directory(out) as tmp:
         merged.save_pretrained(str(tmp), safe_serialization=True)
         processor.save_pretrained(str(tmp))
+        config.model_copy(update={"adaptation": None}).save(tmp)  # a plain checkpoint now
     return Path(out)

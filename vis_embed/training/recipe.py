@@ -123,7 +123,9 @@ class ModelOptions(_Strict):
     gradient_checkpointing: bool = False
     min_pixels: int | None = Field(None, gt=0)
     max_pixels: int = Field(DEFAULT_MAX_PIXELS, gt=0)
-    max_length: int | None = Field(None, gt=0)  # token cap; needs EmbeddingModel support (warned if absent)
+    # most tokens per item: EmbeddingModel.prepare_one cuts the item's text (the one rule, used by
+    # training and inference alike); recorded in embedding_config.json with the other options here
+    max_length: int | None = Field(None, gt=0)
     prompt_format: Literal["chat", "vlm2vec"] = "chat"
 
 

@@ -31,6 +31,7 @@ from transformers import set_seed
 from vis_embed.data import load_train_config
 from vis_embed.errors import ConfigError, VisEmbedError
 from vis_embed.io import atomic_write_text
+from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.embedding_model import EmbeddingModel, resolve_dtype
 from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
@@ -74,7 +75,7 @@ def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
     # model's default) leaves the choice to EmbeddingModel.from_pretrained.
     optional = {"attn_implementation": options.attn_implementation, "min_pixels": options.min_pixels}
     model = EmbeddingModel.from_pretrained(
-        recipe.model, device=device, dtype=resolve_dtype(options.dtype, device), max_pixels=options.max_pixels,
+        recipe.model, device=device, dtype=options.dtype, max_pixels=options.max_pixels,
         prompt_format=options.prompt_format, max_length=options.max_length,
         **{key: value for key, value in optional.items() if value is not None})
     if recipe.adaptation == "head":  # frozen backbone, trained projection head
@@ -94,6 +95,21 @@ def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
             backbone.config.use_cache = False
     model.train()
     return model
+
+
+def trained_embedding_config(recipe: Recipe, data: Any, model: EmbeddingModel) -> EmbeddingConfig:
+    """What ``embedding_config.json`` records in every checkpoint and final/: the settings the
+    model trained with (recipe model_options over the base's record), the adaptation, and the
+    instructions when every dataset shares them; not attn_implementation (the training
+    machine's kernel choice, not how the model embeds)."""
+    def shared(values: list[str | None]) -> str | None:
+        return values[0] if len(set(values)) == 1 else None
+
+    adaptation = "head" if recipe.adaptation == "head" else "lora" if recipe.lora.enabled else "full"
+    return model.current_config(effective=False).model_copy(update={
+        "attn_implementation": None, "adaptation": adaptation,
+        "query_instruction": shared([d.query_instruction for d in data.datasets]),
+        "document_instruction": shared([d.candidate_instruction for d in data.datasets])})
 
 
 class Trainer:
@@ -143,6 +159,7 @@ class Trainer:
         self.model = build_training_model(recipe, self.device)
         if recipe.init_adapter:  # warm start; a checkpoint found by --resume overwrites it
             ckpt.warm_start(self.model, recipe.init_adapter)
+        self.embedding_config = trained_embedding_config(recipe, self.data, self.model)
         loss = recipe.loss
         fixed_tau = loss.two_tier.temperature if loss.kind == "two_tier" else None
         # NearID's two_tier fixes its own tau (loss.two_tier.temperature): the trainer's Temperature
@@ -348,6 +365,7 @@ class Trainer:
             if is_main_process():
                 processor = getattr(self.model, "processor", None)
                 ckpt.save_weights(self.model, trainable, tmp, processor=processor)
+                self.embedding_config.save(tmp)  # how to embed travels with the weights
                 if final:
                     ckpt.write_final_extras(tmp, processor, recipe_to_dict(self.recipe), self.data,
                                             completed_steps)

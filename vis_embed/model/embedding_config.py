@@ -1,0 +1,195 @@
+"""EmbeddingConfig: how a model turns an item into a vector, recorded beside the weights.
+
+ONE typed class holds every setting that changes the vectors of a model (prompt format,
+pixel budget, token cap, dtype policy, attention kernel, pooling) plus the instructions it
+was trained with.  It travels with the model as ``embedding_config.json``: training writes it
+into every ``checkpoint-STEP/`` and ``final/`` (LoRA adapter or projection head),
+``vis-embed merge`` and ``vis-embed export`` into their outputs, and
+``EmbeddingModel.save_pretrained`` beside what it saves.
+
+Precedence when a model is loaded (:func:`resolve_embedding_config`): an explicit value (flag
+or keyword) > the adapter directory's file > the base model directory's file > the built-in
+default.  A checkpoint without the file therefore loads exactly as before the file existed.
+
+The command-line flags are generated from the class (:func:`add_embedding_config_arguments`):
+a field whose ``json_schema_extra`` names a ``group`` becomes ``--field-name`` (default None =
+"not given", so a recorded value can win) on every command that asks for that group.  Adding
+a field here adds its flag to encode, eval, serve and mine-negatives at once.
+
+No torch here: ``vis-embed COMMAND --help`` and recipe validation import this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from vis_embed.config import format_validation_error
+from vis_embed.errors import ConfigError
+from vis_embed.io import atomic_write_json
+from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES
+from vis_embed.model.prompts import PROMPT_FORMATS
+
+EMBEDDING_CONFIG_FILE = "embedding_config.json"
+
+# Flag groups: "loading" = how the model embeds (encode, eval, serve, mine-negatives, export);
+# "instructions" = the task prompts (export's sentence-transformers prompts).
+LOADING = "loading"
+INSTRUCTIONS = "instructions"
+
+
+def _flag(group: str, metavar: str | None = None) -> dict[str, Any]:
+    return {"group": group, **({"metavar": metavar} if metavar else {})}
+
+
+class EmbeddingConfig(BaseModel):
+    """The settings that define a model's vectors (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    prompt_format: Literal[PROMPT_FORMATS] = Field(  # type: ignore[valid-type]
+        "chat", description="prompt template: chat (Qwen chat messages) or vlm2vec",
+        json_schema_extra=_flag(LOADING))
+    min_pixels: int = Field(DEFAULT_MIN_PIXELS, gt=0, description="smallest image area in pixels",
+                            json_schema_extra=_flag(LOADING, "N"))
+    max_pixels: int = Field(DEFAULT_MAX_PIXELS, gt=0, description="largest image area in pixels before resizing",
+                            json_schema_extra=_flag(LOADING, "N"))
+    max_length: int | None = Field(
+        None, gt=0, description="most tokens per item; longer texts are cut at the end of the item's text "
+                                "(never the instruction or image); unset: the model's own maximum",
+        json_schema_extra=_flag(LOADING, "TOKENS"))
+    dtype: Literal[DTYPE_NAMES] = Field(  # type: ignore[valid-type]
+        "auto", description="weights' dtype: auto (bfloat16 on CUDA, float32 elsewhere), checkpoint "
+                            "(the checkpoint's own), or a name",
+        json_schema_extra=_flag(LOADING))
+    attn_implementation: str | None = Field(
+        None, description="transformers attention kernel (sdpa, eager, flash_attention_2); "
+                          "unset: flash_attention_2 on CUDA when installed, else sdpa",
+        json_schema_extra=_flag(LOADING, "NAME"))
+    query_instruction: str | None = Field(
+        None, description="instruction for queries (trained with; export's 'query' prompt)",
+        json_schema_extra=_flag(INSTRUCTIONS, "TEXT"))
+    document_instruction: str | None = Field(
+        None, description="instruction for documents/candidates (trained with; export's 'document' prompt)",
+        json_schema_extra=_flag(INSTRUCTIONS, "TEXT"))
+    # Descriptive, not flags: one pooling exists; the adaptation is what the directory holds.
+    pooling: Literal["last_token"] = "last_token"
+    adaptation: Literal["lora", "head", "full"] | None = None
+
+    @model_validator(mode="after")
+    def _pixel_budget_ordered(self) -> EmbeddingConfig:
+        if self.min_pixels > self.max_pixels:
+            raise ValueError(f"min_pixels ({self.min_pixels}) exceeds max_pixels ({self.max_pixels})")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def save(self, directory: str | Path) -> Path:
+        """Write ``directory/embedding_config.json`` atomically; returns its path."""
+        path = Path(directory) / EMBEDDING_CONFIG_FILE
+        atomic_write_json(path, self.to_json())
+        return path
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], **values: Any) -> EmbeddingConfig:
+        """A config from a mapping holding these fields among others (e.g. a recipe's
+        ``model_options``); None and unknown keys are left out (defaults apply)."""
+        known = {key: value for key, value in {**options, **values}.items()
+                 if key in cls.model_fields and value is not None}
+        return _validated(known, "settings")
+
+
+def _validated(values: Mapping[str, Any], source: str, flags: bool = False) -> EmbeddingConfig:
+    """``values`` as an EmbeddingConfig; problems are a ConfigError naming the source and each field
+    (as ``field (--flag)`` for given values), through the project's one ValidationError formatter."""
+    try:
+        return EmbeddingConfig.model_validate(dict(values))
+    except ValidationError as exc:
+        def name(loc: tuple[Any, ...]) -> str:
+            field = ".".join(map(str, loc)) or "(root)"
+            return f"{field} (--{field.replace('_', '-')})" if flags else field
+        problems = format_validation_error(exc, source, dotted=name)
+        raise ConfigError("\n".join(str(problem) for problem in problems)) from None
+
+
+def read_embedding_config(directory: str | Path | None) -> dict[str, Any]:
+    """The values recorded in ``directory/embedding_config.json`` (validated), or {} when the
+    directory is not local or holds no file (a hub id, a plain checkpoint)."""
+    if directory is None:
+        return {}
+    path = Path(directory).expanduser() / EMBEDDING_CONFIG_FILE
+    if not path.is_file():
+        return {}
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(recorded, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(recorded).__name__}")
+    _validated(recorded, str(path))  # a bad recorded value is named with its file and field
+    return recorded
+
+
+def resolve_embedding_config(model: str | Path | None, adapter: str | Path | None = None,
+                             **given: Any) -> EmbeddingConfig:
+    """The config a model loads with: ``given`` values that are not None > the adapter's
+    recorded file > the base model's recorded file > defaults."""
+    values: dict[str, Any] = {}
+    values.update(read_embedding_config(model))
+    values.update(read_embedding_config(adapter))
+    explicit = {key: value for key, value in given.items() if value is not None}
+    unknown = sorted(set(explicit) - set(EmbeddingConfig.model_fields))
+    if unknown:
+        raise TypeError(f"unknown embedding setting(s): {', '.join(unknown)}")
+    values.update(explicit)
+    return _validated(values, "model settings", flags=bool(explicit))
+
+
+# ------------------------------------------------------------------ command-line flags
+def flag_fields(groups: Iterable[str]) -> list[str]:
+    """Names of the fields that are flags of the given groups, in declaration order."""
+    wanted = set(groups)
+    return [name for name, field in EmbeddingConfig.model_fields.items()
+            if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("group") in wanted]
+
+
+def _type_and_choices(annotation: Any) -> tuple[type, tuple[Any, ...] | None]:
+    """argparse ``type`` and ``choices`` of a field annotation (``int | None``, ``Literal[...]``)."""
+    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    if typing.get_origin(annotation) is Literal:
+        return type(args[0]), tuple(args)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return _type_and_choices(args[0])
+    return annotation, None
+
+
+def add_embedding_config_arguments(parser: argparse.ArgumentParser, groups: Iterable[str] = (LOADING,),
+                                   only: Iterable[str] | None = None,
+                                   help_overrides: Mapping[str, str] | None = None) -> list[str]:
+    """Add ``--field-name`` for every field of ``groups`` (or the fields named in ``only``);
+    defaults are None so that a recorded value can win.  Returns the field names added."""
+    names = list(only) if only is not None else flag_fields(groups)
+    for name in names:
+        field = EmbeddingConfig.model_fields[name]
+        kind, choices = _type_and_choices(field.annotation)
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        default = "unset" if field.default is None else field.default
+        text = (help_overrides or {}).get(name) or (
+            f"{field.description} (default: the value recorded with the model, else {default})")
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, choices=choices, default=None,
+                            metavar=extra.get("metavar"), help=text.replace("%", "%%"))
+    return names
+
+
+def given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The EmbeddingConfig fields given on the command line (flags left at None are not given)."""
+    return {name: getattr(args, name) for name in EmbeddingConfig.model_fields
+            if getattr(args, name, None) is not None}
