@@ -25,6 +25,7 @@ REDUCED_STEPS = 200
 MIN_GAIN_POINTS = 5.0
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_reduced_quickstart_learns_identity(tmp_path: Path) -> None:
     out = tmp_path / "quickstart"

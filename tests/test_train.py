@@ -85,6 +85,7 @@ def test_tau_is_learned_logged_and_checkpoints_are_peft_adapters(setup, tmp_path
     assert (final / "adapter_config.json").is_file()
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_matches_an_uninterrupted_run(setup, tmp_path) -> None:
     overrides = dict(max_steps=6, checkpoint__every=2, lora__dropout=0.1, gradcache__chunk_size=2)
     uninterrupted = Trainer(_recipe(setup, tmp_path / "straight", **overrides)).train()
