@@ -3,6 +3,8 @@
 The import graph is read from the source (the AST of every module, imports inside functions
 included), not from what a test run happens to import, so a lazy import that closes a
 circle or crosses a layer is caught too.  docs/architecture.md describes the layers.
+Command-line modules are the ones the CLI's command registry (``vis_embed.cli.COMMANDS``)
+names, plus the dispatcher itself: what a module does, not what its file is called.
 """
 
 from __future__ import annotations
@@ -19,9 +21,27 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("vis_embed", "data_prep")
 MAX_MODULE_LINES = 400
 
+# The layers, lowest first: a module may import its own layer and those below, never above.
+# (A module belongs to the longest entry that prefixes its name.)
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("vis_embed.errors",),
+    ("vis_embed.io", "vis_embed.config", "vis_embed.distributed", "vis_embed.resources",
+     "vis_embed.embedding_cache"),
+    ("vis_embed.data",),
+    ("data_prep",),
+    ("vis_embed.model",),
+    ("vis_embed.sampling",),
+    ("vis_embed.training",),
+    ("vis_embed.evaluation",),
+    ("vis_embed.serving",),
+    ("vis_embed.quickstart",),
+    # the package's public API (re-exports) and the command-line dispatcher
+    ("vis_embed", "vis_embed.cli", "vis_embed.__main__"),
+)
+
 # Distribution name -> import name, where they differ and the distribution may not be installed.
 IMPORT_NAMES = {"pillow": "PIL", "pyyaml": "yaml", "faiss-cpu": "faiss", "faiss-gpu": "faiss",
-                "qwen-vl-utils": "qwen_vl_utils", "scikit-learn": "sklearn", "opencv-python": "cv2"}
+                "scikit-learn": "sklearn", "opencv-python": "cv2"}
 # Distributions imported under another package's name: torch.utils.tensorboard is tensorboard.
 IMPORTED_AS = {"tensorboard": "torch.utils.tensorboard"}
 # Distributions declared because a dependency needs them at run time without declaring them
@@ -121,10 +141,24 @@ def _cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
     return found
 
 
+@lru_cache(maxsize=None)
+def command_modules() -> frozenset[str]:
+    """The command-line modules: each command's module in the registry, and the dispatcher."""
+    from vis_embed.cli import COMMANDS
+
+    return frozenset({target.partition(":")[0] for target, _help in COMMANDS.values()}
+                     | {"vis_embed.cli", "vis_embed.__main__"})
+
+
 def is_cli(module: str) -> bool:
-    """Command-line modules: ``cli.py``, ``*_cli.py`` and ``__main__.py`` in any package."""
-    leaf = module.rpartition(".")[2]
-    return leaf in ("cli", "__main__") or leaf.endswith("_cli")
+    return module in command_modules()
+
+
+def layer_of(module: str) -> int:
+    """Index in LAYERS of the longest entry prefixing ``module`` (-1: in no layer)."""
+    matches = [(len(entry), index) for index, entries in enumerate(LAYERS) for entry in entries
+               if module == entry or module.startswith(entry + ".")]
+    return max(matches)[1] if matches else -1
 
 
 def _in(module: str, *packages: str) -> bool:
@@ -161,6 +195,33 @@ def test_the_graph_holds_the_real_imports() -> None:
 
 def test_no_import_cycle() -> None:
     assert _cycles(import_graph()) == []
+
+
+def test_every_module_is_in_a_layer() -> None:
+    assert sorted(module for module in import_graph() if layer_of(module) < 0) == []
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    upward = sorted(f"{module} imports {target}" for module, targets in import_graph().items()
+                    for target in targets if layer_of(target) > layer_of(module))
+    assert upward == []
+
+
+def test_the_layer_check_sees_an_upward_arrow() -> None:
+    """Guards the check above: the real graph's arrows, turned round, are upward."""
+    assert layer_of("vis_embed.training.trainer") > layer_of("vis_embed.model.embedder") > layer_of("vis_embed.data")
+    assert layer_of("vis_embed.cli") > layer_of("vis_embed.quickstart.pipeline") > layer_of("vis_embed.serving.app")
+    assert layer_of("vis_embed.evaluation.report") > layer_of("vis_embed.training.recipe")
+
+
+def test_command_modules_come_from_the_registry() -> None:
+    """Every registered command's module exists, and a module named like a command module
+    (``cli.py``, ``*_cli.py``) is one: library code is not named ``*_cli``."""
+    modules = _sources()
+    assert sorted(command_modules() - set(modules)) == []
+    named_like_cli = {module for module in modules
+                      if module.rpartition(".")[2] == "cli" or module.endswith("_cli")}
+    assert sorted(named_like_cli - command_modules()) == []
 
 
 def test_data_and_data_prep_import_no_model_training_or_evaluation() -> None:

@@ -17,7 +17,7 @@ from vis_embed import Embedder
 from vis_embed.cli import main
 from vis_embed.data.images import MAX_ASPECT_RATIO, fit_aspect_ratio, load_image
 from vis_embed.errors import DataError
-from vis_embed.model import encode_cli
+from vis_embed.model import encode_file
 from vis_embed.model.embedder import NonFiniteEmbeddingError
 from vis_embed.model.embedding_model import EmbeddingModel
 
@@ -150,16 +150,16 @@ def test_stale_rejects_are_removed_and_a_half_written_set_is_refused(tiny_checkp
     good = _write(tmp_path / "good.jsonl", [{"text": "a"}, {"text": "b"}, {"text": "c"}])
     assert _encode(tiny_checkpoint(), good, output) == 0
     assert not (tmp_path / "emb.rejects.jsonl").exists()  # it described the previous output
-    embeddings, alignment = encode_cli.read_encoded(output)
+    embeddings, alignment = encode_file.read_encoded(output)
     assert embeddings.shape[0] == 3 and alignment["lines"] == [1, 2, 3]
 
     def killed(*_args, **_kwargs):  # the process dies after the matrix, before its alignment
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(encode_cli, "atomic_write_json", killed)
+    monkeypatch.setattr(encode_file, "atomic_write_json", killed)
     assert _encode(tiny_checkpoint(), good, output) == 130
     with pytest.raises(DataError, match="did not finish"):
-        encode_cli.read_encoded(output)
+        encode_file.read_encoded(output)
     (tmp_path / "emb.ids.json").write_text(json.dumps({"lines": [1], "ids": [None]}))
     with pytest.raises(DataError, match="different runs"):
-        encode_cli.read_encoded(output)
+        encode_file.read_encoded(output)

@@ -142,6 +142,21 @@ def test_atomic_writes_respect_the_umask(tmp_path, umask_022) -> None:
     assert _mode(atomic_write_text(tmp_path / "private.txt", "x")) == 0o600  # a strict umask is kept
 
 
+def test_atomic_writes_never_change_the_process_umask(tmp_path, monkeypatch) -> None:
+    """The umask is process-wide: setting it (even to read it) races with every other thread
+    creating files (prefetch, serving).  The kernel applies it instead."""
+    def set_umask(_mask: int) -> int:
+        raise AssertionError("the process umask was changed")
+
+    monkeypatch.setattr(os, "umask", set_umask)
+    atomic_write_text(tmp_path / "a.txt", "x")
+    with atomic_path(tmp_path / "b.npy") as tmp:
+        tmp.write_bytes(b"x")
+    with atomic_directory(tmp_path / "c") as tmp:
+        (tmp / "inside.txt").write_text("x")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a.txt", "b.npy", "c"]
+
+
 def test_trained_files_respect_the_umask(trained) -> None:
     _base, run = trained
     for path in (run / "final" / "trainer_state.json", run / "final" / "README.md",

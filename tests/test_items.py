@@ -16,7 +16,7 @@ from vis_embed import Embedder
 from vis_embed.data import check_item, crop_to_bbox, load_benchmark, load_image, load_train_config, write_table
 from vis_embed.errors import DataError
 from vis_embed.evaluation.layouts import normalise_item
-from vis_embed.model.encode_cli import read_items
+from vis_embed.model.encode_file import read_items
 
 BAD_ITEMS = [
     pytest.param({"img": "a.png"}, "img", "unknown item key 'img'", id="typo-img"),
