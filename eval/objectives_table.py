@@ -95,7 +95,8 @@ def main() -> None:
     parser.add_argument("--synth-size", default="small", help="the `vis-embed synth --size` the runs used")
     parser.add_argument("--recipe", type=Path, default=Path("recipes/ablation_sampling.yaml"))
     parser.add_argument("--hard-negatives", type=int, default=5)
-    parser.add_argument("--command", default="bash eval/objectives_comparison.sh", help="the command that reproduces it")
+    parser.add_argument("--command", default="bash eval/objectives_comparison.sh",
+                        help="the command that reproduces it")
     parser.add_argument("--out", dest="markdown", type=Path, default=Path("docs/objectives.md"))
     args = parser.parse_args()
     runs = {}

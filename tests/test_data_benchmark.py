@@ -63,7 +63,8 @@ def test_manifest_round_trip(bench_dir: Path) -> None:
     assert bench.dataset("NearID") is peer
     first = bench.fingerprint()
     assert load_benchmark(bench.path).fingerprint() == first
-    write_table(bench_dir / "eval" / "cand.jsonl", [{"id": "c9", "query": {"text": "x"}, "candidates": [{"text": "y"}]}])
+    write_table(bench_dir / "eval" / "cand.jsonl",
+                [{"id": "c9", "query": {"text": "x"}, "candidates": [{"text": "y"}]}])
     assert load_benchmark(bench.path).fingerprint() != first
 
 
@@ -114,7 +115,8 @@ def test_malformed_manifest_entries(bench_dir: Path, change: dict, pattern: str)
 def test_malformed_manifest_top_level(bench_dir: Path) -> None:
     with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'seed': unknown key"):
         load_benchmark(_manifest(bench_dir, [CAND], seed=1))
-    with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[1\].name': duplicate dataset name 'ImageNet-1K'"):
+    with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[1\].name': "
+                                        r"duplicate dataset name 'ImageNet-1K'"):
         load_benchmark(_manifest(bench_dir, [CAND, CAND]))
     (bench_dir / "dup.yaml").write_text("name: a\nname: b\ndatasets: []\n")
     with pytest.raises(DataError, match=r"dup.yaml:2: field 'name': duplicate key"):
@@ -124,7 +126,8 @@ def test_malformed_manifest_top_level(bench_dir: Path) -> None:
 @pytest.mark.parametrize("row, pattern", [
     ({"id": "x", "query": {"text": "q"}}, r"cand.jsonl:1: field 'candidates': missing required field"),
     ({"id": "x", "query": {"text": "q"}, "candidates": []}, r"field 'candidates': expected a non-empty list"),
-    ({"id": "x", "query": {"text": "q"}, "candidates": [{"text": 5}]}, r"field 'candidates\[0\].text': must be a string"),
+    ({"id": "x", "query": {"text": "q"}, "candidates": [{"text": 5}]},
+     r"field 'candidates\[0\].text': must be a string"),
     ({"id": "x", "query": {"image": "missing.png"}, "candidates": [{"text": "a"}]},
      r"field 'query.image': image file not found"),
     ({"query": {"text": "q"}, "candidates": [{"text": "a"}]}, r"field 'id': missing required field"),

@@ -167,7 +167,8 @@ def test_unknown_index_option_fails_before_encoding(tmp_path: Path) -> None:
     spec = _specs(files)[1]
     spec.options["index"] = "hnsw"
     encoder = FakeEncoder()
-    with pytest.raises(ConfigError, match="'Gal': options.index must be one of auto, exact, exact-bf16, exact-gpu, ivf"):
+    with pytest.raises(ConfigError,
+                       match="'Gal': options.index must be one of auto, exact, exact-bf16, exact-gpu, ivf"):
         _run(encoder, [spec], tmp_path / "out", pictures=False)
     assert _n_encoded(encoder) == 0
 
@@ -193,7 +194,8 @@ def test_peer_protocol_layouts_match_the_protocol_functions(tmp_path: Path) -> N
         {"id": "t1", "reference": "blue_0.png", "a": "red_1.png", "b": "blue_1.png", "label": 1},
     ])
     nearid = write_jsonl(tmp_path / "nearid.jsonl", [
-        {"id": "red", "views": ["red_0.png", "red_1.png", "red_2.png"], "negatives": ["yellow_0.png", None, "blue_0.png"]},
+        {"id": "red", "views": ["red_0.png", "red_1.png", "red_2.png"],
+         "negatives": ["yellow_0.png", None, "blue_0.png"]},
     ])
     pairs = write_jsonl(tmp_path / "pairs.jsonl", [
         {"id": f"p{i}", "a": f"{c}_0.png", "b": f"{d}_1.png", "label": int(c == d), "score": float(c == d) + 0.1 * i}
@@ -225,7 +227,8 @@ def test_peer_protocol_layouts_match_the_protocol_functions(tmp_path: Path) -> N
     b = np.stack([emb(r["b"]) for r in rows])
     sims = np.einsum("nd,nd->n", a, b)
     assert got["TLL"]["R@1"] == pytest.approx(100 * protocols.asymmetric_recall_at_k(a, b, ks=(1,))["R@1"])
-    assert got["AP"]["AP"] == pytest.approx(100 * protocols.average_precision(sims, np.array([r["label"] for r in rows])))
+    labels = np.array([r["label"] for r in rows])
+    assert got["AP"]["AP"] == pytest.approx(100 * protocols.average_precision(sims, labels))
     assert got["Corr"]["spearman"] == pytest.approx(
         100 * protocols.spearman(sims, np.array([r["score"] for r in rows])))
     assert results["groups"] == {}  # protocol scores are not mixed into P@1 groups

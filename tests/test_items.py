@@ -129,14 +129,17 @@ def test_bbox_crops_the_same_pixels_on_every_path(tiny_checkpoint: Callable[...,
     expected = crop_to_bbox(load_image(folder / "a.png"), BOX)
     assert expected.size == (8, 6) and expected.getpixel((1, 1)) == (0, 0, 255)
     # training: a pairs item with a bbox arrives cropped (as identity rows' query side does)
-    write_table(folder / "pairs.jsonl", [{"id": "p1", "query": {"image": "a.png", "bbox": BOX}, "positive": {"text": "t"}},
-                                         {"id": "p2", "query": {"text": "r"}, "positive": {"image": "b.png"}}])
-    (folder / "train.yaml").write_text(yaml.safe_dump({"datasets": [{"name": "p", "kind": "pairs", "path": "pairs.jsonl"}]}))
+    write_table(folder / "pairs.jsonl",
+                [{"id": "p1", "query": {"image": "a.png", "bbox": BOX}, "positive": {"text": "t"}},
+                 {"id": "p2", "query": {"text": "r"}, "positive": {"image": "b.png"}}])
+    (folder / "train.yaml").write_text(yaml.safe_dump({"datasets": [{"name": "p", "kind": "pairs",
+                                                                      "path": "pairs.jsonl"}]}))
     pairs = load_train_config(folder / "train.yaml").dataset("p")
     training_query = pairs.query_item(pairs.get("p1"))
     assert np.array_equal(np.asarray(training_query["image"]), np.asarray(expected))
     # evaluation: the manifest keeps the bbox, and the model crops it
-    write_table(folder / "cand.jsonl", [{"id": "c1", "query": {"image": "a.png", "bbox": BOX}, "candidates": [{"text": "x"}]}])
+    write_table(folder / "cand.jsonl",
+                [{"id": "c1", "query": {"image": "a.png", "bbox": BOX}, "candidates": [{"text": "x"}]}])
     (folder / "bench.yaml").write_text(yaml.safe_dump({"name": "t", "datasets": [
         {"name": "C", "meta_task": "Cls", "split": "IND", "benchmark": "other", "layout": "candidates",
          "path": "cand.jsonl"}]}))
@@ -157,9 +160,11 @@ def test_bbox_crops_the_same_pixels_on_every_path(tiny_checkpoint: Callable[...,
 def test_bbox_outside_the_image_is_the_same_error_everywhere(tiny_checkpoint: Callable[..., Path],
                                                              folder: Path) -> None:
     outside = [0, 0, 40, 6]
-    write_table(folder / "pairs.jsonl", [{"id": "p1", "query": {"image": "a.png", "bbox": outside}, "positive": {"text": "t"}},
-                                         {"id": "p2", "query": {"text": "r"}, "positive": {"image": "b.png"}}])
-    (folder / "train.yaml").write_text(yaml.safe_dump({"datasets": [{"name": "p", "kind": "pairs", "path": "pairs.jsonl"}]}))
+    write_table(folder / "pairs.jsonl",
+                [{"id": "p1", "query": {"image": "a.png", "bbox": outside}, "positive": {"text": "t"}},
+                 {"id": "p2", "query": {"text": "r"}, "positive": {"image": "b.png"}}])
+    (folder / "train.yaml").write_text(yaml.safe_dump({"datasets": [{"name": "p", "kind": "pairs",
+                                                                      "path": "pairs.jsonl"}]}))
     pairs = load_train_config(folder / "train.yaml").dataset("p")
     with pytest.raises(DataError, match=r"pairs.jsonl:1: field 'query.bbox': box .* lies outside the 16x12 image"):
         pairs.query_item(pairs.get("p1"))

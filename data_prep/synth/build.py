@@ -407,7 +407,8 @@ class Planner:
         self.plan.tables["eval/grd.jsonl"] = rows
         self.add_eval("SynthGrd", "MVEB", "ID-Grd", "IND", "grd", path="eval/grd.jsonl")
 
-    def identities_with_lookalikes(self, stream: str, count: int) -> list[tuple[tuple[str, Params], tuple[Params, str]]]:
+    def identities_with_lookalikes(self, stream: str,
+                                   count: int) -> list[tuple[tuple[str, Params], tuple[Params, str]]]:
         """``count`` new objects (pairwise distinct), each with a new look-alike.
 
         Objects whose every look-alike is already taken are passed over (rare: a few

@@ -1,10 +1,11 @@
 """Evaluation data: the benchmark manifest YAML and the ``candidates`` / ``gallery`` layouts.
 
-``load_benchmark`` validates the manifest (the pydantic schema in :mod:`vis_embed.data.manifest`:
-keys, vocabularies, that files exist) without reading the data files; ``EvalDatasetSpec.load_candidates()`` / ``.load_gallery()`` read
-and validate the rows of the two layouts this package owns.  The peer-protocol layouts
-(2afc, nearid, pair_ap, asym_recall, human_corr) are parsed by vis_embed.evaluation; their
-extra manifest keys are kept in ``EvalDatasetSpec.options``.
+``load_benchmark`` validates the manifest (the pydantic schema in
+:mod:`vis_embed.data.manifest`: keys, vocabularies, that files exist) without reading the data
+files; ``EvalDatasetSpec.load_candidates()`` / ``.load_gallery()`` read and validate the rows
+of the two layouts this package owns. The peer-protocol layouts (2afc, nearid, pair_ap,
+asym_recall, human_corr) are parsed by vis_embed.evaluation; their extra manifest keys are kept
+in ``EvalDatasetSpec.options``.
 """
 
 from __future__ import annotations

@@ -302,7 +302,8 @@ def prepare_nearid(spec: EvalDatasetSpec, max_queries: int | None, options: Scor
     for line, row in _rows(spec, "path", max_queries):
         raw_views = _require(row, "views", path, line)
         raw_negatives = row.get("negatives", [])
-        if not isinstance(raw_views, list) or not isinstance(raw_negatives, list) or len(raw_negatives) > len(raw_views):
+        if (not isinstance(raw_views, list) or not isinstance(raw_negatives, list)
+                or len(raw_negatives) > len(raw_views)):
             raise DataError("'views' must be a list and 'negatives' a list no longer than it", path=path, line=line,
                             field="negatives")
         first = len(views)
@@ -386,7 +387,8 @@ PREPARERS: dict[str, Callable[[EvalDatasetSpec, int | None, ScoringOptions], Pre
 }
 
 
-def prepare(spec: EvalDatasetSpec, max_queries: int | None = None, options: ScoringOptions | None = None) -> PreparedDataset:
+def prepare(spec: EvalDatasetSpec, max_queries: int | None = None,
+            options: ScoringOptions | None = None) -> PreparedDataset:
     if spec.layout not in PREPARERS:
         raise ConfigError(f"dataset {spec.name!r}: unknown layout {spec.layout!r}; expected one of {LAYOUTS}")
     return PREPARERS[spec.layout](spec, max_queries, options or ScoringOptions())

@@ -14,7 +14,6 @@ what identity-aware scheduling buys; train with ``sampling.strategy: identity_aw
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 

@@ -168,7 +168,8 @@ class Trainer:
             return DeepSpeedBackend(self.model, ds_config=ds_config, **common)
         # A chunk without images leaves vision-tower parameters out of the graph; DDP must
         # then be told to look for unused parameters or it waits for their gradients forever.
-        vision_trainable = self.recipe.adaptation == "lora" and (self.recipe.lora.vision or not self.recipe.lora.enabled)
+        lora = self.recipe.lora
+        vision_trainable = self.recipe.adaptation == "lora" and (lora.vision or not lora.enabled)
         return TorchBackend(self.model, max_grad_norm=opt.max_grad_norm,
                             find_unused_parameters=vision_trainable, **common)
 
