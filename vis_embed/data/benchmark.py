@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.config import validate_document
+from vis_embed.data.eval_options import DatasetOptions
 from vis_embed.data.images import resolve_image
 from vis_embed.data.items import Item, check_item
 from vis_embed.data.manifest import LAYOUTS  # noqa: F401  (re-exported with the spec it describes)
@@ -83,9 +84,13 @@ class EvalDatasetSpec:
     image_root: Path | None = None
     query_instruction: str | None = None
     candidate_instruction: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: DatasetOptions = field(default_factory=DatasetOptions)  # a dict is validated into one
     manifest_path: Path | None = None
     line: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options",
+                           DatasetOptions.from_values(self.options, self.name, self.manifest_path, self.line))
 
     @property
     def files(self) -> dict[str, Path]:

@@ -93,12 +93,8 @@ def _rows(spec: EvalDatasetSpec, role: str, max_rows: int | None = None) -> Iter
 
 
 def _tie_policy(spec: EvalDatasetSpec, options: ScoringOptions) -> str:
-    """The dataset's ``options.tie_policy`` or the run's; checked before any encoding."""
-    tie_policy = spec.options.get("tie_policy", options.tie_policy)
-    if tie_policy not in metrics.TIE_POLICIES:
-        raise ConfigError(f"dataset {spec.name!r}: tie_policy must be one of {', '.join(metrics.TIE_POLICIES)}, "
-                          f"got {tie_policy!r}")
-    return tie_policy
+    """The dataset's ``options.tie_policy`` or the run's (both validated when loaded)."""
+    return spec.options.tie_policy or options.tie_policy
 
 
 def _require(row: Mapping[str, Any], key: str, path: Path, line: int) -> Any:
@@ -169,12 +165,9 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
     gallery = [_clean(row.item()) for row in data.gallery]
     codes, _identities = factorize([r.identity for r in data.gallery] + [r.identity for r in query_rows])
     gallery_codes, query_codes = codes[:len(data.gallery)], codes[len(data.gallery):]
-    depth_option = spec.options.get("depth", options.depth)
+    depth_option = spec.options.depth or options.depth
     tie_policy = _tie_policy(spec, options)
-    index_kind = spec.options.get("index", options.index)
-    if index_kind not in search.INDEX_KINDS:  # checked before any encoding, not after it
-        raise ConfigError(f"dataset {spec.name!r}: options.index must be one of {', '.join(search.INDEX_KINDS)}, "
-                          f"got {index_kind!r}")
+    index_kind = spec.options.index or options.index
 
     def score(embeddings: dict[str, np.ndarray]) -> Outcome:
         query_emb, gallery_emb = embeddings["query"], embeddings["gallery"]
@@ -278,7 +271,7 @@ def prepare_2afc(spec: EvalDatasetSpec, max_queries: int | None, options: Scorin
         _check_row_sides(spec, rows, emb)
         per_triplet = protocols.two_afc_accuracy(_rowwise_cosine(emb["reference"], emb["a"]),
                                                  _rowwise_cosine(emb["reference"], emb["b"]), labels)
-        low, high = protocols.bootstrap_interval(per_triplet, seed=int(spec.options.get("seed", 0)))
+        low, high = protocols.bootstrap_interval(per_triplet, seed=spec.options.get("seed", 0))
         return Outcome({"2AFC": 100 * float(per_triplet.mean()), "2AFC_CI95_low": 100 * low,
                         "2AFC_CI95_high": 100 * high}, "2AFC", len(rows))
 
@@ -338,7 +331,7 @@ def prepare_nearid(spec: EvalDatasetSpec, max_queries: int | None, options: Scor
 def prepare_asym_recall(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
     """Rows ``{"id", "a": item, "b": item}``: aligned pairs (e.g. two views of one identity)."""
     rows = list(_rows(spec, "path", max_queries))
-    ks = tuple(int(k) for k in spec.options.get("ks", protocols.ASYM_RECALL_KS))
+    ks = spec.options.ks or protocols.ASYM_RECALL_KS
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
         _check_row_sides(spec, rows, emb)

@@ -22,16 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vis_embed.evaluation.settings import DEFAULT_TIE_POLICY, TIE_POLICIES
+from vis_embed.evaluation.settings import DEFAULT_TIE_POLICY, TIE_POLICIES, check_tie_policy  # noqa: F401
 
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10)
 NDCG_KS: tuple[int, ...] = (5, 10)
-
-
-def check_tie_policy(tie_policy: str) -> str:
-    if tie_policy not in TIE_POLICIES:
-        raise ValueError(f"unknown tie policy {tie_policy!r}; expected one of {', '.join(TIE_POLICIES)}")
-    return tie_policy
 
 
 def tie_order(scores: np.ndarray, is_positive: np.ndarray, tie_policy: str = DEFAULT_TIE_POLICY) -> np.ndarray:
