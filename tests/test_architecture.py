@@ -238,6 +238,21 @@ def test_no_library_module_imports_a_cli_module() -> None:
     assert _violations(lambda module: not is_cli(module), cli=True) == []
 
 
+def _print_calls(path: Path) -> list[int]:
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"]
+
+
+def test_library_modules_log_instead_of_printing(tmp_path: Path) -> None:
+    """Only command modules print (their results); the library logs (logging.getLogger(__name__)),
+    which the command line shows on stderr and a library user configures."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import logging\nlogging.getLogger(__name__).info('x')\nif True:\n    print('y')\n")
+    assert _print_calls(probe) == [4]
+    printing = {module: _print_calls(path) for module, path in _sources().items() if not is_cli(module)}
+    assert {module: lines for module, lines in printing.items() if lines} == {}
+
+
 def test_no_module_over_the_line_limit() -> None:
     sizes = {module: len(path.read_text(encoding="utf-8").splitlines())
              for module, path in _sources().items() if module.startswith("vis_embed")}
