@@ -22,22 +22,27 @@ PACKAGES = ("vis_embed", "data_prep")
 MAX_MODULE_LINES = 400
 
 # The layers, lowest first: a module may import its own layer and those below, never above.
-# (A module belongs to the longest entry that prefixes its name.)
+# (A module belongs to the longest entry that prefixes its name; the root package "vis_embed"
+# only to itself.)
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("vis_embed.errors",),
     ("vis_embed.io", "vis_embed.config", "vis_embed.distributed", "vis_embed.resources",
-     "vis_embed.embedding_cache"),
+     "vis_embed.embedding_cache",
+     "vis_embed.integrations"),  # optional sinks the library reports to (W&B)
     ("vis_embed.data",),
     ("data_prep",),
     ("vis_embed.model",),
     ("vis_embed.sampling",),
     ("vis_embed.training",),
     ("vis_embed.evaluation",),
-    ("vis_embed.serving",),
+    ("vis_embed.serving",
+     # integrations built on evaluation (mteb's evaluator)
+     "vis_embed.integrations.mteb", "vis_embed.integrations.mteb_tasks", "vis_embed.integrations.mteb_cli"),
     ("vis_embed.quickstart",),
     # the package's public API (re-exports) and the command-line dispatcher
     ("vis_embed", "vis_embed.cli", "vis_embed.__main__"),
 )
+ROOT_PACKAGE = "vis_embed"
 
 # Distribution name -> import name, where they differ and the distribution may not be installed.
 IMPORT_NAMES = {"pillow": "PIL", "pyyaml": "yaml", "faiss-cpu": "faiss", "faiss-gpu": "faiss",
@@ -157,7 +162,7 @@ def is_cli(module: str) -> bool:
 def layer_of(module: str) -> int:
     """Index in LAYERS of the longest entry prefixing ``module`` (-1: in no layer)."""
     matches = [(len(entry), index) for index, entries in enumerate(LAYERS) for entry in entries
-               if module == entry or module.startswith(entry + ".")]
+               if module == entry or (entry != ROOT_PACKAGE and module.startswith(entry + "."))]
     return max(matches)[1] if matches else -1
 
 
@@ -198,6 +203,7 @@ def test_no_import_cycle() -> None:
 
 
 def test_every_module_is_in_a_layer() -> None:
+    assert layer_of("vis_embed.not_yet_placed") == -1  # a new subpackage must be placed explicitly
     assert sorted(module for module in import_graph() if layer_of(module) < 0) == []
 
 

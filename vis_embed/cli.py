@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge": ("vis_embed.training.cli:merge", "merge a LoRA adapter into a full checkpoint"),
     "export": ("vis_embed.model.export_cli", "export as a sentence-transformers / vLLM model directory"),
     "eval": ("vis_embed.evaluation.cli:eval", "evaluate a model on a benchmark manifest"),
+    "mteb": ("vis_embed.integrations.mteb_cli", "evaluate with mteb's evaluator (manifest datasets or mteb tasks)"),
     "report": ("vis_embed.evaluation.cli:report", "compare results.json / score files side by side (Markdown)"),
     "serve": ("vis_embed.serving.cli", "serve embeddings over HTTP (OpenAI-compatible /v1/embeddings)"),
     "quickstart": ("vis_embed.quickstart.cli", "render, train and evaluate end to end on this machine"),

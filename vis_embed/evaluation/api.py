@@ -6,6 +6,7 @@ quickstart; nothing here parses arguments.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from vis_embed.distributed import local_device, torchrun_group
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.evaluation.harness import Encoder, EvalSettings, Harness, describe_encoder
 from vis_embed.model.embedder import Embedder
+
+log = logging.getLogger(__name__)
 
 
 def load_specs(manifest: Path) -> tuple[list[EvalDatasetSpec], str]:
@@ -47,7 +50,28 @@ def evaluate_encoder(encoder: Encoder, specs: list[EvalDatasetSpec], benchmark_f
     given, counts this rank's encoded and reused shards.
     """
     model_info = describe_encoder(encoder, model_name, None if adapter is None else str(adapter))
-    return Harness(encoder, Path(out), settings, model_info, cache_stats).run(specs, benchmark_fingerprint)
+    results = Harness(encoder, Path(out), settings, model_info, cache_stats).run(specs, benchmark_fingerprint)
+    if results is not None and adapter is not None:
+        try:
+            record_run_evaluation(Path(adapter), results)
+        except OSError as exc:  # a read-only model directory: the results themselves are written
+            log.warning("could not put the evaluation on %s's model card: %s", adapter, exc)
+    return results
+
+
+def record_run_evaluation(adapter: Path, results: dict[str, Any]) -> None:
+    """An evaluated adapter that carries a vis_embed model card (a training run's ``final/``)
+    gets the results on its card (model-index) and, when its run logged to Weights & Biases,
+    in that run's summary: the run's last evaluation travels with the model."""
+    from vis_embed.integrations.wandb import log_evaluation
+    from vis_embed.model.model_card import evaluation_summary, record_evaluation
+
+    if not record_evaluation(adapter, results):
+        return
+    summary = evaluation_summary(results)
+    metrics = {f"{name}/{entry['metric']}": entry["value"] for name, entry in summary["datasets"].items()}
+    metrics.update({f"group/{name}": value for name, value in summary["groups"].items()})
+    log_evaluation(adapter.parent, metrics)
 
 
 def evaluate_model(model: str | Path, benchmark: str | Path, out: str | Path, *, adapter: str | Path | None = None,

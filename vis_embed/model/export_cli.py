@@ -1,7 +1,11 @@
 """``vis-embed export``: argument parsing only (the library half is :mod:`vis_embed.model.export`).
 
     vis-embed export MODEL [--adapter A] --format sentence-transformers --out DIR
-        [--query-instruction TEXT] [--document-instruction TEXT]
+        [--query-instruction TEXT] [--document-instruction TEXT] [--results RESULTS_JSON]
+
+The exported directory carries a model card README.md with Hub metadata
+(:mod:`vis_embed.model.model_card`): the adapter's training facts and last evaluation when it
+is a training run's ``final/``, or the evaluation of ``--results``.
 """
 
 from __future__ import annotations
@@ -32,18 +36,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"largest image area in pixels (default: {DEFAULT_MAX_PIXELS})")
     parser.add_argument("--dtype", choices=DTYPE_NAMES, default="auto",
                         help="dtype of the written weights (auto: the base checkpoint's)")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="a `vis-embed eval` results.json whose metrics go on the model card "
+                             "(default: the adapter's last recorded evaluation, if any)")
 
 
 def run(args: argparse.Namespace) -> int:
     from vis_embed.errors import ConfigError
     from vis_embed.model.export import export_sentence_transformers
+    from vis_embed.model.model_card import export_facts, write_model_card
 
     if args.model is None and args.adapter is None:
         raise ConfigError("give MODEL, --adapter, or both")
+    results = _read_results(args.results) if args.results is not None else None  # checked before the export
     out = export_sentence_transformers(
         args.model, args.out, adapter=args.adapter, query_instruction=args.query_instruction or None,
         document_instruction=args.document_instruction or None, min_pixels=args.min_pixels,
         max_pixels=args.max_pixels, dtype=args.dtype)
+    write_model_card(out, export_facts(args.adapter, _card_base(args.model, args.adapter), results),
+                     merged=True)
     print(f"sentence-transformers model written to {out} "
           f"(SentenceTransformer({str(out)!r}); vllm serve {out} --runner pooling --convert embed)")
     return 0
+
+
+def _read_results(path: Path) -> dict:
+    import json
+
+    from vis_embed.errors import ConfigError
+
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"--results {path}: not a readable results.json ({exc})") from None
+    if not isinstance(results, dict) or not isinstance(results.get("datasets"), dict):
+        raise ConfigError(f"--results {path}: no 'datasets' (expected a `vis-embed eval` results.json)")
+    return results
+
+
+def _card_base(model: str | None, adapter: Path | None) -> str:
+    """The base model named on the card: MODEL, else the adapter's recorded base."""
+    from vis_embed.errors import ConfigError
+    from vis_embed.model.export import absolute_model_reference, base_model_of
+
+    if model is not None:
+        return absolute_model_reference(model)
+    try:
+        return base_model_of(adapter)
+    except ConfigError:  # a projection head records its base in its own config
+        from vis_embed.model.projection_head import head_base_model
+
+        return str(head_base_model(adapter))

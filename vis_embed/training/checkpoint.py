@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from vis_embed.errors import ConfigError
-from vis_embed.io import atomic_directory, atomic_write_json, atomic_write_text
+from vis_embed.io import atomic_directory, atomic_write_json
 from vis_embed.model.export import absolute_model_reference
 from vis_embed.model.projection_head import HEAD_CONFIG, load_head, save_head
 from vis_embed.distributed import barrier, broadcast_object, get_rank, is_main_process
@@ -150,14 +150,15 @@ def write_final_extras(directory: Path, processor: Any, recipe: dict[str, Any], 
                        steps: int) -> None:
     """What ``final/`` adds to the weights: the processor (so the directory is self-describing)
     and the model card ``README.md`` (``data``: the TrainDataConfig); main process only."""
-    from vis_embed.training.model_card import model_card
+    from vis_embed.model.model_card import write_model_card
 
     if processor is not None:
         processor.save_pretrained(str(directory))
-    datasets = [{"name": d.name, "kind": d.kind, "path": d.path, "weight": d.weight} for d in data.datasets]
-    card = model_card(absolute_model_reference(str(recipe["model"])), recipe, steps, datasets,
-                      adapter=(directory / "adapter_config.json").is_file() or (directory / HEAD_CONFIG).is_file())
-    atomic_write_text(directory / "README.md", card)
+    datasets = [{"name": d.name, "kind": d.kind, "path": str(d.path), "weight": d.weight} for d in data.datasets]
+    write_model_card(directory, {
+        "base_model": absolute_model_reference(str(recipe["model"])), "recipe": recipe, "steps": steps,
+        "datasets": datasets, "evaluation": None,
+        "adapter": (directory / "adapter_config.json").is_file() or (directory / HEAD_CONFIG).is_file()})
 
 
 def write_trainer_state(directory: Path, state: dict[str, Any]) -> None:

@@ -115,6 +115,9 @@ class LoggingConfig(_Strict):
     every: int = Field(1, ge=1)
     tensorboard: bool = True
     progress_bar: bool = True
+    wandb: bool = False                      # Weights & Biases (extra vis_embed[wandb]); main process only
+    wandb_project: str | None = None         # default "vis_embed"
+    wandb_run_name: str | None = None        # default: the output directory's name
 
 
 class Recipe(_Strict):
@@ -222,6 +225,7 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | None = No
 # Optional extras a recipe can ask for: (importable module, pip package, extra of vis_embed).
 DEEPSPEED = ("deepspeed", "deepspeed", "deepspeed")
 FLASH_ATTENTION = ("flash_attn", "flash-attn", "gpu")
+WANDB = ("wandb", "wandb", "wandb")
 
 
 def check_optional_dependencies(recipe: Recipe, source: str = "recipe") -> None:
@@ -235,6 +239,8 @@ def check_optional_dependencies(recipe: Recipe, source: str = "recipe") -> None:
         needed.append((DEEPSPEED, f"deepspeed: {recipe.deepspeed}"))
     if recipe.model_options.attn_implementation == "flash_attention_2":
         needed.append((FLASH_ATTENTION, "model_options.attn_implementation: flash_attention_2"))
+    if recipe.logging.wandb:
+        needed.append((WANDB, "logging.wandb: true"))
     for (module, package, extra), field in needed:
         if find_spec(module) is None:
             raise ConfigError(f"recipe {source} needs {package} ({field}): pip install 'vis_embed[{extra}]'")

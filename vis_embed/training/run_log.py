@@ -1,7 +1,10 @@
-"""The training log: console (tqdm bar or lines), TensorBoard and ``train_log.jsonl``.
+"""The training log: console (tqdm bar or lines), TensorBoard, Weights & Biases and ``train_log.jsonl``.
 
 ``train_log.jsonl`` holds one JSON object per step.  After a resume the lines of the steps
 that will be re-run are dropped first, so the file always has exactly one line per step.
+Every step's values get ``memory_gb`` added here (peak memory so far: CUDA's allocator when
+CUDA is in use, else the process's peak resident set), so the JSONL, TensorBoard and W&B
+(``logging.wandb``, :mod:`vis_embed.integrations.wandb`) receive the same scalars.
 Only the main process writes; the other ranks get a logger that does nothing.
 """
 
@@ -10,12 +13,15 @@ from __future__ import annotations
 import json
 import logging
 import math
+import resource
+import sys
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
 from vis_embed.io import atomic_write_text
-from vis_embed.training.recipe import Recipe
+from vis_embed.training.recipe import Recipe, recipe_to_dict
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +36,7 @@ class RunLogger:
         self.bar = None
         self.writer = None
         self.jsonl = None
+        self.wandb: Any = None
         if not enabled:
             return
         path = output_dir / "train_log.jsonl"
@@ -37,6 +44,11 @@ class RunLogger:
         self.jsonl = path.open("a", encoding="utf-8")
         if recipe.logging.tensorboard:
             self.writer = _tensorboard_writer(output_dir / "tensorboard", start_step)
+        if recipe.logging.wandb:  # the recipe check made sure wandb is installed
+            from vis_embed.integrations.wandb import WandbRun
+
+            self.wandb = WandbRun(output_dir, recipe_to_dict(recipe), recipe.logging.wandb_project,
+                                  recipe.logging.wandb_run_name, resume=start_step > 0)
         if show_progress:
             self.bar = tqdm(total=recipe.max_steps, initial=start_step, desc="train", unit="step",
                             dynamic_ncols=True)
@@ -44,6 +56,7 @@ class RunLogger:
     def log(self, step: int, values: dict[str, float]) -> None:
         if not self.enabled:
             return
+        values = {**values, "memory_gb": peak_memory_gb()}
         record = {"step": step, **{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                                    for k, v in values.items()}}
         self.jsonl.write(json.dumps(record) + "\n")
@@ -52,6 +65,8 @@ class RunLogger:
             for key, value in values.items():
                 if isinstance(value, (int, float)) and math.isfinite(value):
                     self.writer.add_scalar(f"train/{key}", value, step)
+        if self.wandb is not None and step % self.every == 0:
+            self.wandb.log(step, values)
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{values['loss']:.4f}", tau=f"{values['tau']:.4f}",
@@ -65,8 +80,20 @@ class RunLogger:
             self.bar.close()
         if self.writer is not None:
             self.writer.close()
+        if self.wandb is not None:
+            self.wandb.close()
         if self.jsonl is not None:
             self.jsonl.close()
+
+
+def peak_memory_gb() -> float:
+    """Peak memory of this process so far, in GiB: CUDA's allocator peak when CUDA has been
+    used (torch is already imported by then), else the peak resident set size."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**30
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / (2**30 if sys.platform == "darwin" else 2**20)
 
 
 def _lines_before(path: Path, start_step: int) -> str:

@@ -1,0 +1,17 @@
+"""Bridges to other tools' ecosystems: mteb / MIEB evaluation (:mod:`.mteb`, :mod:`.mteb_tasks`).
+
+Each bridge needs an optional extra (``pip install 'vis_embed[mteb]'``); :func:`require`
+turns a missing one into a one-line :class:`~vis_embed.errors.ConfigError` naming the extra.
+"""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+from vis_embed.errors import ConfigError
+
+
+def require(module: str, extra: str, needed_for: str) -> None:
+    """Raise ConfigError naming ``vis_embed[extra]`` when ``module`` is not installed."""
+    if find_spec(module) is None:
+        raise ConfigError(f"{needed_for} needs the {module} package: pip install 'vis_embed[{extra}]'")

@@ -1,0 +1,183 @@
+"""The model card (``README.md``): the one card writer of training runs and ``vis-embed export``.
+
+A Hugging Face model card: YAML front matter with Hub metadata (``library_name``,
+``base_model``, ``pipeline_tag``, ``tags``, ``datasets`` and a ``model-index`` with the last
+evaluation's results) + Markdown (training settings, data, evaluation, use), so a directory can
+be pushed to the Hub as is and ``huggingface_hub.ModelCard`` / ``metadata_load`` read it.
+
+What a card is written from, its *facts*, is stored beside it in ``model_card.json``:
+``{base_model, recipe, steps, datasets, adapter, evaluation}``.  That is how a card is kept
+current after the fact:
+
+* a training run's ``final/`` gets its card when training ends (``evaluation``: none yet);
+* ``vis-embed eval --adapter RUN/final`` (:func:`record_evaluation`) stores the evaluation
+  summary in the facts and rewrites the card: the run's *last* evaluation is on the card;
+* ``vis-embed export --adapter RUN/final`` writes a card into the exported directory from the
+  adapter's facts (a merged model: ``library_name: sentence-transformers``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vis_embed.config import get_dotted
+from vis_embed.io import atomic_write_json, atomic_write_text
+
+FACTS_FILE = "model_card.json"
+CARD_FILE = "README.md"
+PIPELINE_TAG = "feature-extraction"
+
+# Recipe keys shown in the card's training table (dotted paths into the recipe dict).
+CARD_RECIPE_KEYS = ("max_steps", "global_batch_size", "seed", "optimizer.lr", "optimizer.decay",
+                    "adaptation", "loss.kind", "loss.identity_mask", "lora.r", "lora.alpha", "temperature.init",
+                    "temperature.learnable", "schedule")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join("" if cell is None else str(cell) for cell in row) + " |" for row in rows]
+    return lines
+
+
+def evaluation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
+    """What a card keeps of a ``results.json``: each dataset's primary metric (percent) with its
+    meta-task / split / benchmark, the group means, and the model fingerprint evaluated."""
+    datasets = {}
+    for name, entry in results.get("datasets", {}).items():
+        primary = entry.get("primary")
+        value = entry.get("metrics", {}).get(primary)
+        if primary is None or value is None:
+            continue
+        datasets[name] = {"metric": primary, "value": float(value), "meta_task": entry.get("meta_task"),
+                          "split": entry.get("split"), "benchmark": entry.get("benchmark")}
+    return {"datasets": datasets, "groups": {k: float(v) for k, v in results.get("groups", {}).items()},
+            "model_fingerprint": results.get("model", {}).get("fingerprints", {}).get("model")}
+
+
+def _library_name(recipe: Mapping[str, Any], adapter: bool, merged: bool) -> str:
+    if merged:
+        return "sentence-transformers"
+    if recipe.get("adaptation") == "head":
+        return "vis_embed"
+    return "peft" if adapter else "transformers"
+
+
+def _model_index(name: str, evaluation: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+    """``model-index`` (the Hub's eval-results schema) of an evaluation summary."""
+    if not evaluation or not evaluation.get("datasets"):
+        return None
+    results = [{"task": {"type": PIPELINE_TAG, "name": entry.get("meta_task") or "retrieval"},
+                "dataset": {"name": dataset, "type": dataset,
+                            **({"split": entry["split"]} if entry.get("split") else {})},
+                "metrics": [{"type": entry["metric"], "name": entry["metric"], "value": round(entry["value"], 4)}]}
+               for dataset, entry in evaluation["datasets"].items()]
+    return [{"name": name, "results": results}]
+
+
+def front_matter(facts: Mapping[str, Any], merged: bool = False) -> dict[str, Any]:
+    """The card's Hub metadata."""
+    recipe = facts.get("recipe") or {}
+    adapter = bool(facts.get("adapter"))
+    tags = ["vis_embed", "embeddings", "multimodal", "sentence-similarity"]
+    if adapter and recipe.get("adaptation") != "head" and not merged:
+        tags.append("lora")
+    metadata: dict[str, Any] = {"base_model": facts["base_model"],
+                                "library_name": _library_name(recipe, adapter, merged),
+                                "pipeline_tag": PIPELINE_TAG, "tags": tags}
+    datasets = [d["name"] for d in facts.get("datasets") or [] if d.get("name")]
+    if datasets:
+        metadata["datasets"] = datasets
+    model_index = _model_index(facts.get("name") or f"{Path(str(facts['base_model'])).name}-vis_embed",
+                               facts.get("evaluation"))
+    if model_index:
+        metadata["model-index"] = model_index
+    return metadata
+
+
+def model_card(facts: Mapping[str, Any], merged: bool = False) -> str:
+    """Markdown of the card (front matter + body) of ``facts`` (see the module docstring)."""
+    base_model, recipe = facts["base_model"], facts.get("recipe") or {}
+    adapter = bool(facts.get("adapter")) and not merged
+    kind = ("Merged model" if merged else "Projection head" if recipe.get("adaptation") == "head"
+            else "LoRA adapter" if adapter else "Model")
+    lines = ["---", yaml.safe_dump(front_matter(facts, merged), sort_keys=False).rstrip(), "---", "",
+             f"# {kind} for `{base_model}` (vis_embed)", "",
+             ("Instruction-conditioned multimodal embedding model trained with vis_embed "
+              "(last-token pooling, L2-normalised vectors, `chat` prompt format)."), "", "## Training", ""]
+    lines += _table(["key", "value"], [("base model", base_model), ("steps completed", facts.get("steps"))]
+                    + [(key, value) for key in CARD_RECIPE_KEYS if (value := get_dotted(recipe, key)) is not None])
+    lines += ["", "## Data", ""]
+    lines += _table(["dataset", "kind", "file", "weight"],
+                    [(d.get("name"), d.get("kind"), d.get("path"), d.get("weight"))
+                     for d in facts.get("datasets") or []])
+    lines += ["", "## Evaluation", ""] + _evaluation_lines(facts.get("evaluation"))
+    use = ("vis-embed encode --model THIS_DIR --input items.jsonl --output emb.npy" if merged or not adapter
+           else f"vis-embed encode --model {base_model} --adapter THIS_DIR --input items.jsonl --output emb.npy")
+    lines += ["", "## Use", "", "```bash", use]
+    if adapter:
+        lines.append("vis-embed export --adapter THIS_DIR --out st_model   # sentence-transformers / vLLM")
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
+    if not evaluation or not (evaluation.get("datasets") or evaluation.get("groups")):
+        return [("Not evaluated when this card was written: `vis-embed eval --model BASE "
+                 "--adapter THIS_DIR ...` (docs/evaluation.md) adds the results here.")]
+    lines = _table(["dataset", "meta-task", "split", "metric", "score"],
+                   [(name, e.get("meta_task"), e.get("split"), e["metric"], f"{e['value']:.2f}")
+                    for name, e in evaluation.get("datasets", {}).items()])
+    if evaluation.get("groups"):
+        lines += [""] + _table(["benchmark group", "mean"],
+                               [(name, f"{score:.2f}") for name, score in evaluation["groups"].items()])
+    return lines
+
+
+def write_model_card(directory: Path, facts: Mapping[str, Any], merged: bool = False) -> Path:
+    """Write ``directory/README.md`` and the facts it was written from (``model_card.json``)."""
+    directory = Path(directory)
+    atomic_write_json(directory / FACTS_FILE, dict(facts))
+    return atomic_write_text(directory / CARD_FILE, model_card(facts, merged))
+
+
+def read_facts(directory: Path) -> dict[str, Any] | None:
+    """The card facts stored in ``directory`` (None: no vis_embed card there)."""
+    path = Path(directory) / FACTS_FILE
+    if not path.is_file():
+        return None
+    try:
+        facts = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return None
+    return facts if isinstance(facts, dict) and facts.get("base_model") else None
+
+
+def record_evaluation(directory: Path, results: Mapping[str, Any]) -> bool:
+    """Put an evaluation's results on the card of ``directory`` (a run's ``final/``, or any
+    directory with a vis_embed card); returns False when there is no card to update."""
+    facts = read_facts(directory)
+    if facts is None:
+        return False
+    facts["evaluation"] = evaluation_summary(results)
+    write_model_card(directory, facts)
+    return True
+
+
+def export_facts(adapter: str | Path | None, base_model: str,
+                 results: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Card facts of an exported model built on ``base_model``: the adapter's own facts when it
+    has a card (training settings, data, last evaluation); ``results`` (a results.json)
+    replaces the evaluation."""
+    facts = dict(read_facts(adapter) or {}) if adapter is not None else {}
+    facts.setdefault("recipe", {})
+    facts.setdefault("datasets", [])
+    facts["base_model"] = base_model
+    facts["adapter"] = adapter is not None
+    if results is not None:
+        facts["evaluation"] = evaluation_summary(results)
+    return facts
