@@ -112,7 +112,7 @@ class ManifestEntry(BaseModel):
         try:  # a peer layout's extra keys are options: the same types and vocabularies
             DatasetOptions.model_validate(extras)
         except ValidationError as exc:
-            first = format_validation_error(exc, "")[0]
+            first = format_validation_error(exc, None)[0]
             raise invalid(first.reason, first.field) from None
 
     def _check_taxonomy(self) -> None:
