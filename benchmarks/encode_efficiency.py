@@ -113,7 +113,8 @@ def print_breakdown(function: Any, matrix_flops: int, peak: float, device: torch
         kind = "matrix" if event.key in MATRIX_OPS else "attention" if "attention" in event.key else "other"
         seconds[kind] += getattr(event, attribute) / 1e6
     total = sum(seconds.values())
-    print(f"profiled encode: {total:.2f} s of operator time on the model's thread; matrix products {seconds['matrix']:.2f} s "
+    print(f"profiled encode: {total:.2f} s of operator time on the model's thread; "
+          f"matrix products {seconds['matrix']:.2f} s "
           f"({seconds['matrix'] / total:.0%}) at {matrix_flops / seconds['matrix'] / 1e9:.1f} GFLOP/s "
           f"= {matrix_flops / seconds['matrix'] / peak:.2f} of the GEMM peak; attention "
           f"{seconds['attention']:.2f} s ({seconds['attention'] / total:.0%}); element-wise, copies and the "

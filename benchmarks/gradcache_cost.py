@@ -134,7 +134,8 @@ def main() -> int:
                 command = [sys.executable, __file__, "--_one", "--_batch", str(batch_size), "--_chunk", str(chunk),
                            "--_image_dir", scratch, "--model", model, "--dtype", args.dtype,
                            "--image-side", str(args.image_side), "--repeats", str(args.repeats),
-                           "--warmup", str(args.warmup), "--max-padding", str(args.max_padding)] + (["--threads", str(args.threads)] if args.threads else []) + (["--gradient-checkpointing"]
+                           "--warmup", str(args.warmup), "--max-padding", str(args.max_padding)] \
+            + (["--threads", str(args.threads)] if args.threads else []) + (["--gradient-checkpointing"]
                                                             if args.gradient_checkpointing else [])
                 proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ})
                 line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
@@ -147,7 +148,8 @@ def main() -> int:
                       f"step {row['step_s']:.3f}s  {row['samples_per_s']:.1f} samples/s  "
                       f"peak {row['peak_mb']:.0f} MB  padded max {row['padded_fraction_max']:.1%} "
                       f"mean {row['padded_fraction_mean']:.1%}", flush=True)
-    print("\n| global batch | mode | step (s) | GradCache / plain | peak memory (MB) | padded tokens per chunk (max / mean) |")
+    print("\n| global batch | mode | step (s) | GradCache / plain | peak memory (MB) "
+          "| padded tokens per chunk (max / mean) |")
     print("|---|---|---|---|---|---|")
     plain = {r["batch_size"]: r for r in rows if r["chunk_size"] == 0}
     for row in rows:

@@ -141,7 +141,8 @@ def main() -> None:
 
     labels = {"exact-bf16": "vis_embed exact-bf16", "faiss": "faiss exact (knn, IP)", "numpy": "numpy chunked matmul"}
     for name in methods:
-        print(f"{labels[name]:30s} {stats[name]['seconds']:9.1f} s  {args.queries / stats[name]['seconds']:9.1f} queries/s  "
+        print(f"{labels[name]:30s} {stats[name]['seconds']:9.1f} s  "
+              f"{args.queries / stats[name]['seconds']:9.1f} queries/s  "
               f"peak RSS {stats[name]['peak_gib']:.2f} GiB (+{stats[name]['extra_gib']:.2f} GiB during the search)")
     for name in methods:
         if name != "numpy":
@@ -156,7 +157,8 @@ def main() -> None:
             built = time.perf_counter()
             _, ivf_ids = search(index, queries, args.k)
             search_seconds = time.perf_counter() - built
-        recall = np.mean([len(set(a) & set(b)) / args.k for a, b in zip(ivf_ids.tolist(), ids["numpy"].tolist(), strict=True)])
+        recall = np.mean([len(set(a) & set(b)) / args.k
+                          for a, b in zip(ivf_ids.tolist(), ids["numpy"].tolist(), strict=True)])
         print(f"{'faiss IVF (nlist ' + str(args.ivf_nlist) + ', nprobe ' + str(index.nprobe) + ')':30s} "
               f"{search_seconds:9.1f} s  {args.queries / search_seconds:9.1f} queries/s  "
               f"(+{ivf_stats['seconds'] - search_seconds:.1f} s training/adding)  recall@{args.k} vs exact "

@@ -107,7 +107,8 @@ def while_running(action: Callable[[], Any], meanwhile: Callable[[], Any], delay
 
 def case_poison(server: Server, clients: int, requests: int) -> tuple[str, str, bool]:
     surrogate = b'{"model": "probe", "input": ["\\ud800"]}'
-    infinite = f'{{"model": "probe", "input": [{{"image": "{png_uri((8, 8))}", "bbox": [0, 0, Infinity, 5]}}]}}'.encode()
+    image = png_uri((8, 8))
+    infinite = f'{{"model": "probe", "input": [{{"image": "{image}", "bbox": [0, 0, Infinity, 5]}}]}}'.encode()
 
     def normal_client(_: int) -> list[int]:
         return [post(server.url, NORMAL)[0] for _ in range(requests)]

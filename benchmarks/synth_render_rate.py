@@ -7,7 +7,8 @@ Target (issue 4): the ``small`` preset renders in well under a minute on 2 CPU c
 
 ``small`` is generated end to end (plan + render + write, the real command).  ``full`` is
 ~67K images at 224 px (several GB): by default only a sample of its render jobs (10
-contiguous blocks spread over the plan) is rendered and the total is extrapolated from the measured rate (printed as such);
+contiguous blocks spread over the plan) is rendered and the total is extrapolated from the
+measured rate (printed as such);
 ``--full`` renders it completely.
 """
 

@@ -209,7 +209,8 @@ def convert_mmeb_train(inputs: list[str | Path], out_dir: str | Path, *, image_r
 
     ``image_root``: the folder the ``*_image_path`` values are relative to (default: the
     source file's folder).  An input may be a hub dataset id (``TIGER-Lab/MMEB-train``; all
-    configs, or ``subsets``), read with ``datasets.load_dataset`` (:mod:`data_prep.hub`).  Returns the report (also written to ``OUT/mmeb_train_report.json``).
+    configs, or ``subsets``), read with ``datasets.load_dataset`` (:mod:`data_prep.hub`).
+    Returns the report (also written to ``OUT/mmeb_train_report.json``).
     """
     out_dir = Path(out_dir)
     inputs = resolve_inputs(inputs, out_dir, split, hub, subsets, image_root)  # hub ids -> OUT/hub/

@@ -31,12 +31,23 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
     return get
 
 
+# Where the project's ``../shared`` lives; tests may point it elsewhere (e.g. to a missing
+# folder, to check that a fresh clone skips the reference-parity tests instead of failing).
+SHARED_DIR_ENV = "VIS_EMBED_TEST_SHARED_DIR"
+
+
 @pytest.fixture(scope="session")
 def shared_reference() -> Path:
-    """``../shared/reference`` beside the repository (published tables and peer score files)."""
-    path = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+    """``../shared/reference`` beside the repository (published tables and peer score files).
+
+    A user's clone has no ``../shared``: the tests that compare against it are skipped with the
+    reason (CI has it and runs them).
+    """
+    shared = os.environ.get(SHARED_DIR_ENV) or Path(__file__).resolve().parents[1].parent / "shared"
+    path = Path(shared) / "reference"
     if not path.is_dir():
-        pytest.fail(f"shared reference data not found at {path}")
+        pytest.skip(f"reference-parity test: needs the project's shared reference data at {path} "
+                    f"(absent in a fresh clone; set {SHARED_DIR_ENV} to its folder)")
     return path
 
 

@@ -3,6 +3,8 @@
 The import graph is read from the source (the AST of every module, imports inside functions
 included), not from what a test run happens to import, so a lazy import that closes a
 circle or crosses a layer is caught too.  docs/architecture.md describes the layers.
+Command-line modules are the ones the CLI's command registry (``vis_embed.cli.COMMANDS``)
+names, plus the dispatcher itself: what a module does, not what its file is called.
 """
 
 from __future__ import annotations
@@ -19,9 +21,32 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("vis_embed", "data_prep")
 MAX_MODULE_LINES = 400
 
+# The layers, lowest first: a module may import its own layer and those below, never above.
+# (A module belongs to the longest entry that prefixes its name; the root package "vis_embed"
+# only to itself.)
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("vis_embed.errors",),
+    ("vis_embed.io", "vis_embed.config", "vis_embed.distributed", "vis_embed.resources",
+     "vis_embed.embedding_cache",
+     "vis_embed.integrations"),  # optional sinks the library reports to (W&B)
+    ("vis_embed.data",),
+    ("data_prep",),
+    ("vis_embed.model",),
+    ("vis_embed.sampling",),
+    ("vis_embed.training",),
+    ("vis_embed.evaluation",),
+    ("vis_embed.serving",
+     # integrations built on evaluation (mteb's evaluator)
+     "vis_embed.integrations.mteb", "vis_embed.integrations.mteb_tasks", "vis_embed.integrations.mteb_cli"),
+    ("vis_embed.quickstart",),
+    # the package's public API (re-exports) and the command-line dispatcher
+    ("vis_embed", "vis_embed.cli", "vis_embed.__main__"),
+)
+ROOT_PACKAGE = "vis_embed"
+
 # Distribution name -> import name, where they differ and the distribution may not be installed.
 IMPORT_NAMES = {"pillow": "PIL", "pyyaml": "yaml", "faiss-cpu": "faiss", "faiss-gpu": "faiss",
-                "qwen-vl-utils": "qwen_vl_utils", "scikit-learn": "sklearn", "opencv-python": "cv2"}
+                "scikit-learn": "sklearn", "opencv-python": "cv2"}
 # Distributions imported under another package's name: torch.utils.tensorboard is tensorboard.
 IMPORTED_AS = {"tensorboard": "torch.utils.tensorboard"}
 # Distributions declared because a dependency needs them at run time without declaring them
@@ -121,10 +146,24 @@ def _cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
     return found
 
 
+@lru_cache(maxsize=None)
+def command_modules() -> frozenset[str]:
+    """The command-line modules: each command's module in the registry, and the dispatcher."""
+    from vis_embed.cli import COMMANDS
+
+    return frozenset({target.partition(":")[0] for target, _help in COMMANDS.values()}
+                     | {"vis_embed.cli", "vis_embed.__main__"})
+
+
 def is_cli(module: str) -> bool:
-    """Command-line modules: ``cli.py``, ``*_cli.py`` and ``__main__.py`` in any package."""
-    leaf = module.rpartition(".")[2]
-    return leaf in ("cli", "__main__") or leaf.endswith("_cli")
+    return module in command_modules()
+
+
+def layer_of(module: str) -> int:
+    """Index in LAYERS of the longest entry prefixing ``module`` (-1: in no layer)."""
+    matches = [(len(entry), index) for index, entries in enumerate(LAYERS) for entry in entries
+               if module == entry or (entry != ROOT_PACKAGE and module.startswith(entry + "."))]
+    return max(matches)[1] if matches else -1
 
 
 def _in(module: str, *packages: str) -> bool:
@@ -163,6 +202,34 @@ def test_no_import_cycle() -> None:
     assert _cycles(import_graph()) == []
 
 
+def test_every_module_is_in_a_layer() -> None:
+    assert layer_of("vis_embed.not_yet_placed") == -1  # a new subpackage must be placed explicitly
+    assert sorted(module for module in import_graph() if layer_of(module) < 0) == []
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    upward = sorted(f"{module} imports {target}" for module, targets in import_graph().items()
+                    for target in targets if layer_of(target) > layer_of(module))
+    assert upward == []
+
+
+def test_the_layer_check_sees_an_upward_arrow() -> None:
+    """Guards the check above: the real graph's arrows, turned round, are upward."""
+    assert layer_of("vis_embed.training.trainer") > layer_of("vis_embed.model.embedder") > layer_of("vis_embed.data")
+    assert layer_of("vis_embed.cli") > layer_of("vis_embed.quickstart.pipeline") > layer_of("vis_embed.serving.app")
+    assert layer_of("vis_embed.evaluation.report") > layer_of("vis_embed.training.recipe")
+
+
+def test_command_modules_come_from_the_registry() -> None:
+    """Every registered command's module exists, and a module named like a command module
+    (``cli.py``, ``*_cli.py``) is one: library code is not named ``*_cli``."""
+    modules = _sources()
+    assert sorted(command_modules() - set(modules)) == []
+    named_like_cli = {module for module in modules
+                      if module.rpartition(".")[2] == "cli" or module.endswith("_cli")}
+    assert sorted(named_like_cli - command_modules()) == []
+
+
 def test_data_and_data_prep_import_no_model_training_or_evaluation() -> None:
     assert _violations(lambda module: _in(module, "vis_embed.data", "data_prep"),
                        ("vis_embed.model", "vis_embed.training", "vis_embed.evaluation")) == []
@@ -175,6 +242,21 @@ def test_model_imports_no_training_evaluation_or_cli() -> None:
 
 def test_no_library_module_imports_a_cli_module() -> None:
     assert _violations(lambda module: not is_cli(module), cli=True) == []
+
+
+def _print_calls(path: Path) -> list[int]:
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"]
+
+
+def test_library_modules_log_instead_of_printing(tmp_path: Path) -> None:
+    """Only command modules print (their results); the library logs (logging.getLogger(__name__)),
+    which the command line shows on stderr and a library user configures."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import logging\nlogging.getLogger(__name__).info('x')\nif True:\n    print('y')\n")
+    assert _print_calls(probe) == [4]
+    printing = {module: _print_calls(path) for module, path in _sources().items() if not is_cli(module)}
+    assert {module: lines for module, lines in printing.items() if lines} == {}
 
 
 def test_no_module_over_the_line_limit() -> None:

@@ -90,5 +90,5 @@ def test_every_configuration_speaks_the_same_way(tmp_path: Path) -> None:
         load_train_config(tmp_path / "train.yaml")
     with pytest.raises(DataError, match=r"bench.yaml:3: field 'datasets\[0\].name': required key missing"):
         load_benchmark(tmp_path / "bench.yaml")
-    with pytest.raises(ConfigError, match=r"recipe.yaml: field 'model': required key missing"):
+    with pytest.raises(ConfigError, match=r"recipe.yaml:1: field 'model': required key missing"):
         load_recipe(tmp_path / "recipe.yaml")

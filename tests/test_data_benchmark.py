@@ -58,12 +58,13 @@ def test_manifest_round_trip(bench_dir: Path) -> None:
     assert cand.path == bench_dir / "eval" / "cand.jsonl" and cand.image_root == bench_dir / "eval" / "images"
     assert gal.benchmark == "MVEB"  # inferred from the meta-task
     assert gal.query_instruction == "Find the same object."
-    assert peer.options == {"margin": 0.1} and peer.path == bench_dir / "eval" / "pairs2afc.jsonl"
+    assert peer.options.as_dict() == {"margin": 0.1} and peer.path == bench_dir / "eval" / "pairs2afc.jsonl"
     assert peer.image_root == bench_dir / "eval"  # default: the data file's folder
     assert bench.dataset("NearID") is peer
     first = bench.fingerprint()
     assert load_benchmark(bench.path).fingerprint() == first
-    write_table(bench_dir / "eval" / "cand.jsonl", [{"id": "c9", "query": {"text": "x"}, "candidates": [{"text": "y"}]}])
+    write_table(bench_dir / "eval" / "cand.jsonl",
+                [{"id": "c9", "query": {"text": "x"}, "candidates": [{"text": "y"}]}])
     assert load_benchmark(bench.path).fingerprint() != first
 
 
@@ -103,6 +104,10 @@ def test_gallery_query_without_answer_is_an_error(bench_dir: Path) -> None:
     # the wording of every configuration (recipe, data config, manifest): vis_embed.config
     ({"split": None}, r"benchmark.yaml:3: field 'datasets\[0\].split': required key missing"),
     ({"name": 3}, r"field 'datasets\[0\].name': expected a non-empty string"),
+    # dataset options: typed, checked here once (not where evaluation uses them)
+    ({"options": {"index": "hnsw"}}, r"benchmark.yaml:\d+: field 'datasets\[0\].options.index': unknown index kind"),
+    ({"options": {"tie_policy": "last"}}, r"field 'datasets\[0\].options.tie_policy': unknown tie policy 'last'"),
+    ({"options": {"depth": "deep"}}, r"field 'datasets\[0\].options.depth': .*valid integer"),
 ])
 def test_malformed_manifest_entries(bench_dir: Path, change: dict, pattern: str) -> None:
     entry = {**CAND, **change}
@@ -111,10 +116,18 @@ def test_malformed_manifest_entries(bench_dir: Path, change: dict, pattern: str)
         load_benchmark(_manifest(bench_dir, [entry]))
 
 
+def test_a_peer_layouts_extra_keys_are_options_and_checked_like_them(bench_dir: Path) -> None:
+    spec = load_benchmark(_manifest(bench_dir, [{**PEER, "seed": 3, "options": {"ks": [1, 2]}}])).datasets[0]
+    assert (spec.options.seed, spec.options.ks, spec.options.get("margin")) == (3, (1, 2), 0.1)
+    with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[0\].index': unknown index kind 'hnsw'"):
+        load_benchmark(_manifest(bench_dir, [{**PEER, "index": "hnsw"}]))
+
+
 def test_malformed_manifest_top_level(bench_dir: Path) -> None:
     with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'seed': unknown key"):
         load_benchmark(_manifest(bench_dir, [CAND], seed=1))
-    with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[1\].name': duplicate dataset name 'ImageNet-1K'"):
+    with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[1\].name': "
+                                        r"duplicate dataset name 'ImageNet-1K'"):
         load_benchmark(_manifest(bench_dir, [CAND, CAND]))
     (bench_dir / "dup.yaml").write_text("name: a\nname: b\ndatasets: []\n")
     with pytest.raises(DataError, match=r"dup.yaml:2: field 'name': duplicate key"):
@@ -124,7 +137,8 @@ def test_malformed_manifest_top_level(bench_dir: Path) -> None:
 @pytest.mark.parametrize("row, pattern", [
     ({"id": "x", "query": {"text": "q"}}, r"cand.jsonl:1: field 'candidates': missing required field"),
     ({"id": "x", "query": {"text": "q"}, "candidates": []}, r"field 'candidates': expected a non-empty list"),
-    ({"id": "x", "query": {"text": "q"}, "candidates": [{"text": 5}]}, r"field 'candidates\[0\].text': must be a string"),
+    ({"id": "x", "query": {"text": "q"}, "candidates": [{"text": 5}]},
+     r"field 'candidates\[0\].text': must be a string"),
     ({"id": "x", "query": {"image": "missing.png"}, "candidates": [{"text": "a"}]},
      r"field 'query.image': image file not found"),
     ({"query": {"text": "q"}, "candidates": [{"text": "a"}]}, r"field 'id': missing required field"),

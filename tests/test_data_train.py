@@ -353,6 +353,7 @@ def test_jsonl_parquet_equivalence_property(tmp_path_factory: pytest.TempPathFac
         folder = tmp_path_factory.mktemp("eq")
         write_table(folder / "r.jsonl", rows)
         write_table(folder / "r.parquet", rows)
-        assert [r for _, r in read_table(folder / "r.parquet")] == [r for _, r in read_table(folder / "r.jsonl")] == rows
+        from_parquet = [r for _, r in read_table(folder / "r.parquet")]
+        assert from_parquet == [r for _, r in read_table(folder / "r.jsonl")] == rows
 
     check()

@@ -28,7 +28,7 @@ import pytest
 from vis_embed.cli import main
 
 HERE = Path(__file__).resolve().parent
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 SUMMARY = re.compile(r"rank (\d+) of 2: encoded (\d+) items in (\d+) shards; reused (\d+) finished shards")
 
 

@@ -3,10 +3,11 @@
 One torchrun launch (2 ranks) trains the same three global batches under DDP + GradCache,
 DeepSpeed ZeRO-2 + GradCache, ZeRO-3 + GradCache and ZeRO-2 without GradCache (a stand-in
 encoder, exact and fast), then runs the real trainer on the tiny Qwen-VL with the shipped
-ds_configs/zero2.json and zero3.json; every rank holds half of each batch.  The loss of each step -- computed over the gathered global batch
--- must equal the single-process loss of the same global batch, and the trained weights and
-tau must match, which also proves gradients are scaled right (not averaged away by the
-reducers) and that the optimiser steps exactly once per global batch.
+ds_configs/zero2.json and zero3.json; every rank holds half of each batch.  The loss of each
+step -- computed over the gathered global batch -- must equal the single-process loss of the
+same global batch, and the trained weights and tau must match, which also proves gradients are
+scaled right (not averaged away by the reducers) and that the optimiser steps exactly once per
+global batch.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 
 

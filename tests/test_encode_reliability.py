@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ from vis_embed import Embedder
 from vis_embed.cli import main
 from vis_embed.data.images import MAX_ASPECT_RATIO, fit_aspect_ratio, load_image
 from vis_embed.errors import DataError
-from vis_embed.model import encode_cli
+from vis_embed.model import encode_file
 from vis_embed.model.embedder import NonFiniteEmbeddingError
 from vis_embed.model.embedding_model import EmbeddingModel
 
@@ -150,23 +149,23 @@ def test_stale_rejects_are_removed_and_a_half_written_set_is_refused(tiny_checkp
     good = _write(tmp_path / "good.jsonl", [{"text": "a"}, {"text": "b"}, {"text": "c"}])
     assert _encode(tiny_checkpoint(), good, output) == 0
     assert not (tmp_path / "emb.rejects.jsonl").exists()  # it described the previous output
-    embeddings, alignment = encode_cli.read_encoded(output)
+    embeddings, alignment = encode_file.read_encoded(output)
     assert embeddings.shape[0] == 3 and alignment["lines"] == [1, 2, 3]
 
     def killed(*_args, **_kwargs):  # the process dies while writing the new set
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(encode_cli.np, "save", killed)
+    monkeypatch.setattr(encode_file.np, "save", killed)
     assert _encode(tiny_checkpoint(), _write(tmp_path / "two.jsonl", [{"text": "x"}, {"text": "y"}]), output) == 130
     monkeypatch.undo()
-    assert encode_cli.read_encoded(output)[0].shape[0] == 3  # the previous set, untouched
+    assert encode_file.read_encoded(output)[0].shape[0] == 3  # the previous set, untouched
     assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []  # no temporaries
     (tmp_path / "emb.ids.json").unlink()  # as a run killed mid-swap leaves it
     with pytest.raises(DataError, match="did not finish"):
-        encode_cli.read_encoded(output)
+        encode_file.read_encoded(output)
     (tmp_path / "emb.ids.json").write_text(json.dumps({"lines": [1], "ids": [None]}))
     with pytest.raises(DataError, match="different runs"):
-        encode_cli.read_encoded(output)
+        encode_file.read_encoded(output)
 
 
 def test_a_full_disk_keeps_the_previous_set_loadable_and_exits_2(tiny_checkpoint, tmp_path, monkeypatch,
@@ -175,20 +174,20 @@ def test_a_full_disk_keeps_the_previous_set_loadable_and_exits_2(tiny_checkpoint
 
     output = tmp_path / "emb.npy"
     assert _encode(tiny_checkpoint(), _write(tmp_path / "a.jsonl", [{"text": "a"}, {"text": "b"}]), output) == 0
-    before, alignment = encode_cli.read_encoded(output)
+    before, alignment = encode_file.read_encoded(output)
     real_save = np.save
 
     def disk_full(file, array, *args, **kwargs):  # writes part of the matrix, then the disk is full
         real_save(file, array[:1], *args, **kwargs)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(encode_cli.np, "save", disk_full)
+    monkeypatch.setattr(encode_file.np, "save", disk_full)
     capsys.readouterr()
     code = _encode(tiny_checkpoint(), _write(tmp_path / "b.jsonl", [{"text": "c"}] * 3), output)
     err = capsys.readouterr().err
     assert code == 2
     assert "\nerror: " in "\n" + err.replace("\r", "\n") and "No space left on device" in err
     assert "Traceback" not in err
-    after, alignment_after = encode_cli.read_encoded(output)
+    after, alignment_after = encode_file.read_encoded(output)
     np.testing.assert_array_equal(after, before)
     assert alignment_after == alignment

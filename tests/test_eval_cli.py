@@ -89,8 +89,8 @@ def test_unknown_index_in_the_manifest_names_file_line_and_field(tmp_path: Path,
     code = main(["eval", "--model", "fake", "--benchmark", str(manifest), "--out", str(tmp_path / "o"), "--quiet"])
     assert code == 2
     error = capsys.readouterr().err
-    line = next(n for n, row in enumerate(manifest.read_text().splitlines(), 1) if "name: Gal" in row)
-    assert f"benchmark.yaml:{line}: field 'Gal.options.index': unknown index 'hnsw'" in error
+    line = next(n for n, row in enumerate(manifest.read_text().splitlines(), 1) if "index: hnsw" in row)
+    assert f"benchmark.yaml:{line}: field 'datasets[1].options.index': unknown index kind 'hnsw'" in error
 
 
 def test_mmeb_manifest_lists_the_36_datasets_with_their_groups() -> None:

@@ -3,6 +3,7 @@ galleries, cache invalidation, resume after interruption, pictures and peer-prot
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from eval_fakes import FakeEncoder, make_identity_benchmark, write_image, write_jsonl
 from PIL import Image
 
-from vis_embed.errors import ConfigError, DataError
+from vis_embed.errors import DataError
 from vis_embed.evaluation import plots, protocols
 from vis_embed.evaluation.harness import EvalSettings, Harness
 from vis_embed.data import EvalDatasetSpec as DatasetSpec
@@ -162,14 +163,27 @@ def test_index_options_match_exact_on_a_small_gallery(tmp_path: Path, index: str
     assert other["datasets"]["Gal"]["metrics"] == exact["datasets"]["Gal"]["metrics"]
 
 
-def test_unknown_index_option_fails_before_encoding(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("options", "field", "reason"), [
+    ({"index": "hnsw"}, "Gal.options.index",
+     "unknown index kind 'hnsw' (known: auto, exact, exact-bf16, exact-gpu, ivf)"),
+    ({"tie_policy": "last"}, "Gal.options.tie_policy", "unknown tie policy 'last' (known: pessimistic, first)"),
+    ({"depth": 0}, "Gal.options.depth", "greater than 0"),
+    ({"ks": [1, -5]}, "Gal.options.ks[1]", "greater than 0"),
+])
+def test_dataset_options_are_validated_when_the_spec_is_built(tmp_path: Path, options: dict, field: str,
+                                                              reason: str) -> None:
+    """Before any encoding: a spec with a bad option cannot exist (one check, one error type)."""
     files = make_identity_benchmark(tmp_path / "data")
     spec = _specs(files)[1]
-    spec.options["index"] = "hnsw"
-    encoder = FakeEncoder()
-    with pytest.raises(ConfigError, match="'Gal': options.index must be one of auto, exact, exact-bf16, exact-gpu, ivf"):
-        _run(encoder, [spec], tmp_path / "out", pictures=False)
-    assert _n_encoded(encoder) == 0
+    with pytest.raises(DataError) as info:
+        dataclasses.replace(spec, options=options)
+    assert info.value.field == field and reason in info.value.reason
+
+
+@pytest.mark.parametrize(("setting", "value"), [("index", "hnsw"), ("tie_policy", "last")])
+def test_run_settings_use_the_same_vocabulary_check(setting: str, value: str) -> None:
+    with pytest.raises(DataError, match=f"field '{setting}': unknown"):
+        EvalSettings(**{setting: value})
 
 
 def test_dataset_filter_and_max_queries(tmp_path: Path) -> None:
@@ -193,7 +207,8 @@ def test_peer_protocol_layouts_match_the_protocol_functions(tmp_path: Path) -> N
         {"id": "t1", "reference": "blue_0.png", "a": "red_1.png", "b": "blue_1.png", "label": 1},
     ])
     nearid = write_jsonl(tmp_path / "nearid.jsonl", [
-        {"id": "red", "views": ["red_0.png", "red_1.png", "red_2.png"], "negatives": ["yellow_0.png", None, "blue_0.png"]},
+        {"id": "red", "views": ["red_0.png", "red_1.png", "red_2.png"],
+         "negatives": ["yellow_0.png", None, "blue_0.png"]},
     ])
     pairs = write_jsonl(tmp_path / "pairs.jsonl", [
         {"id": f"p{i}", "a": f"{c}_0.png", "b": f"{d}_1.png", "label": int(c == d), "score": float(c == d) + 0.1 * i}
@@ -225,7 +240,8 @@ def test_peer_protocol_layouts_match_the_protocol_functions(tmp_path: Path) -> N
     b = np.stack([emb(r["b"]) for r in rows])
     sims = np.einsum("nd,nd->n", a, b)
     assert got["TLL"]["R@1"] == pytest.approx(100 * protocols.asymmetric_recall_at_k(a, b, ks=(1,))["R@1"])
-    assert got["AP"]["AP"] == pytest.approx(100 * protocols.average_precision(sims, np.array([r["label"] for r in rows])))
+    labels = np.array([r["label"] for r in rows])
+    assert got["AP"]["AP"] == pytest.approx(100 * protocols.average_precision(sims, labels))
     assert got["Corr"]["spearman"] == pytest.approx(
         100 * protocols.spearman(sims, np.array([r["score"] for r in rows])))
     assert results["groups"] == {}  # protocol scores are not mixed into P@1 groups

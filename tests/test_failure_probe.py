@@ -55,7 +55,8 @@ def world(tiny_checkpoint, tmp_path_factory) -> dict[str, Path]:
 
 
 def _jsonl(path: Path, lines: list) -> Path:
-    path.write_bytes(b"".join(x if isinstance(x, bytes) else (x if isinstance(x, str) else json.dumps(x)).encode() + b"\n"
+    path.write_bytes(b"".join(x if isinstance(x, bytes)
+                              else (x if isinstance(x, str) else json.dumps(x)).encode() + b"\n"
                               for x in lines))
     return path
 

@@ -8,8 +8,8 @@ import json
 import os
 import shutil
 import stat
+import socket
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -75,16 +75,18 @@ def test_merge_from_another_directory_matches_the_adapter(trained, tmp_path, mon
     assert np.abs(adapted - plain).max() > 1e-3  # the training changed the vectors
 
 
-def test_merge_with_a_missing_base_fails_fast(trained, tmp_path, capsys) -> None:
+def test_merge_with_a_missing_base_fails_fast(trained, tmp_path, capsys, monkeypatch) -> None:
     _base, run = trained
     adapter = tmp_path / "adapter"
     shutil.copytree(run / "final", adapter)
     config = json.loads((adapter / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = str(tmp_path / "moved-away")
     (adapter / "adapter_config.json").write_text(json.dumps(config))
-    started = time.perf_counter()
+    # "At once": the missing path is refused before anything asks the hub (no network, so no retries).
+    connections: list[object] = []
+    monkeypatch.setattr(socket.socket, "connect", lambda _self, address: connections.append(address))
     assert cli_main(["merge", str(adapter), "--out", str(tmp_path / "merged")]) == 2
-    assert time.perf_counter() - started < 10  # no hub retries
+    assert connections == []
     error = capsys.readouterr().err
     assert "base model not found" in error and "moved-away" in error and "--base" in error
     assert not (tmp_path / "merged").exists()
@@ -138,6 +140,21 @@ def test_atomic_writes_respect_the_umask(tmp_path, umask_022) -> None:
     assert _mode(tmp_path / "c") == 0o755
     os.umask(0o077)
     assert _mode(atomic_write_text(tmp_path / "private.txt", "x")) == 0o600  # a strict umask is kept
+
+
+def test_atomic_writes_never_change_the_process_umask(tmp_path, monkeypatch) -> None:
+    """The umask is process-wide: setting it (even to read it) races with every other thread
+    creating files (prefetch, serving).  The kernel applies it instead."""
+    def set_umask(_mask: int) -> int:
+        raise AssertionError("the process umask was changed")
+
+    monkeypatch.setattr(os, "umask", set_umask)
+    atomic_write_text(tmp_path / "a.txt", "x")
+    with atomic_path(tmp_path / "b.npy") as tmp:
+        tmp.write_bytes(b"x")
+    with atomic_directory(tmp_path / "c") as tmp:
+        (tmp / "inside.txt").write_text("x")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a.txt", "b.npy", "c"]
 
 
 def test_trained_files_respect_the_umask(trained) -> None:

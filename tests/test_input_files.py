@@ -19,7 +19,7 @@ from vis_embed.data.yaml_lines import load_yaml_with_lines
 from vis_embed.errors import DataError
 from vis_embed.evaluation.report import read_reference
 from vis_embed.io import read_jsonl, read_text, read_text_lines_or_errors
-from vis_embed.model import encode_cli
+from vis_embed.model import encode_file
 
 BOM = codecs.BOM_UTF8
 
@@ -53,10 +53,10 @@ def test_a_csv_table_with_a_bom_keeps_its_first_column_name(tmp_path: Path) -> N
 def test_an_items_file_starting_with_a_bom_encodes(tiny_checkpoint, tmp_path: Path) -> None:
     items = tmp_path / "items.jsonl"
     items.write_bytes(BOM + b'{"text": "first"}\n{"text": "second"}\n')
-    written = encode_cli.encode_jsonl(tiny_checkpoint(), items, tmp_path / "emb.npy", show_progress=False,
+    written = encode_file.encode_jsonl(tiny_checkpoint(), items, tmp_path / "emb.npy", show_progress=False,
                                       device="cpu", dtype="float32")
     assert written.rows == 2 and written.rejects == 0
-    embeddings, alignment = encode_cli.read_encoded(tmp_path / "emb.npy")
+    embeddings, alignment = encode_file.read_encoded(tmp_path / "emb.npy")
     assert alignment["lines"] == [1, 2] and np.isfinite(embeddings).all()
 
 

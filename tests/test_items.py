@@ -16,7 +16,7 @@ from vis_embed import Embedder
 from vis_embed.data import check_item, crop_to_bbox, load_benchmark, load_image, load_train_config, write_table
 from vis_embed.errors import DataError
 from vis_embed.evaluation.layouts import normalise_item
-from vis_embed.model.encode_cli import read_items
+from vis_embed.model.encode_file import read_items
 
 BAD_ITEMS = [
     pytest.param({"img": "a.png"}, "img", "unknown item key 'img'", id="typo-img"),
@@ -129,14 +129,17 @@ def test_bbox_crops_the_same_pixels_on_every_path(tiny_checkpoint: Callable[...,
     expected = crop_to_bbox(load_image(folder / "a.png"), BOX)
     assert expected.size == (8, 6) and expected.getpixel((1, 1)) == (0, 0, 255)
     # training: a pairs item keeps its bbox (as identity rows' query side does); the model crops
-    write_table(folder / "pairs.jsonl", [{"id": "p1", "query": {"image": "a.png", "bbox": BOX}, "positive": {"text": "t"}},
-                                         {"id": "p2", "query": {"text": "r"}, "positive": {"image": "b.png"}}])
-    (folder / "train.yaml").write_text(yaml.safe_dump({"datasets": [{"name": "p", "kind": "pairs", "path": "pairs.jsonl"}]}))
+    write_table(folder / "pairs.jsonl",
+                [{"id": "p1", "query": {"image": "a.png", "bbox": BOX}, "positive": {"text": "t"}},
+                 {"id": "p2", "query": {"text": "r"}, "positive": {"image": "b.png"}}])
+    (folder / "train.yaml").write_text(yaml.safe_dump({"datasets": [{"name": "p", "kind": "pairs",
+                                                                      "path": "pairs.jsonl"}]}))
     pairs = load_train_config(folder / "train.yaml").dataset("p")
     training_query = pairs.query_item(pairs.get("p1"))
     assert training_query == {"image": str(folder / "a.png"), "text": None, "bbox": BOX}
     # evaluation: the manifest keeps the bbox, and the model crops it
-    write_table(folder / "cand.jsonl", [{"id": "c1", "query": {"image": "a.png", "bbox": BOX}, "candidates": [{"text": "x"}]}])
+    write_table(folder / "cand.jsonl",
+                [{"id": "c1", "query": {"image": "a.png", "bbox": BOX}, "candidates": [{"text": "x"}]}])
     (folder / "bench.yaml").write_text(yaml.safe_dump({"name": "t", "datasets": [
         {"name": "C", "meta_task": "Cls", "split": "IND", "benchmark": "other", "layout": "candidates",
          "path": "cand.jsonl"}]}))
@@ -157,9 +160,11 @@ def test_bbox_crops_the_same_pixels_on_every_path(tiny_checkpoint: Callable[...,
 def test_bbox_outside_the_image_is_the_same_error_everywhere(tiny_checkpoint: Callable[..., Path],
                                                              folder: Path) -> None:
     outside = [0, 0, 40, 6]
-    write_table(folder / "pairs.jsonl", [{"id": "p1", "query": {"image": "a.png", "bbox": outside}, "positive": {"text": "t"}},
-                                         {"id": "p2", "query": {"text": "r"}, "positive": {"image": "b.png"}}])
-    (folder / "train.yaml").write_text(yaml.safe_dump({"datasets": [{"name": "p", "kind": "pairs", "path": "pairs.jsonl"}]}))
+    write_table(folder / "pairs.jsonl",
+                [{"id": "p1", "query": {"image": "a.png", "bbox": outside}, "positive": {"text": "t"}},
+                 {"id": "p2", "query": {"text": "r"}, "positive": {"image": "b.png"}}])
+    (folder / "train.yaml").write_text(yaml.safe_dump({"datasets": [{"name": "p", "kind": "pairs",
+                                                                      "path": "pairs.jsonl"}]}))
     with pytest.raises(DataError, match=r"pairs.jsonl:1: field 'query.bbox': box .* lies outside the 16x12 image"):
         load_train_config(folder / "train.yaml")  # at load time, from the image header
     write_table(folder / "cand.jsonl", [{"id": "c1", "query": {"image": "a.png", "bbox": outside},

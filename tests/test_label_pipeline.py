@@ -95,7 +95,8 @@ def test_the_trainer_and_its_loss_read_the_schedules_label_column(trainer_setup,
     _replace_label(schedule, 5)
     seen = []
     objective = trainer.objective
-    monkeypatch.setattr(trainer, "objective", lambda q, c, labels: seen.append(labels.identities) or objective(q, c, labels))
+    monkeypatch.setattr(trainer, "objective",
+                        lambda q, c, labels: seen.append(labels.identities) or objective(q, c, labels))
     trainer.train_step(trainer.prepare_step(next(trainer.schedule.steps())))
     assert seen and all(codes.tolist() == [5] * 4 for codes in seen)
 

@@ -173,7 +173,8 @@ def test_gallery_task_excludes_same_image_rows_by_explicit_lists(tmp_path: Path)
         (tmp_path / file).write_text("".join(json.dumps(r) + "\n" for r in rows))
     manifest = tmp_path / "bench.yaml"
     manifest.write_text(yaml.safe_dump({"name": "t", "datasets": [{
-        "name": "Gal", "meta_task": "Re-ID", "split": "IND", "layout": "gallery", "queries": "q.jsonl", "gallery": "g.jsonl"}]}))
+        "name": "Gal", "meta_task": "Re-ID", "split": "IND", "layout": "gallery", "queries": "q.jsonl",
+        "gallery": "g.jsonl"}]}))
     [task] = manifest_tasks(manifest)
     task.load_data()
     split = task.dataset["default"]["test"]

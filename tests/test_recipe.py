@@ -29,9 +29,38 @@ def test_defaults_follow_the_paper(tmp_path: Path) -> None:
     assert recipe.gradcache.chunk_size == 0
 
 
-def test_unknown_key_names_file_and_dotted_path(tmp_path: Path) -> None:
+def test_unknown_key_names_file_line_and_dotted_path(tmp_path: Path) -> None:
     path = _write(tmp_path, {**MINIMAL, "lora": {"rank": 8}})
-    with pytest.raises(ConfigError, match=r"recipe\.yaml: field 'lora\.rank': unknown key"):
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "rank:" in text)
+    with pytest.raises(ConfigError, match=rf"recipe\.yaml:{line}: field 'lora\.rank': unknown key"):
+        load_recipe(path)
+
+
+def test_every_problem_names_its_own_line(tmp_path: Path) -> None:
+    """Like every YAML of the package (data/yaml_lines): FILE:LINE: field 'KEY': reason, one per problem."""
+    path = tmp_path / "recipe.yaml"
+    base = {key: value for key, value in MINIMAL.items() if key != "max_steps"}
+    path.write_text(yaml.safe_dump(base, sort_keys=False) + "max_steps: many\nlora:\n  r: 8\n  rank: 8\n")
+    lines = {text.split(":")[0].strip(): n for n, text in enumerate(path.read_text().splitlines(), 1)}
+    with pytest.raises(ConfigError) as info:
+        load_recipe(path)
+    message = str(info.value)
+    assert f"recipe.yaml:{lines['max_steps']}: field 'max_steps': " in message
+    assert f"recipe.yaml:{lines['rank']}: field 'lora.rank': unknown key" in message
+
+
+def test_a_key_set_on_the_command_line_is_named_without_a_file_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, MINIMAL)
+    with pytest.raises(ConfigError, match=r"recipe\.yaml: field 'max_steps': .*'many'"):
+        load_recipe(path, ["max_steps=many"])
+
+
+def test_a_broken_recipe_file_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "recipe.yaml"
+    base = {key: value for key, value in MINIMAL.items() if key != "max_steps"}
+    path.write_text(yaml.safe_dump(base, sort_keys=False) + "max_steps: 3\nmax_steps: 4\n")
+    line = len(path.read_text().splitlines())
+    with pytest.raises(ConfigError, match=rf"recipe\.yaml:{line}: field 'max_steps': duplicate key"):
         load_recipe(path)
 
 

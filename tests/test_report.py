@@ -144,7 +144,8 @@ def test_report_in_a_fresh_clone_shows_the_papers_rows(tmp_path: Path) -> None:
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "shared").exists() and not (tmp_path.parent / "shared").exists()
-    assert "| VisME | Qwen2.5-VL-7B | 66.4 | 70.2 | 72.6 | 90.7 | 72.2 | 80.8 | 70.6 | 76.7 | 88.7 | 78.8 |" in done.stdout
+    assert ("| VisME | Qwen2.5-VL-7B | 66.4 | 70.2 | 72.6 | 90.7 | 72.2 | 80.8 | 70.6 | 76.7 | 88.7 | 78.8 |"
+            in done.stdout)
     assert "| **results** |  | **40.0** |" in done.stdout
 
 

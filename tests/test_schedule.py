@@ -357,7 +357,8 @@ def test_too_many_slots_for_a_dataset_is_an_error() -> None:
 @pytest.mark.parametrize("kwargs, message", [
     ({"global_batch_size": 10, "interleave_batch_size": 4}, "not a multiple"),
     ({"global_batch_size": 8, "interleave_batch_size": 4, "hard_negatives": 5}, "cannot fit"),
-    ({"global_batch_size": 8, "interleave_batch_size": 4, "hard_negatives": -1}, "hard_negatives: .*greater than or equal to 0"),
+    ({"global_batch_size": 8, "interleave_batch_size": 4, "hard_negatives": -1},
+     "field 'hard_negatives': .*greater than or equal to 0"),
 ])
 def test_impossible_settings_are_rejected(kwargs: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -247,7 +247,6 @@ BAD_REQUESTS = {
 def test_a_bad_request_gets_its_4xx_naming_the_item_and_the_server_goes_on(served, expected, case) -> None:
     url, _ = served
     body, status, param = BAD_REQUESTS[case]
-    started = time.monotonic()
     if isinstance(body, bytes):
         response = httpx.post(f"{url}/v1/embeddings", content=body, headers={"content-type": "application/json"})
     else:
@@ -255,7 +254,6 @@ def test_a_bad_request_gets_its_4xx_naming_the_item_and_the_server_goes_on(serve
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["param"] == param and error["message"] and error["type"]
-    assert time.monotonic() - started < 10  # an unreachable URL fails fast
     _assert_serving(url, expected)
 
 
@@ -326,6 +324,7 @@ def test_an_item_failing_inside_a_shared_batch_fails_only_its_own_request(embedd
         running.stop()
 
 
+@pytest.mark.slow
 def test_the_serve_command_serves_the_checkpoint(tiny_checkpoint, expected) -> None:
     import os
     import subprocess

@@ -320,7 +320,8 @@ def test_a_failed_run_leaves_the_previous_output_untouched(tmp_path: Path, monke
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary folder left
 
 
-def test_cli_renders_and_refuses_to_overwrite_foreign_folders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_renders_and_refuses_to_overwrite_foreign_folders(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench"
     assert cli_main(["synth", str(out), "--size", "tiny", "--seed", "3", "--workers", "1"]) == 0
     assert (out / "train.yaml").is_file() and (out / "benchmark.yaml").is_file()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from safetensors.torch import load_file
 
 from vis_embed.errors import FingerprintMismatchError
 from vis_embed.training.recipe import load_recipe
-from vis_embed.training.trainer import KILL_AFTER_STEP_ENV, Trainer, TrainingDivergedError
+from vis_embed.training.trainer import Trainer, TrainingDivergedError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _training_fixtures import tiny_recipe, write_identity_dataset, write_schedule  # noqa: E402
@@ -85,6 +86,23 @@ def test_tau_is_learned_logged_and_checkpoints_are_peft_adapters(setup, tmp_path
     assert (final / "adapter_config.json").is_file()
 
 
+# `vis-embed train` that SIGKILLs itself once step 3 is logged (after checkpoint-2): the hook
+# lives here, not in the trainer.
+_KILLED_AFTER_STEP_3 = """
+import os, signal, sys
+from vis_embed.cli import main
+from vis_embed.training.run_log import RunLogger
+log = RunLogger.log
+def log_then_die(self, step, values):
+    log(self, step, values)
+    if step + 1 == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+RunLogger.log = log_then_die
+sys.exit(main(["train", sys.argv[1]]))
+"""
+
+
+@pytest.mark.slow
 def test_resume_after_sigkill_matches_an_uninterrupted_run(setup, tmp_path) -> None:
     overrides = dict(max_steps=6, checkpoint__every=2, lora__dropout=0.1, gradcache__chunk_size=2)
     uninterrupted = Trainer(_recipe(setup, tmp_path / "straight", **overrides)).train()
@@ -93,8 +111,8 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(setup, tmp_path) -> N
     recipe_path = tmp_path / "killed.yaml"
     model, data, schedule = setup
     recipe_path.write_text(yaml.safe_dump(tiny_recipe(model, data, schedule, out, **overrides)))
-    env = {**os.environ, KILL_AFTER_STEP_ENV: "3", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "vis_embed", "train", str(recipe_path)], env=env,
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", _KILLED_AFTER_STEP_3, str(recipe_path)], env=env,
                           capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     assert (out / "checkpoint-2").is_dir() and not (out / "final").exists()
@@ -137,14 +155,15 @@ def test_schedule_of_other_data_is_refused(setup, tmp_path) -> None:
         Trainer(load_recipe(raw=tiny_recipe(model, other, schedule, tmp_path / "o")))
 
 
-def test_missing_schedule_is_built_first_and_announced(setup, tmp_path, capsys) -> None:
+def test_missing_schedule_is_built_first_and_announced(setup, tmp_path, caplog) -> None:
     model, data, _schedule = setup
     schedule = tmp_path / "new_schedule.parquet"
     raw = tiny_recipe(model, data, schedule, tmp_path / "out", max_steps=2,
                       sampling={"interleave_batch_size": 4, "hard_negatives": 0})
-    Trainer(load_recipe(raw=raw))
+    with caplog.at_level(logging.INFO, logger="vis_embed"):
+        Trainer(load_recipe(raw=raw))
     assert schedule.is_file()
-    assert "building it first" in capsys.readouterr().out
+    assert "building it first" in caplog.text
 
 
 def test_merge_writes_a_checkpoint_the_embedder_loads(setup, tmp_path) -> None:
@@ -201,8 +220,9 @@ def test_gradient_checkpointing_with_lora_dropout_gives_the_same_adapter(setup, 
 
 
 @pytest.mark.parametrize(("chunk_size", "announced"), [(0, False), (2, False), (4, True), (8, False)])
-def test_a_plain_step_wider_than_a_chunk_is_announced(setup, tmp_path, capsys, chunk_size, announced) -> None:
+def test_a_plain_step_wider_than_a_chunk_is_announced(setup, tmp_path, caplog, chunk_size, announced) -> None:
     """4 queries + 4 candidates per step: chunk 4 runs them as one forward of 8 members (the
     sides-fit shortcut), which exceeds chunk_size; chunk 8 holds them anyway, chunk 2 chunks."""
-    Trainer(_recipe(setup, tmp_path / "run", max_steps=1, gradcache__chunk_size=chunk_size))
-    assert ("one plain forward of 8 members" in capsys.readouterr().out) == announced
+    with caplog.at_level(logging.INFO, logger="vis_embed"):
+        Trainer(_recipe(setup, tmp_path / "run", max_steps=1, gradcache__chunk_size=chunk_size))
+    assert ("one plain forward of 8 members" in caplog.text) == announced

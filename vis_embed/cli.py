@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -26,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tiny-model": ("vis_embed.model.cli:tiny_model", "write a tiny random Qwen-VL checkpoint"),
     "encode": ("vis_embed.model.cli:encode", "encode a JSONL of items into an .npy matrix"),
     "prep": ("data_prep.cli", "convert MMEB / identity folders / CSVs into vis_embed data"),
-    "synth": ("data_prep.synth", "render the synthetic identity benchmark"),
+    "synth": ("data_prep.synth.cli", "render the synthetic identity benchmark"),
     "schedule": ("vis_embed.sampling.cli", "pre-generate the identity-aware batch schedule"),
     "mine-negatives": ("vis_embed.sampling.mining_cli", "mine hard negatives with an embedding model"),
     "train": ("vis_embed.training.cli:train", "train from a recipe"),
@@ -36,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mteb": ("vis_embed.integrations.mteb_cli", "evaluate with mteb's evaluator (manifest datasets or mteb tasks)"),
     "report": ("vis_embed.evaluation.cli:report", "compare results.json / score files side by side (Markdown)"),
     "serve": ("vis_embed.serving.cli", "serve embeddings over HTTP (OpenAI-compatible /v1/embeddings)"),
-    "quickstart": ("vis_embed.quickstart", "render, train and evaluate end to end on this machine"),
+    "quickstart": ("vis_embed.quickstart.cli", "render, train and evaluate end to end on this machine"),
 }
 
 
@@ -58,6 +59,33 @@ def load_command(name: str) -> tuple[Callable[[argparse.ArgumentParser], None], 
     return getattr(module, f"add_{command}_arguments"), getattr(module, f"run_{command}")
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to the ``sys.stderr`` of the moment (a handler that kept the stream it was made
+    with would write to a replaced one, e.g. under pytest's capture)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def show_library_logs() -> None:
+    """A command shows what the library logs at INFO and above on stderr (what a run is doing:
+    stages, resumption, the schedule it built); stdout stays the command's result.  Library
+    users configure logging themselves: only the command line installs this handler (once)."""
+    for name in ("vis_embed", "data_prep"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
+            handler = _StderrHandler()
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            logger.addHandler(handler)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -69,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     # set before torch is imported, which the commands do lazily.  This is the package's only
     # place that sets it: library users choose their own threading.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    show_library_logs()
     add_arguments, run = load_command(name)
     parser = argparse.ArgumentParser(prog=f"vis-embed {name}", description=COMMANDS[name][1])
     add_arguments(parser)

@@ -108,15 +108,24 @@ def _reason(item: Any) -> str:
     return f"{item['msg']} (got {item.get('input')!r})"
 
 
-def format_validation_error(error: ValidationError, source: str | Path, document: Any = None,
+def format_validation_error(error: ValidationError, source: str | Path | None, document: Any = None,
                             dotted: Any = None) -> list[DataError]:
-    """One ``DataError(path=source, line=, field=)`` per problem pydantic found.
+    """One ``DataError(path=source, line=, field=)`` per problem pydantic found: the package's
+    one ValidationError formatter (YAML configs, recipes, schedule settings, dataset options).
 
-    ``dotted`` turns a ``loc`` into the field name (default :func:`dotted_field`).
+    ``document``: the line-aware YAML (data/yaml_lines) the model was validated from, for line
+    numbers; ``source`` None: settings that come from no file.  ``dotted`` turns a ``loc`` into
+    the field name (default :func:`dotted_field`).
     """
     name = dotted or dotted_field
     return [DataError(_reason(item), path=source, line=None if document is None else line_of(document, _location(item)),
                       field=name(_location(item))) for item in error.errors()]
+
+
+def validation_message(error: ValidationError, source: str | Path | None = None, document: Any = None,
+                       dotted: Any = None) -> str:
+    """:func:`format_validation_error` as one message, a line per problem (for a ConfigError)."""
+    return "\n".join(str(problem) for problem in format_validation_error(error, source, document, dotted))
 
 
 def validate_document(model: type[Model], document: Any, source: str | Path,

@@ -13,8 +13,8 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,30 +27,44 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "dataset"
 
 
-def _umask() -> int:
-    """The process umask (read by setting it, so set straight back)."""
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
+_TEMP_ATTEMPTS = 100
 
 
-def _respect_umask(path: str | Path, fd: int | None = None, directory: bool = False) -> None:
-    """Give a mkstemp/mkdtemp result (created 0600/0700) the mode a plain open()/mkdir() would
-    have, so written files are shared like any other (0644 under umask 022)."""
-    mode = (0o777 if directory else 0o666) & ~_umask()
-    if fd is not None:
-        os.fchmod(fd, mode)
-    else:
-        os.chmod(path, mode)
+def _temp_name(directory: Path, prefix: str, suffix: str = "") -> Path:
+    return directory / f"{prefix}{secrets.token_hex(6)}{suffix}"
+
+
+def _new_temp_file(directory: Path, prefix: str, suffix: str = "") -> tuple[int, Path]:
+    """A new, exclusively created file in ``directory`` (open for writing) and its path.
+
+    Created with mode 0666 so that the kernel applies the umask as for a plain ``open()``
+    (0644 under umask 022): written files are shared like any other.  Unlike mkstemp (0600)
+    plus a chmod, this never reads the process umask -- which can only be read by setting it,
+    a process-wide change that races with other threads creating files.
+    """
+    for _ in range(_TEMP_ATTEMPTS):
+        name = _temp_name(directory, prefix, suffix)
+        with contextlib.suppress(FileExistsError):
+            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), name
+    raise FileExistsError(f"no free temporary name in {directory} after {_TEMP_ATTEMPTS} attempts")
+
+
+def _new_temp_directory(directory: Path, prefix: str) -> Path:
+    """A new directory in ``directory``, mode 0777 less the umask (as ``mkdir``; see above)."""
+    for _ in range(_TEMP_ATTEMPTS):
+        name = _temp_name(directory, prefix)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o777)
+            return name
+    raise FileExistsError(f"no free temporary name in {directory} after {_TEMP_ATTEMPTS} attempts")
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` so readers see either the old file or the new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _new_temp_file(path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        _respect_umask(tmp, fd)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -80,9 +94,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.tmp-", suffix=path.suffix, dir=path.parent)
-    _respect_umask(tmp, fd)  # writers that reopen the name keep this mode
-    os.close(fd)
+    fd, tmp = _new_temp_file(path.parent, prefix=f".{path.stem}.tmp-", suffix=path.suffix)
+    os.close(fd)  # writers reopen the name and keep its mode
     try:
         yield Path(tmp)
         os.replace(tmp, path)
@@ -101,8 +114,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    _respect_umask(tmp, directory=True)
+    tmp = _new_temp_directory(path.parent, prefix=f".{path.name}.tmp-")
     try:
         yield tmp
     except BaseException:

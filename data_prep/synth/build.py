@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import multiprocessing
 import os
 import time
@@ -35,6 +36,8 @@ from data_prep.synth.sampling import (
 )
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory
+
+log = logging.getLogger(__name__)
 
 GENERATOR_VERSION = 1
 MARKER_FILE = "synth.json"
@@ -404,7 +407,8 @@ class Planner:
         self.plan.tables["eval/grd.jsonl"] = rows
         self.add_eval("SynthGrd", "MVEB", "ID-Grd", "IND", "grd", path="eval/grd.jsonl")
 
-    def identities_with_lookalikes(self, stream: str, count: int) -> list[tuple[tuple[str, Params], tuple[Params, str]]]:
+    def identities_with_lookalikes(self, stream: str,
+                                   count: int) -> list[tuple[tuple[str, Params], tuple[Params, str]]]:
         """``count`` new objects (pairwise distinct), each with a new look-alike.
 
         Objects whose every look-alike is already taken are passed over (rare: a few
@@ -643,7 +647,7 @@ def generate(out_dir: str | Path, seed: int = 0, size: str | SynthSize = "small"
         }
         _write(tmp / MARKER_FILE, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
     if show_progress:
-        print(f"rendered {len(plan.jobs)} images in {time.perf_counter() - started:.1f} s -> {out_dir}")
+        log.info("rendered %d images in %.1f s -> %s", len(plan.jobs), time.perf_counter() - started, out_dir)
     return out_dir
 
 

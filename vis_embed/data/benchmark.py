@@ -1,10 +1,11 @@
 """Evaluation data: the benchmark manifest YAML and the ``candidates`` / ``gallery`` layouts.
 
-``load_benchmark`` validates the manifest (the pydantic schema in :mod:`vis_embed.data.manifest`:
-keys, vocabularies, that files exist) without reading the data files; ``EvalDatasetSpec.load_candidates()`` / ``.load_gallery()`` read
-and validate the rows of the two layouts this package owns.  The peer-protocol layouts
-(2afc, nearid, pair_ap, asym_recall, human_corr) are parsed by vis_embed.evaluation; their
-extra manifest keys are kept in ``EvalDatasetSpec.options``.
+``load_benchmark`` validates the manifest (the pydantic schema in
+:mod:`vis_embed.data.manifest`: keys, vocabularies, that files exist) without reading the data
+files; ``EvalDatasetSpec.load_candidates()`` / ``.load_gallery()`` read and validate the rows
+of the two layouts this package owns. The peer-protocol layouts (2afc, nearid, pair_ap,
+asym_recall, human_corr) are parsed by vis_embed.evaluation; their extra manifest keys are kept
+in ``EvalDatasetSpec.options``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.config import validate_document
+from vis_embed.data.eval_options import DatasetOptions
 from vis_embed.data.images import resolve_image
 from vis_embed.data.items import Item, ResolvedItem, check_item
 from vis_embed.data.manifest import LAYOUTS  # noqa: F401  (re-exported with the spec it describes)
@@ -82,9 +84,13 @@ class EvalDatasetSpec:
     image_root: Path | None = None
     query_instruction: str | None = None
     candidate_instruction: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: DatasetOptions = field(default_factory=DatasetOptions)  # a dict is validated into one
     manifest_path: Path | None = None
     line: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options",
+                           DatasetOptions.from_values(self.options, self.name, self.manifest_path, self.line))
 
     @property
     def files(self) -> dict[str, Path]:

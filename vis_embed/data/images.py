@@ -23,8 +23,8 @@
 Resizing to the model's pixel budget (min/max pixels) is the processor's job, not ours:
 qwen-vl-utils' ``fetch_image`` resizes with PIL, which is not pixel-identical to the
 transformers processor's resize (measured: up to 0.27 in normalised units), so images are
-handed to the processor as loaded.  Qwen's size *rule* is shared: :func:`resized_size` is
-qwen-vl-utils' ``smart_resize``, which gives exactly the processor's patch grid (tested).
+handed to the processor as loaded.  The token count of an image before decoding it is the
+processor's own rule (:mod:`vis_embed.model.lengths`).
 """
 
 from __future__ import annotations
@@ -200,30 +200,6 @@ def _decode_data_uri(uri: str) -> bytes:
         return base64.b64decode(uri.split(",", 1)[1], validate=True)
     except (binascii.Error, ValueError) as exc:
         raise DataError(f"malformed base64 image data URI ({exc})", path=f"{uri[:40]}...") from None
-
-
-def resized_size(width: int, height: int, min_pixels: int, max_pixels: int, patch_size: int = 14,
-                 merge_size: int = 2) -> tuple[int, int]:
-    """(width, height) the Qwen processor resizes an image to: qwen-vl-utils' ``smart_resize``
-    (sides multiples of patch_size * merge_size, area within [min_pixels, max_pixels]).
-
-    Exact while every resized side stays at least patch_size * merge_size pixels; for slivers
-    (extreme aspect ratios) transformers' processor rounds differently (5 x 300 px: 28 x 448
-    there, 28 x 308 here), so treat the result as an estimate there."""
-    from qwen_vl_utils import smart_resize  # imports torch: only when asked
-
-    resized_height, resized_width = smart_resize(height, width, factor=patch_size * merge_size,
-                                                 min_pixels=min_pixels, max_pixels=max_pixels)
-    return resized_width, resized_height
-
-
-def visual_token_count(width: int, height: int, min_pixels: int, max_pixels: int, patch_size: int = 14,
-                       merge_size: int = 2) -> int:
-    """Merged visual tokens (image placeholders) the processor expands one image into, after
-    :func:`fit_aspect_ratio` has padded a sliver (as every image path does)."""
-    width, height = fitted_size(width, height)
-    resized_width, resized_height = resized_size(width, height, min_pixels, max_pixels, patch_size, merge_size)
-    return (resized_width // (patch_size * merge_size)) * (resized_height // (patch_size * merge_size))
 
 
 def image_size(source: str | Path | Image.Image, base_dir: str | Path | None = None) -> tuple[int, int] | None:

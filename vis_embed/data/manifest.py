@@ -11,9 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from vis_embed.config import invalid, one_of, uniquely_named
+from vis_embed.config import format_validation_error, invalid, one_of, uniquely_named
+from vis_embed.data.eval_options import DatasetOptions
 from vis_embed.data.tables import TABLE_SUFFIXES
 from vis_embed.data.taxonomy import (
     BENCHMARKS,
@@ -71,7 +80,7 @@ class ManifestEntry(BaseModel):
     image_root: Name | None = None
     query_instruction: OptionalText = None
     candidate_instruction: OptionalText = None
-    options: dict[str, Any] = {}
+    options: DatasetOptions = DatasetOptions()
 
     @field_validator("layout")
     @classmethod
@@ -90,16 +99,21 @@ class ManifestEntry(BaseModel):
         return self.benchmark or benchmark_of_meta_task(self.meta_task) or "other"
 
     @property
-    def all_options(self) -> dict[str, Any]:
-        """Protocol options: the entry's extra keys, then its ``options`` mapping."""
-        return {**(self.model_extra or {}), **self.options}
+    def all_options(self) -> DatasetOptions:
+        """Protocol options: the entry's extra keys, then its ``options`` mapping (both validated)."""
+        return DatasetOptions.model_validate({**(self.model_extra or {}), **self.options.as_dict()})
 
     def _check_options(self) -> None:
-        if self.layout in PEER_LAYOUTS:
-            return
-        for key in self.model_extra or {}:
-            raise invalid(f"unknown key for layout {self.layout!r} (allowed: "
-                          f"{', '.join(ManifestEntry.model_fields)}; put extra settings under 'options')", key)
+        extras = self.model_extra or {}
+        if self.layout not in PEER_LAYOUTS:
+            for key in extras:
+                raise invalid(f"unknown key for layout {self.layout!r} (allowed: "
+                              f"{', '.join(ManifestEntry.model_fields)}; put extra settings under 'options')", key)
+        try:  # a peer layout's extra keys are options: the same types and vocabularies
+            DatasetOptions.model_validate(extras)
+        except ValidationError as exc:
+            first = format_validation_error(exc, None)[0]
+            raise invalid(first.reason, first.field) from None
 
     def _check_taxonomy(self) -> None:
         benchmark, meta_task, split = self.inferred_benchmark, self.meta_task, self.split

@@ -13,9 +13,7 @@ from typing import Any
 from vis_embed.data import EvalDatasetSpec, load_benchmark
 from vis_embed.distributed import local_device, torchrun_group
 from vis_embed.embedding_cache import CacheStats
-from vis_embed.errors import DataError
 from vis_embed.evaluation.harness import Encoder, EvalSettings, Harness, describe_encoder
-from vis_embed.evaluation.settings import INDEX_KINDS
 from vis_embed.model.embedder import Embedder
 
 log = logging.getLogger(__name__)
@@ -24,15 +22,10 @@ log = logging.getLogger(__name__)
 def load_specs(manifest: Path) -> tuple[list[EvalDatasetSpec], str]:
     """Dataset specs of a manifest and the manifest's fingerprint.
 
-    Parsing and validation belong to ``vis_embed.data.load_benchmark`` (errors name the file,
-    line and key); only ``options.index``, the search vocabulary of this package, is checked here.
+    Parsing and validation, dataset options included, belong to ``vis_embed.data.load_benchmark``
+    (errors name the file, line and key).
     """
     benchmark = load_benchmark(manifest)
-    for spec in benchmark.datasets:
-        index = spec.options.get("index")
-        if index is not None and index not in INDEX_KINDS:
-            raise DataError(f"unknown index {index!r}; expected one of {', '.join(INDEX_KINDS)}",
-                            path=spec.manifest_path, line=spec.line, field=f"{spec.name}.options.index")
     return list(benchmark.datasets), benchmark.fingerprint()
 
 

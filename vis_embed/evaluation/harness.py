@@ -38,7 +38,7 @@ from vis_embed.evaluation import layouts
 from vis_embed.evaluation.mmeb_scores import write_mmeb_score_files
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
 from vis_embed.evaluation.report import write_markdown
-from vis_embed.evaluation.settings import TIE_POLICIES, EvalSettings
+from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
 from vis_embed.model.encoder import Encoder
 
@@ -123,8 +123,6 @@ class Harness:
         self.encoder = encoder
         self.out_dir = Path(out_dir)
         self.settings = settings or EvalSettings()
-        if self.settings.tie_policy not in TIE_POLICIES:
-            raise ConfigError(f"tie_policy must be one of {', '.join(TIE_POLICIES)}, got {self.settings.tie_policy!r}")
         self.encoder_fingerprint = encoder.fingerprint()
         self.model_info = model_info or describe_encoder(encoder)
         self.cache = EmbeddingCache(self.settings.cache_dir or self.out_dir / "cache", self.settings.shard_size,
@@ -163,6 +161,7 @@ class Harness:
         # where the manifest and files live is not what the result depends on (their content is)
         spec_fields = {key: value for key, value in asdict(spec).items()
                        if key not in ("path", "queries", "gallery", "manifest_path", "line")}
+        spec_fields["options"] = spec.options.as_dict()
         spec_fields["files"] = {role: self.hasher.file(path) for role, path in spec.files.items()}
         spec_fields["image_root"] = None  # content matters, not where it lives
         return fingerprint_json({

@@ -21,7 +21,7 @@ from vis_embed.data.images import resolve_image
 from vis_embed.data.items import Item, check_item
 from vis_embed.data.records import ImageChecker, RowContext
 from vis_embed.data.tables import read_table
-from vis_embed.errors import ConfigError, DataError
+from vis_embed.errors import DataError
 from vis_embed.evaluation import metrics, protocols
 from vis_embed.evaluation.settings import DEFAULT_INDEX
 
@@ -90,12 +90,8 @@ def read_rows(spec: EvalDatasetSpec, role: str, max_rows: int | None = None) -> 
 
 
 def tie_policy_of(spec: EvalDatasetSpec, options: ScoringOptions) -> str:
-    """The dataset's ``options.tie_policy`` or the run's; checked before any encoding."""
-    tie_policy = spec.options.get("tie_policy", options.tie_policy)
-    if tie_policy not in metrics.TIE_POLICIES:
-        raise ConfigError(f"dataset {spec.name!r}: tie_policy must be one of {', '.join(metrics.TIE_POLICIES)}, "
-                          f"got {tie_policy!r}")
-    return tie_policy
+    """The dataset's ``options.tie_policy`` or the run's (both validated when loaded)."""
+    return spec.options.tie_policy or options.tie_policy
 
 
 def require(row: Mapping[str, Any], key: str, path: Path, line: int) -> Any:

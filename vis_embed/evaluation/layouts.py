@@ -108,12 +108,9 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
     gallery = [clean(row.item()) for row in data.gallery]
     codes, _identities = factorize([r.identity for r in data.gallery] + [r.identity for r in query_rows])
     gallery_codes, query_codes = codes[:len(data.gallery)], codes[len(data.gallery):]
-    depth_option = spec.options.get("depth", options.depth)
+    depth_option = spec.options.depth or options.depth
     tie_policy = tie_policy_of(spec, options)
-    index_kind = spec.options.get("index", options.index)
-    if index_kind not in search.INDEX_KINDS:  # checked before any encoding, not after it
-        raise ConfigError(f"dataset {spec.name!r}: options.index must be one of {', '.join(search.INDEX_KINDS)}, "
-                          f"got {index_kind!r}")
+    index_kind = spec.options.index or options.index
 
     def score(embeddings: dict[str, np.ndarray]) -> Outcome:
         query_emb, gallery_emb = embeddings["query"], embeddings["gallery"]
@@ -167,7 +164,8 @@ PREPARERS: dict[str, Callable[[EvalDatasetSpec, int | None, ScoringOptions], Pre
 }
 
 
-def prepare(spec: EvalDatasetSpec, max_queries: int | None = None, options: ScoringOptions | None = None) -> PreparedDataset:
+def prepare(spec: EvalDatasetSpec, max_queries: int | None = None,
+            options: ScoringOptions | None = None) -> PreparedDataset:
     if spec.layout not in PREPARERS:
         raise ConfigError(f"dataset {spec.name!r}: unknown layout {spec.layout!r}; expected one of {LAYOUTS}")
     return scored_at_the_boundary(spec, PREPARERS[spec.layout](spec, max_queries, options or ScoringOptions()))

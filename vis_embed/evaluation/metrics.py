@@ -22,16 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vis_embed.evaluation.settings import DEFAULT_TIE_POLICY, TIE_POLICIES
+from vis_embed.evaluation.settings import DEFAULT_TIE_POLICY, TIE_POLICIES, check_tie_policy  # noqa: F401
 
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10)
 NDCG_KS: tuple[int, ...] = (5, 10)
-
-
-def check_tie_policy(tie_policy: str) -> str:
-    if tie_policy not in TIE_POLICIES:
-        raise ValueError(f"unknown tie policy {tie_policy!r}; expected one of {', '.join(TIE_POLICIES)}")
-    return tie_policy
 
 
 def tie_order(scores: np.ndarray, is_positive: np.ndarray, tie_policy: str = DEFAULT_TIE_POLICY) -> np.ndarray:
@@ -42,7 +36,8 @@ def tie_order(scores: np.ndarray, is_positive: np.ndarray, tie_policy: str = DEF
     if scores.shape != is_positive.shape or scores.ndim != 1:
         raise ValueError(f"scores {scores.shape} and is_positive {is_positive.shape} must be equal 1-D shapes")
     if not np.isfinite(scores).all():
-        raise ValueError(f"scores contain NaN or infinite values (candidate {int(np.flatnonzero(~np.isfinite(scores))[0])})")
+        first = int(np.flatnonzero(~np.isfinite(scores))[0])
+        raise ValueError(f"scores contain NaN or infinite values (candidate {first})")
     if tie_policy == "first":
         return np.argsort(-scores, kind="stable")
     # lexsort: the LAST key is the primary one.
@@ -111,7 +106,8 @@ def candidate_list_metrics(scores: Sequence[np.ndarray], positives: Sequence[np.
     """
     if len(scores) == 0:
         raise ValueError("dataset has no queries")
-    per_query = [query_metrics(ranked_relevance(s, p, tie_policy), ks=ks) for s, p in zip(scores, positives, strict=True)]
+    per_query = [query_metrics(ranked_relevance(s, p, tie_policy), ks=ks)
+                 for s, p in zip(scores, positives, strict=True)]
     return summarize(per_query)
 
 

@@ -76,7 +76,7 @@ def read_score_folder(folder: str | Path) -> dict[str, Any]:
             raise DataError(f"malformed JSON ({exc.msg} at line {exc.lineno})", path=path) from None
     if not per_dataset:
         raise DataError(f"no *{SCORE_SUFFIX} files (VLM2Vec per-dataset scores)", path=image)
-    for name, values in per_dataset.items():
+    for values in per_dataset.values():
         if isinstance(values, dict) and "hit@1" not in values and "acc" in values:
             values["hit@1"] = values["acc"]  # VLM2Vec v1 files name the same quantity acc
     return {"metrics": {"image": per_dataset}}

@@ -65,7 +65,7 @@ def prepare_2afc(spec: EvalDatasetSpec, max_queries: int | None, options: Scorin
     def score(emb: dict[str, np.ndarray]) -> Outcome:
         per_triplet = protocols.two_afc_accuracy(_rowwise_cosine(emb["reference"], emb["a"]),
                                                  _rowwise_cosine(emb["reference"], emb["b"]), labels)
-        low, high = protocols.bootstrap_interval(per_triplet, seed=int(spec.options.get("seed", 0)))
+        low, high = protocols.bootstrap_interval(per_triplet, seed=spec.options.get("seed", 0))
         return Outcome({"2AFC": 100 * float(per_triplet.mean()), "2AFC_CI95_low": 100 * low,
                         "2AFC_CI95_high": 100 * high}, "2AFC", len(rows))
 
@@ -89,7 +89,8 @@ def prepare_nearid(spec: EvalDatasetSpec, max_queries: int | None, options: Scor
     for line, row in read_rows(spec, "path", max_queries):
         raw_views = require(row, "views", path, line)
         raw_negatives = row.get("negatives", [])
-        if not isinstance(raw_views, list) or not isinstance(raw_negatives, list) or len(raw_negatives) > len(raw_views):
+        if (not isinstance(raw_views, list) or not isinstance(raw_negatives, list)
+                or len(raw_negatives) > len(raw_views)):
             raise DataError("'views' must be a list and 'negatives' a list no longer than it", path=path, line=line,
                             field="negatives")
         first = len(views)
@@ -127,7 +128,7 @@ def prepare_nearid(spec: EvalDatasetSpec, max_queries: int | None, options: Scor
 def prepare_asym_recall(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
     """Rows ``{"id", "a": item, "b": item}``: aligned pairs (e.g. two views of one identity)."""
     rows = list(read_rows(spec, "path", max_queries))
-    ks = tuple(int(k) for k in spec.options.get("ks", protocols.ASYM_RECALL_KS))
+    ks = spec.options.ks or protocols.ASYM_RECALL_KS
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
         result = protocols.asymmetric_recall_at_k(emb["a"], emb["b"], ks=ks)

@@ -1,8 +1,8 @@
 """Pictures of an evaluation: a bar chart per meta-task and retrieval grids.
 
 A retrieval grid shows the dataset and the instruction its queries were encoded with, then,
-for a few queries, the query (blue border) followed by its top-5 results, with a green border for a positive and red for a negative and the
-cosine score underneath -- the fastest way to see *what* a model confuses.
+for a few queries, the query (blue border) followed by its top-5 results, with a green border
+for a positive and red for a negative and the cosine score underneath -- the fastest way to see *what* a model confuses.
 Grids are drawn with PIL only (no font or backend dependencies); bar charts use
 matplotlib's Agg backend at a fixed size of ``BAR_FIGSIZE x BAR_DPI`` pixels.
 """

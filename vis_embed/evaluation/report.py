@@ -162,7 +162,8 @@ def markdown(results: dict[str, Any], reference_rows: Sequence[dict[str, str]] =
     if splits:
         lines += ["| " + " | ".join(splits) + " |", "|" + "---|" * len(splits),
                   "| " + " | ".join(_cell(groups[k]) for k in splits) + " |", ""]
-    lines += ["## Datasets", "", "| Dataset | Meta-task | Split | Queries | Primary | Score |", "|---|---|---|---|---|---|"]
+    lines += ["## Datasets", "", "| Dataset | Meta-task | Split | Queries | Primary | Score |",
+              "|---|---|---|---|---|---|"]
     for name, entry in results["datasets"].items():
         primary = entry.get("primary", "P@1")
         lines.append(f"| {name} | {entry['meta_task']} | {entry.get('split') or '–'} | {entry['n_queries']} | "

@@ -26,7 +26,7 @@ import torch
 
 from vis_embed.evaluation.index_choice import resolve_index
 from vis_embed.evaluation.search_bf16 import Bf16ShortlistIndex, _as_float32, check_bf16_products
-from vis_embed.evaluation.settings import INDEX_KINDS
+from vis_embed.evaluation.settings import INDEX_KINDS, check_index_kind  # noqa: F401  (INDEX_KINDS re-exported)
 
 __all__ = ["Bf16ShortlistIndex", "TorchExactIndex", "build_index", "check_bf16_products", "numpy_topk",
            "resolve_index", "search"]
@@ -100,8 +100,7 @@ def build_index(gallery: np.ndarray, kind: str = "auto", nlist: int | None = Non
     gallery = _finite(gallery, "gallery")
     if gallery.shape[0] == 0:
         raise ValueError("empty gallery: nothing to search")
-    if kind not in INDEX_KINDS:
-        raise ValueError(f"unknown index kind {kind!r}; expected one of {INDEX_KINDS}")
+    check_index_kind(kind, field="kind")
     dim = gallery.shape[1]
     kind = resolve_index(kind, dim).kind
     if kind == "exact-bf16":

@@ -10,14 +10,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# Gallery search backends of :mod:`vis_embed.evaluation.search`.
-# "auto" picks the fastest exact kind for the machine (evaluation.index_choice).
-INDEX_KINDS: tuple[str, ...] = ("auto", "exact", "exact-bf16", "exact-gpu", "ivf")
-DEFAULT_INDEX = "auto"
-# How tied scores are ordered in candidates / gallery rankings (see evaluation.metrics):
-# pessimistic = negatives before positives; first = listed order, as VLM2Vec's argmax.
-TIE_POLICIES: tuple[str, ...] = ("pessimistic", "first")
-DEFAULT_TIE_POLICY = "pessimistic"
+# The vocabularies (and their one check) live beside the manifest's schema, which uses them too.
+from vis_embed.data.eval_options import (  # noqa: F401  (re-exported)
+    DEFAULT_INDEX,
+    DEFAULT_TIE_POLICY,
+    INDEX_KINDS,
+    TIE_POLICIES,
+    check_index_kind,
+    check_tie_policy,
+)
 
 
 @dataclass
@@ -34,3 +35,7 @@ class EvalSettings:
     show_progress: bool = True
     pictures: bool = True
     reference: Path | None = None             # published table CSV (default: the packaged copy)
+
+    def __post_init__(self) -> None:  # checked once, before any model is loaded
+        check_index_kind(self.index)
+        check_tie_policy(self.tie_policy)

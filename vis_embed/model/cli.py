@@ -5,7 +5,7 @@
 
 Only light modules are imported at module level (``--help`` must not pay for torch); each
 command imports its library module (:mod:`vis_embed.model.tiny`,
-:mod:`vis_embed.model.encode_cli`) when it runs.
+:mod:`vis_embed.model.encode_file`) when it runs.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
 def run_encode(args: argparse.Namespace) -> int:
     from vis_embed.distributed import get_rank, get_world_size  # torch: only when the command runs
     from vis_embed.embedding_cache import CacheStats
-    from vis_embed.model.encode_cli import encode_jsonl
+    from vis_embed.model.encode_file import encode_jsonl
 
     cache_stats = CacheStats()
     written = encode_jsonl(

@@ -20,4 +20,5 @@ DTYPE_NAMES: tuple[str, ...] = ("auto", "checkpoint", "bfloat16", "float32", "fl
 
 # --compile (encode, eval, serve): what it does and costs, measured in docs/benchmarks.md.
 COMPILE_HELP = ("compile the transformer blocks (torch.compile): fused element-wise kernels, about 5%% "
-                "faster encodes on CPU after ~20 s of compilation (a few s once cached); same vectors up to float rounding")
+                "faster encodes on CPU after ~20 s of compilation (a few s once cached); "
+                "same vectors up to float rounding")

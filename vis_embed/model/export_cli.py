@@ -20,7 +20,8 @@ from vis_embed.model.export import DEFAULT_DOCUMENT_INSTRUCTION, DEFAULT_QUERY_I
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", default=None,
                         help="base model: hub id or checkpoint directory (default: the adapter's recorded base)")
-    parser.add_argument("--adapter", type=Path, default=None, help="LoRA adapter directory folded into the weights, or a projection-head "
+    parser.add_argument("--adapter", type=Path, default=None,
+                        help="LoRA adapter directory folded into the weights, or a projection-head "
                         "directory (adaptation: head) added as a Dense module")
     parser.add_argument("--format", choices=EXPORT_FORMATS, default="sentence-transformers",
                         help="output layout (sentence-transformers: also what `vllm serve` reads)")

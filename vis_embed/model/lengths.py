@@ -11,8 +11,9 @@ the ones the model will see.  An item's sequence is
 
 The prompt is built and tokenised exactly as ``prepare_one`` does, only with the image left as
 its one placeholder.  The count is exact but where ``prepare_one`` cuts a text to the token
-limit (or an image's header lies): a grouping hint, never a limit.  Leaving the template out made image+text items look 10 tokens shorter than they were
-(12% real padding where 10% was asked for, issue 20).
+limit (or an image's header lies): a grouping hint, never a limit.  Leaving the template out
+made image+text items look 10 tokens shorter than they were (12% real padding where 10% was
+asked for, issue 20).
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def visual_tokens(model: Any, item: Any, base_dir: str | Path | None = None) -> 
         return math.ceil(model.max_pixels / (patch_size * merge_size) ** 2)
     if min(size) < 1:  # no pixels: prepare_one reports it; the estimate must not fail first
         return 0
-    # The processor's own rule (transformers' smart_resize, after fit_aspect_ratio's padding):
-    # qwen-vl-utils' copy rounds slivers differently (data.images.resized_size).
+    # The processor's own rule (transformers' smart_resize, after fit_aspect_ratio's padding;
+    # qwen-vl-utils' copy rounds slivers differently).
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
     width, height = fitted_size(*size)

@@ -72,7 +72,8 @@ def _model_index(name: str, evaluation: Mapping[str, Any] | None) -> list[dict[s
     if not evaluation or not evaluation.get("datasets"):
         return None
     results = [{"task": {"type": PIPELINE_TAG, "name": entry.get("meta_task") or "retrieval"},
-                "dataset": {"name": dataset, "type": dataset, **({"split": entry["split"]} if entry.get("split") else {})},
+                "dataset": {"name": dataset, "type": dataset,
+                            **({"split": entry["split"]} if entry.get("split") else {})},
                 "metrics": [{"type": entry["metric"], "name": entry["metric"], "value": round(entry["value"], 4)}]}
                for dataset, entry in evaluation["datasets"].items()]
     return [{"name": name, "results": results}]
@@ -112,7 +113,8 @@ def model_card(facts: Mapping[str, Any], merged: bool = False) -> str:
                     + [(key, value) for key in CARD_RECIPE_KEYS if (value := get_dotted(recipe, key)) is not None])
     lines += ["", "## Data", ""]
     lines += _table(["dataset", "kind", "file", "weight"],
-                    [(d.get("name"), d.get("kind"), d.get("path"), d.get("weight")) for d in facts.get("datasets") or []])
+                    [(d.get("name"), d.get("kind"), d.get("path"), d.get("weight"))
+                     for d in facts.get("datasets") or []])
     lines += ["", "## Evaluation", ""] + _evaluation_lines(facts.get("evaluation"))
     use = ("vis-embed encode --model THIS_DIR --input items.jsonl --output emb.npy" if merged or not adapter
            else f"vis-embed encode --model {base_model} --adapter THIS_DIR --input items.jsonl --output emb.npy")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from vis_embed.sampling.schedule_io import write_schedule
 from vis_embed.sampling.scheduler import plan_schedule
 from vis_embed.sampling.settings import ScheduleSettings
 from vis_embed.sampling.types import Schedule, SubDataset
+
+log = logging.getLogger(__name__)
 
 
 def subdatasets_from_config(config: Any) -> list[SubDataset]:
@@ -66,7 +69,7 @@ def member_labels(config: Any, schedule: Schedule) -> np.ndarray:
 
 def build_schedule(data: Any, out: str | Path, settings: ScheduleSettings | None = None, *,
                    report_path: str | Path | None = None, show_progress: bool = False,
-                   print_report: bool = False, **setting_values: Any) -> Schedule:
+                   log_report: bool = False, **setting_values: Any) -> Schedule:
     """Schedule the datasets of ``data`` (a data config path or ``TrainDataConfig``) into ``out``.
 
     The settings are a :class:`ScheduleSettings` or its fields as keyword arguments
@@ -86,10 +89,20 @@ def build_schedule(data: Any, out: str | Path, settings: ScheduleSettings | None
     schedule.label = member_labels(config, schedule)
     out = Path(out)
     write_schedule(schedule, out, data_fingerprint=config.fingerprint())
-    report_path = Path(report_path) if report_path else out.with_name(out.name + ".report.json")
+    report_path = schedule_report_path(out, report_path)
     atomic_write_json(report_path, schedule.report)
-    if print_report:
-        print(format_naive_report(schedule.report) if settings.strategy == "naive"
-              else format_report(schedule.report))
-        print(f"wrote {out} ({settings.steps} steps x {settings.global_batch_size}) and {report_path}")
+    if log_report:
+        log.info("%s\n%s", describe_schedule(schedule, settings), f"wrote {out} and {report_path}")
     return schedule
+
+
+def schedule_report_path(out: str | Path, report_path: str | Path | None = None) -> Path:
+    """Where the schedule's report goes: ``report_path``, else ``OUT.report.json``."""
+    out = Path(out)
+    return Path(report_path) if report_path else out.with_name(out.name + ".report.json")
+
+
+def describe_schedule(schedule: Schedule, settings: ScheduleSettings) -> str:
+    """The schedule's report as text (what ``vis-embed schedule`` prints)."""
+    report = format_naive_report(schedule.report) if settings.strategy == "naive" else format_report(schedule.report)
+    return f"{report}\n({settings.steps} steps x {settings.global_batch_size} members)"

@@ -52,16 +52,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vis_embed.sampling.build import build_schedule
+    from vis_embed.sampling.build import build_schedule, describe_schedule, schedule_report_path
 
     values = {name: getattr(args, name) for name in ScheduleSettings.model_fields}
     try:
-        build_schedule(args.data, args.out, ScheduleSettings(**values), report_path=args.report,
-                       show_progress=not args.no_progress, print_report=True)
+        settings = ScheduleSettings(**values)
+        schedule = build_schedule(args.data, args.out, settings, report_path=args.report,
+                                  show_progress=not args.no_progress)
     except ConfigError as exc:
         # the message names settings; say which flags those are
         mentioned = [name for name in values if name in str(exc)]
         if not mentioned:
             raise
         raise ConfigError(f"{exc} (flags: {', '.join(f'{flag(name)} is {name}' for name in mentioned)})") from None
+    print(describe_schedule(schedule, settings))
+    print(f"wrote {args.out} and {schedule_report_path(args.out, args.report)}")
     return 0

@@ -233,8 +233,8 @@ class _Scheduler(IdentityCandidates, PairsQueue):
         """``short`` (strict) slots whole groups cannot fill in priority order: try other orders
         of their candidates (groups of other sizes may add up to M); failing
         that, with ``more``, return those slots as short (a round of more candidates), else keep
-        ``relaxed`` (the slot cuts its last group).  A dataset where this rarely helps (e.g. every group has k + 1 members and
-        M is no multiple of it) is not tried again: it would only cost time."""
+        ``relaxed`` (the slot cuts its last group).  A dataset where this rarely helps (e.g. every
+        group has k + 1 members and M is no multiple of it) is not tried again: it would only cost time."""
         slots, rows = np.concatenate(anchor_slot), np.concatenate(anchor_rows)
         # a pairs slot keeps its queue order (each row drawn once per epoch): never reordered
         movable = np.flatnonzero(np.isin(slots, short) & ~self._pairs_slot[slots])

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from vis_embed.config import invalid, validation_message
 from vis_embed.errors import ConfigError
 
 STRATEGIES: tuple[str, str] = ("identity_aware", "naive")
@@ -46,7 +47,7 @@ class SamplingOptions(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            raise ConfigError(format_validation_error(exc)) from None
+            raise ConfigError(validation_message(exc)) from None
 
     def schedule_settings(self, *, steps: int, global_batch_size: int, seed: int) -> ScheduleSettings:
         """The settings of one schedule; an unset ``interleave_batch_size`` means one slot per batch (M = B)."""
@@ -73,17 +74,17 @@ class ScheduleSettings(SamplingOptions):
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            raise ConfigError(format_validation_error(exc)) from None
+            raise ConfigError(validation_message(exc)) from None
 
     @model_validator(mode="after")
     def _check_combinations(self) -> ScheduleSettings:
         b, m, k = self.global_batch_size, self.interleave_batch_size, self.hard_negatives
         if b % m:
-            raise ValueError(f"global_batch_size {b} is not a multiple of interleave_batch_size {m} "
-                             f"(B = slots x M)")
+            raise invalid(f"global_batch_size {b} is not a multiple of interleave_batch_size {m} "
+                          f"(B = slots x M)", "global_batch_size")
         if k and k + 1 > m:
-            raise ValueError(f"hard_negatives {k} cannot fit: an anchor and its {k} hard negatives need a "
-                             f"slot of at least {k + 1} members, but interleave_batch_size is {m}")
+            raise invalid(f"hard_negatives {k} cannot fit: an anchor and its {k} hard negatives need a "
+                          f"slot of at least {k + 1} members, but interleave_batch_size is {m}", "hard_negatives")
         return self
 
     @property
@@ -97,19 +98,3 @@ class ScheduleSettings(SamplingOptions):
                 "hard_negatives": self.hard_negatives, "seed": self.seed,
                 "size_exponent": self.size_exponent, "small_datasets": self.small_datasets,
                 "strategy": self.strategy}
-
-
-def format_validation_error(error: ValidationError) -> str:
-    """One line per problem, each naming the setting: ``steps: Input should be ... (got 0)``."""
-    lines = []
-    for item in error.errors():
-        name = ".".join(str(part) for part in item["loc"])
-        if item["type"] == "value_error":  # our own cross-field checks: the message names the settings
-            lines.append(str(item["ctx"]["error"]))
-        elif item["type"] == "missing":
-            lines.append(f"{name}: required setting missing")
-        elif item["type"] == "extra_forbidden":
-            lines.append(f"{name}: unknown setting")
-        else:
-            lines.append(f"{name}: {item['msg']} (got {item.get('input')!r})")
-    return "; ".join(lines)

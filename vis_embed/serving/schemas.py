@@ -44,7 +44,8 @@ def check_content_type(content_type: str | None) -> None:
     bodies across origins without a CORS preflight, so accepting those would let any page the
     operator visits use the server."""
     media_type = (content_type or "").split(";", 1)[0].strip().lower()
-    if media_type != "application/json" and not (media_type.startswith("application/") and media_type.endswith("+json")):
+    json_suffix = media_type.startswith("application/") and media_type.endswith("+json")
+    if media_type != "application/json" and not json_suffix:
         raise RequestError(415, f"the request body must be JSON (Content-Type: application/json), got "
                                 f"{media_type or 'no Content-Type'}")
 

@@ -43,7 +43,8 @@ def run_train(args: argparse.Namespace) -> int:
     from vis_embed.training.trainer import Trainer
 
     recipe = load_recipe(args.recipe, args.overrides)
-    trainer = Trainer(recipe, resume=args.resume, overwrite=args.overwrite, show_progress=False if args.no_progress else None)
+    trainer = Trainer(recipe, resume=args.resume, overwrite=args.overwrite,
+                      show_progress=False if args.no_progress else None)
     trainer.train()
     return 0
 

@@ -189,7 +189,8 @@ def _gradcache_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch]
         with backend.accumulate(is_last=position == len(replayed) - 1):
             embeddings = backend.forward(device_batch)
             if check_replay:
-                max_diff = max(max_diff, float((embeddings.detach().float() - no_grad_embeddings[position]).abs().max()))
+                replayed = embeddings.detach().float() - no_grad_embeddings[position]
+                max_diff = max(max_diff, float(replayed.abs().max()))
             surrogate = (embeddings.float() * cached[side][indices]).sum()
             backend.backward(surrogate)
     state_after_pass1.restore()

@@ -19,9 +19,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from vis_embed.config import format_validation_error
-from vis_embed.errors import ConfigError
-from vis_embed.io import read_text
+from vis_embed.config import validation_message
+from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
+from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, TEXT_LORA_MODULES
 from vis_embed.sampling.settings import SamplingOptions
 
@@ -211,18 +211,19 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
                 raise ConfigError(f"--set {text!r}: '{part}' is not a section")
             node = child
         node[path[-1]] = value
+        if isinstance(node, LineDict):  # the value is not the file's: an error names no line for it
+            node.key_lines[path[-1]] = None
     return raw
 
 
-def _format_errors(error: ValidationError, source: str) -> str:
-    """The project's one ValidationError formatter (:mod:`vis_embed.config`), keys dotted as in ``--set``."""
-    problems = format_validation_error(error, source, dotted=lambda loc: ".".join(map(str, loc)) or "(root)")
-    return "\n".join(str(problem) for problem in problems)
+def _dotted_as_in_set(loc: tuple[Any, ...]) -> str:
+    return ".".join(map(str, loc)) or "(root)"
 
 
 def load_recipe(path: str | Path | None = None, overrides: list[str] | None = None,
                 raw: dict[str, Any] | None = None) -> Recipe:
-    """Read, override and validate a recipe; raises ConfigError naming file and key."""
+    """Read, override and validate a recipe; raises ConfigError naming file, line and key (like
+    every YAML of the package: :func:`vis_embed.config.format_validation_error`)."""
     source = str(path) if path is not None else "recipe"
     if raw is None:
         if path is None:
@@ -231,16 +232,18 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | None = No
         if not recipe_path.is_file():
             raise ConfigError(f"{recipe_path}: recipe not found")
         try:
-            raw = yaml.safe_load(read_text(recipe_path)) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{recipe_path}: invalid YAML: {exc}") from None
+            raw = load_yaml_with_lines(recipe_path)  # line-aware: errors name the line
+        except DataError as exc:  # invalid YAML, not UTF-8, duplicate key: FILE:LINE
+            raise ConfigError(str(exc)) from None
+        raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: a recipe is a mapping of keys, got {type(raw).__name__}")
-    raw = apply_overrides(dict(raw), list(overrides or []))
+    document = raw if isinstance(raw, LineDict) else dict(raw)  # a caller's mapping is not changed
+    document = apply_overrides(document, list(overrides or []))
     try:
-        recipe = Recipe.model_validate(raw)
+        recipe = Recipe.model_validate(document)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source)) from None
+        raise ConfigError(validation_message(exc, source, document, dotted=_dotted_as_in_set)) from None
     check_optional_dependencies(recipe, source)
     return recipe
 

@@ -11,6 +11,7 @@ Only the main process writes; the other ranks get a logger that does nothing.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import resource
 import sys
@@ -21,6 +22,8 @@ from tqdm.auto import tqdm
 
 from vis_embed.io import atomic_write_text
 from vis_embed.training.recipe import Recipe, recipe_to_dict
+
+log = logging.getLogger(__name__)
 
 
 class RunLogger:
@@ -69,9 +72,8 @@ class RunLogger:
             self.bar.set_postfix(loss=f"{values['loss']:.4f}", tau=f"{values['tau']:.4f}",
                                  lr=f"{values['lr']:.2e}", sps=f"{values['samples_per_s']:.1f}", refresh=False)
         elif step % self.every == 0:
-            print(f"step {step}: loss {values['loss']:.4f} tau {values['tau']:.4f} "
-                  f"grad_norm {values['grad_norm']:.3f} lr {values['lr']:.2e} "
-                  f"{values['samples_per_s']:.1f} samples/s", flush=True)
+            log.info("step %d: loss %.4f tau %.4f grad_norm %.3f lr %.2e %.1f samples/s", step, values["loss"],
+                     values["tau"], values["grad_norm"], values["lr"], values["samples_per_s"])
 
     def close(self) -> None:
         if self.bar is not None:

@@ -1,12 +1,13 @@
 """The trainer's view of the offline schedule: whole steps, fingerprint check, build-if-missing.
 
-Thin layer over :mod:`vis_embed.sampling` (planning, reading, fingerprints).  The trainer reads each step *whole* -- every
-rank needs all B identity labels for the loss mask -- and keeps its contiguous shard of
+Thin layer over :mod:`vis_embed.sampling` (planning, reading, fingerprints).  The trainer reads
+each step *whole* -- every rank needs all B identity labels for the loss mask -- and keeps its contiguous shard of
 slots (``schedule_io.rank_rows``), so gathering ranks in order rebuilds slot order.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,8 @@ from vis_embed.sampling.build import build_schedule
 from vis_embed.sampling.schedule_io import check_data_fingerprint, iter_batches, rank_rows
 from vis_embed.sampling.settings import SamplingOptions
 from vis_embed.distributed import barrier, is_main_process
+
+log = logging.getLogger(__name__)
 
 
 def write_recipe_schedule(data: Any, path: str | Path, *, steps: int, global_batch_size: int, seed: int,
@@ -30,7 +33,7 @@ def write_recipe_schedule(data: Any, path: str | Path, *, steps: int, global_bat
     """
     options = sampling if isinstance(sampling, SamplingOptions) else SamplingOptions.from_values(sampling or {})
     settings = options.schedule_settings(steps=steps, global_batch_size=global_batch_size, seed=seed)
-    build_schedule(data, path, settings, show_progress=show_progress, print_report=show_progress)
+    build_schedule(data, path, settings, show_progress=show_progress, log_report=show_progress)
     return Path(path)
 
 
@@ -77,8 +80,8 @@ def open_schedule(recipe: Any, data: Any) -> ScheduleSource:
     path = Path(recipe.schedule)
     if not path.is_file():
         if is_main_process():
-            print(f"schedule {path} does not exist: building it first from the recipe's sampling settings "
-                  f"({recipe.max_steps} steps x {recipe.global_batch_size} members)", flush=True)
+            log.info("schedule %s does not exist: building it first from the recipe's sampling settings "
+                     "(%d steps x %d members)", path, recipe.max_steps, recipe.global_batch_size)
             write_recipe_schedule(data, path, steps=recipe.max_steps, global_batch_size=recipe.global_batch_size,
                                   seed=recipe.seed, sampling=recipe.sampling,
                                   show_progress=recipe.logging.progress_bar)

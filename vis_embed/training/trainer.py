@@ -12,9 +12,8 @@ resumed run replays exactly the steps an uninterrupted run would have taken.
 
 from __future__ import annotations
 
+import logging
 import math
-import os
-import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -47,8 +46,7 @@ from vis_embed.training.run_dir import check_run_directory, clear_run_directory
 from vis_embed.training.run_log import RunLogger
 from vis_embed.training.schedule_source import ScheduleSource, open_schedule
 
-# Test hook: SIGKILL this process right after the given step completes (resume tests).
-KILL_AFTER_STEP_ENV = "VIS_EMBED_KILL_AFTER_STEP"
+log = logging.getLogger(__name__)
 
 
 class TrainingDivergedError(VisEmbedError):
@@ -139,9 +137,9 @@ class Trainer:
         if is_main_process() and chunk > 0 and runs_plain(local, local, chunk) and 2 * local > chunk:
             # GradCache's shortcut (training/gradcache.py) holds both sides in one forward: say so,
             # since chunk_size is otherwise the most members in memory at once.
-            print(f"gradcache: {local} queries and {local} candidates per rank fit one chunk of {chunk} each, "
-                  f"so each step is one plain forward of {2 * local} members (a chunk_size below {local} "
-                  "keeps GradCache's memory bound)", flush=True)
+            log.info("gradcache: %d queries and %d candidates per rank fit one chunk of %d each, so each step "
+                     "is one plain forward of %d members (a chunk_size below %d keeps GradCache's memory bound)",
+                     local, local, chunk, 2 * local, local)
         self.show_progress = recipe.logging.progress_bar if show_progress is None else show_progress
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
         self.dtype = resolve_dtype(recipe.model_options.dtype, self.device)
@@ -195,7 +193,8 @@ class Trainer:
             return DeepSpeedBackend(self.model, ds_config=ds_config, **common)
         # A chunk without images leaves vision-tower parameters out of the graph; DDP must
         # then be told to look for unused parameters or it waits for their gradients forever.
-        vision_trainable = self.recipe.adaptation == "lora" and (self.recipe.lora.vision or not self.recipe.lora.enabled)
+        lora = self.recipe.lora
+        vision_trainable = self.recipe.adaptation == "lora" and (lora.vision or not lora.enabled)
         return TorchBackend(self.model, max_grad_norm=opt.max_grad_norm,
                             find_unused_parameters=vision_trainable, **common)
 
@@ -203,7 +202,7 @@ class Trainer:
         directory = ckpt.latest_checkpoint(self.output_dir)
         if directory is None:
             if is_main_process():
-                print(f"--resume: no checkpoint in {self.output_dir}; starting from step 0", flush=True)
+                log.info("--resume: no checkpoint in %s; starting from step 0", self.output_dir)
             set_seed(self.recipe.seed + self.rank)
             return
         state = ckpt.read_trainer_state(directory)
@@ -225,7 +224,7 @@ class Trainer:
         ckpt.restore_rng_state(torch.load(ckpt.rng_file(directory), map_location="cpu", weights_only=False))
         self.start_step = int(state["step"])
         if is_main_process():
-            print(f"resuming from {directory} at step {self.start_step}", flush=True)
+            log.info("resuming from %s at step %d", directory, self.start_step)
 
     # ------------------------------------------------------------------ data
     def prepare_step(self, batch: Any) -> PreparedStep:
@@ -305,7 +304,6 @@ class Trainer:
             atomic_write_text(self.output_dir / "recipe.yaml", yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False))
         logger = RunLogger(self.output_dir, recipe, self.start_step, enabled=is_main_process(),
                             show_progress=self.show_progress)
-        kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, -1))
         executor = ThreadPoolExecutor(max_workers=1) if recipe.num_workers > 0 else None
         batches = self.schedule.steps(self.start_step)
         next_prepared: Future[PreparedStep] | None = None
@@ -337,8 +335,6 @@ class Trainer:
                 if every and completed % every == 0 and completed < recipe.max_steps:
                     self.save(self.output_dir / f"checkpoint-{completed}", completed)
                     ckpt.prune_checkpoints(self.output_dir, recipe.checkpoint.keep_last)
-                if completed == kill_after:
-                    os.kill(os.getpid(), signal.SIGKILL)
         finally:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
@@ -346,7 +342,7 @@ class Trainer:
         final = self.output_dir / "final"
         self.save(final, recipe.max_steps, final=True)
         if is_main_process():
-            print(f"training finished: {final}", flush=True)
+            log.info("training finished: %s", final)
         return final
 
     # ------------------------------------------------------------------ checkpoints

@@ -1,0 +1,86 @@
+"""A benchmark dataset's evaluation options, typed and validated once, when the manifest (or a
+spec built in code) is loaded -- not again where they are used.
+
+Manifest ``options:`` (any layout) and a peer layout's extra keys: ``index`` (gallery search
+backend), ``tie_policy`` (how tied scores rank), ``depth`` (gallery ranking depth), ``seed``
+(2AFC bootstrap), ``ks`` (asymmetric recall cut-offs).  Other keys are kept for the peer
+protocols that read them.  The vocabularies live here, below :mod:`vis_embed.evaluation`
+(which re-exports them), so the manifest's schema can check them; no torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator
+
+from vis_embed.config import dotted_field, format_validation_error, one_of
+from vis_embed.errors import DataError
+
+# Gallery search backends of vis_embed.evaluation.search.
+# "auto" picks the fastest exact kind for the machine (evaluation.index_choice).
+INDEX_KINDS: tuple[str, ...] = ("auto", "exact", "exact-bf16", "exact-gpu", "ivf")
+DEFAULT_INDEX = "auto"
+# How tied scores are ordered in candidates / gallery rankings (see evaluation.metrics):
+# pessimistic = negatives before positives; first = listed order, as VLM2Vec's argmax.
+TIE_POLICIES: tuple[str, ...] = ("pessimistic", "first")
+DEFAULT_TIE_POLICY = "pessimistic"
+
+
+def check_index_kind(kind: Any, field: str = "index") -> str:
+    """``kind`` if it is one of INDEX_KINDS, else a DataError naming ``field`` (the one check)."""
+    if kind not in INDEX_KINDS:
+        raise DataError(f"unknown index kind {kind!r} (known: {', '.join(INDEX_KINDS)})", field=field)
+    return kind
+
+
+def check_tie_policy(policy: Any, field: str = "tie_policy") -> str:
+    """``policy`` if it is one of TIE_POLICIES, else a DataError naming ``field`` (the one check)."""
+    if policy not in TIE_POLICIES:
+        raise DataError(f"unknown tie policy {policy!r} (known: {', '.join(TIE_POLICIES)})", field=field)
+    return policy
+
+
+class DatasetOptions(BaseModel):
+    """Per-dataset evaluation options; None = the run's setting (or the protocol's default)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    index: str | None = None
+    tie_policy: str | None = None
+    depth: PositiveInt | None = None
+    seed: int | None = None
+    ks: tuple[PositiveInt, ...] | None = None
+
+    @field_validator("index")
+    @classmethod
+    def _known_index(cls, kind: str | None) -> str | None:
+        return kind if kind is None else one_of(kind, INDEX_KINDS, "index kind")
+
+    @field_validator("tie_policy")
+    @classmethod
+    def _known_tie_policy(cls, policy: str | None) -> str | None:
+        return policy if policy is None else one_of(policy, TIE_POLICIES, "tie policy")
+
+    @classmethod
+    def from_values(cls, values: DatasetOptions | dict[str, Any] | None, dataset: str,
+                    path: str | Path | None = None, line: int | None = None) -> DatasetOptions:
+        """Validated options of ``dataset``; a problem is a DataError naming
+        ``DATASET.options.KEY`` (and the manifest's file and line when known)."""
+        if isinstance(values, DatasetOptions):
+            return values
+        try:
+            return cls.model_validate(values or {})
+        except ValidationError as exc:
+            first = format_validation_error(exc, path, dotted=lambda loc: f"{dataset}.options.{dotted_field(loc)}")[0]
+            raise DataError(first.reason, path=path, line=line, field=first.field) from None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """An option by name (a typed one or a peer protocol's extra key); ``default`` when unset."""
+        value = self.as_dict().get(key)
+        return default if value is None else value
+
+    def as_dict(self) -> dict[str, Any]:
+        """The options that were given (what fingerprints and results record)."""
+        return self.model_dump(exclude_unset=True)
