@@ -27,7 +27,7 @@ MAX_MODULE_LINES = 400
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("vis_embed.errors",),
     ("vis_embed.io", "vis_embed.config", "vis_embed.distributed", "vis_embed.resources",
-     "vis_embed.embedding_cache",
+     "vis_embed.embedding_cache", "vis_embed.provenance",
      "vis_embed.integrations"),  # optional sinks the library reports to (W&B)
     ("vis_embed.data",),
     ("data_prep",),

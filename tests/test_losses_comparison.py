@@ -76,24 +76,21 @@ def test_peer_rows_come_from_the_synthetic_eval_sets(synth: Path, tmp_path: Path
     assert ap[5] == {"id": "id2-other", "a": {"image": "4.png"}, "b": {"image": "0.png"}, "label": 0}
 
 
-def _results(directory: Path, groups: dict, peer_metrics: dict) -> None:
-    for name, content in (("eval", {"groups": groups, "datasets": {}}),
-                          ("eval_peer", {"groups": {}, "datasets": peer_metrics})):
-        (directory / name).mkdir(parents=True, exist_ok=True)
-        (directory / name / "results.json").write_text(json.dumps(content))
+def _record(groups: dict, peer_metrics: dict) -> dict:
+    """A per-seed result file's content (eval/study_results.py): metrics and the peer evaluation."""
+    return {"metrics": groups, "evaluations": {"peer": peer_metrics}}
 
 
 def test_table_pairs_each_combination_with_infonce_lora_by_seed(tmp_path: Path) -> None:
     values = {("infonce_lora", "0"): 30.0, ("infonce_lora", "1"): 40.0,
               ("hinge_lora", "0"): 25.0, ("hinge_lora", "1"): 37.0}
-    for (combo, seed), mveb in values.items():
-        _results(tmp_path / f"{combo}-{seed}", {"MVEB": mveb, "overall": mveb / 2},
-                 {"PeerNearID": {"metrics": {"SSR": mveb + 1, "pairwise_acc": 50.0}}})
-    _results(tmp_path / "two_tier_lora-0", {"MVEB": 1.0}, {})
-    (tmp_path / "two_tier_lora-1" / "eval").mkdir(parents=True)  # unfinished: no results yet
-    runs = {combo: {seed: table.load_scores(tmp_path / f"{combo}-{seed}") for seed in ("0", "1")
-                    if table.load_scores(tmp_path / f"{combo}-{seed}")}
-            for combo in ("infonce_lora", "hinge_lora", "two_tier_lora")}
+    records = {(combo, seed): _record({"MVEB": mveb, "overall": mveb / 2},
+                                      {"PeerNearID": {"metrics": {"SSR": mveb + 1, "pairwise_acc": 50.0}}})
+               for (combo, seed), mveb in values.items()}
+    records[("two_tier_lora", "0")] = _record({"MVEB": 1.0}, {})  # seed 1 unfinished: no result file
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+    for (combo, seed), record in records.items():
+        runs.setdefault(combo, {})[seed] = table.record_scores(record)
     assert list(runs["two_tier_lora"]) == ["0"]
     synth, peer, paired = table.summarise(runs, None)
     assert "| triplet hinge + LoRA (DreamSim) (`hinge_lora`) | 2 | – | – | – | – | – | 31.0 ± 8.5 |" in synth

@@ -13,7 +13,6 @@ come from the installed distributions' metadata.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import platform
 import shlex
@@ -31,8 +30,10 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 def code_version(root: Path = PACKAGE_ROOT) -> dict[str, Any]:
     """``{"commit", "dirty", "version"}``: the git commit of ``root`` (None outside a checkout)."""
-    from vis_embed import __version__
-
+    try:  # the installed distribution's version (importing vis_embed here would point upwards)
+        __version__ = metadata.version("vis_embed")
+    except metadata.PackageNotFoundError:
+        __version__ = None
     commit = _git(root, "rev-parse", "HEAD")
     dirty = None
     if commit is not None:
@@ -103,6 +104,3 @@ def describe(record: dict[str, Any]) -> str:
     gpu = f", {host['gpu']}" if host.get("gpu") else ""
     return f"commit {commit}; {host.get('cpu')} ({features}, {host.get('cores')} cores{gpu}); {record.get('date')}"
 
-
-if __name__ == "__main__":
-    print(json.dumps(provenance(), indent=2))
