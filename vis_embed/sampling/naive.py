@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from vis_embed.data.factorize import MISSING, factorize
 from vis_embed.errors import ConfigError
 from vis_embed.sampling.draws import slot_expectations, systematic_sample
 from vis_embed.sampling.settings import ScheduleSettings
@@ -35,9 +36,9 @@ def _positive_lookup(ds: SubDataset) -> Lookup:
     if ds.kind == "pairs" or ds.identities is None:
         codes = np.arange(ds.num_rows)
     else:
-        labels = np.asarray([repr(x) if x is not None else f"\\0row{i}" for i, x in enumerate(ds.identities)],
-                            dtype=object)
-        _, codes = np.unique(labels, return_inverse=True)
+        codes, distinct = factorize(list(ds.identities), none_is_missing=True)
+        missing = codes == MISSING  # a row without identity is an identity of its own
+        codes[missing] = len(distinct) + np.arange(int(missing.sum()))
     order = np.argsort(codes, kind="stable")
     counts = np.bincount(codes)
     offsets = np.concatenate([[0], np.cumsum(counts)])
