@@ -30,9 +30,10 @@ import binascii
 import io
 import os
 import re
+import math
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -46,6 +47,17 @@ FILE_URI_PREFIX = "file://"
 DATA_URI = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
 # Qwen2-VL / 2.5-VL / 3-VL processors (and qwen-vl-utils) raise for a larger long/short side ratio.
 MAX_ASPECT_RATIO = 200
+# How images larger than the model's pixel budget are decoded: "exact" decodes every pixel and
+# leaves the whole downscale to the processor; "fast" decodes at a reduced scale (JPEG draft
+# mode, else PIL's box ``reduce``) to no less than FAST_DECODE_MARGIN x the size the processor
+# resizes to (per side), and the processor does its usual final resize from there.
+DECODE_MODES = ("exact", "fast")
+Decode = Literal["exact", "fast"]
+FAST_DECODE_MARGIN = 2
+# Modes PIL's reduce() refuses: "1" is widened to "L" first (1 byte a pixel, not 3); the
+# palette and 16-bit modes go through to_rgb first.
+_REDUCE_VIA_L = ("1",)
+_REDUCE_AFTER_RGB = ("P", "PA", "I;16", "I;16B", "I;16L", "I;16N")
 
 
 def is_url(source: Any) -> bool:
@@ -100,7 +112,10 @@ def to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
-def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int) -> Image.Image:
+def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int,
+          max_pixels: int | None = None) -> Image.Image:
+    """Open, check the header (pixels, bomb limit) and decode; with ``max_pixels`` (fast decode)
+    a JPEG is decoded in draft mode at the smallest DCT scale that keeps the decode floor."""
     try:
         with warnings.catch_warnings():
             # PIL only warns between 1x and 2x its limit; we refuse explicitly just below.
@@ -121,6 +136,9 @@ def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int) -> Image.Im
     if width * height > max_image_pixels:
         raise DataError(f"refused: {width}x{height} = {width * height} pixels exceeds the "
                         f"decompression-bomb limit of {max_image_pixels} pixels", path=name)
+    floor = fast_decode_floor(width, height, max_pixels)
+    if floor is not None and image.format == "JPEG":
+        image.draft(None, floor)  # libjpeg scales by 1/2, 1/4 or 1/8 while decoding, never below floor
     try:
         image.load()
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
@@ -129,25 +147,63 @@ def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int) -> Image.Im
 
 
 def load_image(source: str | Path | Image.Image, base_dir: str | Path | None = None,
-               max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Image.Image:
-    """Load ``source`` (path, http(s) URL or PIL image) as an RGB PIL image."""
+               max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, *, max_pixels: int | None = None,
+               decode: Decode = "exact") -> Image.Image:
+    """Load ``source`` (path, http(s) URL or PIL image) as an RGB PIL image.
+
+    ``decode="fast"`` with the model's pixel budget ``max_pixels``: an image larger than the
+    budget is decoded at a reduced scale, never below :data:`FAST_DECODE_MARGIN` x the size the
+    processor resizes it to (:func:`fast_decode_floor`); ``"exact"`` (the default) decodes it whole.
+    """
+    if decode not in DECODE_MODES:
+        raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}, got {decode!r}")
+    budget = max_pixels if decode == "fast" else None
     if isinstance(source, Image.Image):
         width, height = source.size
         check_has_pixels(source)
         if width * height > max_image_pixels:
             raise DataError(f"refused: {width}x{height} image exceeds the decompression-bomb "
                             f"limit of {max_image_pixels} pixels")
-        return to_rgb(ImageOps.exif_transpose(source) or source)
+        return _reduced_rgb(ImageOps.exif_transpose(source) or source, budget)
     if is_url(source):
-        image = _open(io.BytesIO(_fetch_url(source)), source, max_image_pixels)
+        image = _open(io.BytesIO(_fetch_url(source)), source, max_image_pixels, budget)
     elif is_data_uri(source):
-        image = _open(io.BytesIO(_decode_data_uri(source)), f"{source[:40]}...", max_image_pixels)
+        image = _open(io.BytesIO(_decode_data_uri(source)), f"{source[:40]}...", max_image_pixels, budget)
     elif isinstance(source, (str, Path)) and str(source):
         path = resolve_image(source, base_dir)
-        image = _open(Path(path), path, max_image_pixels)
+        image = _open(Path(path), path, max_image_pixels, budget)
     else:
         raise DataError(f"image must be a path, URL or PIL image, got {type(source).__name__}")
-    return to_rgb(ImageOps.exif_transpose(image) or image)
+    ImageOps.exif_transpose(image, in_place=True)  # our own decoded image: no copy needed
+    return _reduced_rgb(image, budget)
+
+
+def fast_decode_floor(width: int, height: int, max_pixels: int | None) -> tuple[int, int] | None:
+    """The smallest (width, height) a fast decode may reduce an image to: FAST_DECODE_MARGIN x
+    the size the budget allows (per side), or None when the image is not that much larger.
+
+    The processor's resize keeps the area within ``max_pixels`` (smart_resize rounds its sides
+    down to the patch grid), so ``sqrt(max_pixels / area)`` bounds its scale from above."""
+    if max_pixels is None or width * height <= max_pixels:
+        return None
+    scale = FAST_DECODE_MARGIN * math.sqrt(max_pixels / (width * height))
+    if scale >= 0.5:  # not even a halving fits: decode whole
+        return None
+    return max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale))
+
+
+def _reduced_rgb(image: Image.Image, max_pixels: int | None) -> Image.Image:
+    """``to_rgb(image)``, box-reduced first by the largest integer factor that keeps
+    :func:`fast_decode_floor` (none without a budget), so a huge image never exists as full RGB."""
+    floor = fast_decode_floor(*image.size, max_pixels)
+    factor = 1 if floor is None else min(image.width // floor[0], image.height // floor[1])
+    if factor < 2:
+        return to_rgb(image)
+    if image.mode in _REDUCE_AFTER_RGB:
+        return to_rgb(image).reduce(factor)
+    if image.mode in _REDUCE_VIA_L:
+        image = image.convert("L")
+    return to_rgb(image.reduce(factor))
 
 
 def check_has_pixels(image: Image.Image, name: str | None = None) -> None:

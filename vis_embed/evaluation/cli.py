@@ -25,7 +25,7 @@ from vis_embed import resources
 from vis_embed.evaluation.report import find_reference, load_groups, load_models, models_table, read_reference
 from vis_embed.evaluation.settings import DEFAULT_INDEX, DEFAULT_TIE_POLICY, INDEX_KINDS, TIE_POLICIES, EvalSettings
 from vis_embed.io import atomic_write_json
-from vis_embed.model.defaults import COMPILE_HELP
+from vis_embed.model.defaults import COMPILE_HELP, add_preparation_arguments
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,13 +58,15 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="published table CSV for results.md (default: the paper's Table 1, "
                              "shipped with vis_embed)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_preparation_arguments(parser)
 
 
 def _load_encoder(args: argparse.Namespace) -> Any:
     from vis_embed.evaluation import api  # torch, transformers: only when the command runs
 
     return api.load_embedder(args.model, args.adapter, prompt_format=args.prompt_format,
-                             max_pixels=args.max_pixels, device=args.device, compile=args.compile or None)
+                             max_pixels=args.max_pixels, device=args.device, compile=args.compile or None,
+                             decode=args.decode, workers=args.workers)
 
 
 def run_eval(args: argparse.Namespace) -> int:

@@ -44,7 +44,7 @@ from vis_embed.embedding_cache import CacheStats
 from vis_embed.errors import DataError
 from vis_embed.io import atomic_path, atomic_write_json, parse_jsonl_line, read_text_lines_or_errors, write_jsonl
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
-from vis_embed.model.embedder import Embedder, NonFiniteEmbeddingError
+from vis_embed.model.embedder import Embedder
 from vis_embed.model.encode_shards import encode_across_ranks, remove_shards, shards_dir
 
 
@@ -110,7 +110,8 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
                  max_pixels: int = DEFAULT_MAX_PIXELS, device: str | None = None, dtype: str | None = None,
                  prompt_format: str = "chat", compile: bool = False, on_error: str = "raise",
                  show_progress: bool = True,
-                 cache_stats: CacheStats | None = None) -> EncodedFile:
+                 cache_stats: CacheStats | None = None, decode: str = "exact",
+                 workers: int | str = "auto") -> EncodedFile:
     """Encode every item of ``input_path`` with ``model`` (+ ``adapter``) into ``output`` and its sidecars.
 
     Launched by torchrun, every rank calls this and encodes a share (``cache_stats``, when
@@ -122,7 +123,8 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
     with torchrun_group():
         embedder = Embedder.from_pretrained(
             model, adapter=adapter, device=device or local_device(), dtype=dtype,
-            min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format, compile=compile)
+            min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format, compile=compile,
+            decode=decode, workers=workers)
         try:
             if get_world_size() == 1:
                 encoded = embedder.encode_partial(
@@ -133,7 +135,9 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
                     embedder, items, work_dir=shards_dir(output), instruction=instruction, batch_size=batch_size,
                     show_progress=show_progress, base_dir=input_path.parent, on_error=on_error, stats=cache_stats)
         except DataError as exc:
-            raise _anchor(exc, input_path, lines) from None
+            raise anchor_error(exc, input_path, lines) from None
+        finally:
+            embedder.close()  # the preparation worker processes
         truncated = sum(all_gather_object(embedder.model.truncated_items))
         written = None if encoded is None else _write_outputs(
             encoded, items, ids, lines, rejects, input_path, output, on_error, truncated)
@@ -148,11 +152,7 @@ def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], 
                    output: Path, on_error: str, truncated: int = 0) -> EncodedFile:
     """Write the matrix, the row alignment and (skip mode) the rejects of an encoded JSONL."""
     embeddings, kept, errors = encoded
-    for index, error in errors.items():
-        anchored = _anchor(error, input_path, lines)
-        rejects.append({"line": anchored.line, "field": anchored.field, "reason": anchored.reason,
-                        "row": _jsonable({**items[index], "id": ids[index]})})
-    rejects.sort(key=lambda reject: reject["line"])
+    rejects = rejects_of(errors, items, ids, lines, rejects, input_path)
     ids_path, rejects_path = sidecar_paths(output)
     ids_path.unlink(missing_ok=True)  # the set's commit record: gone until the new set is complete
     with atomic_path(output) as tmp:
@@ -166,6 +166,18 @@ def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], 
     return EncodedFile(output=output, rows=int(embeddings.shape[0]), dim=int(embeddings.shape[1]),
                        ids_path=ids_path, rejects=len(rejects),
                        rejects_path=rejects_path if on_error == "skip" else None, truncated=truncated)
+
+
+def rejects_of(errors: dict[int, DataError], items: list[dict[str, Any]], ids: list[Any], lines: list[int],
+               rejects: list[dict[str, Any]], input_path: Path) -> list[dict[str, Any]]:
+    """The rejects file's rows: the reader's ``rejects`` plus one per item error, in line order."""
+    rejects = list(rejects)
+    for index, error in errors.items():
+        anchored = anchor_error(error, input_path, lines)
+        rejects.append({"line": anchored.line, "field": anchored.field, "reason": anchored.reason,
+                        "row": _jsonable({**items[index], "id": ids[index]})})
+    rejects.sort(key=lambda reject: reject["line"])
+    return rejects
 
 
 def read_encoded(output: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
@@ -186,11 +198,12 @@ def read_encoded(output: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
     return embeddings, alignment
 
 
-def _anchor(error: DataError, input_path: Path, lines: list[int]) -> DataError:
+def anchor_error(error: DataError, input_path: Path, lines: list[int]) -> DataError:
     """Re-anchor an item error to the JSONL line and field it came from (keeps the file name)."""
     index = getattr(error, "item_index", None)
-    # error.path is a file worth naming (an image), except the "items[i]" of a non-finite vector.
-    named_file = error.path is not None and not isinstance(error, NonFiniteEmbeddingError)
+    # error.path is a file worth naming (an image), except the "items[i]" of a non-finite vector
+    # or a crashed preparation worker.
+    named_file = error.path is not None and not str(error.path).startswith("items[")
     reason = f"{error.reason}: {error.path}" if named_file else error.reason
     return DataError(reason, path=input_path, line=None if index is None else lines[index],
                      field=error.field)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vis_embed.model.defaults import add_preparation_arguments
 from vis_embed.sampling.mining import SIMILARITIES, load_mining_dataset, mine_dataset
 
 
@@ -32,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="items per forward pass (default: 16)")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available)")
     parser.add_argument("--report", default=None, help="report JSON (default: OUT.mining.json)")
+    add_preparation_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from vis_embed.model.embedder import Embedder
 
     dataset = load_mining_dataset(args.data, args.dataset)
-    encoder = Embedder.from_pretrained(args.model, adapter=args.adapter, device=args.device)
+    encoder = Embedder.from_pretrained(args.model, adapter=args.adapter, device=args.device,
+                                       decode=args.decode or "exact", workers=args.workers)
     rows, result = mine_dataset(dataset, encoder, k=args.k, group_by=args.group_by,
                                 min_positive_similarity=args.min_positive_similarity,
                                 remove_noisy=args.noisy == "remove", batch_size=args.batch_size,

@@ -82,8 +82,11 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
         _check_model(parsed, settings.model_name, embedder.embedding_dim)
         items = parse_items(parsed.input, settings.max_items)
         if any("image" in item for item in items):
+            model = getattr(embedder, "model", None)  # the pixel budget and decode mode, as encode uses them
             items = await asyncio.to_thread(decode_images, items, settings.allow_local_files,
-                                            settings.url_timeout_s, settings.max_image_bytes)
+                                            settings.url_timeout_s, settings.max_image_bytes,
+                                            max_pixels=getattr(model, "max_pixels", None),
+                                            decode=getattr(model, "decode", "exact"))
         try:
             future = batcher.submit(items, parsed.instruction)
         except QueueFullError as exc:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from vis_embed.errors import ConfigError
 from vis_embed.model.cli import add_model_loading_arguments
+from vis_embed.model.defaults import add_preparation_arguments
 
 # Kept in step with vis_embed.serving.app / images (not imported: they import FastAPI).
 _MAX_REQUEST_BYTES = 32 * 1024 * 1024
@@ -41,12 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-local-files", action="store_true",
                         help="accept image paths on the server's disk (off: any client could read its files)")
     add_model_loading_arguments(parser)
+    add_preparation_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn  # heavy imports only when the command runs
 
     from vis_embed.model.embedder import Embedder
+    from vis_embed.model.prepare_pool import resolve_workers
     from vis_embed.serving.app import ServerSettings, create_app
 
     for name in ("max_batch_size", "max_queue", "max_request_bytes", "max_items", "port"):
@@ -55,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
     embedder = Embedder.from_pretrained(
         args.model, adapter=args.adapter, device=args.device, dtype=args.dtype,
         min_pixels=args.min_pixels, max_pixels=args.max_pixels, prompt_format=args.prompt_format,
-        compile=args.compile)
+        compile=args.compile, decode=args.decode or "exact",
+        # A long-lived process: "auto" means the workers, whatever the size of the first request.
+        workers=resolve_workers(args.workers))
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, max_batch_size=args.max_batch_size,
         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_request_bytes=args.max_request_bytes,

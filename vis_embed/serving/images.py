@@ -29,20 +29,27 @@ DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
 
 def decode_images(items: list[dict[str, Any]], allow_local_files: bool,
                   url_timeout_s: float = DEFAULT_URL_TIMEOUT_S,
-                  max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> list[dict[str, Any]]:
-    """``items`` with each ``image`` replaced by its decoded RGB PIL image (a 400 names a bad one)."""
+                  max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES, *, max_pixels: int | None = None,
+                  decode: str = "exact") -> list[dict[str, Any]]:
+    """``items`` with each ``image`` replaced by its decoded RGB PIL image (a 400 names a bad one).
+
+    ``max_pixels`` / ``decode``: the model's pixel budget and decode mode (``load_image``); with
+    ``"fast"`` an image above the budget is reduced while decoding, so a huge image (a 1-bit
+    PNG of 80 megapixels) never waits in the queue at full RGB resolution."""
     decoded = []
     for index, item in enumerate(items):
         if "image" in item:
             param = f"input[{index}].image"
+            # A bbox is in full-resolution pixels: such an item is decoded whole (as model.preparer does).
+            budget = None if "bbox" in item else max_pixels
             item = {**item, "image": _decode(item["image"], param, allow_local_files, url_timeout_s,
-                                             max_image_bytes)}
+                                             max_image_bytes, budget, decode)}
         decoded.append(item)
     return decoded
 
 
 def _decode(source: str, param: str, allow_local_files: bool, url_timeout_s: float,
-            max_image_bytes: int) -> Image.Image:
+            max_image_bytes: int, max_pixels: int | None = None, decode: str = "exact") -> Image.Image:
     if is_url(source):
         source = _as_data_uri(_fetch(source, param, url_timeout_s, max_image_bytes))
     elif not is_data_uri(source) and not allow_local_files:
@@ -50,7 +57,7 @@ def _decode(source: str, param: str, allow_local_files: bool, url_timeout_s: flo
                                 f"--allow-local-files); send a data: URI (base64) or an http(s) URL",
                            param=param)
     try:
-        return load_image(source)
+        return load_image(source, max_pixels=max_pixels, decode=decode if max_pixels else "exact")
     except DataError as exc:
         raise RequestError(400, f"{param}: {exc.reason}", param=param) from None
 
