@@ -97,7 +97,7 @@ def run_encode(args: argparse.Namespace) -> int:
 def _dry_run(args: argparse.Namespace) -> int:
     import json
 
-    from vis_embed.model.dry_run import dry_run_jsonl  # transformers: only when the command runs
+    from vis_embed.model.dry_run_cli import dry_run_jsonl  # transformers: only when the command runs
 
     report = dry_run_jsonl(
         args.model, args.input, output=args.output, instruction=args.instruction, batch_size=args.batch_size,

@@ -13,6 +13,7 @@ the blocks' element-wise work (opt-in).
 from __future__ import annotations
 
 import json
+import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Sequence
@@ -74,6 +75,7 @@ class Embedder:
         self.workers: int | str = workers if workers == "auto" else resolve_workers(workers)
         self._pool: PreparePool | None = None
         self._pool_finalizer: weakref.finalize | None = None
+        self._pool_starting: threading.Thread | None = None  # start_workers(background=True)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, adapter: str | Path | None = None,
@@ -169,6 +171,8 @@ class Embedder:
         in batch order, wherever it was prepared."""
         images = sum(1 for index, item in enumerate(items) if index not in errors and item.get("image") is not None)
         workers = resolve_workers(self.workers, images)
+        if self._pool_starting is not None and self._pool_starting.is_alive():
+            workers = 0  # the workers are still starting (serve): this batch is prepared here
         if workers > 0:
             return self._pool_batches(items, batches, instruction, base_dir, on_error, errors, collate, workers)
         return self._thread_batches(items, batches, instruction, base_dir, on_error, errors, collate)
@@ -242,8 +246,26 @@ class Embedder:
             self._pool_finalizer = weakref.finalize(self, PreparePool.close, pool)
         return pool
 
+    def start_workers(self, background: bool = False) -> None:
+        """Start the preparation workers now rather than at the first encode (a server starts
+        them before its first request).  ``background=True`` returns at once; encodes prepare
+        in this process until the workers are up (the first start of a process's workers
+        imports torch and the processor anew: seconds)."""
+        workers = resolve_workers(self.workers)
+        if workers < 1:
+            return
+        if not background:
+            self._preparation_pool(workers)
+            return
+        self._pool_starting = threading.Thread(target=self._preparation_pool, args=(workers,), daemon=True,
+                                               name="vis-embed-start-workers")
+        self._pool_starting.start()
+
     def close(self) -> None:
         """Stop the preparation worker processes (started again by the next encode)."""
+        if self._pool_starting is not None:
+            self._pool_starting.join()
+            self._pool_starting = None
         if self._pool_finalizer is not None:
             self._pool_finalizer()  # closes the pool once
         self._pool, self._pool_finalizer = None, None

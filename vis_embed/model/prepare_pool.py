@@ -118,8 +118,9 @@ class PreparePool:
         self.broken = False
         context = mp.get_context(start_method or _start_method())
         if context.get_start_method() == "forkserver":
-            # The server imports the preparation code once; each worker forks from it.
-            context.set_forkserver_preload(["vis_embed.model.preparer"])
+            # The server (started once per process) imports the preparation code and the
+            # processor's modules (transformers, torchvision: seconds) once; workers fork from it.
+            context.set_forkserver_preload(_preload_modules(preparer))
         self._workers: list[_Worker] = []
         for number in range(workers):
             parent_end, child_end = context.Pipe(duplex=True)
@@ -303,6 +304,12 @@ class _Collector:
             self.results[seq] = WorkerCrashedError(index, worker.process.exitcode)
             self.failure = self.results[seq]
             self.condition.notify_all()
+
+
+def _preload_modules(preparer: Preparer) -> list[str]:
+    processor = preparer.processor
+    parts = [processor, getattr(processor, "image_processor", None), getattr(processor, "tokenizer", None)]
+    return ["vis_embed.model.preparer", *dict.fromkeys(type(part).__module__ for part in parts if part is not None)]
 
 
 def _start_method() -> str:

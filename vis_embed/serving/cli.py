@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         compile=args.compile, decode=args.decode or "exact",
         # A long-lived process: "auto" means the workers, whatever the size of the first request.
         workers=resolve_workers(args.workers))
+    embedder.start_workers(background=True)  # requests are prepared in-process until they are up
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, max_batch_size=args.max_batch_size,
         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_request_bytes=args.max_request_bytes,

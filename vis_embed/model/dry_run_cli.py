@@ -1,4 +1,5 @@
-"""``vis-embed encode --dry-run``: prepare every item as a real encode would, without the model.
+"""``vis-embed encode --dry-run``: prepare every item as a real encode would, without the model
+(the library half, beside encode_cli.py; arguments: model/cli.py).
 
 Loads only the processor (and the model's config, for its token limit), then runs the encode
 path's own steps -- reading the JSONL (:func:`~vis_embed.model.encode_cli.read_items`), the
