@@ -67,6 +67,22 @@ def evaluate(model: str, adapter: str | None, root: Path, out: Path, decode: str
             if entry.get("primary", "P@1") == "P@1" and "P@1" in entry.get("metrics", {})}
 
 
+def vector_cosines(model: str, adapter: str | None, root: Path, max_pixels: int, limit: int = 256) -> np.ndarray:
+    """Cosine between the exact and fast vectors of (up to ``limit``) evaluation images."""
+    from vis_embed.evaluation.api import load_embedder
+
+    paths = sorted((root / "eval" / "images").rglob("*.*"))[:limit]
+    items = [{"image": str(path)} for path in paths]
+    vectors = []
+    for decode in ("exact", "fast"):
+        embedder = load_embedder(model, adapter, decode=decode, max_pixels=max_pixels, workers="auto")
+        try:
+            vectors.append(embedder.encode(items))
+        finally:
+            embedder.close()
+    return np.sum(vectors[0] * vectors[1], axis=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="checkpoint (default: a tiny random one: a smoke run only)")
@@ -84,6 +100,7 @@ def main() -> None:
     seeds = args.seeds[:1] if args.quick else args.seeds
     datasets = [name.strip() for name in args.datasets.split(",")] if args.datasets else None
     differences: dict[str, list[float]] = {}
+    cosine_lines: list[str] = []
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model
         if model is None:
@@ -98,10 +115,14 @@ def main() -> None:
             scores = {decode: evaluate(model, args.adapter, Path(root), Path(scratch) / f"eval{seed}-{decode}",
                                        decode, args.max_pixels, datasets, args.max_queries)
                       for decode in ("exact", "fast")}
+            cosines = vector_cosines(model, args.adapter, Path(root), args.max_pixels)
+            cosine_lines.append(f"seed {seed}: {len(cosines)} images, cosine fast vs exact min {cosines.min():.6f}, "
+                                f"mean {cosines.mean():.6f}")
             for name in sorted(scores["exact"]):
                 exact, fast = scores["exact"][name], scores["fast"].get(name, math.nan)
                 differences.setdefault(name, []).append(fast - exact)
                 print(f"| {seed} | {name} | {exact:.4f} | {fast:.4f} | {fast - exact:+.4f} |")
+    print("\n" + "\n".join(cosine_lines))
     print("\n| dataset | seeds | mean fast - exact | standard error | within noise (|mean| < 2 SE) |")
     print("|---|---:|---:|---:|---|")
     for name, values in sorted(differences.items()):
