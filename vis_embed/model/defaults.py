@@ -52,6 +52,6 @@ def add_preparation_arguments(parser: Any, decode: bool = True) -> None:
     """``--workers`` (and ``--decode``) on a command that encodes items."""
     from vis_embed.data.images import DECODE_MODES
 
-    parser.add_argument("--workers", type=parse_workers, default="auto", help=WORKERS_HELP)
+    parser.add_argument("--workers", type=parse_workers, default="auto", metavar="N|auto", help=WORKERS_HELP)
     if decode:
         parser.add_argument("--decode", choices=DECODE_MODES, default=None, help=DECODE_HELP)
