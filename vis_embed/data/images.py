@@ -21,6 +21,13 @@ qwen-vl-utils' ``fetch_image`` resizes with PIL, which is not pixel-identical to
 transformers processor's resize (measured: up to 0.27 in normalised units), so images are
 handed to the processor as loaded.  Qwen's size *rule* is shared: :func:`resized_size` is
 qwen-vl-utils' ``smart_resize``, which gives exactly the processor's patch grid (tested).
+
+* ``decode="fast"`` (``--decode fast``) with the model's ``max_pixels``: an image larger than
+  the budget is decoded at a reduced scale -- JPEG draft mode, else PIL's box ``reduce`` before
+  the RGB conversion -- never below :data:`FAST_DECODE_MARGIN` (2) x the size the processor
+  resizes it to, per side; the processor's final resize is unchanged.  Decoding a 12 MP photo
+  whole to feed a ~450x450 grid was the whole cost of preparing it (issue 28).  The default,
+  ``"exact"``, decodes every pixel.
 """
 
 from __future__ import annotations
