@@ -13,19 +13,24 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from vis_embed.errors import ConfigError
 from vis_embed.model.preparer import PreparedItem, Preparer
 
 CRASH_TEXT = "crash this worker"
+CONFIG_ERROR_TEXT = "refuse this configuration"
 
 
 class CrashingPreparer(Preparer):
     """Prepares like :class:`Preparer`, but the process dies (no exception, no reply) on an item
-    whose text is :data:`CRASH_TEXT`: what a segfault in a decoder looks like to the parent."""
+    whose text is :data:`CRASH_TEXT` (what a segfault in a decoder looks like to the parent) and
+    raises a ConfigError (not a bad item: a bad setting) on :data:`CONFIG_ERROR_TEXT`."""
 
     def prepare_one(self, item: dict[str, Any], instruction: str | None = None,
                     base_dir: str | Path | None = None) -> PreparedItem:
         if item.get("text") == CRASH_TEXT:
             os._exit(7)
+        if item.get("text") == CONFIG_ERROR_TEXT:
+            raise ConfigError("the model's processor has no chat template")
         return super().prepare_one(item, instruction, base_dir)
 
 

@@ -21,7 +21,7 @@ from vis_embed.model.encode_cli import encode_jsonl
 from vis_embed.model.prepare_pool import WorkerCrashedError, resolve_workers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _prepare_fixtures import CRASH_TEXT, crashing_copy, photo, write_items  # noqa: E402
+from _prepare_fixtures import CONFIG_ERROR_TEXT, CRASH_TEXT, crashing_copy, photo, write_items  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -100,6 +100,21 @@ def test_a_crashed_worker_is_an_error_naming_its_item_not_a_hang(tiny_checkpoint
         del items[4]
         vectors = embedder.encode(items, batch_size=2)
         assert vectors.shape[0] == 5 and np.isfinite(vectors).all()
+    finally:
+        embedder.close()
+
+
+def test_a_configuration_error_in_a_worker_is_raised_as_in_one_process(tiny_checkpoint, monkeypatch) -> None:
+    from vis_embed.errors import ConfigError
+
+    embedder = Embedder.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cpu")
+    items = [{"text": "fine"}, {"text": CONFIG_ERROR_TEXT}, {"text": "fine too"}]
+    monkeypatch.setattr(embedder.model, "preparer", lambda: crashing_copy(type(embedder.model).preparer(embedder.model)))
+    try:
+        for workers in (0, 2):
+            embedder.workers = workers
+            with pytest.raises(ConfigError, match="no chat template"):  # not skipped as a bad item
+                embedder.encode_partial(items, on_error="skip")
     finally:
         embedder.close()
 

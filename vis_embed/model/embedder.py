@@ -173,7 +173,7 @@ class Embedder:
         workers = resolve_workers(self.workers, images)
         if self._pool_starting is not None and self._pool_starting.is_alive():
             workers = 0  # the workers are still starting (serve): this batch is prepared here
-        if workers > 0:
+        if workers > 0 and batches:
             return self._pool_batches(items, batches, instruction, base_dir, on_error, errors, collate, workers)
         return self._thread_batches(items, batches, instruction, base_dir, on_error, errors, collate)
 

@@ -289,7 +289,11 @@ class _Collector:
             reason, path, line, field = payload
             result = DataError(reason, path=path, line=line, field=field)
             result.item_index = index  # type: ignore[attr-defined]  # callers map it to a line
-        else:  # a bug, not bad data: the worker's traceback, in the caller's thread
+        elif kind == "exception":  # not bad data (a ConfigError, a bug): raised in the caller's thread
+            exc, worker_traceback = payload
+            exc.add_note(f"raised preparing items[{index}] in a worker process:\n{worker_traceback}")
+            raise exc
+        else:
             raise RuntimeError(f"preparing items[{index}] failed in a worker process:\n{payload}")
         with self.condition:
             worker.task = None
@@ -333,12 +337,22 @@ def _serve(conn: Connection, preparer: Preparer) -> None:
             message: tuple[str, Any] = ("ok", preparer.prepare_one(item, instruction, base_dir).to_numpy())
         except DataError as exc:
             message = ("data_error", (exc.reason, exc.path, exc.line, exc.field))
-        except Exception:  # noqa: BLE001 -- reported to the parent with its traceback
-            message = ("error", traceback.format_exc())
+        except Exception as exc:  # noqa: BLE001 -- raised again in the parent
+            message = _exception_message(exc)
         try:
             _send_message(conn, message)
         except (BrokenPipeError, OSError):
             return
+
+
+def _exception_message(exc: Exception) -> tuple[str, Any]:
+    """The exception itself when it survives pickling (a ConfigError raises in the parent as it
+    would in one process), else its traceback."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # noqa: BLE001 -- any unpicklable exception
+        return ("error", traceback.format_exc())
+    return ("exception", (exc, traceback.format_exc()))
 
 
 def _send_message(conn: Connection, message: Any) -> None:
