@@ -25,6 +25,13 @@ qwen-vl-utils' ``fetch_image`` resizes with PIL, which is not pixel-identical to
 transformers processor's resize (measured: up to 0.27 in normalised units), so images are
 handed to the processor as loaded.  The token count of an image before decoding it is the
 processor's own rule (:mod:`vis_embed.model.lengths`).
+
+* ``decode="fast"`` (``--decode fast``) with the model's ``max_pixels``: an image larger than
+  the budget is decoded at a reduced scale -- JPEG draft mode, else PIL's box ``reduce`` before
+  the RGB conversion -- never below :data:`FAST_DECODE_MARGIN` (2) x the size the processor
+  resizes it to, per side; the processor's final resize is unchanged.  Decoding a 12 MP photo
+  whole to feed a ~450x450 grid was the whole cost of preparing it (issue 28).  The default,
+  ``"exact"``, decodes every pixel.
 """
 
 from __future__ import annotations
@@ -32,12 +39,13 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import math
 import os
 import re
 import stat
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -51,6 +59,17 @@ FILE_URI_PREFIX = "file://"
 DATA_URI = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
 # Qwen2-VL / 2.5-VL / 3-VL processors (and qwen-vl-utils) raise for a larger long/short side ratio.
 MAX_ASPECT_RATIO = 200
+# How images larger than the model's pixel budget are decoded: "exact" decodes every pixel and
+# leaves the whole downscale to the processor; "fast" decodes at a reduced scale (JPEG draft
+# mode, else PIL's box ``reduce``) to no less than FAST_DECODE_MARGIN x the size the processor
+# resizes to (per side), and the processor does its usual final resize from there.
+DECODE_MODES = ("exact", "fast")
+Decode = Literal["exact", "fast"]
+FAST_DECODE_MARGIN = 2
+# Modes PIL's reduce() refuses: "1" is widened to "L" first (1 byte a pixel, not 3); the
+# palette and 16-bit modes go through to_rgb first.
+_REDUCE_VIA_L = ("1",)
+_REDUCE_AFTER_RGB = ("P", "PA", "I;16", "I;16B", "I;16L", "I;16N")
 
 
 def is_url(source: Any) -> bool:
@@ -110,7 +129,10 @@ def check_regular_file(path: str | Path, name: str | None = None) -> None:
         raise DataError(f"image path is {kind}, not a regular file", path=name or str(path))
 
 
-def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int) -> Image.Image:
+def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int,
+          max_pixels: int | None = None) -> Image.Image:
+    """Open, check the header (pixels, bomb limit) and decode; with ``max_pixels`` (fast decode)
+    a JPEG is decoded in draft mode at the smallest DCT scale that keeps the decode floor."""
     if isinstance(data, Path):
         check_regular_file(data, name)
     try:
@@ -133,6 +155,9 @@ def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int) -> Image.Im
     if width * height > max_image_pixels:
         raise DataError(f"refused: {width}x{height} = {width * height} pixels exceeds the "
                         f"decompression-bomb limit of {max_image_pixels} pixels", path=name)
+    floor = fast_decode_floor(width, height, max_pixels)
+    if floor is not None and image.format == "JPEG":
+        image.draft(None, floor)  # libjpeg scales by 1/2, 1/4 or 1/8 while decoding, never below floor
     try:
         image.load()
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
@@ -141,30 +166,67 @@ def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int) -> Image.Im
 
 
 def load_image(source: str | Path | bytes | Image.Image, base_dir: str | Path | None = None,
-               max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
-               url_policy: UrlPolicy | None = None) -> Image.Image:
+               max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, url_policy: UrlPolicy | None = None, *,
+               max_pixels: int | None = None, decode: Decode = "exact") -> Image.Image:
     """Load ``source`` (path, http(s) URL, data URI, encoded image ``bytes`` or PIL image) as an
     RGB PIL image.  URLs go through :func:`vis_embed.data.fetch.fetch_url` under ``url_policy``
-    (default: :class:`~vis_embed.data.fetch.UrlPolicy`, a batch job's)."""
+    (default: :class:`~vis_embed.data.fetch.UrlPolicy`, a batch job's).
+
+    ``decode="fast"`` with the model's pixel budget ``max_pixels``: an image larger than the
+    budget is decoded at a reduced scale, never below :data:`FAST_DECODE_MARGIN` x the size the
+    processor resizes it to (:func:`fast_decode_floor`); ``"exact"`` (the default) decodes it whole.
+    """
+    if decode not in DECODE_MODES:
+        raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}, got {decode!r}")
+    budget = max_pixels if decode == "fast" else None
     if isinstance(source, Image.Image):
         width, height = source.size
         check_has_pixels(source)
         if width * height > max_image_pixels:
             raise DataError(f"refused: {width}x{height} image exceeds the decompression-bomb "
                             f"limit of {max_image_pixels} pixels")
-        return to_rgb(ImageOps.exif_transpose(source) or source)
+        return _reduced_rgb(ImageOps.exif_transpose(source) or source, budget)
     if isinstance(source, (bytes, bytearray, memoryview)):
-        image = _open(io.BytesIO(bytes(source)), "image bytes", max_image_pixels)
+        image = _open(io.BytesIO(bytes(source)), "image bytes", max_image_pixels, budget)
     elif is_url(source):
-        image = _open(io.BytesIO(fetch_url(source, url_policy or UrlPolicy())), source, max_image_pixels)
+        image = _open(io.BytesIO(fetch_url(source, url_policy or UrlPolicy())), source, max_image_pixels, budget)
     elif is_data_uri(source):
-        image = _open(io.BytesIO(_decode_data_uri(source)), f"{source[:40]}...", max_image_pixels)
+        image = _open(io.BytesIO(_decode_data_uri(source)), f"{source[:40]}...", max_image_pixels, budget)
     elif isinstance(source, (str, Path)) and str(source):
         path = resolve_image(source, base_dir)
-        image = _open(Path(path), path, max_image_pixels)
+        image = _open(Path(path), path, max_image_pixels, budget)
     else:
         raise DataError(f"image must be a path, URL or PIL image, got {type(source).__name__}")
-    return to_rgb(ImageOps.exif_transpose(image) or image)
+    ImageOps.exif_transpose(image, in_place=True)  # our own decoded image: no copy needed
+    return _reduced_rgb(image, budget)
+
+
+def fast_decode_floor(width: int, height: int, max_pixels: int | None) -> tuple[int, int] | None:
+    """The smallest (width, height) a fast decode may reduce an image to: FAST_DECODE_MARGIN x
+    the size the budget allows (per side), or None when the image is not that much larger.
+
+    The processor's resize keeps the area within ``max_pixels`` (smart_resize rounds its sides
+    down to the patch grid), so ``sqrt(max_pixels / area)`` bounds its scale from above."""
+    if max_pixels is None or width * height <= max_pixels:
+        return None
+    scale = FAST_DECODE_MARGIN * math.sqrt(max_pixels / (width * height))
+    if scale >= 0.5:  # not even a halving fits: decode whole
+        return None
+    return max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale))
+
+
+def _reduced_rgb(image: Image.Image, max_pixels: int | None) -> Image.Image:
+    """``to_rgb(image)``, box-reduced first by the largest integer factor that keeps
+    :func:`fast_decode_floor` (none without a budget), so a huge image never exists as full RGB."""
+    floor = fast_decode_floor(*image.size, max_pixels)
+    factor = 1 if floor is None else min(image.width // floor[0], image.height // floor[1])
+    if factor < 2:
+        return to_rgb(image)
+    if image.mode in _REDUCE_AFTER_RGB:
+        return to_rgb(image).reduce(factor)
+    if image.mode in _REDUCE_VIA_L:
+        image = image.convert("L")
+    return to_rgb(image.reduce(factor))
 
 
 def check_has_pixels(image: Image.Image, name: str | None = None) -> None:

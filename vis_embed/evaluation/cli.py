@@ -26,6 +26,7 @@ from vis_embed.evaluation.report import find_reference, load_groups, load_models
 from vis_embed.evaluation.settings import DEFAULT_INDEX, DEFAULT_TIE_POLICY, INDEX_KINDS, TIE_POLICIES, EvalSettings
 from vis_embed.io import atomic_write_json
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
+from vis_embed.model.defaults import add_preparation_arguments
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,12 +56,13 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="published table CSV for results.md (default: the paper's Table 1, "
                              "shipped with vis_embed)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_preparation_arguments(parser)
 
 
 def _load_encoder(args: argparse.Namespace) -> Any:
     from vis_embed.evaluation import api  # torch, transformers: only when the command runs
 
-    return api.load_embedder(args.model, args.adapter, **model_settings(args))
+    return api.load_embedder(args.model, args.adapter, workers=args.workers, **model_settings(args))
 
 
 def run_eval(args: argparse.Namespace) -> int:

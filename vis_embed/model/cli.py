@@ -2,6 +2,7 @@
 
     vis-embed tiny-model OUT_DIR [--arch qwen2-vl|qwen2.5-vl|qwen3-vl] [--seed N] [--preset tiny]
     vis-embed encode --model M --input items.jsonl --output emb.npy [--instruction TEXT]
+                     [--workers N|auto] [--decode exact|fast] [--dry-run]
 
 Only light modules are imported at module level (``--help`` must not pay for torch); each
 command imports its library module (:mod:`vis_embed.model.tiny`,
@@ -15,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vis_embed.model.defaults import COMPILE_HELP
+from vis_embed.errors import ConfigError
+from vis_embed.model.defaults import COMPILE_HELP, add_preparation_arguments
 from vis_embed.model.embedding_config import add_embedding_config_arguments, given_settings
 from vis_embed.model.tiny import ARCHS, PRESETS, build_tiny_checkpoint
 
@@ -53,7 +55,8 @@ def model_settings(args: argparse.Namespace) -> dict[str, Any]:
 def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="hub id or local checkpoint directory")
     parser.add_argument("--input", required=True, type=Path, help="items JSONL (image?, text?)")
-    parser.add_argument("--output", required=True, type=Path, help="embeddings .npy to write")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="embeddings .npy to write (required unless --dry-run)")
     parser.add_argument("--adapter", type=Path, default=None, help="peft LoRA adapter directory")
     parser.add_argument("--instruction", default=None, help="prepended to every item's text")
     parser.add_argument("--batch-size", type=int, default=16,
@@ -62,6 +65,11 @@ def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                         help="skip: write bad lines to OUTPUT.rejects.jsonl and encode the rest")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_preparation_arguments(parser)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="load only the processor and prepare every item as a real encode would (in the "
+                             "--workers processes); report bad items (with --on-error skip and --output: the "
+                             "rejects file) and token-count statistics; write no embeddings")
 
 
 def run_encode(args: argparse.Namespace) -> int:
@@ -69,13 +77,30 @@ def run_encode(args: argparse.Namespace) -> int:
     from vis_embed.embedding_cache import CacheStats
     from vis_embed.model.encode_file import encode_jsonl
 
+    if args.dry_run:
+        return _dry_run(args)
+    if args.output is None:
+        raise ConfigError("encode needs --output (or --dry-run)")
     cache_stats = CacheStats()
     written = encode_jsonl(
         args.model, args.input, args.output, adapter=args.adapter, instruction=args.instruction,
         batch_size=args.batch_size, on_error=args.on_error, show_progress=not args.no_progress,
-        cache_stats=cache_stats, **model_settings(args))
+        cache_stats=cache_stats, workers=args.workers, **model_settings(args))
     if get_world_size() > 1:  # under torchrun: what this rank did, then rank 0 alone reports the output
         print(cache_stats.summary(), file=sys.stderr)
     if get_rank() == 0:
         print(written.summary())
+    return 0
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    import json
+
+    from vis_embed.model.dry_run import dry_run_jsonl  # transformers: only when the command runs
+
+    report = dry_run_jsonl(
+        args.model, args.input, adapter=args.adapter, output=args.output, instruction=args.instruction,
+        batch_size=args.batch_size, workers=args.workers, on_error=args.on_error, **given_settings(args))
+    print(report.summary())
+    print(json.dumps(report.statistics()))
     return 0

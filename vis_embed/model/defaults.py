@@ -6,6 +6,8 @@ validation read these values before any model is loaded.
 
 from __future__ import annotations
 
+from typing import Any
+
 # Image pixel budget of the Qwen-VL processors.
 DEFAULT_MIN_PIXELS = 56 * 56
 DEFAULT_MAX_PIXELS = 200704  # 256 merged visual tokens of 28x28 pixels
@@ -22,3 +24,33 @@ DTYPE_NAMES: tuple[str, ...] = ("auto", "checkpoint", "bfloat16", "float32", "fl
 COMPILE_HELP = ("compile the transformer blocks (torch.compile): fused element-wise kernels, about 5%% "
                 "faster encodes on CPU after ~20 s of compilation (a few s once cached); "
                 "same vectors up to float rounding")
+
+# Item preparation (model/prepare_pool.py, data/images.py): --workers and --decode on encode,
+# eval, mine-negatives and serve; the recipe's num_workers and model_options.decode.
+WORKERS_HELP = ("processes preparing items (decode, resize, tokenise) beside the model: N, 0 = in the main "
+                "process, or auto (default: the cores available to this process shared by the torchrun ranks "
+                "on the node, at most 8; none for fewer than 32 image items)")
+DECODE_HELP = ("exact (default): decode every pixel, the processor resizes; fast: decode images larger than "
+               "the pixel budget at a reduced scale (JPEG draft mode, else a box reduce), never below twice "
+               "the size the processor resizes to, then the processor's usual resize (vectors differ slightly)")
+
+
+def parse_workers(value: str) -> int | str:
+    """argparse type of ``--workers``: ``auto`` or an integer >= 0."""
+    import argparse
+
+    if value == "auto":
+        return value
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 0, got {value!r}")
+    return count
+
+
+def add_preparation_arguments(parser: Any) -> None:
+    """``--workers`` on a command that encodes items (``--decode`` is a loading setting of
+    EmbeddingConfig: it travels with the model)."""
+    parser.add_argument("--workers", type=parse_workers, default="auto", metavar="N|auto", help=WORKERS_HELP)

@@ -13,8 +13,10 @@ the blocks' element-wise work (opt-in).
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from vis_embed.model.compile_blocks import compile_blocks
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.embedding_model import EmbeddingModel, PreparedItem
 from vis_embed.model.lengths import estimated_lengths
+from vis_embed.model.prepare_pool import PreparePool, PrepareTask, resolve_workers
 
 # Keys that record how a file was loaded or written, not what the model computes.
 # A batch closes early once its padded-token fraction would exceed this (never below a quarter
@@ -59,10 +62,16 @@ class NonFiniteEmbeddingError(DataError):
 class Embedder:
     """Encode items (image and/or text, plus an optional instruction) into unit vectors."""
 
-    def __init__(self, model: EmbeddingModel) -> None:
+    def __init__(self, model: EmbeddingModel, workers: int | str = 0) -> None:
         self.model = model
         self.model.eval()
         self._fingerprint: str | None = None
+        # Processes preparing items (0: this process; "auto": the cores available, capped,
+        # none for a handful of image items: model/prepare_pool.resolve_workers).
+        self.workers: int | str = workers if workers == "auto" else resolve_workers(workers)
+        self._pool: PreparePool | None = None
+        self._pool_finalizer: weakref.finalize | None = None
+        self._pool_starting: threading.Thread | None = None  # start_workers(background=True)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, adapter: str | Path | None = None,
@@ -70,14 +79,17 @@ class Embedder:
                         attn_implementation: str | None = None,
                         min_pixels: int | None = None, max_pixels: int | None = None,
                         prompt_format: str | None = None, max_length: int | None = None,
-                        compile: bool = False, **settings: Any) -> Embedder:
+                        compile: bool = False, workers: int | str = 0, **settings: Any) -> Embedder:
         """See :meth:`EmbeddingModel.from_pretrained` (settings left at None: the values recorded
         in the adapter's / model's ``embedding_config.json``, else the defaults); eval mode.
-        ``compile=True`` calls :meth:`compile` (fused element-wise kernels; see there)."""
+        ``compile=True`` calls :meth:`compile` (fused element-wise kernels; see there).
+        ``workers``: processes preparing items (0: in this process; ``"auto"``: the cores
+        available, at most 8); ``decode`` (a setting): ``"exact"`` or ``"fast"`` (docs/model.md)."""
         embedder = cls(EmbeddingModel.from_pretrained(
             name_or_path, adapter=adapter, device=device, dtype=dtype,
             attn_implementation=attn_implementation, min_pixels=min_pixels,
-            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length, **settings))
+            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length, **settings),
+            workers=workers)
         if compile:
             embedder.compile()
         return embedder
@@ -134,34 +146,131 @@ class Embedder:
                               max_padding=MAX_PADDING)
         vectors: dict[int, np.ndarray] = {}
         progress = _progress(len(items), show_progress)
-
-        def prepare(indices: list[int]) -> tuple[dict[str, torch.Tensor] | None, list[int]]:
-            prepared, prepared_indices = self._prepare_batch(items, indices, instruction, base_dir, on_error, errors)
-            return (self.model.collate(prepared) if prepared else None), prepared_indices
-
-        # One worker thread prepares batch i+1 (image decoding, resizing, tokenising: mostly
-        # GIL-free) while batch i runs through the model, so the cores never wait on the
-        # processor.  Batches are consumed in order, so errors surface as without it.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vis-embed-prepare") as worker:
-            upcoming = worker.submit(prepare, batches[0]) if batches else None
-            try:
-                with torch.inference_mode():
-                    for number, indices in enumerate(batches):
-                        batch, prepared_indices = upcoming.result()
-                        upcoming = worker.submit(prepare, batches[number + 1]) if number + 1 < len(batches) else None
-                        if batch is not None:
-                            batch_vectors = self.model(**batch).float().cpu().numpy()
-                            vectors.update(self._finite_rows(prepared_indices, batch_vectors, on_error, errors))
-                        progress(len(indices))
-            finally:
-                if upcoming is not None:
-                    upcoming.cancel()
-                progress(0, close=True)
+        prepared_batches = self.prepared_batches(items, batches, instruction, base_dir, on_error, errors,
+                                                 collate=True)
+        try:
+            with torch.inference_mode():
+                for indices, (batch, prepared_indices) in zip(batches, prepared_batches):
+                    if batch is not None:
+                        batch_vectors = self.model(**batch).float().cpu().numpy()
+                        vectors.update(self._finite_rows(prepared_indices, batch_vectors, on_error, errors))
+                    progress(len(indices))
+        finally:
+            prepared_batches.close()
+            progress(0, close=True)
         kept = sorted(vectors)
         dim = self.embedding_dim
         embeddings = np.stack([vectors[i] for i in kept]).astype(np.float32, copy=False) \
             if kept else np.zeros((0, dim), dtype=np.float32)
         return embeddings, kept, errors
+
+    def prepared_batches(self, items: Sequence[dict[str, Any]], batches: Sequence[Sequence[int]],
+                         instruction: str | None, base_dir: str | Path | None, on_error: str,
+                         errors: dict[int, DataError], collate: bool = True) -> Iterator[tuple[Any, list[int]]]:
+        """``(batch, indices)`` for each of ``batches``, prepared ahead of the caller: the
+        collated batch (or the list of PreparedItems with ``collate=False``; None if every item
+        failed) and the indices it holds.  A bad item raises or joins ``errors`` (on_error),
+        in batch order, wherever it was prepared."""
+        images = sum(1 for index, item in enumerate(items) if index not in errors and item.get("image") is not None)
+        workers = resolve_workers(self.workers, images)
+        if self._pool_starting is not None and self._pool_starting.is_alive():
+            workers = 0  # the workers are still starting (serve): this batch is prepared here
+        if workers > 0 and batches:
+            return self._pool_batches(items, batches, instruction, base_dir, on_error, errors, collate, workers)
+        return self._thread_batches(items, batches, instruction, base_dir, on_error, errors, collate)
+
+    def _thread_batches(self, items: Sequence[dict[str, Any]], batches: Sequence[Sequence[int]],
+                        instruction: str | None, base_dir: str | Path | None, on_error: str,
+                        errors: dict[int, DataError], collate: bool) -> Iterator[tuple[Any, list[int]]]:
+        def prepare(indices: Sequence[int]) -> tuple[Any, list[int]]:
+            prepared, prepared_indices = self._prepare_batch(items, indices, instruction, base_dir, on_error, errors)
+            if collate:
+                return (self.model.collate(prepared) if prepared else None), prepared_indices
+            return (prepared or None), prepared_indices
+
+        # One worker thread prepares batch i+1 (image decoding, resizing, tokenising: partly
+        # GIL-free) while batch i runs through the model.  Batches are consumed in order, so
+        # errors surface as without it.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vis-embed-prepare") as worker:
+            upcoming = worker.submit(prepare, batches[0]) if batches else None
+            try:
+                for number in range(len(batches)):
+                    ready = upcoming.result()
+                    upcoming = worker.submit(prepare, batches[number + 1]) if number + 1 < len(batches) else None
+                    yield ready
+            finally:
+                if upcoming is not None:
+                    upcoming.cancel()
+
+    def _pool_batches(self, items: Sequence[dict[str, Any]], batches: Sequence[Sequence[int]],
+                      instruction: str | None, base_dir: str | Path | None, on_error: str,
+                      errors: dict[int, DataError], collate: bool,
+                      workers: int) -> Iterator[tuple[Any, list[int]]]:
+        invalid = set(errors)  # rejected by the item contract: never sent to a worker
+        pool = self._preparation_pool(workers)
+        tasks = (PrepareTask(index, items[index], instruction, base_dir)
+                 for indices in batches for index in indices if index not in invalid)
+        # Room for the batch being read and the next one, so the workers never wait on the model.
+        stream = pool.imap(tasks, ahead=2 * max(len(b) for b in batches) + pool.size if batches else 1)
+        try:
+            for indices in batches:
+                prepared: list[PreparedItem] = []
+                kept: list[int] = []
+                for index in indices:
+                    if index in invalid:
+                        continue
+                    _task, result = next(stream)
+                    if isinstance(result, DataError):
+                        if on_error == "raise":
+                            raise result
+                        errors[index] = result
+                        continue
+                    prepared.append(self.model.count_truncated(result))
+                    kept.append(index)
+                if collate:
+                    yield (self.model.collate(prepared) if prepared else None), kept
+                else:
+                    yield (prepared or None), kept
+        finally:
+            stream.close()
+
+    def _preparation_pool(self, workers: int) -> PreparePool:
+        """The worker processes, started on first use and kept (serve encodes many times);
+        started again if the model's preparation settings changed or a worker died."""
+        preparer = self.model.preparer()
+        pool = self._pool
+        if pool is not None and (pool.broken or pool.preparer_signature != preparer.signature()
+                                 or pool.size != workers):
+            self.close()
+            pool = None
+        if pool is None:
+            pool = self._pool = PreparePool(preparer, workers)
+            self._pool_finalizer = weakref.finalize(self, PreparePool.close, pool)
+        return pool
+
+    def start_workers(self, background: bool = False) -> None:
+        """Start the preparation workers now rather than at the first encode (a server starts
+        them before its first request).  ``background=True`` returns at once; encodes prepare
+        in this process until the workers are up (the first start of a process's workers
+        imports torch and the processor anew: seconds)."""
+        workers = resolve_workers(self.workers)
+        if workers < 1:
+            return
+        if not background:
+            self._preparation_pool(workers)
+            return
+        self._pool_starting = threading.Thread(target=self._preparation_pool, args=(workers,), daemon=True,
+                                               name="vis-embed-start-workers")
+        self._pool_starting.start()
+
+    def close(self) -> None:
+        """Stop the preparation worker processes (started again by the next encode)."""
+        if self._pool_starting is not None:
+            self._pool_starting.join()
+            self._pool_starting = None
+        if self._pool_finalizer is not None:
+            self._pool_finalizer()  # closes the pool once
+        self._pool, self._pool_finalizer = None, None
 
     def _finite_rows(self, indices: list[int], batch_vectors: np.ndarray, on_error: str,
                      errors: dict[int, DataError]) -> list[tuple[int, np.ndarray]]:
@@ -214,6 +323,8 @@ class Embedder:
                 "min_pixels": model.min_pixels, "max_pixels": model.max_pixels,
                 "max_length": model.max_length,
                 "dtype": str(model.dtype),
+                # Fast decoding changes the vectors a little; exact keeps the older fingerprints.
+                **({"decode": model.decode} if model.decode != "exact" else {}),
             })
         return self._fingerprint
 

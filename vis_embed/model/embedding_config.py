@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from vis_embed.config import format_validation_error
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_write_json
-from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES
+from vis_embed.data.images import DECODE_MODES
+from vis_embed.model.defaults import DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES
 from vis_embed.model.prompts import PROMPT_FORMATS
 
 EMBEDDING_CONFIG_FILE = "embedding_config.json"
@@ -73,6 +74,8 @@ class EmbeddingConfig(BaseModel):
         None, description="transformers attention kernel (sdpa, eager, flash_attention_2); "
                           "unset: flash_attention_2 on CUDA when installed, else sdpa",
         json_schema_extra=_flag(LOADING, "NAME"))
+    decode: Literal[DECODE_MODES] = Field(  # type: ignore[valid-type]
+        "exact", description=DECODE_HELP.replace("exact (default)", "exact"), json_schema_extra=_flag(LOADING))
     query_instruction: str | None = Field(
         None, description="instruction for queries (trained with; export's 'query' prompt)",
         json_schema_extra=_flag(INSTRUCTIONS, "TEXT"))

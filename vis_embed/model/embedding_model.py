@@ -20,41 +20,26 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from vis_embed.data.images import crop_to_bbox, fit_aspect_ratio, load_image
-from vis_embed.data.items import check_item
-from vis_embed.errors import ConfigError, DataError
+from vis_embed.data.images import DECODE_MODES
+from vis_embed.errors import ConfigError
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES, TEXT_LORA_MODULES
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.patch_embedding import use_matmul_patch_embedding
 from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
-from vis_embed.model.prompts import build_prompt, check_prompt_format
+from vis_embed.model.preparer import PreparedItem, Preparer, token_limit
+from vis_embed.model.prompts import check_prompt_format
 
 # Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
 # (TEXT_LORA_MODULES) and the pixel budget live in model/defaults.py, read without torch.
 VISION_LORA_MODULES = ("qkv", "proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj",
                        "linear_fc1", "linear_fc2")
-
-
-@dataclass
-class PreparedItem:
-    """One item after CPU preprocessing: token ids and (optionally) its image patches."""
-
-    input_ids: torch.Tensor  # (L,) long
-    mm_token_type_ids: torch.Tensor  # (L,) int; 1 marks image tokens
-    pixel_values: torch.Tensor | None = None  # (patches, patch_dim)
-    image_grid_thw: torch.Tensor | None = None  # (1, 3)
-
-    @property
-    def length(self) -> int:
-        return int(self.input_ids.shape[0])
 
 
 def default_device() -> torch.device:
@@ -108,11 +93,16 @@ class EmbeddingModel(torch.nn.Module):
     def __init__(self, backbone: Any, processor: Any, *, min_pixels: int = DEFAULT_MIN_PIXELS,
                  max_pixels: int = DEFAULT_MAX_PIXELS, prompt_format: str = "chat",
                  name_or_path: str | None = None, adapter: str | None = None,
-                 max_length: int | None = None, embedding_config: EmbeddingConfig | None = None) -> None:
+                 max_length: int | None = None, decode: str = "exact",
+                 embedding_config: EmbeddingConfig | None = None) -> None:
         super().__init__()
+        if decode not in DECODE_MODES:
+            raise ConfigError(f"unknown decode mode {decode!r}; choose one of {', '.join(DECODE_MODES)}")
+        self.decode = decode  # how images above the pixel budget are decoded (data/images.py)
         # Settings as resolved at load (dtype "auto" kept as a policy); prepare_one reads the attributes.
         self.embedding_config = embedding_config or EmbeddingConfig.from_options(
-            {}, prompt_format=prompt_format, min_pixels=min_pixels, max_pixels=max_pixels, max_length=max_length)
+            {}, prompt_format=prompt_format, min_pixels=min_pixels, max_pixels=max_pixels, max_length=max_length,
+            decode=decode)
         self.max_length = max_length  # the caller's token cap; None: the model's own (token_limit)
         self.truncated_items = 0  # items whose text prepare_one cut to fit token_limit
         self.backbone = backbone
@@ -140,13 +130,7 @@ class EmbeddingModel(torch.nn.Module):
     def token_limit(self) -> int | None:
         """Most tokens one item may have: ``max_length``, else the model's own maximum (the
         tokenizer's ``model_max_length`` or the decoder's ``max_position_embeddings``)."""
-        if self.max_length is not None:
-            return self.max_length
-        config = getattr(self.backbone, "config", None)
-        limits = [getattr(self.processor.tokenizer, "model_max_length", None),
-                  getattr(getattr(config, "text_config", config), "max_position_embeddings", None)]
-        sane = [int(limit) for limit in limits if isinstance(limit, int) and 0 < limit < 10**8]  # 1e30 = unset
-        return min(sane) if sane else None
+        return token_limit(self.max_length, self.processor.tokenizer, getattr(self.backbone, "config", None))
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -160,6 +144,7 @@ class EmbeddingModel(torch.nn.Module):
         Settings left at None (``settings``: any other EmbeddingConfig field): the adapter's
         recorded ``embedding_config.json`` > the base's > the default (:mod:`.embedding_config`).
         ``max_length`` cuts the end of an item's *text* (never instruction, template or image).
+        ``decode``: ``"exact"`` or ``"fast"`` (images above the pixel budget decoded at a reduced scale).
         """
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -187,7 +172,7 @@ class EmbeddingModel(torch.nn.Module):
         model = cls(backbone, processor, min_pixels=settings.min_pixels, max_pixels=settings.max_pixels,
                     prompt_format=settings.prompt_format, name_or_path=name,
                     adapter=None if adapter is None else str(adapter), max_length=settings.max_length,
-                    embedding_config=settings)
+                    decode=settings.decode, embedding_config=settings)
         model.head = head
         return model
 
@@ -196,6 +181,7 @@ class EmbeddingModel(torch.nn.Module):
         as resolved on this machine (what results record); else as policies (what is saved)."""
         update: dict[str, Any] = {"prompt_format": self.prompt_format, "min_pixels": self.min_pixels,
                                   "max_pixels": self.max_pixels, "max_length": self.max_length,
+                                  "decode": self.decode,
                                   "adaptation": "head" if self.head is not None
                                   else "lora" if hasattr(self.backbone, "peft_config")
                                   else self.embedding_config.adaptation}
@@ -281,53 +267,21 @@ class EmbeddingModel(torch.nn.Module):
         return out_dir
 
     # ------------------------------------------------------------------ items -> tensors
+    def preparer(self) -> Preparer:
+        """What preparing an item needs, without the weights (picklable: worker processes)."""
+        return Preparer(self.processor, self.min_pixels, self.max_pixels, self.prompt_format,
+                        self.token_limit, self.decode)
+
     def prepare_one(self, item: dict[str, Any], instruction: str | None = None,
                     base_dir: str | Path | None = None) -> PreparedItem:
-        item = check_item(item)
-        image, text = item.get("image"), item.get("text")
-        pil_image = None
-        if image is not None:
-            try:
-                pil_image = load_image(image, base_dir=base_dir)
-            except DataError as exc:
-                raise DataError(exc.reason, path=exc.path, line=exc.line, field="image") from None
-            if "bbox" in item:
-                pil_image = crop_to_bbox(pil_image, item["bbox"], None if hasattr(image, "convert") else str(image))
-            # After the crop: a box can make a sliver too.  Padded, not refused (data/images.py).
-            pil_image = fit_aspect_ratio(pil_image)
-        prepared = self._process(pil_image, instruction, text)
-        limit = self.token_limit
-        if limit is None or prepared.length <= limit:
-            return prepared
-        while prepared.length > limit and text:
-            # Cut the end of the item's text only: visual tokens and the template must stay.
-            # Re-tokenising the joined prompt can merge pieces differently, hence the loop.
-            tokenizer = self.processor.tokenizer
-            text_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            excess = prepared.length - limit
-            text = tokenizer.decode(text_ids[:max(len(text_ids) - excess, 0)])
-            prepared = self._process(pil_image, instruction, text)
-        if prepared.length > limit:
-            raise DataError(f"{prepared.length} tokens without its text (image and instruction), above the "
-                            f"limit of {limit}", field="image" if pil_image is not None else "instruction")
-        self.truncated_items += 1
-        return prepared
+        """One item as :class:`Preparer` prepares it; counts a text cut to the token limit."""
+        return self.count_truncated(self.preparer().prepare_one(item, instruction, base_dir))
 
-    def _process(self, pil_image: Any, instruction: str | None, text: str | None) -> PreparedItem:
-        prompt = build_prompt(self.processor, pil_image is not None, instruction, text,
-                              self.prompt_format)
-        kwargs: dict[str, Any] = {"text": [prompt], "return_tensors": "pt"}
-        if pil_image is not None:
-            kwargs["images"] = [pil_image]
-            kwargs["images_kwargs"] = {"size": {"shortest_edge": self.min_pixels,
-                                                "longest_edge": self.max_pixels}}
-        outputs = self.processor(**kwargs)
-        input_ids = outputs["input_ids"][0]
-        mm_types = outputs.get("mm_token_type_ids")
-        mm_types = torch.zeros_like(input_ids) if mm_types is None else mm_types[0]
-        return PreparedItem(input_ids=input_ids, mm_token_type_ids=mm_types,
-                            pixel_values=outputs.get("pixel_values"),
-                            image_grid_thw=outputs.get("image_grid_thw"))
+    def count_truncated(self, prepared: PreparedItem) -> PreparedItem:
+        """``prepared``, counted in ``truncated_items`` if its text was cut (any process cut it)."""
+        if prepared.truncated:
+            self.truncated_items += 1
+        return prepared
 
     def prepare(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
                 base_dir: str | Path | None = None) -> list[PreparedItem]:

@@ -49,7 +49,7 @@ from vis_embed.distributed import all_gather_object, broadcast_object, get_world
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.errors import DataError
 from vis_embed.io import atomic_path, parse_jsonl_line, read_text_lines_or_errors
-from vis_embed.model.embedder import Embedder, NonFiniteEmbeddingError
+from vis_embed.model.embedder import Embedder
 from vis_embed.model.encode_shards import encode_across_ranks, remove_shards, shards_dir
 
 
@@ -113,7 +113,7 @@ class EncodedFile:
 def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: str | Path | None = None,
                  instruction: str | None = None, batch_size: int = 16, device: str | None = None,
                  compile: bool = False, on_error: str = "raise", show_progress: bool = True,
-                 cache_stats: CacheStats | None = None, **settings: Any) -> EncodedFile:
+                 cache_stats: CacheStats | None = None, workers: int | str = "auto", **settings: Any) -> EncodedFile:
     """Encode every item of ``input_path`` with ``model`` (+ ``adapter``) into ``output`` and its sidecars.
 
     ``settings``: EmbeddingConfig fields (prompt_format, min_pixels, max_pixels, max_length,
@@ -127,7 +127,7 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
     items, ids, lines, rejects = read_items(input_path, on_error)
     with torchrun_group():
         embedder = Embedder.from_pretrained(
-            model, adapter=adapter, device=device or local_device(), compile=compile, **settings)
+            model, adapter=adapter, device=device or local_device(), compile=compile, workers=workers, **settings)
         try:
             if get_world_size() == 1:
                 encoded = embedder.encode_partial(
@@ -138,7 +138,9 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
                     embedder, items, work_dir=shards_dir(output), instruction=instruction, batch_size=batch_size,
                     show_progress=show_progress, base_dir=input_path.parent, on_error=on_error, stats=cache_stats)
         except DataError as exc:
-            raise _anchor(exc, input_path, lines) from None
+            raise anchor_error(exc, input_path, lines) from None
+        finally:
+            embedder.close()  # the preparation worker processes
         truncated = sum(all_gather_object(embedder.model.truncated_items))
         written = None if encoded is None else _write_outputs(
             encoded, items, ids, lines, rejects, input_path, output, on_error, truncated,
@@ -155,11 +157,7 @@ def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], 
                    embedding_config: dict[str, Any] | None = None) -> EncodedFile:
     """Write the matrix, the row alignment and (skip mode) the rejects of an encoded JSONL."""
     embeddings, kept, errors = encoded
-    for index, error in errors.items():
-        anchored = _anchor(error, input_path, lines)
-        rejects.append({"line": anchored.line, "field": anchored.field, "reason": anchored.reason,
-                        "row": _jsonable({**items[index], "id": ids[index]})})
-    rejects.sort(key=lambda reject: reject["line"])
+    rejects = rejects_of(errors, items, ids, lines, rejects, input_path)
     ids_path, rejects_path = sidecar_paths(output)
     alignment = {"input": str(input_path), "lines": [lines[i] for i in kept], "ids": [ids[i] for i in kept],
                  "embedding_config": embedding_config}
@@ -194,6 +192,18 @@ def _commit_set(output: Path, ids_path: Path, rejects_path: Path | None, embeddi
         ids_path.unlink(missing_ok=True)  # all written: the old set stops being one from here on
 
 
+def rejects_of(errors: dict[int, DataError], items: list[dict[str, Any]], ids: list[Any], lines: list[int],
+               rejects: list[dict[str, Any]], input_path: Path) -> list[dict[str, Any]]:
+    """The rejects file's rows: the reader's ``rejects`` plus one per item error, in line order."""
+    rejects = list(rejects)
+    for index, error in errors.items():
+        anchored = anchor_error(error, input_path, lines)
+        rejects.append({"line": anchored.line, "field": anchored.field, "reason": anchored.reason,
+                        "row": _jsonable({**items[index], "id": ids[index]})})
+    rejects.sort(key=lambda reject: reject["line"])
+    return rejects
+
+
 def read_encoded(output: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
     """``(embeddings, alignment)`` of an encode output, checked to be one set: a matrix whose
     ``.ids.json`` is missing (a run killed while writing) or lists another row count is refused."""
@@ -212,11 +222,12 @@ def read_encoded(output: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
     return embeddings, alignment
 
 
-def _anchor(error: DataError, input_path: Path, lines: list[int]) -> DataError:
+def anchor_error(error: DataError, input_path: Path, lines: list[int]) -> DataError:
     """Re-anchor an item error to the JSONL line and field it came from (keeps the file name)."""
     index = getattr(error, "item_index", None)
-    # error.path is a file worth naming (an image), except the "items[i]" of a non-finite vector.
-    named_file = error.path is not None and not isinstance(error, NonFiniteEmbeddingError)
+    # error.path is a file worth naming (an image), except the "items[i]" of a non-finite vector
+    # or a crashed preparation worker.
+    named_file = error.path is not None and not str(error.path).startswith("items[")
     reason = f"{error.reason}: {error.path}" if named_file else error.reason
     return DataError(reason, path=input_path, line=None if index is None else lines[index],
                      field=error.field)

@@ -26,7 +26,6 @@ from typing import Any
 from vis_embed.data.images import fitted_size, image_size, is_url
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
-from vis_embed.model.prompts import build_prompt
 
 
 def estimated_lengths(model: Any, items: Sequence[Any], instruction: str | None,
@@ -34,8 +33,8 @@ def estimated_lengths(model: Any, items: Sequence[Any], instruction: str | None,
     """Sequence length of each item as ``model.prepare_one`` will build it (see module doc);
     an item that breaks the item contract counts as its text alone."""
     visual = [visual_tokens(model, item, base_dir) for item in items]
-    prompts = [build_prompt(model.processor, count is not None, instruction, _text(item), model.prompt_format)
-               for item, count in zip(items, visual)]
+    preparer = model.preparer()  # the prompt exactly as the real preparation builds it
+    prompts = [preparer.prompt(count is not None, instruction, _text(item)) for item, count in zip(items, visual)]
     if not prompts:
         return []
     prompt_ids = model.processor.tokenizer(prompts, add_special_tokens=False)["input_ids"]

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
+from vis_embed.model.defaults import add_preparation_arguments
 from vis_embed.sampling.mining import SIMILARITIES, load_mining_dataset, mine_dataset
 
 
@@ -33,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="items per forward pass (default: 16)")
     add_model_loading_arguments(parser)  # --device, --prompt-format, --max-pixels, --max-length, ...
     parser.add_argument("--report", default=None, help="report JSON (default: OUT.mining.json)")
+    add_preparation_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from vis_embed.model.embedder import Embedder
 
     dataset = load_mining_dataset(args.data, args.dataset)
-    encoder = Embedder.from_pretrained(args.model, adapter=args.adapter, **model_settings(args))
+    encoder = Embedder.from_pretrained(args.model, adapter=args.adapter, workers=args.workers, **model_settings(args))
     rows, result = mine_dataset(dataset, encoder, k=args.k, group_by=args.group_by,
                                 min_positive_similarity=args.min_positive_similarity,
                                 remove_noisy=args.noisy == "remove", batch_size=args.batch_size,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from vis_embed.errors import ConfigError
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
+from vis_embed.model.defaults import add_preparation_arguments
 
 # Kept in step with vis_embed.serving.app / images (not imported: they import FastAPI).
 _MAX_REQUEST_BYTES = 32 * 1024 * 1024
@@ -51,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accept image paths on the server's disk (off: any client could read its files)")
     add_security_arguments(parser)
     add_model_loading_arguments(parser)
+    add_preparation_arguments(parser)
 
 
 def add_security_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn  # heavy imports only when the command runs
 
     from vis_embed.model.embedder import Embedder
+    from vis_embed.model.prepare_pool import resolve_workers
     from vis_embed.serving.app import ServerSettings, create_app
     from vis_embed.serving.hosts import default_allowed_hosts
     from vis_embed.serving.protocol import header_timeout_protocol
@@ -115,7 +118,11 @@ def run(args: argparse.Namespace) -> int:
                      if args.allowed_hosts else default_allowed_hosts(args.host))
     if allowed_hosts is not None and "*" in allowed_hosts:
         allowed_hosts = None
-    embedder = Embedder.from_pretrained(args.model, adapter=args.adapter, **model_settings(args))
+    embedder = Embedder.from_pretrained(
+        args.model, adapter=args.adapter, **model_settings(args),
+        # A long-lived process: "auto" means the workers, whatever the size of the first request.
+        workers=resolve_workers(args.workers))
+    embedder.start_workers(background=True)  # requests are prepared in-process until they are up
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, max_batch_size=args.max_batch_size,
         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_request_bytes=args.max_request_bytes,

@@ -53,6 +53,11 @@ class ImagePolicy:
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
     max_request_pixels: int = DEFAULT_MAX_REQUEST_PIXELS
     url_pool: ThreadPoolExecutor | None = None  # None: fetched in the caller's thread
+    # The model's pixel budget and decode mode (load_image): with "fast" an image above the budget
+    # is reduced while decoding, so a huge image (a 1-bit PNG of 80 megapixels) never waits in the
+    # queue at full RGB resolution.
+    max_pixels: int | None = None
+    decode: str = "exact"
 
     def url_policy(self) -> UrlPolicy:
         return UrlPolicy(allow_private=self.allow_private_urls, timeout_s=self.url_timeout_s,
@@ -73,7 +78,9 @@ def decode_images(items: list[dict[str, Any]], policy: ImagePolicy) -> list[dict
                 raise RequestError(413, f"{param}: the request's images hold more than {policy.max_request_pixels} "
                                         f"pixels in all (--max-request-pixels); send fewer or smaller images",
                                    param=param)
-            image = _load(source, param, is_url(item["image"]))
+            # A bbox is in full-resolution pixels: such an item is decoded whole (as model.preparer does).
+            budget = None if "bbox" in item else policy.max_pixels
+            image = _load(source, param, is_url(item["image"]), budget, policy.decode)
             _check_box(item, image, index)
             item = {**item, "image": image}
         decoded.append(item)
@@ -110,9 +117,10 @@ def _header_pixels(source: bytes | str, param: str) -> int:
     return 0 if size is None else size[0] * size[1]
 
 
-def _load(source: bytes | str, param: str, from_url: bool) -> Image.Image:
+def _load(source: bytes | str, param: str, from_url: bool, max_pixels: int | None = None,
+          decode: str = "exact") -> Image.Image:
     try:
-        return load_image(source)
+        return load_image(source, max_pixels=max_pixels, decode=decode if max_pixels else "exact")
     except DataError as exc:
         if from_url:  # fetched, but not an image: said as vaguely as a failed fetch
             raise RequestError(400, f"{param}: {FETCH_FAILED} (not a usable image)", param=param) from None

@@ -127,6 +127,8 @@ class ModelOptions(_Strict):
     # training and inference alike); recorded in embedding_config.json with the other options here
     max_length: int | None = Field(None, gt=0)
     prompt_format: Literal["chat", "vlm2vec"] = "chat"
+    # exact: decode every pixel; fast: images above max_pixels decoded at a reduced scale (data/images.py)
+    decode: Literal["exact", "fast"] = "exact"
 
 
 class CheckpointConfig(_Strict):
@@ -169,7 +171,9 @@ class Recipe(_Strict):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     deepspeed: str | None = None  # path to a ds_configs/*.json ("auto" values filled in)
-    num_workers: int = Field(2, ge=0)  # >0: the next step's images are prepared while this one trains
+    # processes preparing items (model/prepare_pool.py), the next step's while this one trains; 0: in
+    # the main process, no overlap.  Per rank under torchrun.
+    num_workers: int = Field(2, ge=0)
     torch_threads: int | None = Field(None, gt=0)  # torch intra-op threads (None: torch's default)
 
     @field_validator("model", "data", "schedule", "output_dir", "init_adapter")

@@ -28,10 +28,11 @@ from torch import nn
 from transformers import set_seed
 
 from vis_embed.data import load_train_config
-from vis_embed.errors import ConfigError, VisEmbedError
+from vis_embed.errors import ConfigError, DataError, VisEmbedError
 from vis_embed.io import atomic_write_text
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.embedding_model import EmbeddingModel, resolve_dtype
+from vis_embed.model.prepare_pool import PreparePool, PrepareTask
 from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
@@ -74,7 +75,7 @@ def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
     optional = {"attn_implementation": options.attn_implementation, "min_pixels": options.min_pixels}
     model = EmbeddingModel.from_pretrained(
         recipe.model, device=device, dtype=options.dtype, max_pixels=options.max_pixels,
-        prompt_format=options.prompt_format, max_length=options.max_length,
+        prompt_format=options.prompt_format, max_length=options.max_length, decode=options.decode,
         **{key: value for key, value in optional.items() if value is not None})
     if recipe.adaptation == "head":  # frozen backbone, trained projection head
         model.add_projection_head(recipe.head.dim)
@@ -165,6 +166,7 @@ class Trainer:
         self.temperature = (Temperature(fixed_tau, learnable=False, min_value=fixed_tau) if fixed_tau is not None
                             else Temperature(recipe.temperature.init, recipe.temperature.learnable,
                                              recipe.temperature.freeze_steps, recipe.temperature.min)).to(self.device)
+        self._pool: PreparePool | None = None  # started by train() when num_workers > 0
         lr_schedule = lr_lambda(recipe.optimizer.warmup_steps, recipe.max_steps, recipe.optimizer.decay,
                                 recipe.optimizer.min_lr_ratio)
         self.objective = build_objective(
@@ -241,8 +243,8 @@ class Trainer:
             dataset = self._dataset(name)
             query_items = [dataset.query_item(dataset.get(shard[p].query_id)) for p in positions]
             candidate_items = [dataset.positive_item(dataset.get(shard[p].positive_id)) for p in positions]
-            prepared_q = self.model.prepare(query_items, instruction=dataset.query_instruction)
-            prepared_c = self.model.prepare(candidate_items, instruction=dataset.candidate_instruction)
+            prepared_q = self._prepare(query_items, instruction=dataset.query_instruction)
+            prepared_c = self._prepare(candidate_items, instruction=dataset.candidate_instruction)
             for p, q, c in zip(positions, prepared_q, prepared_c):
                 queries[p], candidates[p] = q, c
         designated = designated_negatives([m.role for m in members], [m.slot for m in members])
@@ -250,9 +252,19 @@ class Trainer:
         padded, order = column_order([extra_count(self._dataset(m.dataset), m.query_id) for m in members],
                                      self.world_size)
         if order is not None:
-            candidates += prepare_extras(shard, self._dataset, self.model.prepare, padded, candidates[-1])
+            candidates += prepare_extras(shard, self._dataset, self._prepare, padded, candidates[-1])
         return PreparedStep(batch.step, queries, candidates, [q.length for q in queries],
                             [c.length for c in candidates], identities, designated, order)
+
+    def _prepare(self, items: list[Any], instruction: str | None = None) -> list[Any]:
+        """``model.prepare`` in the recipe's ``num_workers`` processes (0: in this process)."""
+        if self._pool is None:
+            return self.model.prepare(items, instruction=instruction)
+        results = self._pool.prepare(PrepareTask(index, item, instruction) for index, item in enumerate(items))
+        for result in results:
+            if isinstance(result, DataError):
+                raise result
+        return [self.model.count_truncated(result) for result in results]
 
     def _dataset(self, name: str) -> Any:
         try:
@@ -305,6 +317,8 @@ class Trainer:
         logger = RunLogger(self.output_dir, recipe, self.start_step, enabled=is_main_process(),
                             show_progress=self.show_progress)
         executor = ThreadPoolExecutor(max_workers=1) if recipe.num_workers > 0 else None
+        # num_workers processes prepare items (per rank); the thread above waits on them for the next step.
+        self._pool = PreparePool(self.model.preparer(), recipe.num_workers) if recipe.num_workers > 0 else None
         batches = self.schedule.steps(self.start_step)
         next_prepared: Future[PreparedStep] | None = None
         try:
@@ -338,6 +352,8 @@ class Trainer:
         finally:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
+            if self._pool is not None:
+                self._pool.close()
             logger.close()
         final = self.output_dir / "final"
         self.save(final, recipe.max_steps, final=True)

@@ -1,0 +1,173 @@
+"""Item preparation in worker processes (model/prepare_pool.py): same vectors and rows in input
+order, the same rejects and errors as in one process, a crashed worker named, never a hang;
+``encode --dry-run``; training with ``num_workers: 2`` ends with the same adapter as with 0."""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from vis_embed import Embedder
+from vis_embed.errors import DataError
+from vis_embed.model.encode_file import encode_jsonl
+from vis_embed.model.prepare_pool import WorkerCrashedError, resolve_workers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _prepare_fixtures import CONFIG_ERROR_TEXT, CRASH_TEXT, crashing_copy, photo, write_items  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SIZES = [(320, 240), (96, 160), (640, 480), (200, 200), (500, 90), (128, 96), (700, 400)]
+BAD_ROWS = [{"id": "missing", "image": "nowhere.jpg"}, {"id": "box", "image": "p0.jpg", "bbox": [0, 0, 9999, 10]},
+            {"id": "typo", "img": "p1.jpg"}, {"id": "corrupt", "image": "corrupt.jpg"}]
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A hang is a failure: dump the stacks and end the run after 10 minutes."""
+    faulthandler.dump_traceback_later(600, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="module")
+def items_file(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("items")
+    path = write_items(root, SIZES, extra=BAD_ROWS)
+    (root / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    return path
+
+
+def _encode(model: Path, items: Path, out: Path, workers: int, on_error: str = "skip"):
+    return encode_jsonl(model, items, out, device="cpu", on_error=on_error, show_progress=False,
+                        batch_size=3, workers=workers)
+
+
+def test_one_and_two_workers_give_the_same_vectors_rows_and_rejects_as_the_main_process(
+        tiny_checkpoint, items_file, tmp_path) -> None:
+    model = tiny_checkpoint("qwen2-vl")
+    outputs = {workers: tmp_path / f"w{workers}.npy" for workers in (0, 1, 2)}
+    for workers, out in outputs.items():
+        _encode(model, items_file, out, workers)
+    vectors = {workers: np.load(out) for workers, out in outputs.items()}
+    lines = {workers: json.loads(out.with_suffix(".ids.json").read_text())["lines"] for workers, out in outputs.items()}
+    rejects = {workers: out.with_suffix(".rejects.jsonl").read_text() for workers, out in outputs.items()}
+    good = len(SIZES) + 3
+    assert vectors[1].shape[0] == good
+    assert lines[1] == lines[2] == lines[0] == sorted(lines[0])  # rows in input order
+    for workers in (1, 2):
+        assert np.sum(vectors[workers] * vectors[0], axis=1).min() >= 0.99999
+    assert np.sum(vectors[1] * vectors[2], axis=1).min() >= 0.99999
+    assert rejects[1] == rejects[2] == rejects[0]
+    rows = [json.loads(line)["row"] for line in rejects[2].splitlines()]
+    ids = [(json.loads(row) if isinstance(row, str) else row)["id"] for row in rows]  # the reader keeps raw lines
+    assert ids == ["missing", "box", "typo", "corrupt"]
+
+
+def test_raise_mode_names_the_same_bad_line_with_workers(tiny_checkpoint, tmp_path) -> None:
+    model = tiny_checkpoint("qwen2-vl")
+    items = write_items(tmp_path / "items", SIZES, extra=[{"id": "missing", "image": "nowhere.jpg"}])
+    messages = []
+    for workers in (0, 2):
+        with pytest.raises(DataError) as raised:
+            _encode(model, items, tmp_path / f"r{workers}.npy", workers, on_error="raise")
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1]
+    line = len(items.read_text().splitlines())  # the last row
+    assert messages[0].startswith(f"{items}:{line}: field 'image': image file not found")
+
+
+def test_a_crashed_worker_is_an_error_naming_its_item_not_a_hang(tiny_checkpoint, monkeypatch) -> None:
+    embedder = Embedder.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cpu", workers=2)
+    items = [{"image": photo(64 + 8 * i, 48, seed=i), "text": f"item {i}"} for i in range(6)]
+    items[4] = {"text": CRASH_TEXT}
+    monkeypatch.setattr(embedder.model, "preparer",
+                        lambda: crashing_copy(type(embedder.model).preparer(embedder.model)))
+    try:
+        for on_error in ("raise", "skip"):  # a crash is never skipped as a bad item
+            with pytest.raises(WorkerCrashedError) as raised:
+                embedder.encode_partial(items, batch_size=2, on_error=on_error)
+            assert raised.value.item_index == 4
+            assert "items[4]" in str(raised.value) and "exit code 7" in str(raised.value)
+        monkeypatch.undo()  # a fresh pool replaces the broken one
+        del items[4]
+        vectors = embedder.encode(items, batch_size=2)
+        assert vectors.shape[0] == 5 and np.isfinite(vectors).all()
+    finally:
+        embedder.close()
+
+
+def test_a_configuration_error_in_a_worker_is_raised_as_in_one_process(tiny_checkpoint, monkeypatch) -> None:
+    from vis_embed.errors import ConfigError
+
+    embedder = Embedder.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cpu")
+    items = [{"text": "fine"}, {"text": CONFIG_ERROR_TEXT}, {"text": "fine too"}]
+    monkeypatch.setattr(embedder.model, "preparer",
+                        lambda: crashing_copy(type(embedder.model).preparer(embedder.model)))
+    try:
+        for workers in (0, 2):
+            embedder.workers = workers
+            with pytest.raises(ConfigError, match="no chat template"):  # not skipped as a bad item
+                embedder.encode_partial(items, on_error="skip")
+    finally:
+        embedder.close()
+
+
+def test_auto_workers_skip_processes_for_a_handful_of_images() -> None:
+    assert resolve_workers("auto", image_items=3) == 0
+    assert resolve_workers("auto", image_items=10_000) >= 1
+    assert resolve_workers(3, image_items=1) == 3
+    with pytest.raises(ValueError):
+        resolve_workers(-1)
+
+
+def test_dry_run_prepares_like_encode_without_writing_vectors(tiny_checkpoint, items_file, tmp_path) -> None:
+    model = tiny_checkpoint("qwen2-vl")
+    real = tmp_path / "real.npy"
+    _encode(model, items_file, real, workers=0)
+    dry = tmp_path / "dry.npy"
+    completed = subprocess.run(
+        [sys.executable, "-m", "vis_embed", "encode", "--model", str(model), "--input", str(items_file),
+         "--output", str(dry), "--dry-run", "--workers", "2", "--on-error", "skip", "--batch-size", "3"],
+        capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stderr
+    stats = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert not dry.exists() and not dry.with_suffix(".ids.json").exists()
+    assert dry.with_suffix(".rejects.jsonl").read_text() == real.with_suffix(".rejects.jsonl").read_text()
+    # The token counts are those of the items a real encode prepares.
+    embedder = Embedder.from_pretrained(model, device="cpu")
+    rows = [json.loads(line) for line in items_file.read_text().splitlines()]
+    kept = json.loads(real.with_suffix(".ids.json").read_text())["lines"]
+    lengths = [embedder.model.prepare_one({k: v for k, v in rows[line - 1].items() if k != "id"},
+                                          base_dir=items_file.parent).length for line in kept]
+    assert stats["items"] == len(kept) and stats["rejected"] == len(BAD_ROWS) and stats["workers"] == 2
+    assert stats["tokens"]["count"] == sum(lengths) and stats["tokens"]["max"] == max(lengths)
+    assert stats["tokens"]["p50"] == pytest.approx(float(np.percentile(lengths, 50)))
+    assert 0 <= stats["padding_fraction"] < 1
+
+
+def test_training_with_two_worker_processes_ends_with_the_same_adapter(tiny_checkpoint, tmp_path) -> None:
+    from _training_fixtures import tiny_recipe, write_identity_dataset, write_schedule
+
+    from vis_embed.training.recipe import load_recipe
+    from vis_embed.training.trainer import Trainer
+
+    data = write_identity_dataset(tmp_path / "data", identities=6)
+    schedule = write_schedule(data, tmp_path / "schedule.parquet", steps=2, batch=4)
+    model = tiny_checkpoint("qwen2-vl")
+    adapters = []
+    for workers in (0, 2):
+        recipe = load_recipe(raw=tiny_recipe(model, data, schedule, tmp_path / f"run{workers}", max_steps=2,
+                                             num_workers=workers))
+        adapters.append(load_file(str(Trainer(recipe).train() / "adapter_model.safetensors")))
+    assert set(adapters[0]) == set(adapters[1]) and adapters[0]
+    for name, tensor in adapters[0].items():  # bit-identical on one torch thread
+        assert torch.equal(tensor, adapters[1][name]), name

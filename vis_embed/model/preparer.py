@@ -1,0 +1,142 @@
+"""Preparer: item -> :class:`PreparedItem` (image loaded, prompt built, tokenised), model-free.
+
+The CPU half of :class:`~vis_embed.model.embedding_model.EmbeddingModel`: everything
+``prepare_one`` needs -- the HF processor, the pixel budget, the prompt format, the token
+limit and the decode mode -- and nothing else, so it pickles to a worker process
+(:mod:`vis_embed.model.prepare_pool`) without the model's weights.  ``EmbeddingModel.preparer()``
+builds one from the model's current settings; the model, the worker processes and the length
+estimate (:mod:`vis_embed.model.lengths`) all go through it, so an item is prepared one way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vis_embed.data.images import crop_to_bbox, fit_aspect_ratio, load_image
+from vis_embed.data.items import check_item
+from vis_embed.errors import DataError
+from vis_embed.model.prompts import build_prompt
+
+
+def token_limit(max_length: int | None, tokenizer: Any, config: Any) -> int | None:
+    """Most tokens one item may have: ``max_length``, else the model's own maximum (the
+    tokenizer's ``model_max_length`` or the decoder's ``max_position_embeddings``)."""
+    if max_length is not None:
+        return max_length
+    limits = [getattr(tokenizer, "model_max_length", None),
+              getattr(getattr(config, "text_config", config), "max_position_embeddings", None)]
+    sane = [int(limit) for limit in limits if isinstance(limit, int) and 0 < limit < 10**8]  # 1e30 = unset
+    return min(sane) if sane else None
+
+
+@dataclass
+class PreparedItem:
+    """One item after CPU preprocessing: token ids and (optionally) its image patches."""
+
+    input_ids: torch.Tensor  # (L,) long
+    mm_token_type_ids: torch.Tensor  # (L,) int; 1 marks image tokens
+    pixel_values: torch.Tensor | None = None  # (patches, patch_dim)
+    image_grid_thw: torch.Tensor | None = None  # (1, 3)
+    truncated: bool = False  # the item's text was cut to the token limit
+
+    @property
+    def length(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    _TENSORS = ("input_ids", "mm_token_type_ids", "pixel_values", "image_grid_thw")
+
+    def to_numpy(self) -> dict[str, Any]:
+        """The fields as numpy arrays (what a worker process sends; no torch pickling)."""
+        fields: dict[str, Any] = {name: (None if getattr(self, name) is None else getattr(self, name).numpy())
+                                  for name in self._TENSORS}
+        fields["truncated"] = self.truncated
+        return fields
+
+    @classmethod
+    def from_numpy(cls, fields: dict[str, Any]) -> PreparedItem:
+        """The inverse of :meth:`to_numpy`; the tensors share the arrays' memory (no copy)."""
+        tensors = {name: (None if fields[name] is None else torch.from_numpy(np.asarray(fields[name])))
+                   for name in cls._TENSORS}
+        return cls(**tensors, truncated=bool(fields["truncated"]))
+
+
+@dataclass(frozen=True, eq=False)
+class Preparer:
+    """How to prepare items for one model (picklable: a processor and a few settings)."""
+
+    processor: Any
+    min_pixels: int
+    max_pixels: int
+    prompt_format: str = "chat"
+    token_limit: int | None = None
+    decode: str = "exact"
+
+    def signature(self) -> tuple[Any, ...]:
+        """Equal for preparers that prepare every item identically (same processor object)."""
+        return (id(self.processor), self.min_pixels, self.max_pixels, self.prompt_format,
+                self.token_limit, self.decode)
+
+    def prompt(self, has_image: bool, instruction: str | None, text: str | None) -> str:
+        """The item's prompt with one unexpanded image placeholder (also what lengths.py counts)."""
+        return build_prompt(self.processor, has_image, instruction, text, self.prompt_format)
+
+    def load_image(self, item: dict[str, Any], base_dir: str | Path | None = None) -> Any:
+        """The checked item's image as the model will see it (RGB, cropped, sliver-padded), or None."""
+        image = item.get("image")
+        if image is None:
+            return None
+        # A bbox is in full-resolution pixels, and the budget applies to the crop: decode whole.
+        decode = "exact" if "bbox" in item else self.decode
+        try:
+            pil_image = load_image(image, base_dir=base_dir, max_pixels=self.max_pixels, decode=decode)
+        except DataError as exc:
+            raise DataError(exc.reason, path=exc.path, line=exc.line, field="image") from None
+        if "bbox" in item:
+            pil_image = crop_to_bbox(pil_image, item["bbox"], None if hasattr(image, "convert") else str(image))
+        # After the crop: a box can make a sliver too.  Padded, not refused (data/images.py).
+        return fit_aspect_ratio(pil_image)
+
+    def prepare_one(self, item: dict[str, Any], instruction: str | None = None,
+                    base_dir: str | Path | None = None) -> PreparedItem:
+        """Validate, load, build the prompt and tokenise one item; an over-long text is cut."""
+        item = check_item(item)
+        pil_image = self.load_image(item, base_dir)
+        text = item.get("text")
+        prepared = self.process(pil_image, instruction, text)
+        limit = self.token_limit
+        if limit is None or prepared.length <= limit:
+            return prepared
+        tokenizer = self.processor.tokenizer
+        while prepared.length > limit and text:
+            # Cut the end of the item's text only: visual tokens and the template must stay.
+            # Re-tokenising the joined prompt can merge pieces differently, hence the loop.
+            text_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            excess = prepared.length - limit
+            text = tokenizer.decode(text_ids[:max(len(text_ids) - excess, 0)])
+            prepared = self.process(pil_image, instruction, text)
+        if prepared.length > limit:
+            raise DataError(f"{prepared.length} tokens without its text (image and instruction), above the "
+                            f"limit of {limit}", field="image" if pil_image is not None else "instruction")
+        prepared.truncated = True
+        return prepared
+
+    def process(self, pil_image: Any, instruction: str | None, text: str | None) -> PreparedItem:
+        """Run the processor on one loaded item (resize to the pixel budget, tokenise, expand)."""
+        kwargs: dict[str, Any] = {"text": [self.prompt(pil_image is not None, instruction, text)],
+                                  "return_tensors": "pt"}
+        if pil_image is not None:
+            kwargs["images"] = [pil_image]
+            kwargs["images_kwargs"] = {"size": {"shortest_edge": self.min_pixels,
+                                                "longest_edge": self.max_pixels}}
+        outputs = self.processor(**kwargs)
+        input_ids = outputs["input_ids"][0]
+        mm_types = outputs.get("mm_token_type_ids")
+        mm_types = torch.zeros_like(input_ids) if mm_types is None else mm_types[0]
+        return PreparedItem(input_ids=input_ids, mm_token_type_ids=mm_types,
+                            pixel_values=outputs.get("pixel_values"),
+                            image_grid_thw=outputs.get("image_grid_thw"))
