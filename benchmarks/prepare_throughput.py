@@ -74,7 +74,7 @@ def photo(width: int, height: int, seed: int) -> Image.Image:
 
 def write_photo_mix(root: Path, count: int, sizes: list[tuple[int, int]], max_pixels: int) -> tuple[Path, Path]:
     """``photos.jsonl`` (the mix) and ``copies.jsonl`` (each photo at its processor size)."""
-    from vis_embed.data.images import resized_size
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
     root.mkdir(parents=True, exist_ok=True)
     photos, copies = [], []
@@ -82,7 +82,8 @@ def write_photo_mix(root: Path, count: int, sizes: list[tuple[int, int]], max_pi
         width, height = sizes[number % len(sizes)]
         picture = photo(width, height, seed=number)
         picture.save(root / f"photo{number}.jpg", quality=90)
-        picture.resize(resized_size(width, height, 3136, max_pixels), Image.BICUBIC).save(
+        target_height, target_width = smart_resize(height, width, 28, 3136, max_pixels)  # the processor's size
+        picture.resize((target_width, target_height), Image.BICUBIC).save(
             root / f"copy{number}.jpg", quality=90)
         photos.append({"image": f"photo{number}.jpg"})
         copies.append({"image": f"copy{number}.jpg"})

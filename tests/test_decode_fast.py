@@ -12,7 +12,7 @@ from PIL import Image
 
 from vis_embed import Embedder
 from vis_embed.data import images as images_module
-from vis_embed.data.images import fast_decode_floor, load_image, resized_size
+from vis_embed.data.images import fast_decode_floor, load_image
 from vis_embed.errors import ConfigError
 from vis_embed.model.embedding_model import EmbeddingModel
 
@@ -25,7 +25,11 @@ BUDGET = 50176  # 64 visual tokens: a 1600x1200 photo is 38x the budget
 
 
 def _target(size: tuple[int, int]) -> tuple[int, int]:
-    return resized_size(*size, min_pixels=3136, max_pixels=BUDGET)
+    """(width, height) the Qwen2-VL processor resizes ``size`` to (its own smart_resize, 28-px grid)."""
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+    height, width = smart_resize(size[1], size[0], 28, 3136, BUDGET)
+    return width, height
 
 
 @pytest.mark.parametrize("suffix", ["jpg", "png"])  # JPEG: draft mode; others: PIL reduce
@@ -110,11 +114,11 @@ def test_the_server_decodes_with_the_models_budget(tmp_path) -> None:
     import base64
     import io
 
-    from vis_embed.serving.images import decode_images
+    from vis_embed.serving.images import ImagePolicy, decode_images
 
     buffer = io.BytesIO()
     photo(1600, 1200).save(buffer, format="JPEG")
     uri = "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
-    fast, = decode_images([{"image": uri}], allow_local_files=False, max_pixels=BUDGET, decode="fast")
-    exact, = decode_images([{"image": uri}], allow_local_files=False, max_pixels=BUDGET)
+    fast, = decode_images([{"image": uri}], ImagePolicy(max_pixels=BUDGET, decode="fast"))
+    exact, = decode_images([{"image": uri}], ImagePolicy(max_pixels=BUDGET))
     assert fast["image"].width < 1600 and exact["image"].size == (1600, 1200)
