@@ -1,7 +1,7 @@
 """Item preparation throughput: photos/s per core, both decode modes, 1..N workers, the floor,
 and how many cores keep a GPU fed (issue 28).
 
-What is timed is ``vis-embed encode --dry-run`` (:func:`vis_embed.model.dry_run_cli.dry_run_jsonl`):
+What is timed is ``vis-embed encode --dry-run`` (:func:`vis_embed.model.dry_run.dry_run_jsonl`):
 every item read, validated, decoded, resized and tokenised exactly as a real encode does, in
 ``--workers`` processes, without the model.  Inputs:
 
@@ -93,7 +93,7 @@ def write_photo_mix(root: Path, count: int, sizes: list[tuple[int, int]], max_pi
 
 
 def dry_run_seconds(model: str, items: Path, workers: int, decode: str, max_pixels: int) -> float:
-    from vis_embed.model.dry_run_cli import dry_run_jsonl
+    from vis_embed.model.dry_run import dry_run_jsonl
 
     started = time.perf_counter()
     dry_run_jsonl(model, items, workers=workers, decode=decode, max_pixels=max_pixels, batch_size=16)
