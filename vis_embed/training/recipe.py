@@ -22,7 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from vis_embed.config import validation_message
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, TEXT_LORA_MODULES
+from vis_embed.data.images import DECODE_MODES
+from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DTYPE_NAMES, TEXT_LORA_MODULES
+from vis_embed.model.prompts import PROMPT_FORMATS
 from vis_embed.sampling.settings import SamplingOptions
 
 
@@ -118,7 +120,11 @@ class GradCacheConfig(_Strict):
 
 
 class ModelOptions(_Strict):
-    dtype: Literal["auto", "bfloat16", "float32"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
+    """How the model embeds while it trains.  The vocabularies (dtype names, prompt formats,
+    decode modes) are EmbeddingConfig's, declared once in model/; what training used is what
+    ``embedding_config.json`` records (trainer.trained_embedding_config)."""
+
+    dtype: Literal[DTYPE_NAMES] = "auto"  # type: ignore[valid-type]  # auto: bf16 on GPU, fp32 on CPU
     attn_implementation: str | None = None  # None: flash_attention_2 on GPU when installed, else sdpa
     gradient_checkpointing: bool = False
     min_pixels: int | None = Field(None, gt=0)
@@ -126,9 +132,9 @@ class ModelOptions(_Strict):
     # most tokens per item: EmbeddingModel.prepare_one cuts the item's text (the one rule, used by
     # training and inference alike); recorded in embedding_config.json with the other options here
     max_length: int | None = Field(None, gt=0)
-    prompt_format: Literal["chat", "vlm2vec"] = "chat"
+    prompt_format: Literal[PROMPT_FORMATS] = "chat"  # type: ignore[valid-type]
     # exact: decode every pixel; fast: images above max_pixels decoded at a reduced scale (data/images.py)
-    decode: Literal["exact", "fast"] = "exact"
+    decode: Literal[DECODE_MODES] = "exact"  # type: ignore[valid-type]
 
 
 class CheckpointConfig(_Strict):
