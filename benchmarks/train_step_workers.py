@@ -20,6 +20,7 @@ prepared in that many processes while this one trains).
 * **Start-up excluded**: the first ``--warmup`` steps (default 2) are left out of the median:
   they include starting the worker processes (forkserver: a fresh interpreter importing torch
   and the processor) and, for ``num_workers >= 1``, step 0, which nothing prepared ahead.
+  The last step is left out too: with ``num_workers >= 1`` nothing is prepared beside it.
   Model loading and saving are outside every step anyway; "run s" (the whole process) is
   printed for reference only.
 * **Same adapter**: the final adapters of the photo runs are compared tensor by tensor with
@@ -50,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from prepare_throughput import photo  # noqa: E402
 
 FULL_SIZES = [(1600, 1200), (3000, 2000)]
-QUICK_SIZES = [(320, 240), (640, 480)]
+QUICK_SIZES = [(640, 480), (800, 600)]  # above the default budget: the copies are smaller
 
 
 def write_photo_datasets(root: Path, identities: int, sizes: list[tuple[int, int]],
@@ -99,7 +100,8 @@ def recipe(model: str, data_yaml: Path, schedule: Path, output_dir: Path, args: 
            num_workers: int) -> dict[str, Any]:
     return {
         "model": model, "data": str(data_yaml), "schedule": str(schedule), "output_dir": str(output_dir),
-        "max_steps": args.warmup + args.steps, "global_batch_size": args.batch, "seed": 0,
+        "max_steps": args.warmup + args.steps + 1,  # + the last step, not timed
+        "global_batch_size": args.batch, "seed": 0,
         "optimizer": {"lr": 1e-3, "warmup_steps": 1},
         "temperature": {"init": 0.05},
         "lora": {"r": 4, "alpha": 8, "dropout": 0.0},
@@ -140,7 +142,7 @@ def adapter_difference(reference: Path, other: Path) -> tuple[bool, float]:
 
 
 def summarise(label: str, workers: int, run: dict[str, Any], warmup: int) -> dict[str, Any]:
-    timed = run["step_times"][warmup:]
+    timed = run["step_times"][warmup:-1]  # the last step has nothing prepared beside it
     median = statistics.median(timed)
     return {"data": label, "num_workers": workers, "median_step_s": median, "steps_per_s": 1 / median,
             "steps_timed": len(timed), "warmup_step_s": run["step_times"][:warmup], "run_s": run["run_s"]}
@@ -173,7 +175,7 @@ def main() -> None:
 
             model = str(build_tiny_checkpoint(scratch / "tiny", arch="qwen2-vl", seed=0))
         datasets = write_photo_datasets(scratch / "data", args.identities, sizes, args.max_pixels)
-        total_steps = args.warmup + args.steps
+        total_steps = args.warmup + args.steps + 1
         schedules = {label: write_schedule(path, total_steps, args.batch) for label, path in datasets.items()}
         rows, adapters = [], {}
         for workers in args.workers:
@@ -202,7 +204,7 @@ def report(args: argparse.Namespace, sizes: list[tuple[int, int]], rows: list[di
     print(f"\n## Training steps vs num_workers: batch {args.batch} ({2 * args.batch} photos of "
           f"{' / '.join(f'{w}x{h}' for w, h in sizes)} per step), max_pixels {args.max_pixels}, decode {args.decode}, "
           f"{args.threads} torch thread(s), {available_cores()} cores available; median of {args.steps} steps after "
-          f"{args.warmup} warm-up step(s)\n")
+          f"{args.warmup} warm-up step(s), the last step left out\n")
     print("| data | num_workers | median step (s) | steps/s | speed-up vs photos, num_workers 0 "
           "| warm-up steps (s) | run s | adapter = num_workers 0 |")
     print("|---|---:|---:|---:|---:|---|---:|---|")
