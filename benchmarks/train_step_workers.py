@@ -163,6 +163,8 @@ def main() -> None:
                         help="smoke run: 6 identities of small JPEGs, batch 4, 1 + 2 steps")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
+    if args.steps < 1 or args.warmup < 0 or args.batch < 1 or min(args.workers) < 0:
+        parser.error("--steps and --batch must be >= 1, --warmup and --workers >= 0")
     if args.quick:
         args.batch, args.steps, args.warmup, args.identities = 4, 2, 1, 6
     args.workers = sorted({0, *args.workers})  # 0 first: the reference of the ratio and of the adapter
