@@ -5,6 +5,10 @@ max RSS on CPU) belongs to that configuration alone.  Members mix short and long
 several image sizes, so padding matters; GradCache sorts members by length before chunking
 and the script reports the padded-token fraction of its chunks.
 
+Items are prepared once, outside the timed step, so this script does not show what the
+recipe's ``num_workers`` buys: ``benchmarks/train_step_workers.py`` times whole trainer steps
+(preparation included) on photo-size JPEGs with ``num_workers`` 0, 1 and 2.
+
     .venv/bin/python benchmarks/gradcache_cost.py                      # tiny random Qwen2-VL, CPU
     .venv/bin/python benchmarks/gradcache_cost.py --model Qwen/Qwen2-VL-2B-Instruct \\
         --batch-sizes 64 128 256 1024 --chunk-size 32 --dtype bfloat16  # on a GPU
