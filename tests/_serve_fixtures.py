@@ -32,3 +32,19 @@ class RunningServer:
         self.server.should_exit = True
         self.thread.join(30)
         self.socket.close()
+
+
+def wait_until_healthy(process: Any, url: str, output: Any, seconds: float = 60) -> None:
+    """Poll ``url``/health until the ``vis-embed serve`` subprocess answers 200; fail with its
+    ``output`` (a pipe) if it exits first, or after ``seconds``."""
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while True:
+        assert process.poll() is None, output.read()
+        assert time.monotonic() < deadline, f"vis-embed serve did not come up in {seconds:g} s"
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.2)

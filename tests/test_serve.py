@@ -28,7 +28,7 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from PIL import Image  # noqa: E402
 
-from _serve_fixtures import RunningServer  # noqa: E402
+from _serve_fixtures import RunningServer, wait_until_healthy  # noqa: E402
 from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.timeout(120)]
@@ -337,15 +337,7 @@ def test_the_serve_command_serves_the_checkpoint(tiny_checkpoint, expected) -> N
                                env={**os.environ, "OMP_NUM_THREADS": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.stdout.read()
-            assert time.monotonic() < deadline, "vis-embed serve did not come up in 60 s"
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_until_healthy(process, url, process.stdout)
         _assert_serving(url, expected)
     finally:
         process.terminate()

@@ -27,7 +27,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from _loopback import ScriptedServer, send  # noqa: E402
-from _serve_fixtures import RunningServer  # noqa: E402
+from _serve_fixtures import RunningServer, wait_until_healthy  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
@@ -354,15 +354,7 @@ def test_the_serve_command_takes_its_key_from_the_environment(tiny_checkpoint, e
                                env={**os.environ, "OMP_NUM_THREADS": "1", "VIS_EMBED_API_KEY": "from-env"})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.stderr.read()
-            assert time.monotonic() < deadline, "vis-embed serve did not come up in 60 s"
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_until_healthy(process, url, process.stderr)
         assert _post(url, {"input": NORMAL}).status_code == 401
         _assert_normal(_post(url, {"input": NORMAL}, {"authorization": "Bearer from-env"}), expected)
     finally:

@@ -21,10 +21,10 @@ import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.batching import chunk_order
-from vis_embed.model.preparer import PreparedItem, Preparer, token_limit
+from vis_embed.model.preparer import Preparer, PreparesItems, token_limit
 
 
-class ProcessorOnlyModel:
+class ProcessorOnlyModel(PreparesItems):
     """What the Embedder's preparation path reads from an EmbeddingModel, without weights."""
 
     def __init__(self, processor: Any, config: Any, *, min_pixels: int, max_pixels: int,
@@ -51,15 +51,6 @@ class ProcessorOnlyModel:
     def preparer(self) -> Preparer:
         return Preparer(self.processor, self.min_pixels, self.max_pixels, self.prompt_format,
                         token_limit(self.max_length, self.processor.tokenizer, self.config), self.decode)
-
-    def prepare_one(self, item: dict[str, Any], instruction: str | None = None,
-                    base_dir: str | Path | None = None) -> PreparedItem:
-        return self.count_truncated(self.preparer().prepare_one(item, instruction, base_dir))
-
-    def count_truncated(self, prepared: PreparedItem) -> PreparedItem:
-        if prepared.truncated:
-            self.truncated_items += 1
-        return prepared
 
 
 @dataclass

@@ -33,7 +33,7 @@ from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_
 from vis_embed.model.patch_embedding import use_matmul_patch_embedding
 from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
-from vis_embed.model.preparer import PreparedItem, Preparer, token_limit
+from vis_embed.model.preparer import PreparedItem, Preparer, PreparesItems, token_limit
 from vis_embed.model.prompts import check_prompt_format
 
 # Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
@@ -87,7 +87,7 @@ def _looks_local(name_or_path: str) -> bool:
             or name_or_path.count("/") != 1 or os.path.exists(name_or_path))
 
 
-class EmbeddingModel(torch.nn.Module):
+class EmbeddingModel(torch.nn.Module, PreparesItems):
     """A Qwen-VL backbone (possibly peft-wrapped) + its processor, as an embedding model."""
 
     def __init__(self, backbone: Any, processor: Any, *, min_pixels: int = DEFAULT_MIN_PIXELS,
@@ -271,17 +271,6 @@ class EmbeddingModel(torch.nn.Module):
         """What preparing an item needs, without the weights (picklable: worker processes)."""
         return Preparer(self.processor, self.min_pixels, self.max_pixels, self.prompt_format,
                         self.token_limit, self.decode)
-
-    def prepare_one(self, item: dict[str, Any], instruction: str | None = None,
-                    base_dir: str | Path | None = None) -> PreparedItem:
-        """One item as :class:`Preparer` prepares it; counts a text cut to the token limit."""
-        return self.count_truncated(self.preparer().prepare_one(item, instruction, base_dir))
-
-    def count_truncated(self, prepared: PreparedItem) -> PreparedItem:
-        """``prepared``, counted in ``truncated_items`` if its text was cut (any process cut it)."""
-        if prepared.truncated:
-            self.truncated_items += 1
-        return prepared
 
     def prepare(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
                 base_dir: str | Path | None = None) -> list[PreparedItem]:

@@ -140,3 +140,24 @@ class Preparer:
         return PreparedItem(input_ids=input_ids, mm_token_type_ids=mm_types,
                             pixel_values=outputs.get("pixel_values"),
                             image_grid_thw=outputs.get("image_grid_thw"))
+
+
+class PreparesItems:
+    """``prepare_one`` and the truncation count of a model that has ``preparer()`` and a
+    ``truncated_items`` counter: the EmbeddingModel, and the dry run's processor-only stand-in."""
+
+    truncated_items: int
+
+    def preparer(self) -> Preparer:
+        raise NotImplementedError
+
+    def prepare_one(self, item: dict[str, Any], instruction: str | None = None,
+                    base_dir: str | Path | None = None) -> PreparedItem:
+        """One item as :class:`Preparer` prepares it; counts a text cut to the token limit."""
+        return self.count_truncated(self.preparer().prepare_one(item, instruction, base_dir))
+
+    def count_truncated(self, prepared: PreparedItem) -> PreparedItem:
+        """``prepared``, counted in ``truncated_items`` if its text was cut (any process cut it)."""
+        if prepared.truncated:
+            self.truncated_items += 1
+        return prepared
