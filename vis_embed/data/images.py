@@ -28,9 +28,8 @@ processor's own rule (:mod:`vis_embed.model.lengths`).
 
 * ``decode="fast"`` (``--decode fast``) with the model's ``max_pixels``: an image larger than
   the budget is decoded at a reduced scale -- JPEG draft mode, else PIL's box ``reduce`` before
-  the RGB conversion -- and box-filtered the rest of the way down to :data:`FAST_DECODE_MARGIN`
-  (2) x the size the processor resizes it to, per side, never below; the processor's final
-  resize is unchanged.  Decoding a 12 MP photo
+  the RGB conversion -- never below :data:`FAST_DECODE_MARGIN` (2) x the size the processor
+  resizes it to, per side; the processor's final resize is unchanged.  Decoding a 12 MP photo
   whole to feed a ~450x450 grid was the whole cost of preparing it (issue 28).  The default,
   ``"exact"``, decodes every pixel.
 """
@@ -211,29 +210,23 @@ def fast_decode_floor(width: int, height: int, max_pixels: int | None) -> tuple[
     if max_pixels is None or width * height <= max_pixels:
         return None
     scale = FAST_DECODE_MARGIN * math.sqrt(max_pixels / (width * height))
-    if scale >= 1:  # already within the margin: nothing to reduce
+    if scale >= 0.5:  # not even a halving fits: decode whole
         return None
     return max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale))
 
 
 def _reduced_rgb(image: Image.Image, max_pixels: int | None) -> Image.Image:
-    """``to_rgb(image)`` brought down to :func:`fast_decode_floor` (none without a budget): first
-    box-reduced by the largest integer factor that keeps the floor, before the RGB conversion, so
-    a huge image never exists as full RGB; then the rest of the way with a box filter.  The
-    second step matters for every photo libjpeg's 1/2, 1/4, 1/8 scales cannot bring near the
-    floor (a 1600x1200 photo at a 256-token budget): resizing it in PIL's uint8 code costs a few
-    ms, the processor's float bicubic over the full-size tensor several times that."""
+    """``to_rgb(image)``, box-reduced first by the largest integer factor that keeps
+    :func:`fast_decode_floor` (none without a budget), so a huge image never exists as full RGB."""
     floor = fast_decode_floor(*image.size, max_pixels)
-    if floor is None:
-        return to_rgb(image)
-    factor = min(image.width // floor[0], image.height // floor[1])
+    factor = 1 if floor is None else min(image.width // floor[0], image.height // floor[1])
     if factor < 2:
-        image = to_rgb(image)
-    elif image.mode in _REDUCE_AFTER_RGB:
-        image = to_rgb(image).reduce(factor)
-    else:
-        image = to_rgb((image.convert("L") if image.mode in _REDUCE_VIA_L else image).reduce(factor))
-    return image if image.size == floor else image.resize(floor, Image.Resampling.BOX)
+        return to_rgb(image)
+    if image.mode in _REDUCE_AFTER_RGB:
+        return to_rgb(image).reduce(factor)
+    if image.mode in _REDUCE_VIA_L:
+        image = image.convert("L")
+    return to_rgb(image.reduce(factor))
 
 
 def check_has_pixels(image: Image.Image, name: str | None = None) -> None:
