@@ -296,12 +296,12 @@ def _subparser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-@pytest.mark.parametrize("command", ["encode", "eval", "serve", "mine-negatives", "export"])
+@pytest.mark.parametrize("command", ["encode", "eval", "serve", "mine-negatives", "export", "mteb"])
 def test_every_loading_setting_is_a_flag_of_every_inference_command(command) -> None:
     options = {option: action for action in _subparser(command)._actions for option in action.option_strings}
     for name in flag_fields([LOADING]):
         flag = f"--{name.replace('_', '-')}"
         assert flag in options, (command, flag)
         assert options[flag].default is None, (command, flag)  # not given: the recorded value can win
-    assert set(flag_fields([LOADING])) >= {"prompt_format", "min_pixels", "max_pixels", "max_length", "dtype",
+    assert set(flag_fields([LOADING])) >= {"prompt_format", "min_pixels", "max_pixels", "max_length", "dtype", "decode",
                                            "attn_implementation"}

@@ -18,6 +18,8 @@ import logging
 from pathlib import Path
 
 from vis_embed.errors import ConfigError, VisEmbedError
+from vis_embed.model.cli import add_model_loading_arguments, model_settings
+from vis_embed.model.defaults import add_preparation_arguments
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="YAML mapping TASK: {query: ..., document: ...} overriding the tasks' instructions")
     parser.add_argument("--name", default=None, help="model name in the result files (default: from --model)")
     parser.add_argument("--batch-size", type=int, default=16, help="items per forward pass (default: 16)")
-    parser.add_argument("--prompt-format", default=None, help="override the model's prompt format (chat | vlm2vec)")
-    parser.add_argument("--max-pixels", type=int, default=None, help="override the image pixel budget")
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available)")
+    # --prompt-format, --max-pixels, --max-length, --dtype, --decode, ..., --device, --compile: the
+    # loading flags every inference command has (generated from EmbeddingConfig; not given = the
+    # model's recorded value), and --workers
+    add_model_loading_arguments(parser)
+    add_preparation_arguments(parser)
     parser.add_argument("--save-predictions", action="store_true",
                         help="also write each task's ranked results to OUT/predictions/ (mteb's prediction files)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -102,8 +106,7 @@ def run(args: argparse.Namespace) -> int:
         log.warning("--instructions %s: no task named %s in this run", args.instructions, ", ".join(unused))
     model = VisEmbedMtebModel.from_pretrained(
         args.model, args.adapter, instructions=instructions, name=args.name, batch_size=args.batch_size,
-        show_progress=not args.quiet, prompt_format=args.prompt_format, max_pixels=args.max_pixels,
-        device=args.device)
+        show_progress=not args.quiet, workers=args.workers, **model_settings(args))
     cache = mteb.ResultCache(cache_path=args.out)
     result = mteb.evaluate(model, tasks, cache=cache, overwrite_strategy="always", co2_tracker=False,
                            encode_kwargs={"batch_size": args.batch_size, "show_progress_bar": not args.quiet},
