@@ -69,6 +69,18 @@ COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (30, 40, 220), 
            "cyan": (30, 210, 220), "magenta": (210, 30, 200)}
 
 
+class NaNEncoder(FakeEncoder):
+    """Embeds one image (``poison``) as NaN: a broken model or a corrupt file."""
+
+    def __init__(self, poison: str) -> None:
+        super().__init__()
+        self.poison = poison
+
+    def embed_one(self, item: dict[str, Any]) -> np.ndarray:
+        vector = super().embed_one(item)
+        return np.full_like(vector, np.nan) if item.get("image", "").endswith(self.poison) else vector
+
+
 def write_image(path: Path, colour: tuple[int, int, int], jitter: int = 0, size: int = 24) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pixels = np.empty((size, size, 3), dtype=np.uint8)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from eval_fakes import COLOURS, FakeEncoder, make_identity_benchmark, write_jsonl
+from eval_fakes import COLOURS, FakeEncoder, NaNEncoder, make_identity_benchmark, write_jsonl
 
 from vis_embed.cli import main as cli_main
 from vis_embed.data import EvalDatasetSpec as DatasetSpec
@@ -42,18 +42,6 @@ def _random_order_ap(labels: list[int]) -> float:
         hits = np.cumsum(order)
         values.append(np.mean([hits[i] / (i + 1) for i in range(len(order)) if order[i]]))
     return float(np.mean(values))
-
-
-class NaNEncoder(FakeEncoder):
-    """Embeds one image (``poison``) as NaN: a broken model or a corrupt file."""
-
-    def __init__(self, poison: str) -> None:
-        super().__init__()
-        self.poison = poison
-
-    def embed_one(self, item):
-        vector = super().embed_one(item)
-        return np.full_like(vector, np.nan) if item.get("image", "").endswith(self.poison) else vector
 
 
 def _run(encoder: FakeEncoder, specs: list[DatasetSpec], out: Path, **settings) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from eval_fakes import COLOURS, FakeEncoder, make_identity_benchmark, write_jsonl
+from eval_fakes import COLOURS, FakeEncoder, NaNEncoder, make_identity_benchmark, write_jsonl
 from scipy import stats
 from sklearn.metrics import average_precision_score
 
@@ -249,16 +249,6 @@ def test_nan_is_an_error_on_every_index_kind(kind: str) -> None:
     queries[1, 0] = np.inf
     with pytest.raises(ValueError, match="queries row 1 is NaN or infinite"):
         search.search(index, queries, 5)
-
-
-class NaNEncoder(FakeEncoder):
-    def __init__(self, poison: str) -> None:
-        super().__init__()
-        self.poison = poison
-
-    def embed_one(self, item):
-        vector = super().embed_one(item)
-        return np.full_like(vector, np.nan) if item.get("image", "").endswith(self.poison) else vector
 
 
 @pytest.mark.parametrize("index", ["exact", "exact-bf16", "ivf"])
