@@ -194,6 +194,20 @@ def parse_jsonl_line(line: str, path: str | Path, line_number: int) -> dict[str,
     return obj
 
 
+def read_json_object(path: str | Path) -> dict[str, Any] | None:
+    """The JSON object stored at ``path``, or None when the file is absent, is not valid JSON or
+    holds something else: for optional side files (a card's facts, a tracker's run id) that a
+    later step may find missing or half-written by an older version."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     return atomic_write_text(path, text)

@@ -18,13 +18,12 @@ imported when the package is there.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vis_embed.io import atomic_write_json
+from vis_embed.io import atomic_write_json, read_json_object
 
 RUN_FILE = "wandb_run.json"   # in the training run's output directory: {id, project, name}
 
@@ -84,11 +83,5 @@ def _finish(run: Any) -> None:
 
 
 def _read_run_file(directory: Path) -> dict[str, Any] | None:
-    path = Path(directory) / RUN_FILE
-    if not path.is_file():
-        return None
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return None
-    return recorded if isinstance(recorded, dict) and recorded.get("id") else None
+    recorded = read_json_object(Path(directory) / RUN_FILE)
+    return recorded if recorded is not None and recorded.get("id") else None

@@ -18,7 +18,6 @@ current after the fact:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 import yaml
 
 from vis_embed.config import get_dotted
-from vis_embed.io import atomic_write_json, atomic_write_text
+from vis_embed.io import atomic_write_json, atomic_write_text, read_json_object
 
 FACTS_FILE = "model_card.json"
 CARD_FILE = "README.md"
@@ -147,14 +146,8 @@ def write_model_card(directory: Path, facts: Mapping[str, Any], merged: bool = F
 
 def read_facts(directory: Path) -> dict[str, Any] | None:
     """The card facts stored in ``directory`` (None: no vis_embed card there)."""
-    path = Path(directory) / FACTS_FILE
-    if not path.is_file():
-        return None
-    try:
-        facts = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return None
-    return facts if isinstance(facts, dict) and facts.get("base_model") else None
+    facts = read_json_object(Path(directory) / FACTS_FILE)
+    return facts if facts is not None and facts.get("base_model") else None
 
 
 def record_evaluation(directory: Path, results: Mapping[str, Any]) -> bool:
