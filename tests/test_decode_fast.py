@@ -122,3 +122,27 @@ def test_the_server_decodes_with_the_models_budget(tmp_path) -> None:
     fast, = decode_images([{"image": uri}], ImagePolicy(max_pixels=BUDGET, decode="fast"))
     exact, = decode_images([{"image": uri}], ImagePolicy(max_pixels=BUDGET))
     assert fast["image"].width < 1600 and exact["image"].size == (1600, 1200)
+
+
+def test_the_processors_own_size_rule_allows_the_deeper_jpeg_scale(tiny_checkpoint, tmp_path) -> None:
+    # 2016x1512 at 64 tokens: the processor makes it 252x168 (sides rounded DOWN to the 28-px
+    # grid), so JPEG 1/4 (504x378) is still 2x that; the sqrt(max_pixels / area) bound alone
+    # (518x388 x 2) allows only 1/2.  The 4032x3024 photo at 256 tokens is the same case.
+    path = tmp_path / "big.jpg"
+    photo(2016, 1512).save(path)
+    preparer = EmbeddingModel.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cpu", max_pixels=BUDGET,
+                                              decode="fast").preparer()
+    assert preparer.target_size(2016, 1512) == _target((2016, 1512)) == (252, 168)
+    assert fast_decode_floor(2016, 1512, BUDGET, preparer.target_size) == (504, 336)
+    assert load_image(path, max_pixels=BUDGET, decode="fast").size == (1008, 756)  # bound only
+    loaded = preparer.load_image({"image": str(path)})
+    assert loaded.size == (504, 378)
+    assert loaded.width >= 2 * 252 and loaded.height >= 2 * 168
+
+
+def test_a_shape_the_processor_refuses_is_decoded_whole_and_reported_by_it() -> None:
+    def refusing(width: int, height: int) -> tuple[int, int]:
+        raise ValueError("absolute aspect ratio must be smaller than 200")
+
+    assert fast_decode_floor(4000, 3000, BUDGET, refusing) is None
+    assert fast_decode_floor(4000, 3000, BUDGET) is not None

@@ -29,7 +29,9 @@ processor's own rule (:mod:`vis_embed.model.lengths`).
 * ``decode="fast"`` (``--decode fast``) with the model's ``max_pixels``: an image larger than
   the budget is decoded at a reduced scale -- JPEG draft mode, else PIL's box ``reduce`` before
   the RGB conversion -- never below :data:`FAST_DECODE_MARGIN` (2) x the size the processor
-  resizes it to, per side; the processor's final resize is unchanged.  Decoding a 12 MP photo
+  resizes it to, per side (the processor's own size rule when the caller passes it as
+  ``target_size``, else an upper bound from ``max_pixels``); the processor's final resize is
+  unchanged.  Decoding a 12 MP photo
   whole to feed a ~450x450 grid was the whole cost of preparing it (issue 28).  The default,
   ``"exact"``, decodes every pixel.
 """
@@ -45,7 +47,8 @@ import re
 import stat
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -70,6 +73,15 @@ FAST_DECODE_MARGIN = 2
 # palette and 16-bit modes go through to_rgb first.
 _REDUCE_VIA_L = ("1",)
 _REDUCE_AFTER_RGB = ("P", "PA", "I;16", "I;16B", "I;16L", "I;16N")
+# (width, height) -> the (width, height) the model's processor resizes such an image to
+TargetSize = Callable[[int, int], tuple[int, int]]
+
+
+class _FastBudget(NamedTuple):
+    """What a fast decode may reduce an image to (:func:`fast_decode_floor`)."""
+
+    max_pixels: int
+    target_size: TargetSize | None
 
 
 def is_url(source: Any) -> bool:
@@ -130,8 +142,8 @@ def check_regular_file(path: str | Path, name: str | None = None) -> None:
 
 
 def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int,
-          max_pixels: int | None = None) -> Image.Image:
-    """Open, check the header (pixels, bomb limit) and decode; with ``max_pixels`` (fast decode)
+          budget: _FastBudget | None = None) -> Image.Image:
+    """Open, check the header (pixels, bomb limit) and decode; with a ``budget`` (fast decode)
     a JPEG is decoded in draft mode at the smallest DCT scale that keeps the decode floor."""
     if isinstance(data, Path):
         check_regular_file(data, name)
@@ -155,7 +167,7 @@ def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int,
     if width * height > max_image_pixels:
         raise DataError(f"refused: {width}x{height} = {width * height} pixels exceeds the "
                         f"decompression-bomb limit of {max_image_pixels} pixels", path=name)
-    floor = fast_decode_floor(width, height, max_pixels)
+    floor = None if budget is None else fast_decode_floor(width, height, *budget)
     if floor is not None and image.format == "JPEG":
         image.draft(None, floor)  # libjpeg scales by 1/2, 1/4 or 1/8 while decoding, never below floor
     try:
@@ -167,18 +179,20 @@ def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int,
 
 def load_image(source: str | Path | bytes | Image.Image, base_dir: str | Path | None = None,
                max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, url_policy: UrlPolicy | None = None, *,
-               max_pixels: int | None = None, decode: Decode = "exact") -> Image.Image:
+               max_pixels: int | None = None, decode: Decode = "exact",
+               target_size: TargetSize | None = None) -> Image.Image:
     """Load ``source`` (path, http(s) URL, data URI, encoded image ``bytes`` or PIL image) as an
     RGB PIL image.  URLs go through :func:`vis_embed.data.fetch.fetch_url` under ``url_policy``
     (default: :class:`~vis_embed.data.fetch.UrlPolicy`, a batch job's).
 
     ``decode="fast"`` with the model's pixel budget ``max_pixels``: an image larger than the
     budget is decoded at a reduced scale, never below :data:`FAST_DECODE_MARGIN` x the size the
-    processor resizes it to (:func:`fast_decode_floor`); ``"exact"`` (the default) decodes it whole.
+    processor resizes it to (:func:`fast_decode_floor`; ``target_size`` is the processor's size rule,
+    when the caller knows the model); ``"exact"`` (the default) decodes it whole.
     """
     if decode not in DECODE_MODES:
         raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}, got {decode!r}")
-    budget = max_pixels if decode == "fast" else None
+    budget = _FastBudget(max_pixels, target_size) if decode == "fast" and max_pixels else None
     if isinstance(source, Image.Image):
         width, height = source.size
         check_has_pixels(source)
@@ -201,24 +215,37 @@ def load_image(source: str | Path | bytes | Image.Image, base_dir: str | Path | 
     return _reduced_rgb(image, budget)
 
 
-def fast_decode_floor(width: int, height: int, max_pixels: int | None) -> tuple[int, int] | None:
+def fast_decode_floor(width: int, height: int, max_pixels: int | None,
+                      target_size: TargetSize | None = None) -> tuple[int, int] | None:
     """The smallest (width, height) a fast decode may reduce an image to: FAST_DECODE_MARGIN x
-    the size the budget allows (per side), or None when the image is not that much larger.
+    the size the processor resizes it to (per side), or None when not even a halving stays above.
 
-    The processor's resize keeps the area within ``max_pixels`` (smart_resize rounds its sides
-    down to the patch grid), so ``sqrt(max_pixels / area)`` bounds its scale from above."""
+    ``target_size`` is that size, by the processor's own rule (the model passes it:
+    :meth:`vis_embed.model.preparer.Preparer.target_size`).  Without it, an upper bound: the
+    processor keeps the area within ``max_pixels`` (its sides rounded down to the patch grid),
+    so ``sqrt(max_pixels / area)`` bounds its scale from above.  The bound is up to one grid
+    step per side larger, which kept 4032x3024 photos at JPEG 1/2 where 1/4 is 2x the real
+    504x364 (issue 28)."""
     if max_pixels is None or width * height <= max_pixels:
         return None
-    scale = FAST_DECODE_MARGIN * math.sqrt(max_pixels / (width * height))
-    if scale >= 0.5:  # not even a halving fits: decode whole
+    if target_size is None:
+        scale = FAST_DECODE_MARGIN * math.sqrt(max_pixels / (width * height))
+        floor = max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale))
+    else:
+        try:
+            target_width, target_height = target_size(width, height)
+        except ValueError:  # the processor refuses this shape; it says so when it sees the image
+            return None
+        floor = FAST_DECODE_MARGIN * target_width, FAST_DECODE_MARGIN * target_height
+    if 2 * floor[0] > width or 2 * floor[1] > height:  # not even a halving fits: decode whole
         return None
-    return max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale))
+    return floor
 
 
-def _reduced_rgb(image: Image.Image, max_pixels: int | None) -> Image.Image:
+def _reduced_rgb(image: Image.Image, budget: _FastBudget | None) -> Image.Image:
     """``to_rgb(image)``, box-reduced first by the largest integer factor that keeps
     :func:`fast_decode_floor` (none without a budget), so a huge image never exists as full RGB."""
-    floor = fast_decode_floor(*image.size, max_pixels)
+    floor = None if budget is None else fast_decode_floor(*image.size, *budget)
     factor = 1 if floor is None else min(image.width // floor[0], image.height // floor[1])
     if factor < 2:
         return to_rgb(image)

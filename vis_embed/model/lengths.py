@@ -62,14 +62,22 @@ def visual_tokens(model: Any, item: Any, base_dir: str | Path | None = None) -> 
         return math.ceil(model.max_pixels / (patch_size * merge_size) ** 2)
     if min(size) < 1:  # no pixels: prepare_one reports it; the estimate must not fail first
         return 0
-    # The processor's own rule (transformers' smart_resize, after fit_aspect_ratio's padding;
-    # qwen-vl-utils' copy rounds slivers differently).
+    factor = patch_size * merge_size
+    resized_width, resized_height = processor_size(image_processor, model.min_pixels, model.max_pixels, *size)
+    return (resized_height // factor) * (resized_width // factor)
+
+
+def processor_size(image_processor: Any, min_pixels: int, max_pixels: int, width: int, height: int) -> tuple[int, int]:
+    """(width, height) the model's processor resizes a ``width`` x ``height`` image to: its own
+    rule (transformers' smart_resize on the patch x merge grid, after fit_aspect_ratio's padding;
+    qwen-vl-utils' copy rounds slivers differently).  Token counts and the fast decode's floor
+    (data/images.fast_decode_floor) both come from here.  ValueError for a shape it refuses."""
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
-    width, height = fitted_size(*size)
-    factor = patch_size * merge_size
-    resized_height, resized_width = smart_resize(height, width, factor, model.min_pixels, model.max_pixels)
-    return (resized_height // factor) * (resized_width // factor)
+    width, height = fitted_size(width, height)
+    factor = int(image_processor.patch_size) * int(image_processor.merge_size)
+    resized_height, resized_width = smart_resize(height, width, factor, min_pixels, max_pixels)
+    return resized_width, resized_height
 
 
 def _text(item: Any) -> str | None:

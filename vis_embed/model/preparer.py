@@ -20,6 +20,7 @@ import torch
 from vis_embed.data.images import crop_to_bbox, fit_aspect_ratio, load_image
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
+from vis_embed.model.lengths import processor_size
 from vis_embed.model.prompts import build_prompt
 
 
@@ -85,6 +86,10 @@ class Preparer:
         """The item's prompt with one unexpanded image placeholder (also what lengths.py counts)."""
         return build_prompt(self.processor, has_image, instruction, text, self.prompt_format)
 
+    def target_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) this model's processor resizes such an image to (what fast decoding keeps 2x of)."""
+        return processor_size(self.processor.image_processor, self.min_pixels, self.max_pixels, width, height)
+
     def load_image(self, item: dict[str, Any], base_dir: str | Path | None = None) -> Any:
         """The checked item's image as the model will see it (RGB, cropped, sliver-padded), or None."""
         image = item.get("image")
@@ -93,7 +98,8 @@ class Preparer:
         # A bbox is in full-resolution pixels, and the budget applies to the crop: decode whole.
         decode = "exact" if "bbox" in item else self.decode
         try:
-            pil_image = load_image(image, base_dir=base_dir, max_pixels=self.max_pixels, decode=decode)
+            pil_image = load_image(image, base_dir=base_dir, max_pixels=self.max_pixels, decode=decode,
+                                   target_size=self.target_size)
         except DataError as exc:
             raise DataError(exc.reason, path=exc.path, line=exc.line, field="image") from None
         if "bbox" in item:

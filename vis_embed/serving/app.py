@@ -75,13 +75,15 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     url_pool = ThreadPoolExecutor(settings.url_workers, thread_name_prefix="vis-embed-fetch") \
         if settings.allow_urls else None
     model = getattr(embedder, "model", None)
+    preparer = model.preparer() if hasattr(model, "preparer") else None
     image_policy = ImagePolicy(
         allow_local_files=settings.allow_local_files, allow_urls=settings.allow_urls,
         allow_private_urls=settings.allow_private_urls, url_timeout_s=settings.url_timeout_s,
         max_image_bytes=settings.max_image_bytes, max_request_pixels=settings.max_request_pixels,
         url_pool=url_pool,
         # the pixel budget and decode mode, as encode uses them
-        max_pixels=getattr(model, "max_pixels", None), decode=getattr(model, "decode", "exact"))
+        max_pixels=getattr(model, "max_pixels", None), decode=getattr(model, "decode", "exact"),
+        target_size=getattr(preparer, "target_size", None))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

@@ -32,7 +32,7 @@ from typing import Any
 from PIL import Image
 
 from vis_embed.data.fetch import FETCH_FAILED, FetchError, UrlPolicy, fetch_url
-from vis_embed.data.images import image_size, is_data_uri, is_url, load_image
+from vis_embed.data.images import TargetSize, image_size, is_data_uri, is_url, load_image
 from vis_embed.errors import DataError
 from vis_embed.serving.errors import RequestError
 
@@ -58,6 +58,7 @@ class ImagePolicy:
     # queue at full RGB resolution.
     max_pixels: int | None = None
     decode: str = "exact"
+    target_size: TargetSize | None = None  # the processor's size rule (Preparer.target_size)
 
     def url_policy(self) -> UrlPolicy:
         return UrlPolicy(allow_private=self.allow_private_urls, timeout_s=self.url_timeout_s,
@@ -80,7 +81,7 @@ def decode_images(items: list[dict[str, Any]], policy: ImagePolicy) -> list[dict
                                    param=param)
             # A bbox is in full-resolution pixels: such an item is decoded whole (as model.preparer does).
             budget = None if "bbox" in item else policy.max_pixels
-            image = _load(source, param, is_url(item["image"]), budget, policy.decode)
+            image = _load(source, param, is_url(item["image"]), budget, policy.decode, policy.target_size)
             _check_box(item, image, index)
             item = {**item, "image": image}
         decoded.append(item)
@@ -118,9 +119,10 @@ def _header_pixels(source: bytes | str, param: str) -> int:
 
 
 def _load(source: bytes | str, param: str, from_url: bool, max_pixels: int | None = None,
-          decode: str = "exact") -> Image.Image:
+          decode: str = "exact", target_size: TargetSize | None = None) -> Image.Image:
     try:
-        return load_image(source, max_pixels=max_pixels, decode=decode if max_pixels else "exact")
+        return load_image(source, max_pixels=max_pixels, decode=decode if max_pixels else "exact",
+                          target_size=target_size)
     except DataError as exc:
         if from_url:  # fetched, but not an image: said as vaguely as a failed fetch
             raise RequestError(400, f"{param}: {FETCH_FAILED} (not a usable image)", param=param) from None
