@@ -233,3 +233,20 @@ def test_the_pilot_rows_pair_each_start_and_tau(tmp_path) -> None:
     rows = warm.pilot_rows(results)
     assert rows[2] == "| 200 | 0.07 | 5.00 / 5.00 | 2.500 / 0.0700 | 30.0 | 33.0 | +3.0 | +0.0 |"
     assert rows[3].startswith("| 400 | 0.07 | 10.00 / 10.00 |")
+
+
+def test_the_committed_warm_study_doc_is_its_result_files_rebuilt(monkeypatch) -> None:
+    # docs/ablation_warm.md must be exactly what its committed per-seed files give (reading and
+    # command kept): a figure typed in, or a result file edited or lost, fails here.
+    warm = _load("ablation_warm_table")
+    monkeypatch.chdir(REPO)  # the doc names its files relative to the repository, as the driver does
+    markdown = Path("docs/ablation_warm.md")
+    if not markdown.is_file():
+        pytest.skip("docs/ablation_warm.md not present in this checkout")
+    text = markdown.read_text(encoding="utf-8")
+    command = text.split("Command:\n\n```bash\n", 1)[1].split("\n```", 1)[0]
+    results = Path("docs/results/ablation_warm")
+    assert len(list(results.glob("*.json"))) == 50  # (2 x 10 + 5) x 2 taus
+    rebuilt = warm.document(results, markdown, command, Path("recipes/ablation_warm.yaml"),
+                            Path("recipes/ablation_dense.yaml"))
+    assert rebuilt == text
