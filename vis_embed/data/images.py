@@ -31,9 +31,9 @@ processor's own rule (:mod:`vis_embed.model.lengths`).
   the RGB conversion -- never below :data:`FAST_DECODE_MARGIN` (2) x the size the processor
   resizes it to, per side (the processor's own size rule when the caller passes it as
   ``target_size``, else an upper bound from ``max_pixels``); the processor's final resize is
-  unchanged.  Decoding a 12 MP photo
-  whole to feed a ~450x450 grid was the whole cost of preparing it (issue 28).  The default,
-  ``"exact"``, decodes every pixel.
+  unchanged.  Decoding a 12 MP photo whole to feed a ~450x450 grid was the whole cost of
+  preparing it (issue 28).  The default, ``"exact"``, decodes every pixel.  An item with a
+  bbox is always decoded whole (:func:`item_decode_mode`).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ import os
 import re
 import stat
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -82,6 +82,12 @@ class _FastBudget(NamedTuple):
 
     max_pixels: int
     target_size: TargetSize | None
+
+
+def item_decode_mode(item: Mapping[str, Any], decode: Decode) -> Decode:
+    """How to decode an item's image: ``decode``, but "exact" for an item with a bbox (its box
+    is in full-resolution pixels, and the pixel budget applies to the crop, not the image)."""
+    return "exact" if "bbox" in item else decode
 
 
 def is_url(source: Any) -> bool:

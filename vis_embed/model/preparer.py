@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vis_embed.data.images import crop_to_bbox, fit_aspect_ratio, load_image
+from vis_embed.data.images import crop_to_bbox, fit_aspect_ratio, item_decode_mode, load_image
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
 from vis_embed.model.lengths import processor_size
@@ -95,11 +95,9 @@ class Preparer:
         image = item.get("image")
         if image is None:
             return None
-        # A bbox is in full-resolution pixels, and the budget applies to the crop: decode whole.
-        decode = "exact" if "bbox" in item else self.decode
         try:
-            pil_image = load_image(image, base_dir=base_dir, max_pixels=self.max_pixels, decode=decode,
-                                   target_size=self.target_size)
+            pil_image = load_image(image, base_dir=base_dir, max_pixels=self.max_pixels,
+                                   decode=item_decode_mode(item, self.decode), target_size=self.target_size)
         except DataError as exc:
             raise DataError(exc.reason, path=exc.path, line=exc.line, field="image") from None
         if "bbox" in item:

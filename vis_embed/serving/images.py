@@ -32,7 +32,7 @@ from typing import Any
 from PIL import Image
 
 from vis_embed.data.fetch import FETCH_FAILED, FetchError, UrlPolicy, fetch_url
-from vis_embed.data.images import TargetSize, image_size, is_data_uri, is_url, load_image
+from vis_embed.data.images import TargetSize, image_size, is_data_uri, is_url, item_decode_mode, load_image
 from vis_embed.errors import DataError
 from vis_embed.serving.errors import RequestError
 
@@ -79,9 +79,8 @@ def decode_images(items: list[dict[str, Any]], policy: ImagePolicy) -> list[dict
                 raise RequestError(413, f"{param}: the request's images hold more than {policy.max_request_pixels} "
                                         f"pixels in all (--max-request-pixels); send fewer or smaller images",
                                    param=param)
-            # A bbox is in full-resolution pixels: such an item is decoded whole (as model.preparer does).
-            budget = None if "bbox" in item else policy.max_pixels
-            image = _load(source, param, is_url(item["image"]), budget, policy.decode, policy.target_size)
+            image = _load(source, param, is_url(item["image"]), policy.max_pixels,
+                          item_decode_mode(item, policy.decode), policy.target_size)
             _check_box(item, image, index)
             item = {**item, "image": image}
         decoded.append(item)
@@ -121,8 +120,7 @@ def _header_pixels(source: bytes | str, param: str) -> int:
 def _load(source: bytes | str, param: str, from_url: bool, max_pixels: int | None = None,
           decode: str = "exact", target_size: TargetSize | None = None) -> Image.Image:
     try:
-        return load_image(source, max_pixels=max_pixels, decode=decode if max_pixels else "exact",
-                          target_size=target_size)
+        return load_image(source, max_pixels=max_pixels, decode=decode, target_size=target_size)
     except DataError as exc:
         if from_url:  # fetched, but not an image: said as vaguely as a failed fetch
             raise RequestError(400, f"{param}: {FETCH_FAILED} (not a usable image)", param=param) from None
