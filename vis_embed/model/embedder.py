@@ -184,9 +184,7 @@ class Embedder:
                         errors: dict[int, DataError], collate: bool) -> Iterator[tuple[Any, list[int]]]:
         def prepare(indices: Sequence[int]) -> tuple[Any, list[int]]:
             prepared, prepared_indices = self._prepare_batch(items, indices, instruction, base_dir, on_error, errors)
-            if collate:
-                return (self.model.collate(prepared) if prepared else None), prepared_indices
-            return (prepared or None), prepared_indices
+            return self._batch_of(prepared, collate), prepared_indices
 
         # One worker thread prepares batch i+1 (image decoding, resizing, tokenising: partly
         # GIL-free) while batch i runs through the model.  Batches are consumed in order, so
@@ -220,19 +218,18 @@ class Embedder:
                     if index in invalid:
                         continue
                     _task, result = next(stream)
-                    if isinstance(result, DataError):
-                        if on_error == "raise":
-                            raise result
-                        errors[index] = result
-                        continue
-                    prepared.append(self.model.count_truncated(result))
-                    kept.append(index)
-                if collate:
-                    yield (self.model.collate(prepared) if prepared else None), kept
-                else:
-                    yield (prepared or None), kept
+                    if _accepted(index, result, on_error, errors):
+                        prepared.append(self.model.count_truncated(result))
+                        kept.append(index)
+                yield self._batch_of(prepared, collate), kept
         finally:
             stream.close()
+
+    def _batch_of(self, prepared: list[PreparedItem], collate: bool) -> Any:
+        """What a prepared batch is handed on as: collated tensors, or the items (None if empty)."""
+        if not prepared:
+            return None
+        return self.model.collate(prepared) if collate else prepared
 
     def _preparation_pool(self, workers: int) -> PreparePool:
         """The worker processes, started on first use and kept (serve encodes many times);
@@ -301,14 +298,13 @@ class Embedder:
             if index in errors:  # rejected by the item contract (on_error="skip")
                 continue
             try:
-                prepared.append(self.model.prepare_one(items[index], instruction, base_dir))
+                result: PreparedItem | DataError = self.model.prepare_one(items[index], instruction, base_dir)
             except DataError as exc:
                 exc.item_index = index  # type: ignore[attr-defined]  # callers map it to a line
-                if on_error == "raise":
-                    raise exc from None
-                errors[index] = exc
-                continue
-            kept.append(index)
+                result = exc
+            if _accepted(index, result, on_error, errors):
+                prepared.append(result)
+                kept.append(index)
         return prepared, kept
 
     # ------------------------------------------------------------------ identity
@@ -366,6 +362,17 @@ def _checkpoint_fingerprint(name_or_path: str | None, backbone: Any) -> str:
         else:
             parts[file.name] = fingerprint_files([file])
     return fingerprint_json(parts)
+
+
+def _accepted(index: int, result: PreparedItem | DataError, on_error: str, errors: dict[int, DataError]) -> bool:
+    """True for a prepared item; a bad one (its DataError) is raised (``on_error="raise"``) or
+    recorded in ``errors`` -- the one rule, wherever the item was prepared."""
+    if not isinstance(result, DataError):
+        return True
+    if on_error == "raise":
+        raise result
+    errors[index] = result
+    return False
 
 
 def _progress(total: int, enabled: bool) -> Callable[..., None]:
