@@ -81,8 +81,8 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
         allow_private_urls=settings.allow_private_urls, url_timeout_s=settings.url_timeout_s,
         max_image_bytes=settings.max_image_bytes, max_request_pixels=settings.max_request_pixels,
         url_pool=url_pool,
-        # the pixel budget and decode mode, as encode uses them
-        max_pixels=getattr(model, "max_pixels", None), decode=getattr(model, "decode", "exact"),
+        # the pixel budget, decode mode and size rule, as the model's own preparation uses them
+        max_pixels=getattr(preparer, "max_pixels", None), decode=getattr(preparer, "decode", "exact"),
         target_size=getattr(preparer, "target_size", None))
 
     @asynccontextmanager
