@@ -70,3 +70,21 @@ def test_benchmark_preset_has_qwen2_vl_2b_vocab_and_width() -> None:
     assert (text.vocab_size, text.hidden_size) == (151936, 1536)
     assert sum(text.rope_parameters["mrope_section"]) * 2 == text.hidden_size // text.num_attention_heads
     assert config.vision_config.hidden_size == text.hidden_size
+
+
+@pytest.mark.parametrize(("arch", "preset", "published"), [
+    ("qwen2-vl", "qwen2-vl-2b", 2_208_985_600),    # Qwen/Qwen2-VL-2B-Instruct: 2.21B
+    ("qwen2.5-vl", "qwen2.5-vl-3b", 3_754_622_976),  # Qwen/Qwen2.5-VL-3B-Instruct: 3.75B
+    ("qwen2.5-vl", "qwen2.5-vl-7b", 8_292_166_656),  # Qwen/Qwen2.5-VL-7B-Instruct: 8.29B
+])
+def test_full_size_presets_have_the_published_parameter_counts(arch: str, preset: str, published: int) -> None:
+    """The GPU throughput figures are only the published models' if the configs are theirs: the
+    parameter count (built on the meta device: no memory) pins every width, depth and vocabulary."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from vis_embed.model.tiny import tiny_config
+
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(tiny_config(arch, preset))
+    assert sum(parameter.numel() for parameter in model.parameters()) == published

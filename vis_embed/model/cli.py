@@ -29,7 +29,8 @@ def add_tiny_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random weights: the same seed writes the same checkpoint (default: 0)")
     parser.add_argument("--preset", choices=PRESETS, default="tiny",
-                        help="size; qwen2-vl-2b-shallow = 2B vocab and width, 4 layers")
+                        help="size; qwen2-vl-2b-shallow = 2B vocab and width, 4 layers; qwen2-vl-2b, "
+                             "qwen2.5-vl-3b, qwen2.5-vl-7b = the published sizes (random weights)")
 
 
 def run_tiny_model(args: argparse.Namespace) -> int:

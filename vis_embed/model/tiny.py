@@ -9,7 +9,10 @@ whole test suite exercises the production loading code.
 
 Sizes: text hidden 128 x 2 layers, vision depth 2 (width 96); a 112 px image becomes 16 merged
 visual tokens.  ``preset="qwen2-vl-2b-shallow"`` gives Qwen2-VL-2B's vocabulary size and hidden
-width with few layers (for benchmarks; random init, usually not saved).
+width with few layers (for benchmarks; random init, usually not saved).  The full-size presets
+``qwen2-vl-2b``, ``qwen2.5-vl-3b`` and ``qwen2.5-vl-7b`` have the published models' widths, depths
+and vocabularies (their hub ``config.json``), for GPU throughput checks with random weights
+(``benchmarks/gpu_encode.py``); pair them with the matching ``arch``.
 
 CLI: ``vis-embed tiny-model OUT_DIR [--arch qwen2-vl|qwen2.5-vl|qwen3-vl] [--seed N]``
 (arguments in :mod:`vis_embed.model.cli`).  torch and transformers are imported inside the
@@ -25,7 +28,7 @@ from vis_embed.io import atomic_directory
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 
 ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
-PRESETS = ("tiny", "qwen2-vl-2b-shallow")
+PRESETS = ("tiny", "qwen2-vl-2b-shallow", "qwen2-vl-2b", "qwen2.5-vl-3b", "qwen2.5-vl-7b")
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
@@ -99,6 +102,18 @@ def _sizes(preset: str) -> dict[str, int]:
         return dict(hidden=1536, layers=4, heads=12, kv_heads=2, intermediate=8960,
                     vision_width=1280, vision_depth=4, vision_heads=16, mlp_ratio=4,
                     vocab=151936, tie=1)
+    # The published models' sizes (hub config.json of Qwen/Qwen2-VL-2B-Instruct,
+    # Qwen/Qwen2.5-VL-3B-Instruct and Qwen/Qwen2.5-VL-7B-Instruct).
+    if preset == "qwen2-vl-2b":
+        return dict(_sizes("qwen2-vl-2b-shallow"), layers=28, vision_depth=32)
+    qwen25_vision = dict(vision_width=1280, vision_depth=32, vision_heads=16, mlp_ratio=4,
+                         vision_intermediate=3420, full_attention_blocks=[7, 15, 23, 31])
+    if preset == "qwen2.5-vl-3b":
+        return dict(qwen25_vision, hidden=2048, layers=36, heads=16, kv_heads=2, intermediate=11008,
+                    vocab=151936, tie=1)
+    if preset == "qwen2.5-vl-7b":
+        return dict(qwen25_vision, hidden=3584, layers=28, heads=28, kv_heads=4, intermediate=18944,
+                    vocab=152064, tie=0)
     raise ValueError(f"unknown preset {preset!r}; choose one of {PRESETS}")
 
 
@@ -145,9 +160,9 @@ def tiny_config(arch: str = "qwen2-vl", preset: str = "tiny", tokenizer: Any = N
         from transformers import Qwen2_5_VLConfig
 
         vision = dict(depth=depth, hidden_size=s["vision_width"],
-                      intermediate_size=s["mlp_ratio"] * s["vision_width"], num_heads=s["vision_heads"],
-                      out_hidden_size=s["hidden"], window_size=112,
-                      fullatt_block_indexes=[depth - 1])
+                      intermediate_size=s.get("vision_intermediate", s["mlp_ratio"] * s["vision_width"]),
+                      num_heads=s["vision_heads"], out_hidden_size=s["hidden"], window_size=112,
+                      fullatt_block_indexes=s.get("full_attention_blocks", [depth - 1]))
         return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
     from transformers import Qwen3VLConfig
 
@@ -188,15 +203,18 @@ def build_processor(arch: str = "qwen2-vl", tokenizer: Any = None,
 
 def build_random_model(arch: str = "qwen2-vl", preset: str = "tiny", seed: int = 0,
                        num_layers: int | None = None, vision_depth: int | None = None,
-                       dtype: Any = None) -> tuple[Any, Any]:
-    """``(model, processor)`` randomly initialised in memory (nothing written)."""
+                       dtype: Any = None, device: Any = None) -> tuple[Any, Any]:
+    """``(model, processor)`` randomly initialised in memory (nothing written).  ``device``: where
+    the weights are created and initialised (a 7B model initialised on a GPU takes seconds, on
+    a CPU minutes)."""
     import torch
     from transformers import AutoModelForImageTextToText
 
     tokenizer = _build_tokenizer()
     config = tiny_config(arch, preset, tokenizer, num_layers=num_layers, vision_depth=vision_depth)
     torch.manual_seed(seed)
-    model = AutoModelForImageTextToText.from_config(config, dtype=dtype or torch.float32)
+    with torch.device(device or "cpu"):
+        model = AutoModelForImageTextToText.from_config(config, dtype=dtype or torch.float32)
     model.eval()
     return model, build_processor(arch, tokenizer)
 
