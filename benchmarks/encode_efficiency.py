@@ -124,7 +124,7 @@ def print_breakdown(function: Any, matrix_flops: int, peak: float, device: torch
 def build_embedder(args: argparse.Namespace, device: torch.device) -> Embedder:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     backbone, processor = build_random_model("qwen2-vl", preset="qwen2-vl-2b-shallow", num_layers=args.text_layers,
-                                             vision_depth=args.vision_depth, dtype=dtype)
+                                             vision_depth=args.vision_depth, dtype=dtype, device=device)
     attention = default_attn_implementation(device)
     backbone.set_attn_implementation(attention)
     backbone.to(device)
