@@ -21,8 +21,11 @@ run that checks the script itself on a CPU.
    prepare_throughput.py) with ``--workers`` preparation processes, in both decode modes.  The
    workers are started and warmed before the timed encode (their start-up is printed apart).
    GPU utilisation is NVML's (``torch.cuda.utilization``: the share of time a kernel ran)
-   sampled every 50 ms during the timed encode.  Rows must agree with the first worker count's
-   (cosine >= 0.99999, the issue's rule).
+   sampled every 50 ms during the timed encode; "waiting" is the time the model's thread spent
+   waiting for its next prepared batch.  Rows must agree with the first worker count's (cosine
+   >= 0.99999, the issue's rule).  ``--variants old`` also times, in the same run, the hand-over
+   as it was before commit "prepared batches one ahead" (float32 patches, collated in the
+   model's thread, pageable memory) for the worker counts above 0.
 
     python benchmarks/gpu_encode.py --json out.json          # on a GPU machine (~4 min on one H100/H200)
     .venv/bin/python benchmarks/gpu_encode.py --device cpu --quick   # smoke run of the script
@@ -31,6 +34,8 @@ run that checks the script itself on a CPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -41,6 +46,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -199,8 +205,80 @@ class UtilisationSampler:
         return statistics.fmean(self.samples) if self.samples else None
 
 
+@contextlib.contextmanager
+def hand_over(variant: str) -> Iterator[None]:
+    """``new``: the library as it is.  ``old``: float32 patches, collated in the model's thread
+    into pageable memory (how batches reached the model before they were made one ahead)."""
+    if variant == "new":
+        yield
+        return
+    import vis_embed.model.embedder as embedder_module
+
+    saved = EmbeddingModel.preparer, EmbeddingModel.collate, embedder_module._one_batch_ahead
+    EmbeddingModel.preparer = lambda self: dataclasses.replace(saved[0](self), pixel_dtype=None)
+    EmbeddingModel.collate = lambda self, prepared, padding_side=None, pin_memory=False: saved[1](
+        self, prepared, padding_side)
+    embedder_module._one_batch_ahead = lambda batches: batches
+    try:
+        yield
+    finally:
+        EmbeddingModel.preparer, EmbeddingModel.collate, embedder_module._one_batch_ahead = saved
+
+
+class BatchWaits:
+    """Seconds the model's thread waits for each prepared batch (Embedder.prepared_batches)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._original = Embedder.prepared_batches
+
+    def __enter__(self) -> BatchWaits:
+        original, waits = self._original, self
+
+        def timed(embedder: Embedder, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            batches = original(embedder, *args, **kwargs)
+            try:
+                while True:
+                    started = time.perf_counter()
+                    try:
+                        batch = next(batches)
+                    except StopIteration:
+                        return
+                    waits.seconds += time.perf_counter() - started
+                    yield batch
+            finally:
+                batches.close()
+
+        Embedder.prepared_batches = timed
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        Embedder.prepared_batches = self._original
+
+
+def one_encode(embedder: Embedder, gallery: list[dict[str, Any]], base_dir: Path, device: torch.device,
+               workers: int, batch_size: int) -> dict[str, Any]:
+    """Start and warm ``workers`` processes, then time one encode of the gallery."""
+    embedder.workers = workers
+    started = time.perf_counter()
+    embedder.start_workers()
+    embedder.encode(gallery[:max(2 * workers, batch_size)], QUERY_INSTRUCTION, batch_size=batch_size,
+                    base_dir=base_dir)
+    start_up = time.perf_counter() - started
+    with UtilisationSampler(device) as sampler, BatchWaits() as waits:
+        synchronize(device)
+        started = time.perf_counter()
+        vectors = embedder.encode(gallery, QUERY_INSTRUCTION, batch_size=batch_size, base_dir=base_dir)
+        synchronize(device)
+        seconds = time.perf_counter() - started
+    return {"items": len(gallery), "seconds": seconds, "images_per_s": len(gallery) / seconds,
+            "gpu_utilisation_pct": sampler.mean(), "waiting_s": waits.seconds, "start_and_warm_s": start_up,
+            "vectors": vectors}
+
+
 def end_to_end(checkpoint: Path, gallery: list[dict[str, Any]], base_dir: Path, device: torch.device,
-               dtype: torch.dtype, workers_by_decode: dict[str, list[int]], batch_size: int) -> list[dict[str, Any]]:
+               dtype: torch.dtype, workers_by_decode: dict[str, list[int]], batch_size: int,
+               variants: list[str]) -> list[dict[str, Any]]:
     decodes = list(workers_by_decode)
     embedder = Embedder.from_pretrained(checkpoint, device=device, dtype=dtype, max_pixels=MAX_PIXELS)
     rows, reference = [], {}
@@ -208,27 +286,18 @@ def end_to_end(checkpoint: Path, gallery: list[dict[str, Any]], base_dir: Path, 
         for decode in decodes:
             embedder.model.decode = decode
             for workers in workers_by_decode[decode]:
-                embedder.workers = workers
-                started = time.perf_counter()
-                embedder.start_workers()
-                warm = gallery[:max(2 * workers, batch_size)]
-                embedder.encode(warm, QUERY_INSTRUCTION, batch_size=batch_size, base_dir=base_dir)
-                start_up = time.perf_counter() - started
-                with UtilisationSampler(device) as sampler:
-                    synchronize(device)
-                    started = time.perf_counter()
-                    vectors = embedder.encode(gallery, QUERY_INSTRUCTION, batch_size=batch_size, base_dir=base_dir)
-                    synchronize(device)
-                    seconds = time.perf_counter() - started
-                first = reference.setdefault(decode, vectors)
-                agreement = float(np.min(np.sum(first * vectors, axis=1)))
-                row = {"decode": decode, "workers": workers, "items": len(gallery), "seconds": seconds,
-                       "images_per_s": len(gallery) / seconds, "gpu_utilisation_pct": sampler.mean(),
-                       "start_and_warm_s": start_up, "min_cosine_to_first": agreement}
-                rows.append(row)
-                print(f"  decode {decode:5s} workers {workers:2d}: {row['images_per_s']:7.1f} images/s, "
-                      f"GPU busy {row['gpu_utilisation_pct'] if row['gpu_utilisation_pct'] is not None else 'n/a'}%, "
-                      f"start+warm {start_up:.1f} s, min cos to first {agreement:.6f}", flush=True)
+                for variant in variants if workers > 0 else ["new"]:
+                    with hand_over(variant):
+                        row = one_encode(embedder, gallery, base_dir, device, workers, batch_size)
+                    first = reference.setdefault(decode, row.pop("vectors"))
+                    row.update(decode=decode, variant=variant, workers=workers,
+                               min_cosine_to_first=float(np.min(np.sum(first * row.pop("vectors", first), axis=1))))
+                    rows.append(row)
+                    busy = row["gpu_utilisation_pct"]
+                    print(f"  decode {decode:5s} {variant} workers {workers:2d}: {row['images_per_s']:7.1f} images/s, "
+                          f"GPU busy {'n/a' if busy is None else f'{busy:.0f}'}%, waiting {row['waiting_s']:.2f} "
+                          f"of {row['seconds']:.2f} s, start+warm {row['start_and_warm_s']:.1f} s, "
+                          f"min cos to first {row['min_cosine_to_first']:.6f}", flush=True)
         if len(decodes) > 1:
             fast, exact = reference.get("fast"), reference.get("exact")
             if fast is not None and exact is not None:
@@ -253,6 +322,9 @@ def main() -> int:
     parser.add_argument("--exact-workers", type=int, nargs="+", default=[1, 8, 14],
                         help="worker counts for --decode exact (slower: fewer of them)")
     parser.add_argument("--batch-size", type=int, default=64, help="encode batch size")
+    parser.add_argument("--variants", nargs="+", default=["new"], choices=["new", "old"],
+                        help="old: also time the hand-over as it was (see the module notes)")
+    parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--budget-s", type=float, default=330, help="skip the steps that would start after this")
     parser.add_argument("--quick", action="store_true", help="tiny model, few items (checks the script)")
     parser.add_argument("--json", type=Path, default=None)
@@ -305,7 +377,7 @@ def main() -> int:
             del model
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        if not out_of_time("training chunk"):
+        if not args.skip_training and not out_of_time("training chunk"):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             report["training"] = training_chunk(checkpoint, device, args.chunk, args.rate_repeats, side)
@@ -322,7 +394,7 @@ def main() -> int:
             workers_by_decode = {decode: args.exact_workers if decode == "exact" else args.workers
                                  for decode in args.decodes}
             report["end_to_end"] = end_to_end(checkpoint, gallery, scratch, device, dtype, workers_by_decode,
-                                              args.batch_size)
+                                              args.batch_size, args.variants)
     report["elapsed_s"] = time.perf_counter() - began
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))

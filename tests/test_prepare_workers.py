@@ -4,8 +4,10 @@ order, the same rejects and errors as in one process, a crashed worker named, ne
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +173,41 @@ def test_training_with_two_worker_processes_ends_with_the_same_adapter(tiny_chec
     assert set(adapters[0]) == set(adapters[1]) and adapters[0]
     for name, tensor in adapters[0].items():  # bit-identical on one torch thread
         assert torch.equal(tensor, adapters[1][name]), name
+
+
+def test_a_bfloat16_model_gets_bfloat16_patches_with_the_bits_its_forward_pass_cast_to(tiny_checkpoint,
+                                                                                       items_file) -> None:
+    """The patches of a 16-bit model are cast when prepared (half the bytes through the worker
+    pipes, the collation and the GPU copy).  The forward pass casts them to the model's dtype
+    first thing, so the vectors must equal those of float32 patches cast there, bit for bit,
+    in this process and through the worker processes."""
+    embedder = Embedder.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cpu", dtype=torch.bfloat16)
+    model = embedder.model
+    assert model.preparer().pixel_dtype == "bfloat16"
+    item = {"image": photo(320, 240, seed=3)}
+    prepared = model.prepare([item], "find it")[0]
+    assert prepared.pixel_values.dtype == torch.bfloat16
+    full = dataclasses.replace(model.preparer(), pixel_dtype=None).prepare_one(item, "find it")
+    assert full.pixel_values.dtype == torch.float32
+    assert torch.equal(full.pixel_values.to(torch.bfloat16), prepared.pixel_values)
+    with torch.inference_mode():
+        assert torch.equal(model(**model.collate([prepared])), model(**model.collate([full])))
+    rows = [{key: value for key, value in json.loads(line).items() if key != "id"}
+            for line in items_file.read_text().splitlines()][:len(SIZES)]
+    in_process = embedder.encode(rows, "find it", batch_size=3, base_dir=items_file.parent)
+    embedder.workers = 2
+    try:
+        assert np.array_equal(embedder.encode(rows, "find it", batch_size=3, base_dir=items_file.parent), in_process)
+    finally:
+        embedder.close()
+
+
+def test_bfloat16_tensors_cross_to_a_worker_process_and_back_unchanged() -> None:
+    from vis_embed.model.preparer import PreparedItem
+
+    patches = torch.randn(8, 12).to(torch.bfloat16)
+    item = PreparedItem(input_ids=torch.arange(5), mm_token_type_ids=torch.zeros(5, dtype=torch.long),
+                        pixel_values=patches, image_grid_thw=torch.tensor([[1, 2, 4]]))
+    back = PreparedItem.from_numpy(pickle.loads(pickle.dumps(item.to_numpy(), protocol=5)))
+    assert back.pixel_values.dtype == torch.bfloat16 and torch.equal(back.pixel_values, patches)
+    assert torch.equal(back.input_ids, item.input_ids) and torch.equal(back.image_grid_thw, item.image_grid_thw)

@@ -176,29 +176,17 @@ class Embedder:
         if self._pool_starting is not None and self._pool_starting.is_alive():
             workers = 0  # the workers are still starting (serve): this batch is prepared here
         if workers > 0 and batches:
-            return self._pool_batches(items, batches, instruction, base_dir, on_error, errors, collate, workers)
-        return self._thread_batches(items, batches, instruction, base_dir, on_error, errors, collate)
+            return _one_batch_ahead(
+                self._pool_batches(items, batches, instruction, base_dir, on_error, errors, collate, workers))
+        return _one_batch_ahead(self._in_process_batches(items, batches, instruction, base_dir, on_error, errors,
+                                                         collate))
 
-    def _thread_batches(self, items: Sequence[dict[str, Any]], batches: Sequence[Sequence[int]],
-                        instruction: str | None, base_dir: str | Path | None, on_error: str,
-                        errors: dict[int, DataError], collate: bool) -> Iterator[tuple[Any, list[int]]]:
-        def prepare(indices: Sequence[int]) -> tuple[Any, list[int]]:
+    def _in_process_batches(self, items: Sequence[dict[str, Any]], batches: Sequence[Sequence[int]],
+                            instruction: str | None, base_dir: str | Path | None, on_error: str,
+                            errors: dict[int, DataError], collate: bool) -> Iterator[tuple[Any, list[int]]]:
+        for indices in batches:
             prepared, prepared_indices = self._prepare_batch(items, indices, instruction, base_dir, on_error, errors)
-            return self._batch_of(prepared, collate), prepared_indices
-
-        # One worker thread prepares batch i+1 (image decoding, resizing, tokenising: partly
-        # GIL-free) while batch i runs through the model.  Batches are consumed in order, so
-        # errors surface as without it.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vis-embed-prepare") as worker:
-            upcoming = worker.submit(prepare, batches[0]) if batches else None
-            try:
-                for number in range(len(batches)):
-                    ready = upcoming.result()
-                    upcoming = worker.submit(prepare, batches[number + 1]) if number + 1 < len(batches) else None
-                    yield ready
-            finally:
-                if upcoming is not None:
-                    upcoming.cancel()
+            yield self._batch_of(prepared, collate), prepared_indices
 
     def _pool_batches(self, items: Sequence[dict[str, Any]], batches: Sequence[Sequence[int]],
                       instruction: str | None, base_dir: str | Path | None, on_error: str,
@@ -229,7 +217,9 @@ class Embedder:
         """What a prepared batch is handed on as: collated tensors, or the items (None if empty)."""
         if not prepared:
             return None
-        return self.model.collate(prepared) if collate else prepared
+        if not collate:
+            return prepared
+        return self.model.collate(prepared, pin_memory=self.model.device.type == "cuda")
 
     def _preparation_pool(self, workers: int) -> PreparePool:
         """The worker processes, started on first use and kept (serve encodes many times);
@@ -323,6 +313,28 @@ class Embedder:
                 **({"decode": model.decode} if model.decode != "exact" else {}),
             })
         return self._fingerprint
+
+
+def _one_batch_ahead(batches: Iterator[tuple[Any, list[int]]]) -> Iterator[tuple[Any, list[int]]]:
+    """``batches``, produced in a worker thread one batch ahead of the caller: batch i+1 is
+    prepared (in this process), or received from the worker processes, and collated while
+    batch i runs through the model.  Each item still comes out in order and an error
+    surfaces at its batch, as without the thread; only that thread ever advances ``batches``."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vis-embed-prepare") as worker:
+        upcoming = worker.submit(next, batches, None)
+        try:
+            while (ready := upcoming.result()) is not None:
+                upcoming = worker.submit(next, batches, None)
+                yield ready
+        finally:
+            # Let the batch in hand finish (a generator cannot be closed while it runs), then
+            # close the source in its own thread: the worker pool's stream stops there.
+            if not upcoming.cancel():
+                try:
+                    upcoming.result()
+                except Exception:  # noqa: BLE001  # the caller is already leaving with its own outcome
+                    pass
+            worker.submit(batches.close).result()
 
 
 def _invalid_items(items: Sequence[Any], on_error: str) -> dict[int, DataError]:

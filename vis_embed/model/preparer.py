@@ -52,10 +52,15 @@ class PreparedItem:
     _TENSORS = ("input_ids", "mm_token_type_ids", "pixel_values", "image_grid_thw")
 
     def to_numpy(self) -> dict[str, Any]:
-        """The fields as numpy arrays (what a worker process sends; no torch pickling)."""
-        fields: dict[str, Any] = {name: (None if getattr(self, name) is None else getattr(self, name).numpy())
-                                  for name in self._TENSORS}
-        fields["truncated"] = self.truncated
+        """The fields as numpy arrays (what a worker process sends; no torch pickling).  numpy has
+        no bfloat16: such a tensor travels as its 16-bit pattern, its dtype named beside it."""
+        fields: dict[str, Any] = {"truncated": self.truncated, "bfloat16": []}
+        for name in self._TENSORS:
+            tensor = getattr(self, name)
+            if tensor is not None and tensor.dtype == torch.bfloat16:
+                tensor = tensor.view(torch.int16)
+                fields["bfloat16"].append(name)
+            fields[name] = None if tensor is None else tensor.numpy()
         return fields
 
     @classmethod
@@ -63,6 +68,8 @@ class PreparedItem:
         """The inverse of :meth:`to_numpy`; the tensors share the arrays' memory (no copy)."""
         tensors = {name: (None if fields[name] is None else torch.from_numpy(np.asarray(fields[name])))
                    for name in cls._TENSORS}
+        for name in fields.get("bfloat16", ()):
+            tensors[name] = tensors[name].view(torch.bfloat16)
         return cls(**tensors, truncated=bool(fields["truncated"]))
 
 
@@ -76,11 +83,15 @@ class Preparer:
     prompt_format: str = "chat"
     token_limit: int | None = None
     decode: str = "exact"
+    # The model's dtype when it is a 16-bit float: the forward pass casts the patches to it
+    # first thing, so casting them here gives the same bits and halves what crosses the
+    # worker pipes, the collation and the host-to-GPU copy (4.8 MB -> 2.4 MB a 256-token image).
+    pixel_dtype: str | None = None
 
     def signature(self) -> tuple[Any, ...]:
         """Equal for preparers that prepare every item identically (same processor object)."""
         return (id(self.processor), self.min_pixels, self.max_pixels, self.prompt_format,
-                self.token_limit, self.decode)
+                self.token_limit, self.decode, self.pixel_dtype)
 
     def prompt(self, has_image: bool, instruction: str | None, text: str | None) -> str:
         """The item's prompt with one unexpanded image placeholder (also what lengths.py counts)."""
@@ -141,8 +152,10 @@ class Preparer:
         input_ids = outputs["input_ids"][0]
         mm_types = outputs.get("mm_token_type_ids")
         mm_types = torch.zeros_like(input_ids) if mm_types is None else mm_types[0]
-        return PreparedItem(input_ids=input_ids, mm_token_type_ids=mm_types,
-                            pixel_values=outputs.get("pixel_values"),
+        pixel_values = outputs.get("pixel_values")
+        if pixel_values is not None and self.pixel_dtype is not None:
+            pixel_values = pixel_values.to(getattr(torch, self.pixel_dtype))
+        return PreparedItem(input_ids=input_ids, mm_token_type_ids=mm_types, pixel_values=pixel_values,
                             image_grid_thw=outputs.get("image_grid_thw"))
 
 
