@@ -336,7 +336,9 @@ def main() -> int:
     if args.quick:
         args.rate_batch, args.rate_repeats, args.chunk, args.items, args.unique_photos = 4, 2, 4, 8, 4
         args.workers, args.exact_workers, side = [0, 2], [2], 112
-    report: dict[str, Any] = {"environment": environment(device), "command": " ".join(sys.argv)}
+    from vis_embed.provenance import provenance
+
+    report: dict[str, Any] = {"environment": environment(device), "provenance": provenance()}
     print(json.dumps(report["environment"]), flush=True)
     if device.type == "cuda":
         report["gemm_peak_tflops"] = gemm_peak(device, dtype, 8192) / 1e12

@@ -155,6 +155,9 @@ def main() -> None:
     parser.add_argument("--mfu", type=float, default=0.4, help="GPU model-FLOP utilisation for the estimates")
     parser.add_argument("--gpu-rate", action="append", default=[], metavar="NAME=IMAGES_PER_S",
                         help=f"a measured GPU rate for one of {', '.join(MODELS)} (replaces the estimate)")
+    parser.add_argument("--train-step-gpu-s", type=float, default=None, metavar="SECONDS",
+                        help="measured GPU seconds of one training step per rank of the 2B recipe "
+                             "(benchmarks/gpu_encode.py; replaces the FLOPs estimate)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 4 small photos, 1 worker")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--repeats", type=int, default=3,
@@ -210,16 +213,18 @@ def main() -> None:
         print()
     given = dict((name, float(rate)) for name, rate in (entry.split("=", 1) for entry in args.gpu_rate))
     rates = gpu_rates(args.mfu, given)
-    print("\n## GPU feed: cores of preparation that keep one H100 busy (256-token photos)\n")
+    print("\n## GPU feed: cores of preparation (at this machine's rate per core) that keep one GPU busy "
+          "(256-token photos)\n")
     print("| model | GPU images/s | source | cores, exact | cores, fast |")
     print("|---|---:|---|---:|---:|")
     for name, (rate, source) in rates.items():
         print(f"| {name} | {rate:.0f} | {source} | {rate / one['exact']['per_core']:.1f} | "
               f"{rate / one['fast']['per_core']:.1f} |")
     rate_2b = rates["Qwen2-VL-2B"][0]
-    step_s = TRAIN_ITEMS_PER_RANK * TRAIN_FLOPS_PER_FORWARD / rate_2b
+    step_s = args.train_step_gpu_s or TRAIN_ITEMS_PER_RANK * TRAIN_FLOPS_PER_FORWARD / rate_2b
+    step_source = "given (--train-step-gpu-s)" if args.train_step_gpu_s else "estimate"
     print(f"\nTraining step, recipes/visme_qwen2vl_2b.yaml on 8 GPUs: {TRAIN_ITEMS_PER_RANK} items per rank, "
-          f"~{step_s:.1f} s of GPU per step; preparation per rank: "
+          f"{step_s:.1f} s of GPU per step ({step_source}); preparation per rank: "
           f"{TRAIN_ITEMS_PER_RANK / one['exact']['per_core']:.1f} core-s exact "
           f"({math.ceil(TRAIN_ITEMS_PER_RANK / one['exact']['per_core'] / step_s)} cores to keep up), "
           f"{TRAIN_ITEMS_PER_RANK / one['fast']['per_core']:.1f} core-s fast "
