@@ -12,6 +12,7 @@ the blocks' element-wise work (opt-in).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import weakref
@@ -316,10 +317,8 @@ class Embedder:
 
 
 def _one_batch_ahead(batches: Iterator[tuple[Any, list[int]]]) -> Iterator[tuple[Any, list[int]]]:
-    """``batches``, produced in a worker thread one batch ahead of the caller: batch i+1 is
-    prepared (in this process), or received from the worker processes, and collated while
-    batch i runs through the model.  Each item still comes out in order and an error
-    surfaces at its batch, as without the thread; only that thread ever advances ``batches``."""
+    """``batches`` made one ahead in a thread: batch i+1 is prepared (or received from the
+    workers) and collated while batch i runs through the model; order and errors unchanged."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vis-embed-prepare") as worker:
         upcoming = worker.submit(next, batches, None)
         try:
@@ -330,10 +329,8 @@ def _one_batch_ahead(batches: Iterator[tuple[Any, list[int]]]) -> Iterator[tuple
             # Let the batch in hand finish (a generator cannot be closed while it runs), then
             # close the source in its own thread: the worker pool's stream stops there.
             if not upcoming.cancel():
-                try:
+                with contextlib.suppress(Exception):  # the caller is leaving with its own outcome
                     upcoming.result()
-                except Exception:  # noqa: BLE001  # the caller is already leaving with its own outcome
-                    pass
             worker.submit(batches.close).result()
 
 
