@@ -63,7 +63,7 @@ def run_one(args: argparse.Namespace) -> dict:
     model = EmbeddingModel.from_pretrained(args.model, device=device, dtype=dtype)
     model.add_lora(r=16, alpha=32, dropout=0.05)
     if args.gradient_checkpointing:
-        model.backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_gradient_checkpointing()
     model.train()
     tau = Temperature(0.02)
     backend = TorchBackend(model, lr=1e-4, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, max_grad_norm=1.0,

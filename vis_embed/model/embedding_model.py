@@ -248,6 +248,20 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         self.head = ProjectionHead(in_dim, out_dim).to(self.device)
         return self.head
 
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute each block's activations in the backward pass instead of keeping them
+        (non-reentrant, so LoRA's frozen base works); caching off.  Recent transformers name it
+        ``activation_checkpointing_enable`` and deprecate the old name, which older ones need."""
+        backbone = self.backbone
+        if hasattr(backbone, "activation_checkpointing_enable"):
+            backbone.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(backbone, "enable_input_require_grads"):
+            backbone.enable_input_require_grads()
+        if hasattr(backbone, "config"):
+            backbone.config.use_cache = False
+
     def merge_adapter(self) -> None:
         """Fold the LoRA weights into the base weights (same vectors, no adapter overhead)."""
         if hasattr(self.backbone, "merge_and_unload"):

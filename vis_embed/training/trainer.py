@@ -86,12 +86,7 @@ def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
         for parameter in model.parameters():
             parameter.requires_grad_(True)
     if options.gradient_checkpointing:
-        backbone = model.backbone
-        backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if hasattr(backbone, "enable_input_require_grads"):
-            backbone.enable_input_require_grads()
-        if hasattr(backbone, "config"):
-            backbone.config.use_cache = False
+        model.enable_gradient_checkpointing()
     model.train()
     return model
 
