@@ -6,6 +6,7 @@
 # must agree (cosine >= 0.99999).
 #
 #   bash benchmarks/gpu_encode_cli.sh [ITEMS]                        # on a GPU machine
+#   WORKERS=auto bash benchmarks/gpu_encode_cli.sh 2048              # one worker setting only
 #   PRESET=tiny DEVICE=cpu bash benchmarks/gpu_encode_cli.sh 16      # smoke run on a CPU
 set -euo pipefail
 ITEMS=${1:-512}
@@ -27,13 +28,13 @@ if __name__ == "__main__":
     rows = photo_gallery(work, 32, items, PHOTO_SIZES)
     (work / "gallery.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
 EOF
-for workers in auto 0; do
+for workers in ${WORKERS:-auto 0}; do
   TIMEFORMAT="vis-embed encode --workers $workers: $ITEMS photos in %R s (wall, everything included)"
   time "$PYTHON" -m vis_embed encode --model "$WORK/model" --input "$WORK/gallery.jsonl" \
     --output "$WORK/w$workers.npy" --workers "$workers" --decode fast --batch-size 64 --device "$DEVICE" \
     --no-progress --instruction "Find the same object as the one in the given image."
 done
-"$PYTHON" -c "
+[ -f "$WORK/w0.npy" ] && [ -f "$WORK/wauto.npy" ] && "$PYTHON" -c "
 import numpy as np, sys
 a, b = np.load('$WORK/wauto.npy'), np.load('$WORK/w0.npy')
 print(f'rows {len(a)}, min cosine auto vs 0: {float((a * b).sum(1).min()):.6f}')
