@@ -127,7 +127,6 @@ def build_embedder(args: argparse.Namespace, device: torch.device) -> Embedder:
                                              vision_depth=args.vision_depth, dtype=dtype, device=device)
     attention = default_attn_implementation(device)
     backbone.set_attn_implementation(attention)
-    backbone.to(device)
     return Embedder(EmbeddingModel(backbone, processor, max_pixels=args.max_pixels))
 
 

@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encode_efficiency import gemm_peak, synchronize  # noqa: E402
 from prepare_throughput import PHOTO_SIZES, photo  # noqa: E402
 
 from vis_embed.model.embedder import Embedder  # noqa: E402
@@ -65,11 +66,6 @@ RATE_MODELS = {"Qwen2-VL-2B": ("qwen2-vl", "qwen2-vl-2b"), "Qwen2.5-VL-3B": ("qw
 QUICK_MODEL = ("qwen2-vl", "tiny")
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "visme_qwen2vl_2b.yaml"
 MEMBERS_PER_RANK = 2 * 1024 // 8  # the 2B recipe on 8 GPUs: queries + candidates per rank and step
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def timed(function: Any, device: torch.device, repeats: int, warmup: int = 2) -> list[float]:
@@ -106,17 +102,10 @@ def environment(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def gemm_peak(device: torch.device, dtype: torch.dtype, side: int) -> float:
-    generator = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(side, side, device=device, dtype=dtype, generator=generator)
-    b = torch.randn(side, side, device=device, dtype=dtype, generator=generator)
-    return 2 * side**3 / min(timed(lambda: torch.mm(a, b), device, repeats=10, warmup=3))
-
-
 def build_model(arch: str, preset: str, device: torch.device, dtype: torch.dtype) -> EmbeddingModel:
     backbone, processor = build_random_model(arch, preset, dtype=dtype, device=device)
     backbone.set_attn_implementation(default_attn_implementation(device))
-    return EmbeddingModel(backbone.to(device), processor, max_pixels=MAX_PIXELS)
+    return EmbeddingModel(backbone, processor, max_pixels=MAX_PIXELS)  # built on ``device``
 
 
 def image_rate(model: EmbeddingModel, batch_size: int, repeats: int, side: int) -> dict[str, Any]:
@@ -341,7 +330,7 @@ def main() -> int:
     report: dict[str, Any] = {"environment": environment(device), "provenance": provenance()}
     print(json.dumps(report["environment"]), flush=True)
     if device.type == "cuda":
-        report["gemm_peak_tflops"] = gemm_peak(device, dtype, 8192) / 1e12
+        report["gemm_peak_tflops"] = gemm_peak(8192, dtype, device, repeats=10) / 1e12
         print(f"bf16 GEMM peak (8192^3, torch.mm, best of 10): {report['gemm_peak_tflops']:.0f} TFLOP/s", flush=True)
 
     def out_of_time(step: str) -> bool:

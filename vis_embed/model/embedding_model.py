@@ -283,9 +283,10 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
     # ------------------------------------------------------------------ items -> tensors
     def preparer(self) -> Preparer:
         """What preparing an item needs, without the weights (picklable: worker processes)."""
-        half = self.dtype in (torch.bfloat16, torch.float16)
+        dtype = self.dtype
+        pixel_dtype = dtype_name(dtype) if dtype in (torch.bfloat16, torch.float16) else None
         return Preparer(self.processor, self.min_pixels, self.max_pixels, self.prompt_format,
-                        self.token_limit, self.decode, dtype_name(self.dtype) if half else None)
+                        self.token_limit, self.decode, pixel_dtype)
 
     def prepare(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
                 base_dir: str | Path | None = None) -> list[PreparedItem]:

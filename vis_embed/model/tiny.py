@@ -91,7 +91,7 @@ def _build_tokenizer() -> Any:
     return tokenizer
 
 
-def _sizes(preset: str) -> dict[str, int]:
+def _sizes(preset: str) -> dict[str, Any]:
     if preset == "tiny":
         return dict(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=256,
                     vision_width=96, vision_depth=2, vision_heads=2, mlp_ratio=2, vocab=0,
