@@ -35,6 +35,8 @@ MAX_REDIRECTS = 5
 REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 FETCH_FAILED = "cannot fetch image URL"
 _CHUNK = 1 << 16
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215's local-use prefix (IPv4 in the low 32 bits)
 
 
 class FetchError(DataError):
@@ -68,11 +70,30 @@ def fetch_url(url: str, policy: UrlPolicy = UrlPolicy()) -> bytes:
 
 
 def is_public_address(address: str) -> bool:
-    """True for a globally routable unicast address (what a server may fetch by default)."""
+    """True for a globally routable unicast address (what a server may fetch by default).  An
+    IPv6 address that carries an IPv4 one -- mapped ``::ffff:a.b.c.d``, IPv4-compatible
+    ``::a.b.c.d``, NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16`` -- is judged by that IPv4 (a NAT64
+    or 6to4 gateway would carry the connection to it: ``64:ff9b::10.0.0.1`` is 10.0.0.1)."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone id ("fe80::1%eth0")
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if ip.version == 6:
+        ip = embedded_ipv4(ip) or ip
     return ip.is_global and not ip.is_multicast
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address ``ip`` carries (see :func:`is_public_address`), or None."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    low32 = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in _NAT64 or ip in _NAT64_LOCAL:
+        return low32
+    if int(ip) >> 32 == 0 and int(ip) > 1:  # ::a.b.c.d (deprecated); :: and ::1 are themselves
+        return low32
+    if int(ip) >> 32 == 0xFFFF0000:  # ::ffff:0:a.b.c.d, IPv4-translated (RFC 2765)
+        return low32
+    return None
 
 
 def _checked_parts(url: str) -> urllib.parse.SplitResult:
@@ -97,6 +118,7 @@ def _allowed_address(parts: urllib.parse.SplitResult, allow_private: bool) -> tu
     if not addresses:
         raise FetchError(FETCH_FAILED, path=_shown(parts.geturl()))
     if not allow_private and not all(is_public_address(address) for address in addresses):
+        # The server says only FETCH_FAILED for this and an unknown name alike (serving.images).
         raise FetchError(f"{FETCH_FAILED} (address not allowed)", path=_shown(parts.geturl()))
     return addresses[0], port
 

@@ -45,7 +45,7 @@ import math
 import os
 import re
 import stat
-import warnings
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -54,6 +54,15 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vis_embed.data.fetch import UrlPolicy, fetch_url
+from vis_embed.data.image_guards import (
+    DECODE_BLOCK,
+    INPUT_FORMATS,
+    DeadlineBytes,
+    DecodeTimeout,
+    check_jpeg_scans,
+    open_image,
+    safe_reason,
+)
 from vis_embed.errors import DataError
 
 DEFAULT_MAX_IMAGE_PIXELS = int(Image.MAX_IMAGE_PIXELS or 89_478_485)
@@ -149,15 +158,14 @@ def check_regular_file(path: str | Path, name: str | None = None) -> None:
 
 def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int,
           budget: _FastBudget | None = None) -> Image.Image:
-    """Open, check the header (pixels, bomb limit) and decode; with a ``budget`` (fast decode)
-    a JPEG is decoded in draft mode at the smallest DCT scale that keeps the decode floor."""
+    """Open (an allowed format only: image_guards), check the header (pixels, bomb limit, JPEG
+    scans) and decode; with a ``budget`` (fast decode) a JPEG is decoded in draft mode at the
+    smallest DCT scale that keeps the decode floor.  A :class:`DeadlineBytes` source stops the
+    decode once its deadline passed."""
     if isinstance(data, Path):
         check_regular_file(data, name)
     try:
-        with warnings.catch_warnings():
-            # PIL only warns between 1x and 2x its limit; we refuse explicitly just below.
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image = Image.open(data)
+        image = open_image(data)
     except FileNotFoundError:
         raise DataError("image file not found", path=name) from None
     except IsADirectoryError:
@@ -165,9 +173,14 @@ def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int,
     except PermissionError:
         raise DataError("image file is not readable (permission denied)", path=name) from None
     except Image.DecompressionBombError as exc:
-        raise DataError(f"refused: decompression bomb ({exc})", path=name) from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise DataError(f"cannot decode image ({exc})", path=name) from None
+        raise DataError(f"refused: decompression bomb ({safe_reason(exc)})", path=name) from None
+    except UnidentifiedImageError:
+        raise DataError(f"cannot decode image (not an image, or not one of {', '.join(INPUT_FORMATS)})",
+                        path=name) from None
+    except DecodeTimeout:
+        raise DataError("refused: the image took too long to read", path=name) from None
+    except Exception as exc:  # noqa: BLE001  (a plugin's parser can raise anything on hostile bytes)
+        raise DataError(f"cannot decode image ({safe_reason(exc)})", path=name) from None
     width, height = image.size
     check_has_pixels(image, name)
     if width * height > max_image_pixels:
@@ -176,20 +189,27 @@ def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int,
     floor = None if budget is None else fast_decode_floor(width, height, *budget)
     if floor is not None and image.format == "JPEG":
         image.draft(None, floor)  # libjpeg scales by 1/2, 1/4 or 1/8 while decoding, never below floor
+    if isinstance(data, DeadlineBytes):
+        image.decodermaxblock = DECODE_BLOCK  # the deadline is checked between blocks: keep them short
     try:
+        check_jpeg_scans(image)
         image.load()
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        raise DataError(f"cannot decode image (corrupt or truncated: {exc})", path=name) from None
+    except DecodeTimeout:
+        raise DataError("refused: decoding the image took too long", path=name) from None
+    except Exception as exc:  # noqa: BLE001  (corrupt, truncated, hostile: a DataError, never a crash)
+        raise DataError(f"cannot decode image (corrupt or truncated: {safe_reason(exc)})", path=name) from None
     return image
 
 
 def load_image(source: str | Path | bytes | Image.Image, base_dir: str | Path | None = None,
                max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, url_policy: UrlPolicy | None = None, *,
                max_pixels: int | None = None, decode: Decode = "exact",
-               target_size: TargetSize | None = None) -> Image.Image:
+               target_size: TargetSize | None = None, max_decode_s: float | None = None) -> Image.Image:
     """Load ``source`` (path, http(s) URL, data URI, encoded image ``bytes`` or PIL image) as an
     RGB PIL image.  URLs go through :func:`vis_embed.data.fetch.fetch_url` under ``url_policy``
-    (default: :class:`~vis_embed.data.fetch.UrlPolicy`, a batch job's).
+    (default: :class:`~vis_embed.data.fetch.UrlPolicy`, a batch job's).  Only the formats of
+    :data:`~vis_embed.data.image_guards.INPUT_FORMATS` are opened; ``max_decode_s`` bounds the
+    decode of encoded bytes (a URL's, a data URI's) in seconds (DataError beyond).
 
     ``decode="fast"`` with the model's pixel budget ``max_pixels``: an image larger than the
     budget is decoded at a reduced scale, never below :data:`FAST_DECODE_MARGIN` x the size the
@@ -206,12 +226,15 @@ def load_image(source: str | Path | bytes | Image.Image, base_dir: str | Path | 
             raise DataError(f"refused: {width}x{height} image exceeds the decompression-bomb "
                             f"limit of {max_image_pixels} pixels")
         return _reduced_rgb(ImageOps.exif_transpose(source) or source, budget)
+    deadline = None if max_decode_s is None else time.monotonic() + max_decode_s
     if isinstance(source, (bytes, bytearray, memoryview)):
-        image = _open(io.BytesIO(bytes(source)), "image bytes", max_image_pixels, budget)
+        image = _open(DeadlineBytes(bytes(source), deadline), "image bytes", max_image_pixels, budget)
     elif is_url(source):
-        image = _open(io.BytesIO(fetch_url(source, url_policy or UrlPolicy())), source, max_image_pixels, budget)
+        image = _open(DeadlineBytes(fetch_url(source, url_policy or UrlPolicy()), deadline), source,
+                      max_image_pixels, budget)
     elif is_data_uri(source):
-        image = _open(io.BytesIO(_decode_data_uri(source)), f"{source[:40]}...", max_image_pixels, budget)
+        image = _open(DeadlineBytes(_decode_data_uri(source), deadline), f"{source[:40]}...", max_image_pixels,
+                      budget)
     elif isinstance(source, (str, Path)) and str(source):
         path = resolve_image(source, base_dir)
         image = _open(Path(path), path, max_image_pixels, budget)
@@ -268,17 +291,35 @@ def check_has_pixels(image: Image.Image, name: str | None = None) -> None:
         raise DataError(f"image has no pixels ({image.width}x{image.height})", path=name, field="image")
 
 
-def fit_aspect_ratio(image: Image.Image, max_ratio: int = MAX_ASPECT_RATIO) -> Image.Image:
+def fit_aspect_ratio(image: Image.Image, max_ratio: int = MAX_ASPECT_RATIO,
+                     max_pixels: int | None = None) -> Image.Image:
     """``image`` unchanged, or centred on a black canvas whose short side is long enough that
-    long/short <= ``max_ratio`` (the processor's limit; see the module notes)."""
+    long/short <= ``max_ratio`` (the processor's limit; see the module notes).
+
+    The canvas grows with the square of the long side (a 178-byte 300000 x 1 PNG asked for a
+    300000 x 1500 canvas: 1.8 GB of RGB, more in the processor), so with ``max_pixels`` an image
+    whose canvas would hold more is first scaled down until the canvas fits, before anything
+    is allocated; the processor resizes the canvas to its pixel budget anyway."""
     width, height = image.size
     check_has_pixels(image)
     canvas_size = fitted_size(width, height, max_ratio)
     if canvas_size == (width, height):
         return image
+    if max_pixels is not None and canvas_size[0] * canvas_size[1] > max_pixels:
+        image = image.resize(bounded_sliver(width, height, max_pixels, max_ratio), Image.Resampling.BOX)
+        width, height = image.size
+        canvas_size = fitted_size(width, height, max_ratio)
     canvas = Image.new(image.mode, canvas_size)
     canvas.paste(image, ((canvas_size[0] - width) // 2, (canvas_size[1] - height) // 2))
     return canvas
+
+
+def bounded_sliver(width: int, height: int, max_pixels: int, max_ratio: int = MAX_ASPECT_RATIO) -> tuple[int, int]:
+    """A sliver's (width, height) scaled down so that its :func:`fitted_size` canvas holds at
+    most about ``max_pixels`` (the canvas is long x ceil(long / max_ratio): the long side is bounded)."""
+    long_side = max(1, math.isqrt(max_pixels * max_ratio))
+    scale = min(1.0, long_side / max(width, height))
+    return max(1, math.floor(width * scale)), max(1, math.floor(height * scale))
 
 
 def fitted_size(width: int, height: int, max_ratio: int = MAX_ASPECT_RATIO) -> tuple[int, int]:
@@ -306,7 +347,7 @@ def image_size(source: str | Path | Image.Image, base_dir: str | Path | None = N
     try:
         path = resolve_image(source, base_dir)
         check_regular_file(path)  # a FIFO would block this header read forever
-        with Image.open(path) as image:
+        with open_image(path) as image:
             return image.size
     except Exception:  # the real load reports the error properly; this is only a hint
         return None
@@ -335,7 +376,7 @@ def displayed_size(path: str | Path) -> tuple[int, int]:
     ``load_image`` gives and a ``bbox`` is written in), read from the header without decoding
     pixels.  ``DataError`` naming the file when it cannot be read."""
     try:
-        with Image.open(path) as image:
+        with open_image(path) as image:
             width, height = image.size
             orientation = image.getexif().get(0x0112)  # the EXIF Orientation tag
     except (OSError, UnidentifiedImageError, ValueError) as exc:

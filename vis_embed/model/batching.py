@@ -7,7 +7,10 @@ would push its padded fraction too high, keeps that waste small.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def chunk_order(lengths: Sequence[int], chunk_size: int, max_padding: float = 1.0) -> list[list[int]]:
@@ -38,3 +41,16 @@ def chunk_order(lengths: Sequence[int], chunk_size: int, max_padding: float = 1.
     if current:
         chunks.append(current)
     return chunks
+
+
+class EncodeStopped(Exception):
+    """The caller's ``should_stop`` said so between two batches (a server's client gave up)."""
+
+
+def until_stopped(batches: Iterable[T], should_stop: Callable[[], bool] | None) -> Iterator[T]:
+    """``batches``, asking ``should_stop()`` before each one: True raises :class:`EncodeStopped`
+    (the rest of the work is dropped; the batch being run finishes first)."""
+    for batch in batches:
+        if should_stop is not None and should_stop():
+            raise EncodeStopped
+        yield batch

@@ -27,7 +27,7 @@ import torch
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
 from vis_embed.io import fingerprint_files, fingerprint_json
-from vis_embed.model.batching import chunk_order
+from vis_embed.model.batching import chunk_order, until_stopped
 from vis_embed.model.compile_blocks import compile_blocks
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.embedding_model import EmbeddingModel, PreparedItem
@@ -132,11 +132,13 @@ class Embedder:
     def encode_partial(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
                        batch_size: int = 16, show_progress: bool = False,
                        base_dir: str | Path | None = None, on_error: str = "raise",
+                       should_stop: Callable[[], bool] | None = None,
                        ) -> tuple[np.ndarray, list[int], dict[int, DataError]]:
         """Like :meth:`encode`, but with ``on_error="skip"`` bad items are left out.
 
         Returns ``(embeddings, kept, errors)``: ``embeddings[j]`` is item ``kept[j]`` (kept is
         increasing), and ``errors`` maps each skipped item's index to its DataError.
+        ``should_stop()`` is asked before each forward batch (model.batching.until_stopped).
         """
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -147,11 +149,10 @@ class Embedder:
                               max_padding=MAX_PADDING)
         vectors: dict[int, np.ndarray] = {}
         progress = _progress(len(items), show_progress)
-        prepared_batches = self.prepared_batches(items, batches, instruction, base_dir, on_error, errors,
-                                                 collate=True)
+        prepared_batches = self.prepared_batches(items, batches, instruction, base_dir, on_error, errors)
         try:
             with torch.inference_mode():
-                for indices, (batch, prepared_indices) in zip(batches, prepared_batches):
+                for indices, (batch, prepared_indices) in zip(batches, until_stopped(prepared_batches, should_stop)):
                     if batch is not None:
                         batch_vectors = self.model(**batch).float().cpu().numpy()
                         vectors.update(self._finite_rows(prepared_indices, batch_vectors, on_error, errors))

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vis_embed.data.images import crop_to_bbox, fit_aspect_ratio, item_decode_mode, load_image
+from vis_embed.data.images import FAST_DECODE_MARGIN, crop_to_bbox, fit_aspect_ratio, item_decode_mode, load_image
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
 from vis_embed.model.lengths import processor_size
@@ -113,8 +113,10 @@ class Preparer:
             raise DataError(exc.reason, path=exc.path, line=exc.line, field="image") from None
         if "bbox" in item:
             pil_image = crop_to_bbox(pil_image, item["bbox"], None if hasattr(image, "convert") else str(image))
-        # After the crop: a box can make a sliver too.  Padded, not refused (data/images.py).
-        return fit_aspect_ratio(pil_image)
+        # After the crop: a box can make a sliver too.  Padded, not refused (data/images.py); a
+        # canvas beyond a few times the pixel budget is never allocated (the processor would
+        # shrink it to the budget anyway): the sliver is scaled down first.
+        return fit_aspect_ratio(pil_image, max_pixels=FAST_DECODE_MARGIN ** 2 * self.max_pixels)
 
     def prepare_one(self, item: dict[str, Any], instruction: str | None = None,
                     base_dir: str | Path | None = None) -> PreparedItem:

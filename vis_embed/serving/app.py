@@ -3,7 +3,15 @@
 :func:`create_app` takes a loaded ``Embedder`` (tests and library users build the app around
 their own); ``vis-embed serve`` (:mod:`vis_embed.serving.cli`) loads one and runs uvicorn.
 Every refusal is a JSON ``{"error": {"message", "type", "param"}}`` with a 4xx status (5xx only
-for a failure of the server itself); nothing a client sends stops the server.
+for a failure of the server itself), unknown routes and methods (404, 405) included; nothing a
+client sends stops the server, and no error text shows an address, a path or a command.
+``/health`` says only ``{"status": "ok"}`` (its details need the key); there are no
+``/docs``, ``/redoc`` or ``/openapi.json``.
+
+Where a request's work runs: parsing on the event loop; text checks and token counting in the
+event loop's default thread pool (short, bounded work); image sources, headers and decodes in
+the server's own decode pool (``--decode-workers``) and URL fetches in the fetch pool, so a
+text-only request never waits behind an image; the model in the batcher's one thread.
 """
 
 from __future__ import annotations
@@ -11,28 +19,34 @@ from __future__ import annotations
 import asyncio
 import base64
 import hmac
+import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vis_embed.serving.batcher import MicroBatcher, QueueFullError
+from vis_embed.serving.budget import DEFAULT_MAX_PIXELS_IN_FLIGHT, PixelBudget
 from vis_embed.serving.errors import RequestError
 from vis_embed.serving.hosts import AllowedHosts
 from vis_embed.serving.images import (
+    DEFAULT_DECODE_TIMEOUT_S,
+    DEFAULT_DECODE_WORKERS,
     DEFAULT_MAX_IMAGE_BYTES,
     DEFAULT_MAX_REQUEST_PIXELS,
     DEFAULT_URL_TIMEOUT_S,
     DEFAULT_URL_WORKERS,
     ImagePolicy,
-    decode_images,
+    decode_request_images,
 )
-from vis_embed.serving.limits import InputLimiter
+from vis_embed.serving.limits import DEFAULT_MAX_REQUEST_TOKENS, InputLimiter
 from vis_embed.serving.schemas import (
     EmbeddingRequest,
     check_content_type,
@@ -41,9 +55,11 @@ from vis_embed.serving.schemas import (
     parse_request,
 )
 
+_log = logging.getLogger(__name__)
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_ITEMS = 1024
 DEFAULT_REQUEST_TIMEOUT_S = 60.0
+DISCONNECT_POLL_S = 0.25  # how often a waiting request looks whether its client is still there
 
 
 @dataclass
@@ -66,21 +82,27 @@ class ServerSettings:
     max_request_pixels: int = DEFAULT_MAX_REQUEST_PIXELS
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S  # a request's whole life, body to answer
     allowed_hosts: tuple[str, ...] | None = None  # Host header names answered; None: any (serving.hosts)
+    max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS  # items x tokens, instruction included (413)
+    max_pixels_in_flight: int = DEFAULT_MAX_PIXELS_IN_FLIGHT  # decoded pixels of all requests at once
+    decode_workers: int = DEFAULT_DECODE_WORKERS  # threads decoding images (not the default pool)
+    decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S  # one image's decode
 
 
 def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     """The server around ``embedder``; its micro-batcher runs while the app is up (lifespan)."""
     batcher = MicroBatcher(embedder, settings.max_batch_size, settings.max_wait_ms, settings.max_queue)
-    limiter = InputLimiter(embedder, settings.max_input_tokens, settings.long_input)
+    limiter = InputLimiter(embedder, settings.max_input_tokens, settings.long_input, settings.max_request_tokens)
     url_pool = ThreadPoolExecutor(settings.url_workers, thread_name_prefix="vis-embed-fetch") \
         if settings.allow_urls else None
+    decode_pool = ThreadPoolExecutor(settings.decode_workers, thread_name_prefix="vis-embed-decode")
+    pixel_budget = PixelBudget(settings.max_pixels_in_flight)
     model = getattr(embedder, "model", None)
     preparer = model.preparer() if hasattr(model, "preparer") else None
     image_policy = ImagePolicy(
         allow_local_files=settings.allow_local_files, allow_urls=settings.allow_urls,
         allow_private_urls=settings.allow_private_urls, url_timeout_s=settings.url_timeout_s,
         max_image_bytes=settings.max_image_bytes, max_request_pixels=settings.max_request_pixels,
-        url_pool=url_pool,
+        url_pool=url_pool, decode_pool=decode_pool, max_decode_s=settings.decode_timeout_s,
         # the pixel budget, decode mode and size rule, as the model's own preparation uses them
         max_pixels=getattr(preparer, "max_pixels", None), decode=getattr(preparer, "decode", "exact"),
         target_size=getattr(preparer, "target_size", None))
@@ -92,12 +114,13 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
             yield
         finally:
             await asyncio.to_thread(batcher.stop)
-            if url_pool is not None:
-                url_pool.shutdown(wait=False, cancel_futures=True)
+            for pool in (url_pool, decode_pool):
+                if pool is not None:
+                    pool.shutdown(wait=False, cancel_futures=True)
 
-    # With a key, the interactive docs go too: every endpoint but /health needs the key.
-    hidden = {"docs_url": None, "redoc_url": None, "openapi_url": None} if settings.api_key else {}
-    app = FastAPI(title="vis_embed embeddings", lifespan=lifespan, **hidden)
+    # No interactive docs, key or not: they describe the server to anyone who can connect.
+    app = FastAPI(title="vis_embed embeddings", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
     if settings.allowed_hosts is not None:
         app.add_middleware(AllowedHosts, hosts=settings.allowed_hosts)
     app.state.batcher = batcher
@@ -108,27 +131,26 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     embedding_config = config.to_json() if hasattr(config, "to_json") else None
     authorized = Depends(_authorization(settings.api_key))
 
-    def prepare(items: list[dict[str, Any]], instruction: str | None) -> tuple[list[dict[str, Any]], int]:
-        """Everything a request needs before it may join a batch (in a worker thread)."""
-        if any("image" in item for item in items):
-            items = decode_images(items, image_policy)
-        return limiter.apply(items, instruction)
-
-    async def embed(request: Request) -> JSONResponse:
+    async def embed(request: Request, deadline: float) -> JSONResponse:
         parsed = parse_request(await _read_body(request, settings.max_request_bytes))
         _check_model(parsed, settings.model_name, embedder.embedding_dim)
         check_instruction(parsed.instruction)
         instruction, encoding_format = parsed.instruction, parsed.encoding_format
         items = parse_items(parsed.input, settings.max_items)
         del parsed  # the raw input (base64 images) is not held while the request waits
-        items, prompt_tokens = await asyncio.to_thread(prepare, items, instruction)
-        try:
-            future = batcher.submit(items, instruction, prompt_tokens)
-        except QueueFullError as exc:
-            raise RequestError(429, f"the server is busy: {exc}; retry later",
-                               error_type="rate_limit_error") from None
-        del items  # the job holds the decoded images until it is answered, then drops them
-        result = await asyncio.wrap_future(future)
+        # The instruction's share of the token budget, before any image is decoded.
+        await asyncio.to_thread(limiter.check_instruction_share, len(items), instruction)
+        async with pixel_budget.reservation() as reservation:  # the images' pixels, held to the answer
+            if any("image" in item for item in items):
+                items = await decode_request_images(items, image_policy, reservation, deadline)
+            items, prompt_tokens = await asyncio.to_thread(limiter.apply, items, instruction)
+            try:
+                future = batcher.submit(items, instruction, prompt_tokens)
+            except QueueFullError as exc:
+                raise RequestError(429, f"the server is busy: {exc}; retry later",
+                                   error_type="rate_limit_error") from None
+            del items  # the job holds the decoded images until it is answered (or given up), then drops them
+            result = await _answer_unless_abandoned(request, future)
         return JSONResponse(_response(result.embeddings, result.prompt_tokens, encoding_format,
                                       settings.model_name))
 
@@ -136,14 +158,33 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     async def request_error(_request: Request, exc: RequestError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """Routing's own errors (404, 405) in the same shape as every other refusal."""
+        message = {404: "no such endpoint (see /v1/embeddings, /v1/models)",
+                   405: "this endpoint does not take that HTTP method"}.get(exc.status_code, "request refused")
+        return JSONResponse(RequestError(exc.status_code, message).body(), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_request: Request, _exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(RequestError(400, "malformed request").body(), status_code=400)
+
     @app.exception_handler(Exception)
     async def unexpected_error(_request: Request, exc: Exception) -> JSONResponse:
-        error = RequestError(500, f"internal error ({type(exc).__name__}: {exc})", error_type="server_error")
+        # The exception's text stays in the server's log: it can hold paths, addresses, commands.
+        _log.error("internal error", exc_info=exc)
+        error = RequestError(500, "internal error", error_type="server_error")
         return JSONResponse(error.body(), status_code=500)
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": settings.model_name, **batcher.stats()}
+    async def health(request: Request) -> dict[str, Any]:
+        """Liveness for anyone; the model and queue for a request with the key (a key-less
+        server shows them to none: its model path is not for whoever can connect)."""
+        if settings.api_key is not None and _has_key(request, settings.api_key):
+            return {"status": "ok", "model": settings.model_name, **batcher.stats(),
+                    "pixels_in_flight": pixel_budget.used}
+        return {"status": "ok"}
 
     @app.get("/v1/models", dependencies=[authorized])
     async def models() -> dict[str, Any]:
@@ -155,7 +196,7 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
         check_content_type(request.headers.get("content-type"))
         try:
             async with asyncio.timeout(settings.request_timeout_s):  # cancelling it drops the queued job
-                return await embed(request)
+                return await embed(request, time.monotonic() + settings.request_timeout_s)
         except TimeoutError:
             raise RequestError(504, f"the request took longer than this server's limit of "
                                     f"{settings.request_timeout_s:g} s (--request-timeout); send fewer items",
@@ -167,17 +208,34 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
 def _authorization(api_key: str | None):
     """A dependency refusing (401) a request without ``Authorization: Bearer <api_key>``
     (OpenAI's scheme: the ``openai`` client's ``api_key=`` sends it); compared in constant time."""
-    expected = None if api_key is None else api_key.encode("utf-8")
 
     async def authorize(request: Request) -> None:
-        if expected is None:
-            return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode("utf-8"), expected):
+        if api_key is not None and not _has_key(request, api_key):
             raise RequestError(401, "missing or wrong API key: send the header 'Authorization: Bearer KEY'",
                                error_type="authentication_error")
 
     return authorize
+
+
+def _has_key(request: Request, api_key: str) -> bool:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("utf-8"),
+                                                              api_key.encode("utf-8"))
+
+
+async def _answer_unless_abandoned(request: Request, future: Future) -> Any:
+    """The job's result; if the client goes away (or the request's deadline cancels this
+    wait), the job is cancelled: dropped if queued, stopped before its next forward batch."""
+    waiter = asyncio.wrap_future(future)
+    try:
+        while True:
+            done, _pending = await asyncio.wait({waiter}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return waiter.result()
+            if await request.is_disconnected():
+                raise RequestError(400, "the client closed the connection")
+    finally:
+        waiter.cancel()  # cancels the job's future too (wrap_future), unless it was answered
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

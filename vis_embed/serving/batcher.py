@@ -10,7 +10,10 @@ wait, so a busy server batches without waiting at all.  Items are grouped by ins
 and per-item error reporting as ``Embedder.encode``; there is no second batching algorithm.
 An item that fails inside the model fails its own request only (``on_error="skip"``), and if
 a shared run raises anyway, its requests are run again one by one, so only the one that fails
-alone gets an error.  A request whose deadline passed while it waited is dropped unrun.
+alone gets an error.  A request whose deadline passed while it waited is dropped unrun, its
+decoded images let go at once; one that gives up while it runs (deadline, client gone) stops
+before the next forward batch once every request of its group gave up (``should_stop``), so
+the next request waits at most one batch of ``--max-batch-size`` items.
 
 The model runs in that one thread only: torch modules and fast tokenizers are not meant to be
 driven from several threads at once, and one thread keeps the event loop free for HTTP.
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from vis_embed.errors import DataError
+from vis_embed.model.batching import EncodeStopped
 from vis_embed.serving.errors import RequestError
 
 
@@ -101,6 +105,7 @@ class MicroBatcher:
         """A future of :class:`EmbeddingResult` (or a RequestError); QueueFullError when full.
         Cancelling the future (the request's deadline passed) drops the job if not yet run."""
         job = _Job(items, instruction, prompt_tokens)
+        job.future.add_done_callback(_let_go_if_cancelled(job))
         with self._ready:
             if self._stopping:
                 raise RequestError(503, "the server is shutting down", error_type="server_error")
@@ -180,11 +185,16 @@ class MicroBatcher:
         """job position -> (n_items, dim) rows or its RequestError; or the exception of a failed run."""
         rows: dict[int, np.ndarray] = {}
         failed: dict[int, RequestError] = {}
-        for instruction, members in _group_by_instruction(jobs).items():
-            items = [jobs[j].items[k] for j, k in members]
+        job_items = [job.items for job in jobs]  # a request that gives up now lets go of its own list only
+        for instruction, members in _group_by_instruction(job_items, jobs).items():
+            items = [job_items[j][k] for j, k in members]
+            group = [jobs[j].future for j in sorted({j for j, _k in members})]
             try:
                 embeddings, kept, errors = self.embedder.encode_partial(
-                    items, instruction, batch_size=self.max_batch_size, on_error="skip")
+                    items, instruction, batch_size=self.max_batch_size, on_error="skip",
+                    should_stop=lambda group=group: all(future.cancelled() for future in group))
+            except EncodeStopped:  # every request of the group gave up: nobody waits for its rows
+                continue
             except Exception as exc:  # noqa: BLE001  (any failure: the caller retries apart)
                 return {}, exc
             for position, index in enumerate(kept):
@@ -198,12 +208,21 @@ class MicroBatcher:
         return {j: failed.get(j, rows.get(j)) for j in range(len(jobs))}, None
 
 
-def _group_by_instruction(jobs: Sequence[_Job]) -> dict[str | None, list[tuple[int, int]]]:
+def _group_by_instruction(job_items: Sequence[list[dict[str, Any]]],
+                          jobs: Sequence[_Job]) -> dict[str | None, list[tuple[int, int]]]:
     """instruction -> [(job position, item position)], in arrival order."""
     groups: dict[str | None, list[tuple[int, int]]] = {}
-    for j, job in enumerate(jobs):
-        groups.setdefault(job.instruction, []).extend((j, k) for k in range(len(job.items)))
+    for j, (items, job) in enumerate(zip(job_items, jobs)):
+        groups.setdefault(job.instruction, []).extend((j, k) for k in range(len(items)))
     return groups
+
+
+def _let_go_if_cancelled(job: _Job):
+    """A done-callback: a request that gave up lets go of its decoded images at once, queued or not."""
+    def let_go(future: Future) -> None:
+        if future.cancelled():
+            job.items = []
+    return let_go
 
 
 def _item_error(position: int, exc: DataError) -> RequestError:

@@ -10,36 +10,47 @@ the server's policy (:class:`ImagePolicy`):
 * URLs are refused unless ``--allow-urls``; even then loopback, private, link-local and
   multicast addresses are refused unless ``--allow-private-urls`` (checked on every address
   and redirect hop by the fetcher);
-* fetches run in the server's own bounded pool (``--url-workers``), so slow URLs cannot take
-  the threads other requests decode in, and ``--url-timeout`` bounds each whole fetch;
-* every failure of a URL says only "cannot fetch image URL" (plus the HTTP status class), so
-  the server cannot be used to probe a network;
-* the pixels of one request are bounded (``--max-request-pixels``), read from each image's
-  header before it is decoded: a few small files that would decode to huge images are refused
-  without allocating them.
+* fetches run in the server's own bounded pool (``--url-workers``), at most
+  :data:`FETCHES_PER_REQUEST` of one request at once, each bounded by ``--url-timeout`` *and*
+  by what is left of the request's deadline; a request that ends (answered, timed out, gone)
+  cancels its fetches not yet started;
+* every failure of a URL -- refused address, no such name, timeout, HTTP error, not an image --
+  says only "cannot fetch image URL", so the server cannot be used to probe a network;
+* only the formats of :data:`vis_embed.data.image_guards.INPUT_FORMATS` are opened (no
+  PostScript to Ghostscript, no ICO/ICNS decoding embedded PNGs while reading a header);
+* the pixels of one request are bounded (``--max-request-pixels``) and so are the pixels of
+  all requests in flight (``--max-pixels-in-flight``, :mod:`vis_embed.serving.budget`), both
+  read from each image's header before any image is decoded;
+* decoding runs in its own pool of ``--decode-workers`` threads (never the event loop's
+  default pool, where text-only requests are prepared), each image within ``--decode-timeout``
+  seconds (the decode is stopped between two blocks of input: ``DeadlineBytes``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-import io
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+import time
+from collections.abc import Awaitable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from PIL import Image
-
 from vis_embed.data.fetch import FETCH_FAILED, FetchError, UrlPolicy, fetch_url
+from vis_embed.data.image_guards import DeadlineBytes, open_image
 from vis_embed.data.images import TargetSize, image_size, is_data_uri, is_url, item_decode_mode, load_image
 from vis_embed.errors import DataError
+from vis_embed.serving.budget import Reservation
 from vis_embed.serving.errors import RequestError
 
 DEFAULT_URL_TIMEOUT_S = 5.0
 DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
 DEFAULT_URL_WORKERS = 4
 DEFAULT_MAX_REQUEST_PIXELS = 64_000_000  # five 12 MP photos, or ~300 of 448 x 448; RGB: 192 MB
+DEFAULT_DECODE_WORKERS = 2
+DEFAULT_DECODE_TIMEOUT_S = 10.0
+FETCHES_PER_REQUEST = 4
 
 
 @dataclass
@@ -52,7 +63,9 @@ class ImagePolicy:
     url_timeout_s: float = DEFAULT_URL_TIMEOUT_S
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
     max_request_pixels: int = DEFAULT_MAX_REQUEST_PIXELS
-    url_pool: ThreadPoolExecutor | None = None  # None: fetched in the caller's thread
+    url_pool: Executor | None = None  # None: fetched in the caller's thread
+    decode_pool: Executor | None = None  # None: the event loop's default pool (library use only)
+    max_decode_s: float | None = DEFAULT_DECODE_TIMEOUT_S  # per image, encoded bytes (data URI, URL)
     # The model's pixel budget and decode mode (load_image): with "fast" an image above the budget
     # is reduced while decoding, so a huge image (a 1-bit PNG of 80 megapixels) never waits in the
     # queue at full RGB resolution.
@@ -60,30 +73,71 @@ class ImagePolicy:
     decode: str = "exact"
     target_size: TargetSize | None = None  # the processor's size rule (Preparer.target_size)
 
-    def url_policy(self) -> UrlPolicy:
-        return UrlPolicy(allow_private=self.allow_private_urls, timeout_s=self.url_timeout_s,
-                         max_bytes=self.max_image_bytes)
+    def url_policy(self, deadline: float | None = None) -> UrlPolicy:
+        """The fetch policy; a fetch ends by ``deadline`` (``time.monotonic()``) at the latest."""
+        timeout = self.url_timeout_s if deadline is None else min(self.url_timeout_s, deadline - time.monotonic())
+        return UrlPolicy(allow_private=self.allow_private_urls, timeout_s=timeout, max_bytes=self.max_image_bytes)
 
 
 def decode_images(items: list[dict[str, Any]], policy: ImagePolicy) -> list[dict[str, Any]]:
-    """``items`` with each ``image`` replaced by its decoded RGB PIL image (a 4xx names a bad one)."""
-    decoded, pixels = [], 0
-    for index, item in enumerate(items):
-        if "image" in item:
-            param = f"input[{index}].image"
-            source = _image_source(item["image"], param, policy)
-            # The budget is checked on the header's size, before the pixels are decoded: a
-            # 14 KB 1-bit PNG can decode to 265 MB of RGB.
-            pixels += _header_pixels(source, param)
-            if pixels > policy.max_request_pixels:
-                raise RequestError(413, f"{param}: the request's images hold more than {policy.max_request_pixels} "
-                                        f"pixels in all (--max-request-pixels); send fewer or smaller images",
-                                   param=param)
-            image = _load(source, param, is_url(item["image"]), policy.max_pixels,
-                          item_decode_mode(item, policy.decode), policy.target_size)
-            _check_box(item, image, index)
-            item = {**item, "image": image}
-        decoded.append(item)
+    """``items`` with each ``image`` replaced by its decoded RGB PIL image (a 4xx names a bad
+    one), in the caller's thread, one image after the other (library use; the server runs
+    :func:`decode_request_images`)."""
+    positions = _image_positions(items)
+    sources = [_image_source(items[index]["image"], _param(index), policy) for index in positions]
+    _check_request_pixels([_header_pixels(source) for source in sources], positions, policy)
+    images = [_decode(items[index], index, source, policy) for index, source in zip(positions, sources)]
+    return _with_images(items, positions, images)
+
+
+async def decode_request_images(items: list[dict[str, Any]], policy: ImagePolicy, reservation: Reservation,
+                                deadline: float) -> list[dict[str, Any]]:
+    """:func:`decode_images` for a request of the server: sources read (URLs fetched, at most
+    :data:`FETCHES_PER_REQUEST` at once) and images decoded in the server's pools, the
+    request's pixels reserved in the global budget (``reservation``) before any is decoded.
+    Cancelling the caller cancels the fetches and decodes not yet started."""
+    loop = asyncio.get_running_loop()
+    positions = _image_positions(items)
+    fetch_gate = asyncio.Semaphore(FETCHES_PER_REQUEST)
+
+    async def source(index: int) -> bytes | str:
+        image, param = items[index]["image"], _param(index)
+        if not is_url(image):
+            return await loop.run_in_executor(policy.decode_pool, _image_source, image, param, policy)
+        if not policy.allow_urls:
+            return _image_source(image, param, policy)  # the refusal, without a thread
+        async with fetch_gate:
+            return await loop.run_in_executor(policy.url_pool, _fetch, image, param, policy, deadline)
+
+    sources = await _in_order([source(index) for index in positions])
+    pixels = await loop.run_in_executor(policy.decode_pool, _request_pixels, sources, positions, policy)
+    await reservation.acquire(pixels)
+    images = await _in_order([loop.run_in_executor(policy.decode_pool, _decode, items[index], index, source, policy)
+                              for index, source in zip(positions, sources)])
+    return _with_images(items, positions, images)
+
+
+async def _in_order(steps: Sequence[Awaitable[Any]]) -> list[Any]:
+    """The results of ``steps`` (run together); the error of the first failing one in order."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
+
+
+def _image_positions(items: Sequence[dict[str, Any]]) -> list[int]:
+    return [index for index, item in enumerate(items) if "image" in item]
+
+
+def _param(index: int) -> str:
+    return f"input[{index}].image"
+
+
+def _with_images(items: list[dict[str, Any]], positions: list[int], images: list[Any]) -> list[dict[str, Any]]:
+    decoded = list(items)
+    for index, image in zip(positions, images):
+        decoded[index] = {**items[index], "image": image}
     return decoded
 
 
@@ -103,12 +157,31 @@ def _image_source(source: str, param: str, policy: ImagePolicy) -> bytes | str:
     return source
 
 
-def _header_pixels(source: bytes | str, param: str) -> int:
+def _request_pixels(sources: Sequence[bytes | str], positions: Sequence[int], policy: ImagePolicy) -> int:
+    """The request's pixels from its images' headers; 413 above ``--max-request-pixels``."""
+    return _check_request_pixels([_header_pixels(source) for source in sources], positions, policy)
+
+
+def _check_request_pixels(pixels: Sequence[int], positions: Sequence[int], policy: ImagePolicy) -> int:
+    # Checked on the headers' sizes, before any pixel is decoded: a 14 KB 1-bit PNG can decode
+    # to 265 MB of RGB.
+    total = 0
+    for count, index in zip(pixels, positions):
+        total += count
+        if total > policy.max_request_pixels:
+            param = _param(index)
+            raise RequestError(413, f"{param}: the request's images hold more than {policy.max_request_pixels} "
+                                    f"pixels in all (--max-request-pixels); send fewer or smaller images",
+                               param=param)
+    return total
+
+
+def _header_pixels(source: bytes | str) -> int:
     """Width x height from the image's header alone (0 if unreadable: the decode reports it)."""
     size = None
     if isinstance(source, bytes):
         try:
-            with Image.open(io.BytesIO(source)) as image:
+            with open_image(DeadlineBytes(source, None)) as image:
                 size = image.size
         except Exception:  # noqa: BLE001  (not an image, a bomb: load_image says which, in its words)
             size = None
@@ -117,35 +190,38 @@ def _header_pixels(source: bytes | str, param: str) -> int:
     return 0 if size is None else size[0] * size[1]
 
 
-def _load(source: bytes | str, param: str, from_url: bool, max_pixels: int | None = None,
-          decode: str = "exact", target_size: TargetSize | None = None) -> Image.Image:
+def _decode(item: dict[str, Any], index: int, source: bytes | str, policy: ImagePolicy) -> Any:
+    """The item's image decoded (RGB), its bbox checked against it; a 400 naming it otherwise."""
+    param = _param(index)
     try:
-        return load_image(source, max_pixels=max_pixels, decode=decode, target_size=target_size)
+        image = load_image(source, max_pixels=policy.max_pixels, decode=item_decode_mode(item, policy.decode),
+                           target_size=policy.target_size, max_decode_s=policy.max_decode_s)
     except DataError as exc:
-        if from_url:  # fetched, but not an image: said as vaguely as a failed fetch
-            raise RequestError(400, f"{param}: {FETCH_FAILED} (not a usable image)", param=param) from None
+        if is_url(item["image"]):  # fetched, but not an image: said as a failed fetch is
+            raise RequestError(400, f"{param}: {FETCH_FAILED}", param=param) from None
         raise RequestError(400, f"{param}: {exc.reason}", param=param) from None
+    except Exception as exc:  # noqa: BLE001  (whatever hostile bytes make PIL raise: the client's 400)
+        raise RequestError(400, f"{param}: cannot decode image ({type(exc).__name__})", param=param) from None
+    _check_box(item, image, index)
+    return image
 
 
-def _fetch(url: str, param: str, policy: ImagePolicy) -> bytes:
+def _fetch(url: str, param: str, policy: ImagePolicy, deadline: float | None = None) -> bytes:
     if not policy.allow_urls:
         raise RequestError(400, f"{param}: image URLs are not fetched by this server (its operator can "
                                 f"start it with --allow-urls); send the image as a data: URI (base64)",
                            param=param)
     try:
-        if policy.url_pool is None:
-            return fetch_url(url, policy.url_policy())
-        future = policy.url_pool.submit(fetch_url, url, policy.url_policy())
-        try:
-            return future.result(timeout=policy.url_timeout_s)  # waiting for a free worker counts too
-        except FutureTimeout:
-            future.cancel()
-            raise FetchError(FETCH_FAILED) from None
-    except FetchError as exc:
-        raise RequestError(400, f"{param}: {exc.reason}", param=param) from None
+        url_policy = policy.url_policy(deadline)
+        if url_policy.timeout_s <= 0:
+            raise FetchError(FETCH_FAILED)
+        return fetch_url(url, url_policy)
+    except FetchError:
+        # One text for every refused or failed URL: which one it was would map the network.
+        raise RequestError(400, f"{param}: {FETCH_FAILED}", param=param) from None
 
 
-def _check_box(item: dict[str, Any], image: Image.Image, index: int) -> None:
+def _check_box(item: dict[str, Any], image: Any, index: int) -> None:
     """A bbox outside the decoded image fails here, alone, not in the shared batch."""
     box = item.get("bbox")
     if box is not None and (box[2] > image.width or box[3] > image.height):

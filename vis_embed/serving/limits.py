@@ -10,6 +10,11 @@ every other client waiting): the text is first cut to :data:`CHARS_PER_TOKEN` ch
 allowed token -- more than any real text needs, so nothing that fits is cut -- and only that
 prefix is tokenised.  In refuse mode a text longer than that is refused without tokenising.
 
+A request as a whole is bounded too (``--max-request-tokens``: items x tokens, the instruction
+counted in every item, as the model runs it): 40 one-character items under a 4,096-emoji
+instruction held the model for 45 s.  Over the budget a request is refused with 413; the
+instruction's share (its tokens x the items) is checked first, before any item is tokenised.
+
 All of this runs in the request's thread, before the request joins a batch, with its own copy
 of the tokenizer (the model thread's is not shared across threads) behind a lock.
 """
@@ -26,6 +31,7 @@ from vis_embed.model.prompts import join_instruction
 from vis_embed.serving.errors import RequestError
 
 DEFAULT_MAX_INPUT_TOKENS = 8192  # OpenAI's embeddings limit, for a model that records none
+DEFAULT_MAX_REQUEST_TOKENS = 131_072  # 1,024 items of 128 tokens, or 16 at the model's 8,192
 CHARS_PER_TOKEN = 16  # English averages ~4 characters per token; 16 leaves room for long tokens
 TYPICAL_CHARS_PER_TOKEN = 4
 LONG_INPUT_MODES = ("refuse", "truncate")
@@ -40,12 +46,16 @@ def model_max_tokens(embedder: Any) -> int:
 class InputLimiter:
     """Applies the token limit to a request's items and counts their tokens."""
 
-    def __init__(self, embedder: Any, max_input_tokens: int | None, mode: str = "refuse") -> None:
+    def __init__(self, embedder: Any, max_input_tokens: int | None, mode: str = "refuse",
+                 max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS) -> None:
         if mode not in LONG_INPUT_MODES:
             raise ValueError(f"long-input mode must be one of {LONG_INPUT_MODES}, got {mode!r}")
         self.max_tokens = max_input_tokens or model_max_tokens(embedder)
         if self.max_tokens < 1:
             raise ValueError(f"max_input_tokens must be >= 1, got {self.max_tokens}")
+        if max_request_tokens < 1:
+            raise ValueError(f"max_request_tokens must be >= 1, got {max_request_tokens}")
+        self.max_request_tokens = max_request_tokens
         self.mode = mode
         self.max_chars = self.max_tokens * CHARS_PER_TOKEN
         self._model = embedder.model
@@ -54,12 +64,26 @@ class InputLimiter:
 
     def apply(self, items: Sequence[dict[str, Any]], instruction: str | None) -> tuple[list[dict[str, Any]], int]:
         """``(items, prompt_tokens)``: texts cut (truncate mode) and the tokens of the request."""
+        self.check_instruction_share(len(items), instruction)
         limited, total = [], 0
         for index, item in enumerate(items):
             item, tokens = self._limit_item(item, instruction, f"input[{index}]")
             limited.append(item)
             total += tokens
+            if total > self.max_request_tokens:
+                raise self._request_too_large(f"its first {index + 1} items hold {total} tokens")
         return limited, total
+
+    def check_instruction_share(self, n_items: int, instruction: str | None) -> None:
+        """413 if the instruction alone, in each of ``n_items`` items, is over the request budget
+        (cheap: one short tokenisation; run before images are decoded or items tokenised)."""
+        if instruction and n_items * self._count(instruction, None) > self.max_request_tokens:
+            raise self._request_too_large(f"its instruction in each of its {n_items} items holds "
+                                          f"{n_items * self._count(instruction, None)} tokens")
+
+    def _request_too_large(self, size: str) -> RequestError:
+        return RequestError(413, f"the request is over this server's limit of {self.max_request_tokens} tokens per "
+                                 f"request (--max-request-tokens): {size}; split it", param="input")
 
     def _limit_item(self, item: dict[str, Any], instruction: str | None, param: str) -> tuple[dict[str, Any], int]:
         visual = visual_tokens(self._model, item) or 0

@@ -1,39 +1,89 @@
-"""uvicorn's h11 protocol with a deadline for a new connection's request headers.
+"""uvicorn's h11 protocol with a deadline and a hard size cap for *every* request head.
 
-uvicorn closes idle keep-alive connections (``timeout_keep_alive``) but waits forever for the
-headers of a connection's first request: a client that opens connections and sends half a
-request line holds them open (the probe kept 100 so), and with ``limit_concurrency`` set they
-would soon lock everyone out.  This subclass closes a connection whose first request's headers
-have not all arrived within ``header_timeout_s``.  The body's time is bounded by the app
+uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``, but any byte
+cancels that timer, and it waits forever for a request's headers: a client that sends half a
+request line (on a new connection, or after reading a reply on a kept-alive one) holds the
+connection open, and with ``limit_concurrency`` a few such sockets lock everyone out.  This
+subclass arms a deadline whenever the connection waits for a request head -- when it opens
+and again after every response -- and closes it if the whole head has not arrived within
+``header_timeout_s``.  So every connection counted by ``--max-connections`` is either running
+a request or within its header deadline.  The body's time is bounded by the app
 (``--request-timeout``).
+
+h11's ``max_incomplete_event_size`` only applies while a head is *incomplete*: a 70 KB head in
+one write passed.  Here the head's bytes are counted as they arrive, complete or not; a head
+over ``max_header_bytes`` gets **431** (in the API's error shape) and the connection closes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+_HEAD_END = re.compile(rb"\n\r?\n")  # h11 ends a head at a blank line, CRLF or bare LF
+_TOO_LARGE_BODY = json.dumps({"error": {"message": "the request head (request line and headers) is too large "
+                                                   "(--max-header-bytes)", "type": "invalid_request_error",
+                                        "param": None, "code": None}}).encode()
+TOO_LARGE_RESPONSE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+                      b"connection: close\r\ncontent-length: " + str(len(_TOO_LARGE_BODY)).encode() + b"\r\n\r\n"
+                      + _TOO_LARGE_BODY)
 
-def header_timeout_protocol(header_timeout_s: float) -> type[asyncio.Protocol]:
-    """An ``H11Protocol`` subclass (for ``uvicorn.Config(http=...)``) with the header deadline."""
+
+def header_timeout_protocol(header_timeout_s: float, max_header_bytes: int | None = None) -> type[asyncio.Protocol]:
+    """An ``H11Protocol`` subclass (for ``uvicorn.Config(http=...)``) with the head deadline
+    and, with ``max_header_bytes``, the head cap."""
 
     class HeaderTimeoutH11Protocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _awaiting_head = False
+        _head_bytes = 0  # bytes of the awaited head received so far
+        _tail = b""  # the last bytes received, so a blank line split across writes is found
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._header_timer = self.loop.call_later(header_timeout_s, self._headers_too_slow)
+            self._await_head()
 
-        def handle_events(self) -> None:
-            super().handle_events()
-            if self.cycle is not None:  # a whole request head arrived
-                self._stop_header_timer()
+        def data_received(self, data: bytes) -> None:
+            if self.transport.is_closing():
+                return
+            if self._awaiting_head and not self._count_head(data):
+                self.transport.write(TOO_LARGE_RESPONSE)
+                self.transport.close()
+                return
+            super().data_received(data)
+
+        def on_response_complete(self) -> None:
+            cycle = self.cycle
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.cycle is cycle:  # no pipelined request started
+                self._await_head()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_header_timer()
             super().connection_lost(exc)
+
+        def _await_head(self) -> None:
+            self._awaiting_head, self._head_bytes, self._tail = True, 0, b""
+            self._stop_header_timer()
+            self._header_timer = self.loop.call_later(header_timeout_s, self._headers_too_slow)
+
+        def _count_head(self, data: bytes) -> bool:
+            """Count ``data`` into the awaited head; False once the head is over the cap."""
+            seen = self._tail + data
+            end = _HEAD_END.search(seen)
+            size = self._head_bytes + (len(data) if end is None else end.end() - len(self._tail))
+            if max_header_bytes is not None and size > max_header_bytes:
+                return False
+            if end is None:
+                self._head_bytes, self._tail = size, seen[-2:]
+            else:  # the whole head is here: the app's deadline takes over
+                self._awaiting_head = False
+                self._stop_header_timer()
+            return True
 
         def _stop_header_timer(self) -> None:
             if self._header_timer is not None:
@@ -42,7 +92,7 @@ def header_timeout_protocol(header_timeout_s: float) -> type[asyncio.Protocol]:
 
         def _headers_too_slow(self) -> None:
             self._header_timer = None
-            if self.cycle is None and not self.transport.is_closing():
+            if self._awaiting_head and not self.transport.is_closing():
                 self.transport.close()
 
     return HeaderTimeoutH11Protocol
