@@ -316,8 +316,9 @@ def fit_aspect_ratio(image: Image.Image, max_ratio: int = MAX_ASPECT_RATIO,
 
 def bounded_sliver(width: int, height: int, max_pixels: int, max_ratio: int = MAX_ASPECT_RATIO) -> tuple[int, int]:
     """A sliver's (width, height) scaled down so that its :func:`fitted_size` canvas holds at
-    most about ``max_pixels`` (the canvas is long x ceil(long / max_ratio): the long side is bounded)."""
-    long_side = max(1, math.isqrt(max_pixels * max_ratio))
+    most ``max_pixels``: its long side L keeps L x ceil(L / max_ratio) <= (L^2 + max_ratio L) / max_ratio
+    within it."""
+    long_side = max(1, (math.isqrt(max_ratio * max_ratio + 4 * max_ratio * max_pixels) - max_ratio) // 2)
     scale = min(1.0, long_side / max(width, height))
     return max(1, math.floor(width * scale)), max(1, math.floor(height * scale))
 
