@@ -16,6 +16,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageOps
 
+from vis_embed.data.image_guards import open_image
 from vis_embed.data.images import is_url
 from vis_embed.evaluation.layouts import Example
 from vis_embed.evaluation.report import model_label
@@ -43,7 +44,7 @@ def _tile(item: dict[str, Any], tile: int) -> Image.Image:
     image_path = item.get("image")
     if isinstance(image_path, str) and not is_url(image_path):
         try:
-            with Image.open(image_path) as image:
+            with open_image(image_path) as image:  # the input allow-list (data/image_guards)
                 fitted = ImageOps.contain(image.convert("RGB"), (tile, tile))
             canvas.paste(fitted, ((tile - fitted.width) // 2, (tile - fitted.height) // 2))
             return canvas
