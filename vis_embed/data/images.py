@@ -19,6 +19,9 @@
   fetcher: http(s) only, whole-fetch deadline, byte cap, address policy).
 * A path that is not a regular file (a FIFO, a device) is refused before it is opened:
   reading a FIFO would block forever.
+* Only the formats of :data:`vis_embed.data.image_guards.INPUT_FORMATS` are opened (no EPS to
+  Ghostscript, no ICO/ICNS decoding embedded PNGs); a progressive JPEG of absurdly many scans
+  is refused from its bytes; error texts carry no heap address or path (image_guards).
 
 Resizing to the model's pixel budget (min/max pixels) is the processor's job, not ours:
 qwen-vl-utils' ``fetch_image`` resizes with PIL, which is not pixel-identical to the
