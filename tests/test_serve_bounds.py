@@ -423,3 +423,23 @@ def _until(condition, seconds: float = 20) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition never held"
         time.sleep(0.01)
+
+
+def test_sixteen_bit_greyscale_is_scaled_in_bands_with_the_same_pixels() -> None:
+    """A 2000 x 2000 16-bit image: float64 temporaries of one band (~8 MB), not of the whole
+    image (32 MB each, three at once), and the same 8-bit values."""
+    import tracemalloc
+
+    import numpy as np
+
+    values = np.random.default_rng(0).integers(0, 65536, size=(2000, 2000), dtype=np.uint16)
+    image = Image.fromarray(values)
+    tracemalloc.start()
+    try:
+        loaded = load_image(image)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 48 * 2**20, peak
+    expected = np.clip(np.round(values.astype(np.float64) * (255.0 / 65535.0)), 0, 255).astype(np.uint8)
+    assert np.array_equal(np.asarray(loaded)[:, :, 0], expected)
