@@ -443,3 +443,17 @@ def test_sixteen_bit_greyscale_is_scaled_in_bands_with_the_same_pixels() -> None
     assert peak < 48 * 2**20, peak
     expected = np.clip(np.round(values.astype(np.float64) * (255.0 / 65535.0)), 0, 255).astype(np.uint8)
     assert np.array_equal(np.asarray(loaded)[:, :, 0], expected)
+
+
+def test_the_bytes_a_request_fetches_are_bounded_like_its_body(embedder) -> None:
+    image = _encoded(Image.effect_noise((64, 64), 50), format="PNG")  # ~4 KB: noise does not compress
+    listener = ScriptedServer(lambda handler: send(handler, 200, image, {"Content-Type": "image/png"}))
+    running = _serve(embedder, allow_urls=True, allow_private_urls=True, max_request_bytes=2 * len(image) + 500)
+    try:
+        one = _post(running.url, {"input": [{"image": f"{listener.url}/0.png"}]})
+        three = _post(running.url, {"input": [{"image": f"{listener.url}/{i}.png"} for i in range(3)]})
+    finally:
+        running.stop()
+        listener.close()
+    assert one.status_code == 200, one.text
+    assert three.status_code == 413 and "--max-request-bytes" in three.json()["error"]["message"]

@@ -103,6 +103,7 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
         allow_private_urls=settings.allow_private_urls, url_timeout_s=settings.url_timeout_s,
         max_image_bytes=settings.max_image_bytes, max_request_pixels=settings.max_request_pixels,
         url_pool=url_pool, decode_pool=decode_pool, max_decode_s=settings.decode_timeout_s,
+        max_fetched_bytes=settings.max_request_bytes,
         # the pixel budget, decode mode and size rule, as the model's own preparation uses them
         max_pixels=getattr(preparer, "max_pixels", None), decode=getattr(preparer, "decode", "exact"),
         target_size=getattr(preparer, "target_size", None))

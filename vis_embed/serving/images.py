@@ -66,6 +66,7 @@ class ImagePolicy:
     url_pool: Executor | None = None  # None: fetched in the caller's thread
     decode_pool: Executor | None = None  # None: the event loop's default pool (library use only)
     max_decode_s: float | None = DEFAULT_DECODE_TIMEOUT_S  # per image, encoded bytes (data URI, URL)
+    max_fetched_bytes: int | None = None  # a request's fetched URL bytes in all (the server: its body limit)
     # The model's pixel budget and decode mode (load_image): with "fast" an image above the budget
     # is reduced while decoding, so a huge image (a 1-bit PNG of 80 megapixels) never waits in the
     # queue at full RGB resolution.
@@ -98,7 +99,7 @@ async def decode_request_images(items: list[dict[str, Any]], policy: ImagePolicy
     Cancelling the caller cancels the fetches and decodes not yet started."""
     loop = asyncio.get_running_loop()
     positions = _image_positions(items)
-    fetch_gate = asyncio.Semaphore(FETCHES_PER_REQUEST)
+    fetch_gate, fetched = asyncio.Semaphore(FETCHES_PER_REQUEST), [0]
 
     async def source(index: int) -> bytes | str:
         image, param = items[index]["image"], _param(index)
@@ -107,7 +108,12 @@ async def decode_request_images(items: list[dict[str, Any]], policy: ImagePolicy
         if not policy.allow_urls:
             return _image_source(image, param, policy)  # the refusal, without a thread
         async with fetch_gate:
-            return await loop.run_in_executor(policy.url_pool, _fetch, image, param, policy, deadline)
+            data = await loop.run_in_executor(policy.url_pool, _fetch, image, param, policy, deadline)
+        fetched[0] += len(data)  # fetched bytes are held until decoded: bounded like a body
+        if policy.max_fetched_bytes is not None and fetched[0] > policy.max_fetched_bytes:
+            raise RequestError(413, f"{param}: the request's image URLs hold more than {policy.max_fetched_bytes} "
+                                    f"bytes in all (--max-request-bytes); send fewer images", param=param)
+        return data
 
     sources = await _in_order([source(index) for index in positions])
     pixels = await loop.run_in_executor(policy.decode_pool, _request_pixels, sources, positions, policy)
