@@ -10,6 +10,7 @@ One training + evaluation of a study's arm and seed becomes ``RESULTS/<arm>_seed
      "loss_kind", "adaptation"
      "training": {steps, final_loss, final_loss_mean_last10pct, train_seconds,
                   fn_share_mean, fn_share_last10pct, fn_query_fraction_mean, fn_logit_gap_mean,
+                  fn_own_image_share_mean, fn_logit_gap_other_mean,
                   fn_share_by_decile: [...]}     from run/train_log.jsonl
      "identity_mask", "temperature": {init, learnable, final}, "init_adapter"   from run/recipe.yaml
      "schedule_hash": sha256 of the schedule file, "identity_repeat_rate",
@@ -123,6 +124,8 @@ def training_summary(log: Path) -> dict[str, Any]:
         "fn_share_last10pct": _mean(values("fn_share", tail)),
         "fn_query_fraction_mean": _mean(values("fn_query_fraction")),
         "fn_logit_gap_mean": _mean(values("fn_logit_gap")),
+        "fn_own_image_share_mean": _mean(values("fn_own_image_share")),
+        "fn_logit_gap_other_mean": _mean(values("fn_logit_gap_other")),
         "fn_share_by_decile": [_mean(values("fn_share", rows)) for rows in deciles],
     }
 

@@ -70,7 +70,8 @@ def _fake_run(root: Path, *, groups: dict[str, float], mask: bool, losses: list[
     (root / "run" / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     (root / "run" / "train_log.jsonl").write_text("".join(
         json.dumps({"step": i, "loss": loss, "tau": 0.02 - i * 1e-4, "step_time_s": 1.5, "fn_share": share,
-                    "fn_query_fraction": 0.5, "fn_logit_gap": -2.0 if share is not None else None}) + "\n"
+                    "fn_query_fraction": 0.5, "fn_logit_gap": -2.0 if share is not None else None,
+                    "fn_own_image_share": 0.1 * (i % 2)}) + "\n"
         for i, (loss, share) in enumerate(zip(losses, shares))))
     datasets = {"RecIND": {"meta_task": "ID-Rec", "split": "IND", "benchmark": "MVEB", "primary": "P@1",
                            "metrics": {"P@1": 50.0}},
@@ -100,6 +101,8 @@ def test_a_seed_result_holds_metrics_loss_schedule_hash_and_provenance(tmp_path)
     assert training["train_seconds"] == pytest.approx(30.0)
     assert training["fn_share_mean"] == pytest.approx(0.095)
     assert training["fn_share_by_decile"] == pytest.approx([0.005 + 0.02 * k for k in range(10)])
+    assert training["fn_own_image_share_mean"] == pytest.approx(0.05)  # 0, 0.1, 0, 0.1, ...
+    assert training["fn_logit_gap_other_mean"] is None  # not logged by this run
     assert record["temperature"] == {"init": 0.02, "learnable": True, "final": pytest.approx(0.0181)}
     assert record["provenance"]["command"] == "bash eval/ablation_warm.sh" and record["provenance"]["commit"]
     # trained-task and transfer columns of one benchmark (MMEB and peer protocols left out)
