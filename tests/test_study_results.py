@@ -130,6 +130,7 @@ def test_the_ablation_table_is_rebuilt_from_result_files_only(tmp_path) -> None:
             groups = {"ID-Rec": value, "Re-ID": 20.0, "MVEB": 30.0 + seed, "overall": 25.0}
             record = _record(arm, seed, groups, mask=arm != "naive_unmasked")
             record["training"] = {"fn_share_mean": 0.01 * (seed + 1)}
+            record["schedule_hash"] = f"naive{seed}"  # the same batches, seed by seed: paired
             study.write_seed_result(results, record)
     markdown = tmp_path / "ablation.md"
     markdown.write_text("old\n<!-- reading -->\nmy reading\n<!-- /reading -->\nold footer\n")
@@ -143,7 +144,7 @@ def test_the_ablation_table_is_rebuilt_from_result_files_only(tmp_path) -> None:
     assert "| 3 | 42.0 ± 2.0 | 20.0 ± 0.0 |" in text  # naive_unmasked ID-Rec 40/42/44, Re-ID constant
     assert "| 3 | 43.3 ± 2.1 |" in text
     # paired differences 1, 2, 1: mean 1.33, t(0.975, 2) * 0.577 / sqrt(3) = 1.43
-    assert "| `naive_masked` | 3 | +1.3 [-0.1, +2.8] |" in text
+    assert "| `naive_masked` | 3 | paired | +1.3 [-0.1, +2.8] |" in text
     assert "my reading" in text and "old footer" not in text
     assert "- 6 runs: commit 0123456789; Test CPU (avx2, 2 cores); 2026-11-20T10:00:00+00:00 .. " \
            "2026-11-22T10:00:00+00:00" in text
@@ -185,7 +186,10 @@ def test_the_warm_table_is_rebuilt_from_result_files(tmp_path) -> None:
     assert "(`naive_unmasked-tau0.02`) | 3 | 41.0 ± 1.0 | 41.0 ± 1.0 | 10.0 ± 0.0 |" in text
     assert "| 10.00 ± 0.00 / 10.00 ± 0.00 |" in text  # FN share mean / last 10 %, in percent
     # masked - unmasked: differences 2, 3, 4 -> +3.0 [+0.5, +5.5]; same schedule hash for all 3 pairs
-    assert "| `naive_masked-tau0.02` | 3 | **+3.0 [+0.5, +5.5]** | **+3.0 [+0.5, +5.5]** | +0.0 [+0.0, +0.0] |" in text
+    assert "| `naive_masked-tau0.02` | 3 | paired | **+3.0 [+0.5, +5.5]** | **+3.0 [+0.5, +5.5]** | +0.0 [+0.0, +0.0] |" \
+        in text
+    # identity-aware: other batches, so Welch's interval of 45 - (40, 41, 42): se sqrt(1/3), df 2
+    assert "| `identity-tau0.02` | 3 vs 3 | Welch | **+4.0 [+1.5, +6.5]** |" in text
     assert text.count("| 3/3 |") == 1 and "| 0/3 |" in text  # identity-aware draws other batches
     assert "| 400 | 35.0 |" in text and "**yes**" in text.split("| 400 |")[1].split("\n")[0]
 
