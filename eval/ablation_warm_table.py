@@ -62,7 +62,10 @@ def _hours(seconds: float) -> str:
 def base_checkpoints(results: Path) -> list[tuple[int, dict[str, Any]]]:
     """(step, record) of every evaluated base checkpoint, by step."""
     records = read_seed_results(results / "base")
-    return sorted((int(arm.removeprefix("base-step")), by_seed["0"]) for arm, by_seed in records.items())
+    # one record per checkpoint, under the base run's seed (BASE_SEED; files written before the
+    # driver recorded it say 0)
+    return sorted((int(arm.removeprefix("base-step")), next(iter(by_seed.values())))
+                  for arm, by_seed in records.items())
 
 
 def best_base_step(results: Path) -> int:
@@ -172,9 +175,10 @@ def pilot_rows(results: Path) -> list[str]:
     records = read_seed_results(results / "pilot")
     if not records:
         return []
-    lines = ["| from base step | tau | FN share % (mean / last 10%) | final loss / tau (unmasked) | ID-Rec unmasked | "
-             "ID-Rec masked | MVEB IND masked − unmasked | MVEB OOD masked − unmasked |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| from base step | tau | FN share % (mean / last 10%) | own image % of FN mass | FN logit − positive "
+             "(all / not own image) | final loss / tau (unmasked) | ID-Rec unmasked | ID-Rec masked | "
+             "MVEB IND masked − unmasked | MVEB OOD masked − unmasked |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     starts: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
     for arm, by_seed in records.items():  # arm: from<step>-<variant>-tau<tau>
         head, _, tau = arm.rpartition("-tau")
@@ -191,8 +195,11 @@ def pilot_rows(results: Path) -> list[str]:
         # a learnable tau that diverges shows here first (loss up, tau at its clamp): LEARN_002=false then
         stability = f"{_stat([t['final_loss_mean_last10pct']], 3)} / {_stat([t['final_tau']], 4)}" \
             if t.get("final_loss_mean_last10pct") is not None and t.get("final_tau") is not None else "–"
-        lines.append(f"| {step} | {tau} | {share} | {stability} | {u.get('ID-Rec', float('nan')):.1f} | "
-                     f"{m.get('ID-Rec', float('nan')):.1f} | " + " | ".join(diff) + " |")
+        own = _fn_cell([unmasked], "fn_own_image_share_mean")
+        gaps = " / ".join(_fn_cell([unmasked], key, 1.0) for key in ("fn_logit_gap_mean", "fn_logit_gap_other_mean"))
+        lines.append(f"| {step} | {tau} | {share} | {own} | {gaps} | {stability} | "
+                     f"{u.get('ID-Rec', float('nan')):.1f} | {m.get('ID-Rec', float('nan')):.1f} | "
+                     + " | ".join(diff) + " |")
     return lines
 
 

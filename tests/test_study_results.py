@@ -103,6 +103,9 @@ def test_a_seed_result_holds_metrics_loss_schedule_hash_and_provenance(tmp_path)
     assert training["fn_share_by_decile"] == pytest.approx([0.005 + 0.02 * k for k in range(10)])
     assert training["fn_own_image_share_mean"] == pytest.approx(0.05)  # 0, 0.1, 0, 0.1, ...
     assert training["fn_logit_gap_other_mean"] is None  # not logged by this run
+    # a checkpoint of the run: its first 10 steps only (the base run's checkpoints, issue 38)
+    checkpoint = study.seed_result(study="warm", arm="base-step10", seed=1000, run_dir=run / "run", last_step=10)
+    assert checkpoint["training"]["steps"] == 10 and checkpoint["training"]["final_loss"] == 1.0
     assert record["temperature"] == {"init": 0.02, "learnable": True, "final": pytest.approx(0.0181)}
     assert record["provenance"]["command"] == "bash eval/ablation_warm.sh" and record["provenance"]["commit"]
     # trained-task and transfer columns of one benchmark (MMEB and peer protocols left out)
@@ -235,10 +238,12 @@ def test_the_pilot_rows_pair_each_start_and_tau(tmp_path) -> None:
         for variant, rec in (("naive_unmasked", 30.0), ("naive_masked", 33.0)):
             record = _warm_record(f"from{step}-{variant}-tau0.07", 0, rec=rec, ind=rec, ood=10.0, schedule="s",
                                   share=step / 4000)
-            record["training"].update(final_tau=0.07, final_loss_mean_last10pct=2.5)
+            record["training"].update(final_tau=0.07, final_loss_mean_last10pct=2.5, fn_own_image_share_mean=0.25,
+                                      fn_logit_gap_other_mean=-3.5)
             study.write_seed_result(results / "pilot", record)
     rows = warm.pilot_rows(results)
-    assert rows[2] == "| 200 | 0.07 | 5.00 / 5.00 | 2.500 / 0.0700 | 30.0 | 33.0 | +3.0 | +0.0 |"
+    # own image: 25% of the false-negative mass; the gap over all false negatives / the others
+    assert rows[2] == "| 200 | 0.07 | 5.00 / 5.00 | 25.00 | -3.00 / -3.50 | 2.500 / 0.0700 | 30.0 | 33.0 | +3.0 | +0.0 |"
     assert rows[3].startswith("| 400 | 0.07 | 10.00 / 10.00 |")
 
 
