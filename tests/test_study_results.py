@@ -282,3 +282,26 @@ def test_every_figure_of_the_warm_reading_is_in_its_rebuilt_tables() -> None:
     text = (REPO / "docs" / "ablation_warm.md").read_text(encoding="utf-8")
     assert reading_figures_missing(text) == []
     assert reading_figures_missing(text.replace("| 19.78 ± 0.29", "| 19.79 ± 0.29")) == ["19.78"]
+
+
+def test_the_dense_doc_is_its_result_files_rebuilt_once_they_exist(tmp_path) -> None:
+    # issue 38: the cold-start re-run commits docs/results/ablation_dense/; from then on the doc
+    # must be what those files give (reading and command kept) and its reading's figures must be
+    # in its tables.  Until the re-run the doc predates per-seed files and this is skipped.
+    results = REPO / "docs" / "results" / "ablation_dense"
+    records = sorted(results.glob("*_seed*.json")) if results.is_dir() else []
+    if not records:
+        pytest.skip("the cold-start dense ablation has not been re-run with per-seed files yet")
+    markdown = REPO / "docs" / "ablation_dense.md"
+    text = markdown.read_text(encoding="utf-8")
+    command = text.split("Command:\n\n```bash\n", 1)[1].split("\n```", 1)[0]
+    seeds = sorted({str(json.loads(path.read_text())["seed"]) for path in records}, key=int)
+    copy = tmp_path / "ablation_dense.md"
+    copy.write_text(text, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(REPO / "eval" / "ablation_table.py"), "--seeds", *seeds,
+                           "--synth-size", "small-dense", "--recipe", "recipes/ablation_dense.yaml",
+                           "--results", "docs/results/ablation_dense", "--out", str(copy), "--command", command],
+                          capture_output=True, text=True, check=False, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert copy.read_text(encoding="utf-8") == text
+    assert reading_figures_missing(text) == []
