@@ -14,10 +14,13 @@
 # default docs/results/<TABLE stem>/) and the table TABLE, built from the result files only.
 #
 #   bash eval/ablation_sampling.sh                        # SIZE=small: docs/ablation.md
-#   SIZE=small-dense JOBS=2 bash eval/ablation_sampling.sh   # docs/ablation_dense.md (20 runs)
+#   SIZE=small-dense JOBS=2 bash eval/ablation_sampling.sh   # docs/ablation_dense.md (30 runs)
 #   SIZE=small-skewed bash eval/ablation_sampling.sh         # docs/ablation_skewed.md
 # SIZE picks the data (`vis-embed synth --size SIZE`) and the defaults of OUT, RECIPE, TABLE,
-# SEEDS and HN; each can be set. JOBS=N runs N trainings at once, one torch thread each
+# SEEDS, SEEDS_OTHER and HN; each can be set.  SEEDS: the seeds of the naive variants (the
+# same-batch pairs, compared paired); SEEDS_OTHER: the seeds of identity / identity_hn (other
+# batches, compared with Welch's interval; default SEEDS).  STEPS overrides the recipe's
+# max_steps (smoke tests only: the table is then no study). JOBS=N runs N trainings at once, one torch thread each
 # (OMP_NUM_THREADS=1; the recipes set torch_threads: 1): two fit a 2-core machine. The script is
 # resumable: finished runs (eval/results.json) are kept, a run with a checkpoint resumes from it.
 # Accuracy figures are deterministic (same seed -> same numbers whatever JOBS); timings are not.
@@ -25,19 +28,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${SIZE:-small}
 case $SIZE in
-  small-dense)  out=ablation_dense_out;  recipe=recipes/ablation_dense.yaml;    table=docs/ablation_dense.md;  seeds="0 1 2 3 4"; hn=3 ;;
-  small-skewed) out=ablation_skewed_out; recipe=recipes/ablation_sampling.yaml; table=docs/ablation_skewed.md; seeds="0 1 2"; hn=5 ;;
-  *)            out=ablation_out;        recipe=recipes/ablation_sampling.yaml; table=docs/ablation.md;        seeds="0 1 2"; hn=5 ;;
+  # issue 38: >= 10 same-batch pairs for the mask, >= 5 seeds for the identity-aware variants
+  small-dense)  out=ablation_dense_out;  recipe=recipes/ablation_dense.yaml;    table=docs/ablation_dense.md
+                seeds="0 1 2 3 4 5 6 7 8 9"; seeds_other="0 1 2 3 4"; hn=3 ;;
+  small-skewed) out=ablation_skewed_out; recipe=recipes/ablation_sampling.yaml; table=docs/ablation_skewed.md
+                seeds="0 1 2"; seeds_other=$seeds; hn=5 ;;
+  *)            out=ablation_out;        recipe=recipes/ablation_sampling.yaml; table=docs/ablation.md
+                seeds="0 1 2"; seeds_other=$seeds; hn=5 ;;
 esac
 OUT=${OUT:-$out}
 RECIPE=${RECIPE:-$recipe}
 TABLE=${TABLE:-$table}
 SEEDS=${SEEDS:-$seeds}
+SEEDS_OTHER=${SEEDS_OTHER:-${seeds_other:-$SEEDS}}
+STEPS=${STEPS:-}
 HN=${HN:-$hn}
 VARIANTS=${VARIANTS:-"naive_unmasked naive_masked identity identity_hn"}
 JOBS=${JOBS:-1}
 RESULTS=${RESULTS:-docs/results/$(basename "$TABLE" .md)}   # per-seed result files (docs/experiments.md)
-COMMAND="SIZE=$SIZE OUT=$OUT SEEDS=\"$SEEDS\" VARIANTS=\"$VARIANTS\" HN=$HN JOBS=$JOBS bash eval/ablation_sampling.sh"
+COMMAND="SIZE=$SIZE OUT=$OUT SEEDS=\"$SEEDS\" SEEDS_OTHER=\"$SEEDS_OTHER\" VARIANTS=\"$VARIANTS\" HN=$HN JOBS=$JOBS \
+${STEPS:+STEPS=$STEPS }bash eval/ablation_sampling.sh"
 VIS=${VIS:-.venv/bin/vis-embed}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -71,7 +81,7 @@ run_one() {
       --set model="$OUT/model" --set data="$OUT/synth/train.yaml" \
       --set schedule="$dir/schedule.parquet" --set output_dir="$dir/run" --set seed="$seed" \
       --set sampling.strategy="$strategy" --set sampling.hard_negatives="$negatives" \
-      --set loss.identity_mask="$mask" --set logging.tensorboard=false
+      --set loss.identity_mask="$mask" --set logging.tensorboard=false ${STEPS:+--set max_steps="$STEPS"}
     [ -f "$dir/eval/results.json" ] || $VIS eval --model "$OUT/model" --adapter "$dir/run/final" --benchmark "$OUT/synth/benchmark.yaml" \
       --out "$dir/eval" --no-pictures --quiet
     # the per-seed result file the table is built from (metrics, loss, schedule hash, provenance)
@@ -82,8 +92,13 @@ run_one() {
 }
 
 failed=0
-for seed in $SEEDS; do
+all_seeds=$(printf '%s\n' $SEEDS $SEEDS_OTHER | sort -n -u | tr '\n' ' ')
+for seed in $all_seeds; do
   for variant in $VARIANTS; do
+    case $variant in  # identity-aware variants: SEEDS_OTHER; the naive ones: SEEDS
+      identity|identity_hn) [[ " $SEEDS_OTHER " == *" $seed "* ]] || continue ;;
+      *)                    [[ " $SEEDS " == *" $seed "* ]] || continue ;;
+    esac
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
     run_one "$variant" "$seed" &
   done
@@ -92,5 +107,5 @@ while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
 [ "$failed" = 0 ] || { echo "some runs failed; rerun the script to resume them" >&2; exit 1; }
 
 # shellcheck disable=SC2086  # SEEDS and VARIANTS are word lists
-$PY eval/ablation_table.py "$OUT" --seeds $SEEDS --variants $VARIANTS --synth-size "$SIZE" \
+$PY eval/ablation_table.py "$OUT" --seeds $all_seeds --variants $VARIANTS --synth-size "$SIZE" \
   --recipe "$RECIPE" --out "$TABLE" --results "$RESULTS" --command "$COMMAND"

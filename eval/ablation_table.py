@@ -4,16 +4,16 @@ Reads the per-seed result files RESULTS/<variant>_seed<N>.json (eval/study_resul
 driver writes one after each run, and finished runs under OUT without one get one first) and writes
 (atomically) P@1 (%) mean ± sample std over seeds per variant, the loss mask each run trained
 with, the realised identity-repeat rate of each schedule (recomputed from the schedule
-file, with the loss's own notion of "same identity"), and the paired difference of every
-variant against the paper's baseline ``naive_unmasked`` with a 95% t-interval (paired by
-seed).  Nothing is typed in by hand: every number comes from the result files.  A reading written
-into TABLE between the ``<!-- reading -->`` and ``<!-- /reading -->`` markers is kept.
+file, with the loss's own notion of "same identity"), and the difference of every variant
+against the paper's baseline ``naive_unmasked`` with a 95% interval: paired by seed for a
+variant on the same batches, Welch's unpaired one otherwise (eval/intervals.py).  Nothing is
+typed in by hand: every number comes from the result files.  A reading written into TABLE
+between the ``<!-- reading -->`` and ``<!-- /reading -->`` markers is kept.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from intervals import compare, difference_cell, runs_cell, same_batches  # noqa: E402
 from study_results import (identity_repeat_rate, provenance_lines, read_seed_results,  # noqa: E402,F401
                            result_path, seed_result, write_seed_result)
 
@@ -38,63 +39,19 @@ COLUMNS = ("ID-Rec", "Re-ID", "ID-Grd", "ID-Edit", "NearID", "MVEB", "MMEB", "ov
 PAIRED_COLUMNS = ("ID-Rec", "Re-ID", "MVEB", "overall")
 READING_START, READING_END = "<!-- reading -->", "<!-- /reading -->"
 
-# Two-sided 95% quantiles t_{0.975, df} of Student's t for df = 1..30 (tests/test_ablation_table.py
-# checks them against scipy); larger df use the Cornish-Fisher expansion around the normal.
-_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
-         2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
-         2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
-_Z975 = 1.959964
-
-
-def t_quantile_975(df: int) -> float:
-    """t_{0.975, df}: the half-width factor of a two-sided 95% t-interval."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = _Z975
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
-
-
-@dataclass(frozen=True)
-class PairedDifference:
-    """Mean of ``a - b`` over pairs and its 95% t-interval (``None`` bounds with < 2 pairs)."""
-
-    mean: float
-    low: float | None
-    high: float | None
-    pairs: int
-
-    @property
-    def significant(self) -> bool:
-        """The interval excludes 0."""
-        return self.low is not None and (self.low > 0 or self.high < 0)
-
-
-def paired_difference(a: list[float], b: list[float]) -> PairedDifference:
-    """Paired t-interval of ``mean(a - b)``; ``a[i]`` and ``b[i]`` are one pair (one seed)."""
-    if len(a) != len(b) or not a:
-        raise ValueError(f"need equally many values, at least one (got {len(a)} and {len(b)})")
-    differences = [x - y for x, y in zip(a, b)]
-    mean = statistics.mean(differences)
-    if len(differences) < 2:
-        return PairedDifference(mean, None, None, len(differences))
-    half = t_quantile_975(len(differences) - 1) * statistics.stdev(differences) / math.sqrt(len(differences))
-    return PairedDifference(mean, mean - half, mean + half, len(differences))
-
-
 @dataclass
 class Run:
     groups: dict[str, float]
     identity_mask: bool
     repeat_rate: float | None
     fn_share: float | None = None  # mean false-negative share of the softmax over training (train_log)
+    schedule_hash: str | None = None  # the schedule file's hash: same hash, same batches
 
 
 def run_from_record(record: dict[str, Any]) -> Run:
     """One run as the table needs it, from its per-seed result file (eval/study_results.py)."""
     return Run(record["metrics"], bool(record.get("identity_mask", True)), record.get("identity_repeat_rate"),
-               (record.get("training") or {}).get("fn_share_mean"))
+               (record.get("training") or {}).get("fn_share_mean"), record.get("schedule_hash"))
 
 
 def backfill_results(out: Path, results: Path, study: str, variants: list[str], seeds: list[str],
@@ -133,13 +90,6 @@ def _share_cell(runs: Any) -> str:
     return f"{100 * statistics.mean(shares):.2f}" if shares else "–"
 
 
-def _difference_cell(difference: PairedDifference) -> str:
-    if difference.low is None:
-        return f"{difference.mean:+.1f}"
-    text = f"{difference.mean:+.1f} [{difference.low:+.1f}, {difference.high:+.1f}]"
-    return f"**{text}**" if difference.significant else text
-
-
 def summarise(runs: dict[str, dict[str, Run]]) -> tuple[str, str]:
     """The per-variant table and the paired-difference table (Markdown)."""
     lines = ["| variant | loss mask | seeds | " + " | ".join(COLUMNS) + " | identity repeats | FN share % |",
@@ -150,17 +100,20 @@ def summarise(runs: dict[str, dict[str, Run]]) -> tuple[str, str]:
         rates = [run.repeat_rate for run in by_seed.values() if run.repeat_rate is not None]
         lines.append(f"| {VARIANTS[variant]} (`{variant}`) | {'/'.join(masks)} | {len(by_seed)} | "
                      + " | ".join(cells) + f" | {_rate_cell(rates)} | {_share_cell(by_seed.values())} |")
-    paired = ["| variant − `naive_unmasked` | pairs | " + " | ".join(PAIRED_COLUMNS) + " |",
-              "|---|---:|" + "---:|" * len(PAIRED_COLUMNS)]
+    paired = ["| variant − `naive_unmasked` | runs | interval | " + " | ".join(PAIRED_COLUMNS) + " |",
+              "|---|---:|---|" + "---:|" * len(PAIRED_COLUMNS)]
     baseline = runs.get(BASELINE, {})
     for variant, by_seed in runs.items():
-        seeds = [s for s in by_seed if s in baseline]
-        if variant == BASELINE or len(seeds) == 0:
+        if variant == BASELINE or not baseline or not by_seed:
             continue
-        cells = [_difference_cell(paired_difference([by_seed[s].groups[c] for s in seeds],
-                                                    [baseline[s].groups[c] for s in seeds]))
-                 for c in PAIRED_COLUMNS]
-        paired.append(f"| `{variant}` | {len(seeds)} | " + " | ".join(cells) + " |")
+        hashes = ({s: {"schedule_hash": r.schedule_hash} for s, r in by_seed.items()},
+                  {s: {"schedule_hash": r.schedule_hash} for s, r in baseline.items()})
+        same = same_batches(*hashes)
+        differences = [compare({s: r.groups[c] for s, r in by_seed.items() if c in r.groups},
+                               {s: r.groups[c] for s, r in baseline.items() if c in r.groups}, same)
+                       for c in PAIRED_COLUMNS]
+        paired.append(f"| `{variant}` | {runs_cell(differences[0])} | {'paired' if same else 'Welch'} | "
+                      + " | ".join(difference_cell(d) for d in differences) + " |")
     return "\n".join(lines), "\n".join(paired)
 
 
@@ -215,9 +168,11 @@ def document(args: argparse.Namespace, runs: dict[str, dict[str, Run]], table: s
         "of a query's softmax denominator taken by same-label candidates over training (`fn_share` of "
         "train_log.jsonl, docs/training.md), mean over seeds.", "",
         table, "",
-        f"Paired difference against `{BASELINE}` (same seed = same model initialisation and, for "
-        "`naive_masked`, the same batches): mean [95% t-interval] in P@1 points; **bold**: the interval "
-        "excludes 0.", "",
+        f"Difference against `{BASELINE}`: mean [95% interval] in P@1 points; **bold**: the interval "
+        "excludes 0. *paired*: the variant trained on the same batches (same schedule file hash, seed "
+        "by seed), so the paired t-interval over seeds (*runs*: pairs); *Welch*: other batches, so the "
+        "difference of means with Welch's unpaired interval over every seed of each (*runs*: variant "
+        "vs baseline; eval/intervals.py).", "",
         paired, "",
         kept_reading(args.markdown), "",
         f"Built from the per-seed result files in `{results}` (docs/experiments.md) by "

@@ -110,9 +110,10 @@ if [ ! -f "$base/run/final/adapter_config.json" ]; then
 fi
 for adapter in "$base"/run/checkpoint-* "$base/run/final"; do
   step=${adapter##*checkpoint-}; [ "$adapter" = "$base/run/final" ] && step=$BASE_STEPS
-  [ -f "$RESULTS/base/base-step${step}_seed0.json" ] && continue
+  [ -f "$RESULTS/base/base-step${step}_seed$BASE_SEED.json" ] && continue
   evaluate "$adapter" "$base/eval-step$step" >> "$base/log.txt" 2>&1
-  $PY eval/study_results.py write --study ablation_warm --arm "base-step$step" --seed 0 --run-dir "$base/run" \
+  $PY eval/study_results.py write --study ablation_warm --arm "base-step$step" --seed "$BASE_SEED" --run-dir "$base/run" \
+    --last-step "$step" \
     --eval-dir "$base/eval-step$step" --schedule "$base/schedule.parquet" --data "$OUT/synth/train.yaml" \
     --out "$RESULTS/base" --command "$COMMAND" > /dev/null
 done

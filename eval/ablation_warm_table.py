@@ -5,8 +5,9 @@
 ``table``      TABLE from the result files only (RESULTS/*.json, RESULTS/base/, RESULTS/pilot/):
                per tau, each arm's mean ± sample std of ID-Rec, MVEB IND (trained tasks) and
                MVEB OOD (transfer) separately, MMEB, overall, final loss and the false-negative
-               diagnostics; paired 95% t-intervals against ``naive_unmasked`` (paired by seed;
-               ``naive_masked`` pairs are checked to have trained on the same schedule file);
+               diagnostics; 95% intervals against ``naive_unmasked``: paired by seed for an arm on
+               the same schedule files (``naive_masked``, checked by hash), Welch's unpaired
+               interval for an arm on other batches (eval/intervals.py);
                the false-negative share over training (tenths of the run) per arm; the base
                run's checkpoints and the pilot.  A reading between the ``<!-- reading -->``
                markers of an existing TABLE is kept.
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ablation_table import _difference_cell, kept_reading, paired_difference  # noqa: E402
+from ablation_table import kept_reading  # noqa: E402
+from intervals import compare, difference_cell, runs_cell, same_batches  # noqa: E402
 from study_results import benchmark_split_means, provenance_lines, read_seed_results  # noqa: E402
 
 from vis_embed.io import atomic_write_text  # noqa: E402
@@ -60,7 +62,10 @@ def _hours(seconds: float) -> str:
 def base_checkpoints(results: Path) -> list[tuple[int, dict[str, Any]]]:
     """(step, record) of every evaluated base checkpoint, by step."""
     records = read_seed_results(results / "base")
-    return sorted((int(arm.removeprefix("base-step")), by_seed["0"]) for arm, by_seed in records.items())
+    # one record per checkpoint, under the base run's seed (BASE_SEED; files written before the
+    # driver recorded it say 0)
+    return sorted((int(arm.removeprefix("base-step")), next(iter(by_seed.values())))
+                  for arm, by_seed in records.items())
 
 
 def best_base_step(results: Path) -> int:
@@ -114,22 +119,28 @@ def arm_rows(by_arm: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
 
 
 def paired_rows(by_arm: dict[str, dict[str, dict[str, Any]]], tau: str) -> list[str]:
+    """Each arm − the baseline: paired by seed where the arm trained on the baseline's batches
+    (same schedule hash for every seed), else Welch over every seed of each (eval/intervals.py)."""
     baseline = by_arm.get(f"{BASELINE}-tau{tau}", {})
-    lines = [f"| arm − `{BASELINE}-tau{tau}` | pairs | " + " | ".join(COLUMNS) + " | same batches |",
-             "|---|---:|" + "---:|" * len(COLUMNS) + "---|"]
+    lines = [f"| arm − `{BASELINE}-tau{tau}` | runs | interval | " + " | ".join(COLUMNS) + " | same batches |",
+             "|---|---:|---|" + "---:|" * len(COLUMNS) + "---|"]
     for arm, by_seed in by_arm.items():
         seeds = [s for s in by_seed if s in baseline]
-        if split_arm(arm)[0] == BASELINE or not seeds:
+        if split_arm(arm)[0] == BASELINE or not baseline:
             continue
-        cells = []
+        paired = same_batches(by_seed, baseline)
+        cells, differences = [], []
         for column in COLUMNS:
-            pairs = [(scores(by_seed[s]).get(column), scores(baseline[s]).get(column)) for s in seeds]
-            pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
-            cells.append(_difference_cell(paired_difference([a for a, _ in pairs], [b for _, b in pairs]))
-                         if pairs else "–")
+            values = {s: scores(r)[column] for s, r in by_seed.items() if column in scores(r)}
+            reference = {s: scores(r)[column] for s, r in baseline.items() if column in scores(r)}
+            difference = compare(values, reference, paired) if values and reference else None
+            differences.append(difference)
+            cells.append(difference_cell(difference) if difference is not None else "–")
         same = sum(by_seed[s].get("schedule_hash") is not None
                    and by_seed[s].get("schedule_hash") == baseline[s].get("schedule_hash") for s in seeds)
-        lines.append(f"| `{arm}` | {len(seeds)} | " + " | ".join(cells) + f" | {same}/{len(seeds)} |")
+        first = next((d for d in differences if d is not None), None)
+        lines.append(f"| `{arm}` | {runs_cell(first) if first else '–'} | {'paired' if paired else 'Welch'} | "
+                     + " | ".join(cells) + f" | {same}/{len(seeds)} |")
     return lines
 
 
@@ -164,9 +175,10 @@ def pilot_rows(results: Path) -> list[str]:
     records = read_seed_results(results / "pilot")
     if not records:
         return []
-    lines = ["| from base step | tau | FN share % (mean / last 10%) | final loss / tau (unmasked) | ID-Rec unmasked | "
-             "ID-Rec masked | MVEB IND masked − unmasked | MVEB OOD masked − unmasked |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| from base step | tau | FN share % (mean / last 10%) | own image % of FN mass | FN logit − positive "
+             "(all / not own image) | final loss / tau (unmasked) | ID-Rec unmasked | ID-Rec masked | "
+             "MVEB IND masked − unmasked | MVEB OOD masked − unmasked |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     starts: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
     for arm, by_seed in records.items():  # arm: from<step>-<variant>-tau<tau>
         head, _, tau = arm.rpartition("-tau")
@@ -183,8 +195,11 @@ def pilot_rows(results: Path) -> list[str]:
         # a learnable tau that diverges shows here first (loss up, tau at its clamp): LEARN_002=false then
         stability = f"{_stat([t['final_loss_mean_last10pct']], 3)} / {_stat([t['final_tau']], 4)}" \
             if t.get("final_loss_mean_last10pct") is not None and t.get("final_tau") is not None else "–"
-        lines.append(f"| {step} | {tau} | {share} | {stability} | {u.get('ID-Rec', float('nan')):.1f} | "
-                     f"{m.get('ID-Rec', float('nan')):.1f} | " + " | ".join(diff) + " |")
+        own = _fn_cell([unmasked], "fn_own_image_share_mean")
+        gaps = " / ".join(_fn_cell([unmasked], key, 1.0) for key in ("fn_logit_gap_mean", "fn_logit_gap_other_mean"))
+        lines.append(f"| {step} | {tau} | {share} | {own} | {gaps} | {stability} | "
+                     f"{u.get('ID-Rec', float('nan')):.1f} | {m.get('ID-Rec', float('nan')):.1f} | "
+                     + " | ".join(diff) + " |")
     return lines
 
 
@@ -212,9 +227,12 @@ def document(results: Path, markdown: Path, command: str, recipe: Path, base_rec
     for tau, by_arm in by_tau.items():
         learnable = {str(r.get("temperature", {}).get("learnable")) for b in by_arm.values() for r in b.values()}
         parts += [f"## tau {tau} (learnable: {'/'.join(sorted(learnable))})", "", *arm_rows(by_arm), "",
-                  "Paired difference (same seed; `naive_masked` on the same batches as `naive_unmasked`): mean "
-                  "[95% t-interval] in P@1 points; **bold**: the interval excludes 0; *same batches*: pairs "
-                  "whose schedule files have the same hash.", "", *paired_rows(by_arm, tau), "",
+                  "Difference against the baseline: mean [95% interval] in P@1 points; **bold**: the interval "
+                  "excludes 0. *paired*: an arm on the baseline's batches (`naive_masked`: same schedule file, "
+                  "seed by seed), paired t-interval over the seeds (*runs*: pairs); *Welch*: an arm on other "
+                  "batches (identity-aware), difference of means with Welch's unpaired interval over every "
+                  "seed of each (*runs*: arm vs baseline); *same batches*: seeds whose schedule files have "
+                  "the same hash.", "", *paired_rows(by_arm, tau), "",
                   "False-negative share (%) over training, mean over seeds, per tenth of the run:", "",
                   *share_curve_rows(by_arm), ""]
     parts += [kept_reading(markdown), "",

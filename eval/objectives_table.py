@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ablation_table import _cell, _difference_cell, kept_reading, paired_difference  # noqa: E402
+from ablation_table import _cell, kept_reading  # noqa: E402
+from intervals import difference_cell, paired_difference  # noqa: E402
 from study_results import (provenance_lines, read_seed_results, result_path, seed_result,  # noqa: E402
                            write_seed_result)
 
@@ -71,11 +72,13 @@ def _row(title: str, seeds: int | str, runs: list[dict[str, float]], columns: tu
 
 def _paired_cell(runs: dict[str, dict[str, float]], reference: dict[str, dict[str, float]], seeds: list[str],
                  column: str) -> str:
-    """Paired difference in one column over the seeds where both sides have it ("–" when none)."""
+    """Paired difference in one column over the seeds where both sides have it ("–" when none).
+    Paired is right here: every combination of a seed trains on that seed's one schedule file
+    (eval/objectives_comparison.sh; the result files' schedule hashes agree by seed)."""
     both = [seed for seed in seeds if column in runs[seed] and column in reference[seed]]
     if not both:
         return "–"
-    return _difference_cell(paired_difference([runs[s][column] for s in both], [reference[s][column] for s in both]))
+    return difference_cell(paired_difference([runs[s][column] for s in both], [reference[s][column] for s in both]))
 
 
 def summarise(runs: dict[str, dict[str, dict[str, float]]], base: dict[str, float] | None) -> tuple[str, str, str]:

@@ -10,6 +10,7 @@ One training + evaluation of a study's arm and seed becomes ``RESULTS/<arm>_seed
      "loss_kind", "adaptation"
      "training": {steps, final_loss, final_loss_mean_last10pct, train_seconds,
                   fn_share_mean, fn_share_last10pct, fn_query_fraction_mean, fn_logit_gap_mean,
+                  fn_own_image_share_mean, fn_logit_gap_other_mean,
                   fn_share_by_decile: [...]}     from run/train_log.jsonl
      "identity_mask", "temperature": {init, learnable, final}, "init_adapter"   from run/recipe.yaml
      "schedule_hash": sha256 of the schedule file, "identity_repeat_rate",
@@ -100,9 +101,12 @@ def _mean(values: list[float]) -> float | None:
     return statistics.mean(values) if values else None
 
 
-def training_summary(log: Path) -> dict[str, Any]:
-    """Loss and false-negative diagnostics of one run from its ``train_log.jsonl``."""
+def training_summary(log: Path, last_step: int | None = None) -> dict[str, Any]:
+    """Loss and false-negative diagnostics of one run from its ``train_log.jsonl`` (with
+    ``last_step``: its first ``last_step`` steps only, e.g. a checkpoint of a longer run)."""
     records = [json.loads(line) for line in Path(log).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if last_step is not None:
+        records = [row for row in records if row.get("step", 0) < last_step]
     if not records:
         raise ValueError(f"{log}: no training steps logged")
     tail = records[-max(1, len(records) // 10):]
@@ -123,24 +127,28 @@ def training_summary(log: Path) -> dict[str, Any]:
         "fn_share_last10pct": _mean(values("fn_share", tail)),
         "fn_query_fraction_mean": _mean(values("fn_query_fraction")),
         "fn_logit_gap_mean": _mean(values("fn_logit_gap")),
+        "fn_own_image_share_mean": _mean(values("fn_own_image_share")),
+        "fn_logit_gap_other_mean": _mean(values("fn_logit_gap_other")),
         "fn_share_by_decile": [_mean(values("fn_share", rows)) for rows in deciles],
     }
 
 
 def seed_result(*, study: str, arm: str, seed: int, run_dir: Path | None, eval_dir: Path | None = None,
                 schedule: Path | None = None, data: Any = None, command: str | None = None,
-                extra_evals: dict[str, Path] | None = None, backfilled: bool = False) -> dict[str, Any]:
+                extra_evals: dict[str, Path] | None = None, backfilled: bool = False,
+                last_step: int | None = None) -> dict[str, Any]:
     """The result record of one finished run (``run_dir``: the trainer's output directory; None
     for an untrained reference model, then ``eval_dir`` is required).  ``extra_evals``: further
     evaluations of the same model by name (e.g. ``peer``), kept per dataset.  ``backfilled``:
-    written after the fact for a run made earlier, so its provenance is not the run's own."""
+    written after the fact for a run made earlier, so its provenance is not the run's own.
+    ``last_step``: the record is of a checkpoint after that many steps (training summed up to it)."""
     if run_dir is None and eval_dir is None:
         raise ValueError("an untrained model's record needs its eval_dir")
     eval_dir = eval_dir or run_dir.parent / "eval"
     results = _read_json(eval_dir / "results.json")
     recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8")) if run_dir else {}
     temperature = recipe.get("temperature") or {}
-    training = training_summary(run_dir / "train_log.jsonl") if run_dir else {}
+    training = training_summary(run_dir / "train_log.jsonl", last_step) if run_dir else {}
     if schedule is None and recipe.get("schedule"):
         schedule = Path(recipe["schedule"])
     has_schedule = schedule is not None and schedule.is_file()
@@ -228,6 +236,7 @@ def main() -> None:
     write.add_argument("--data", type=Path, help="train.yaml: also count identity repeats in the schedule")
     write.add_argument("--command", help="the command that reproduces the study (default: this one)")
     write.add_argument("--out", type=Path, required=True, help="the study's results folder")
+    write.add_argument("--last-step", type=int, help="a checkpoint after this many steps: sum the log up to it")
     args = parser.parse_args()
     data = None
     if args.data is not None:
@@ -237,7 +246,8 @@ def main() -> None:
     extra = dict(item.split("=", 1) for item in args.extra_eval)
     record = seed_result(study=args.study, arm=args.arm, seed=args.seed, run_dir=args.run_dir,
                          eval_dir=args.eval_dir, schedule=args.schedule, data=data, command=args.command,
-                         extra_evals={name: Path(directory) for name, directory in extra.items()})
+                         extra_evals={name: Path(directory) for name, directory in extra.items()},
+                         last_step=args.last_step)
     print(write_seed_result(args.out, record))
 
 

@@ -1,4 +1,5 @@
-"""eval/ablation_table.py: the paired 95% interval of the sampling ablation, checked against scipy."""
+"""eval/intervals.py: the 95% intervals of the study tables, checked against scipy; which one a
+comparison gets (paired only for arms on the same batches, Welch's otherwise)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,21 @@ import pytest
 from scipy import stats
 
 
-def _load_table_module() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "eval" / "ablation_table.py"
-    spec = importlib.util.spec_from_file_location("ablation_table", path)
+def _load(name: str) -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "eval" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 
 
-table = _load_table_module()
+intervals = _load("intervals")
 
 
-@pytest.mark.parametrize("df", [*range(1, 35), 40, 60, 100, 1000])
-def test_t_quantile_matches_scipy(df: int) -> None:
-    assert table.t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=2e-4)
+@pytest.mark.parametrize("df", [1, 2, 3.5, 4.2, 7.77, 12, 29.5, 40, 1000])
+def test_t_quantile_matches_scipy(df: float) -> None:
+    assert intervals.t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-9)
 
 
 @pytest.mark.parametrize("pairs", [2, 3, 5, 8, 40])
@@ -34,26 +35,55 @@ def test_paired_difference_matches_scipys_paired_t_interval(pairs: int) -> None:
     rng = np.random.default_rng(pairs)
     a = rng.normal(30, 5, pairs)
     b = a - rng.normal(1.5, 3, pairs)
-    result = table.paired_difference(a.tolist(), b.tolist())
+    result = intervals.paired_difference(a.tolist(), b.tolist())
     expected = stats.ttest_rel(a, b).confidence_interval(0.95)
-    assert result.pairs == pairs
+    assert result.pairs == pairs and result.paired
     assert result.mean == pytest.approx(float(np.mean(a - b)))
-    assert (result.low, result.high) == (pytest.approx(expected.low, abs=1e-3), pytest.approx(expected.high, abs=1e-3))
+    assert (result.low, result.high) == (pytest.approx(expected.low, abs=1e-9), pytest.approx(expected.high, abs=1e-9))
     assert result.significant == (expected.low > 0 or expected.high < 0)
+
+
+@pytest.mark.parametrize(("n_a", "n_b", "seed"), [(5, 10, 0), (2, 2, 1), (3, 7, 2), (10, 5, 3), (4, 40, 4)])
+def test_welch_difference_matches_scipys_unequal_variance_interval(n_a: int, n_b: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(46, 5, n_a), rng.normal(48, 2, n_b)
+    result = intervals.welch_difference(a.tolist(), b.tolist())
+    expected = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert not result.paired and result.runs == (n_a, n_b) and result.pairs == 0
+    assert result.mean == pytest.approx(float(a.mean() - b.mean()))
+    assert (result.low, result.high) == (pytest.approx(expected.low, abs=1e-9), pytest.approx(expected.high, abs=1e-9))
 
 
 def test_pairing_is_by_position_not_by_sorted_value() -> None:
     """Each seed is its own pair: a constant +2 shift is exact however noisy the seeds are."""
     a, b = [10.0, 50.0, 30.0], [8.0, 48.0, 28.0]
-    result = table.paired_difference(a, b)
+    result = intervals.paired_difference(a, b)
     assert (result.mean, result.low, result.high) == (pytest.approx(2.0), pytest.approx(2.0), pytest.approx(2.0))
     assert result.significant
+    # the same numbers as unpaired arms: the seed-to-seed spread is in the interval
+    assert not intervals.welch_difference(a, b).significant
 
 
 def test_one_pair_has_no_interval_and_mismatched_lists_are_refused() -> None:
-    single = table.paired_difference([3.0], [1.0])
+    single = intervals.paired_difference([3.0], [1.0])
     assert (single.mean, single.low, single.high, single.significant) == (2.0, None, None, False)
+    assert intervals.welch_difference([3.0], [1.0, 2.0]).low is None
     with pytest.raises(ValueError):
-        table.paired_difference([1.0, 2.0], [1.0])
+        intervals.paired_difference([1.0, 2.0], [1.0])
     with pytest.raises(ValueError):
-        table.t_quantile_975(0)
+        intervals.t_quantile_975(0.5)
+
+
+def test_paired_only_where_every_shared_seed_trained_on_the_same_schedule() -> None:
+    baseline = {"0": {"schedule_hash": "a"}, "1": {"schedule_hash": "b"}, "2": {"schedule_hash": "c"}}
+    assert intervals.same_batches({"0": {"schedule_hash": "a"}, "1": {"schedule_hash": "b"}}, baseline)
+    assert not intervals.same_batches({"0": {"schedule_hash": "a"}, "1": {"schedule_hash": "x"}}, baseline)
+    assert not intervals.same_batches({"0": {"schedule_hash": None}}, {"0": {"schedule_hash": None}})
+    assert not intervals.same_batches({"7": {"schedule_hash": "a"}}, baseline)  # no seed in common
+    # Welch uses every seed of each arm (the baseline's 3, not only the 2 shared)
+    values, reference = {"0": 1.0, "1": 3.0}, {"0": 0.0, "1": 1.0, "2": 5.0}
+    welch = intervals.compare(values, reference, paired=False)
+    assert welch.runs == (2, 3) and welch.mean == pytest.approx(2.0 - 2.0)
+    paired = intervals.compare(values, reference, paired=True)
+    assert paired.runs == (2, 2) and paired.mean == pytest.approx(1.5)
+    assert intervals.runs_cell(welch) == "2 vs 3" and intervals.runs_cell(paired) == "2"

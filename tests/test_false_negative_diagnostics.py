@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from vis_embed.errors import ConfigError
 from vis_embed.training.checkpoint import find_peft_model
-from vis_embed.training.losses.diagnostics import DIAGNOSTIC_KEYS, false_negative_stats
+from vis_embed.training.losses.diagnostics import DIAGNOSTIC_KEYS, false_negative_stats, own_image_matrix
 from vis_embed.training.recipe import load_recipe
 from vis_embed.training.trainer import Trainer
 
@@ -74,6 +74,40 @@ def test_a_batch_without_false_negatives() -> None:
     stats = false_negative_stats(queries, candidates, 0.07, torch.tensor([0, 1]))
     assert stats["fn_share"] == 0.0 and stats["fn_query_fraction"] == 0.0
     assert math.isnan(stats["fn_logit_gap"])
+
+
+def test_own_image_share_is_the_part_of_the_false_negative_mass_that_is_the_querys_own_record() -> None:
+    # the naive sampler's case (issue 38): slots 0, 1 and 2 hold one identity; slot 1's positive
+    # is slot 0's query record r0 (its own photo under the candidate prompt), slot 2's is r5
+    members = [("ds", "r0", "r1"), ("ds", "r3", "r0"), ("ds", "r4", "r5"), ("ds", "x", "y")]
+    own = own_image_matrix([(d, q) for d, q, _ in members], [(d, p) for d, _, p in members])
+    assert own.tolist() == [[False, True, False, False]] + [[False] * 4] * 3
+    scores = [[1.0, 2.0, 0.5, 0.0],   # query 0: its own image (column 1) above its positive
+              [0.3, 1.0, 0.2, 0.1],
+              [0.1, 0.4, 1.0, 0.0],
+              [0.0, 0.0, 0.0, 1.0]]
+    queries, candidates = _embeddings_with_logits(scores)
+    tau = 0.5
+    stats = false_negative_stats(queries, candidates, tau, torch.tensor([1, 1, 1, 2]), own)
+    p = [[math.exp(s / tau) / sum(math.exp(x / tau) for x in row) for s in row] for row in scores]
+    false_negatives = [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    mass = sum(p[i][j] for i, j in false_negatives)
+    assert stats["fn_own_image_share"] == pytest.approx(p[0][1] / mass)
+    # the gap without the own image: query 0 keeps column 2 only, queries 1 and 2 both theirs
+    others = {0: [2], 1: [0, 2], 2: [0, 1]}
+    expected = sum(sum((scores[i][j] - scores[i][i]) / tau for j in js) / len(js) for i, js in others.items()) / 3
+    assert stats["fn_logit_gap_other"] == pytest.approx(expected)
+    assert stats["fn_logit_gap"] > stats["fn_logit_gap_other"]  # the own image sat above the positive
+
+
+def test_own_image_share_without_records_or_false_negatives_is_nan() -> None:
+    queries, candidates = _embeddings_with_logits([[1.0, 0.5], [0.5, 1.0]])
+    unknown = false_negative_stats(queries, candidates, 0.1, torch.tensor([3, 3]))
+    assert math.isnan(unknown["fn_own_image_share"]) and math.isnan(unknown["fn_logit_gap_other"])
+    own = own_image_matrix([("d", "a"), ("d", "b")], [("d", "b"), ("d", "a")])  # each the other's own image
+    assert false_negative_stats(queries, candidates, 0.1, torch.tensor([3, 3]), own)["fn_own_image_share"] == 1.0
+    none = false_negative_stats(queries, candidates, 0.1, torch.tensor([3, 4]), own)
+    assert math.isnan(none["fn_own_image_share"])  # different labels: no false-negative mass at all
 
 
 # ------------------------------------------------------------------ in training

@@ -40,7 +40,7 @@ from vis_embed.training.extra_candidates import column_order, extra_count, prepa
 from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world_size, init_distributed, is_main_process
 from vis_embed.training.gradcache import StepResult, contrastive_step, runs_plain
 from vis_embed.training.losses import BatchLabels, Temperature, build_objective, designated_negatives
-from vis_embed.training.losses.diagnostics import false_negative_stats
+from vis_embed.training.losses.diagnostics import false_negative_stats, own_image_matrix
 from vis_embed.training.lr_schedule import lr_lambda
 from vis_embed.training.recipe import Recipe, recipe_to_dict
 from vis_embed.training.run_dir import check_run_directory, clear_run_directory
@@ -65,6 +65,7 @@ class PreparedStep:
     identities: torch.Tensor  # (global batch,) int64 loss-label codes in slot order (the schedule's `label`)
     designated: torch.Tensor | None = None  # (global batch,)*2 designated hard-negative pairs
     candidate_order: torch.Tensor | None = None  # loss columns in the gathered candidates (explicit negatives)
+    own_image: torch.Tensor | None = None  # (global batch,)*2: candidate j's positive is query i's record
 
 
 def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
@@ -248,8 +249,10 @@ class Trainer:
                                      self.world_size)
         if order is not None:
             candidates += prepare_extras(shard, self._dataset, self._prepare, padded, candidates[-1])
+        own_image = own_image_matrix([(m.dataset, m.query_id) for m in members],
+                                     [(m.dataset, m.positive_id) for m in members])
         return PreparedStep(batch.step, queries, candidates, [q.length for q in queries],
-                            [c.length for c in candidates], identities, designated, order)
+                            [c.length for c in candidates], identities, designated, order, own_image)
 
     def _prepare(self, items: list[Any], instruction: str | None = None) -> list[Any]:
         """``model.prepare`` in the recipe's ``num_workers`` processes (0: in this process)."""
@@ -277,7 +280,8 @@ class Trainer:
             if prepared.candidate_order is not None:
                 candidates = candidates[prepared.candidate_order.to(candidates.device)]
             # the false-negative diagnostics of this global batch (losses/diagnostics.py), logged per step
-            self.step_diagnostics = false_negative_stats(queries, candidates, self.temperature(), labels.identities)
+            self.step_diagnostics = false_negative_stats(queries, candidates, self.temperature(), labels.identities,
+                                                         prepared.own_image)
             return self.objective(queries, candidates, labels)
 
         result = contrastive_step(self.backend, self.model.collate, prepared.queries, prepared.candidates,

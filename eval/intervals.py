@@ -1,0 +1,109 @@
+"""The 95% intervals of the study tables: one rule for which interval a comparison gets.
+
+Two arms trained on the *same batches* (every seed's schedule file has the same hash in both)
+differ only in what the study varies, so their difference is paired by seed (a paired
+t-interval).  Arms on *different batches* (e.g. identity-aware vs naive schedules of one seed)
+share nothing but the model initialisation, and pairing them by seed means nothing: their
+difference of means gets Welch's unpaired interval over every seed of each arm (issue 38).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+def t_quantile_975(df: float) -> float:
+    """t_{0.975, df}: the half-width factor of a two-sided 95% t-interval (df >= 1, real:
+    Welch's degrees of freedom are fractional, where a table of integer quantiles is off by
+    up to 1.3 at df 1-2), from scipy (a development dependency; the study scripts need it)."""
+    if not df >= 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, df))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Mean of ``a - b`` and its 95% interval (``None`` bounds where there is none).
+
+    ``paired``: a paired t-interval over ``runs[0]`` pairs; else Welch's over ``runs`` = (runs
+    of a, runs of b)."""
+
+    mean: float
+    low: float | None
+    high: float | None
+    runs: tuple[int, int]
+    paired: bool = True
+
+    @property
+    def pairs(self) -> int:
+        return self.runs[0] if self.paired else 0
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 0."""
+        return self.low is not None and (self.low > 0 or self.high < 0)
+
+
+def paired_difference(a: list[float], b: list[float]) -> Difference:
+    """Paired t-interval of ``mean(a - b)``; ``a[i]`` and ``b[i]`` are one pair (one seed)."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"need equally many values, at least one (got {len(a)} and {len(b)})")
+    differences = [x - y for x, y in zip(a, b)]
+    mean = statistics.mean(differences)
+    if len(differences) < 2:
+        return Difference(mean, None, None, (len(a), len(b)))
+    half = t_quantile_975(len(differences) - 1) * statistics.stdev(differences) / math.sqrt(len(differences))
+    return Difference(mean, mean - half, mean + half, (len(a), len(b)))
+
+
+def welch_difference(a: list[float], b: list[float]) -> Difference:
+    """Welch's unpaired t-interval of ``mean(a) - mean(b)`` (unequal variances; the
+    Welch-Satterthwaite degrees of freedom); no interval with fewer than 2 runs on a side."""
+    if not a or not b:
+        raise ValueError(f"need at least one value on each side (got {len(a)} and {len(b)})")
+    mean = statistics.mean(a) - statistics.mean(b)
+    if len(a) < 2 or len(b) < 2:
+        return Difference(mean, None, None, (len(a), len(b)), paired=False)
+    var_a, var_b = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(var_a + var_b)
+    if se == 0:
+        return Difference(mean, mean, mean, (len(a), len(b)), paired=False)
+    df = (var_a + var_b) ** 2 / (var_a ** 2 / (len(a) - 1) + var_b ** 2 / (len(b) - 1))
+    half = t_quantile_975(df) * se
+    return Difference(mean, mean - half, mean + half, (len(a), len(b)), paired=False)
+
+
+def same_batches(arm: Mapping[str, Mapping[str, Any]], baseline: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Every seed the two arms share trained on one schedule file (same ``schedule_hash``),
+    and they share at least one: the only case a paired interval is right for."""
+    seeds = [seed for seed in arm if seed in baseline]
+    return bool(seeds) and all(arm[s].get("schedule_hash") is not None
+                               and arm[s].get("schedule_hash") == baseline[s].get("schedule_hash") for s in seeds)
+
+
+def compare(values: Mapping[str, float], baseline: Mapping[str, float], paired: bool) -> Difference:
+    """``values`` − ``baseline`` (per seed): paired over their common seeds where ``paired``
+    (same batches, :func:`same_batches`), else Welch over every seed of each."""
+    if paired:
+        seeds = [seed for seed in values if seed in baseline]
+        return paired_difference([values[s] for s in seeds], [baseline[s] for s in seeds])
+    return welch_difference(list(values.values()), list(baseline.values()))
+
+
+def difference_cell(difference: Difference) -> str:
+    """``+1.2 [-0.3, +2.7]``, bold where the interval excludes 0."""
+    if difference.low is None:
+        return f"{difference.mean:+.1f}"
+    text = f"{difference.mean:+.1f} [{difference.low:+.1f}, {difference.high:+.1f}]"
+    return f"**{text}**" if difference.significant else text
+
+
+def runs_cell(difference: Difference) -> str:
+    """``10`` (pairs) or ``5 vs 10`` (Welch: runs of each arm)."""
+    return str(difference.runs[0]) if difference.paired else f"{difference.runs[0]} vs {difference.runs[1]}"
