@@ -20,10 +20,8 @@ from typing import Any
 import numpy as np
 
 from vis_embed.errors import DataError
+from vis_embed.gallery.options import BIT_PRECISIONS, PRECISIONS, RANGED_PRECISIONS  # noqa: F401  (re-exported)
 
-PRECISIONS: tuple[str, ...] = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
-RANGED_PRECISIONS = ("int8", "uint8")   # need per-dimension calibration ranges
-BIT_PRECISIONS = ("binary", "ubinary")  # one bit per dimension, packed 8 to a byte
 
 
 def check_dim(dim: Any, full_dim: int, field: str = "dim") -> int:
