@@ -6,6 +6,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
+
+from vis_embed.errors import ConfigError
 
 PRECISIONS: tuple[str, ...] = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
 RANGED_PRECISIONS = ("int8", "uint8")   # need per-dimension calibration ranges
@@ -26,6 +29,16 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def check_rescore(rescore: Any, index: str, flag: str = "--rescore") -> int:
+    """``rescore`` (an int >= 0) when it fits the index kind: only binary / int8 codes are re-ranked."""
+    if isinstance(rescore, bool) or not isinstance(rescore, int) or rescore < 0:
+        raise ConfigError(f"{flag} must be an integer >= 0, got {rescore!r}")
+    if rescore and index not in ("binary", "int8"):
+        raise ConfigError(f"{flag} re-ranks a binary or int8 index's shortlist; --index {index} is searched "
+                          f"exactly or with floats already")
+    return rescore
 
 
 def add_dim_argument(parser: argparse.ArgumentParser, help_text: str = DIM_HELP) -> None:
