@@ -22,7 +22,8 @@ import numpy as np
 
 from vis_embed.gallery.vectors import bytes_per_vector, quantize
 
-QUANTIZED_KINDS = ("binary", "int8")
+QUANTIZED_KINDS = ("binary", "int8")           # eval's --index kinds
+CODE_KINDS = QUANTIZED_KINDS + ("ivf-pq",)      # + a persistent index's (gallery/store.py)
 
 
 def binary_codes_index(gallery: np.ndarray) -> faiss.IndexBinaryFlat:
@@ -43,8 +44,8 @@ class QuantizedIndex:
     """``.search(queries, k) -> (scores, ids)`` over codes (see the module docstring)."""
 
     def __init__(self, kind: str, codes: Any, dim: int, vectors: np.ndarray | None = None, rescore: int = 0) -> None:
-        if kind not in QUANTIZED_KINDS:
-            raise ValueError(f"unknown quantized kind {kind!r} (known: {', '.join(QUANTIZED_KINDS)})")
+        if kind not in CODE_KINDS:
+            raise ValueError(f"unknown quantized kind {kind!r} (known: {', '.join(CODE_KINDS)})")
         if rescore and vectors is None:
             raise ValueError("rescore needs the float vectors")
         self.kind, self.codes, self.dim, self.vectors, self.rescore = kind, codes, dim, vectors, int(rescore)
@@ -63,10 +64,12 @@ class QuantizedIndex:
     def bytes_per_vector(self) -> int:
         """Bytes of the searched codes per gallery vector (the rescoring floats not counted: they
         can stay on disk, memory-mapped)."""
+        if self.kind == "ivf-pq":  # codes + the int64 id an inverted list stores beside each
+            return int(self.codes.code_size) + 8
         return bytes_per_vector("ubinary" if self.kind == "binary" else "int8", self.dim)
 
     def _codes_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.kind == "int8":
+        if self.kind != "binary":
             return self.codes.search(queries, k)
         distances, ids = self.codes.search(quantize(queries, "ubinary"), k)
         return (1.0 - 2.0 * distances.astype(np.float32) / self.dim).astype(np.float32), ids.astype(np.int64)

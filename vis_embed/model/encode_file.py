@@ -11,8 +11,9 @@ Outputs (all written atomically):
 * ``OUTPUT`` with ``.ids.json`` (``emb.ids.json``): row alignment -- ``{"lines": [...],
   "ids": [...], "embedding_config": {...}}`` where row j of the matrix is input line
   ``lines[j]`` (1-based, counting every physical line), ``ids[j]`` is that row's ``id`` field
-  (or null), and ``embedding_config`` the effective settings the vectors were made with
-  (:class:`vis_embed.model.embedding_config.EmbeddingConfig`).
+  (or null), ``embedding_config`` the effective settings the vectors were made with
+  (:class:`vis_embed.model.embedding_config.EmbeddingConfig`) and ``model`` its name, adapter
+  and fingerprint (weights + adapter + settings).
 * With ``--precision int8|uint8`` only: ``emb.ranges.npy``, (2, D) float32 per-dimension
   [min; max] the vectors were quantized with (``--ranges emb.ranges.npy`` quantizes queries the
   same way); ``emb.ids.json`` then records ``dim``, ``precision`` and ``ranges``
@@ -154,25 +155,32 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
         truncated = sum(all_gather_object(embedder.model.truncated_items))
         written = None if encoded is None else _write_outputs(
             encoded, items, ids, lines, rejects, input_path, output, on_error, truncated,
-            embedder.embedding_config.to_json(), storage)
+            embedder.embedding_config.to_json(), storage, model_record(embedder, model, adapter))
         written = broadcast_object(written)  # also: no rank drops the shards before rank 0 has written
     if get_world_size() > 1:
         remove_shards(shards_dir(output))
     return written
 
 
+def model_record(embedder: Embedder, model: str | Path, adapter: str | Path | None) -> dict[str, Any]:
+    """Which model made the vectors (``.ids.json``'s ``model``): an index built from them refuses
+    queries of another model (:mod:`vis_embed.gallery.store`)."""
+    return {"name": str(model), "adapter": None if adapter is None else str(adapter),
+            "fingerprint": embedder.fingerprint()}
+
+
 def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], items: list[dict[str, Any]],
                    ids: list[Any], lines: list[int], rejects: list[dict[str, Any]], input_path: Path,
                    output: Path, on_error: str, truncated: int = 0,
                    embedding_config: dict[str, Any] | None = None,
-                   storage: StoredForm | None = None) -> EncodedFile:
+                   storage: StoredForm | None = None, model: dict[str, Any] | None = None) -> EncodedFile:
     """Write the matrix, the row alignment and (skip mode) the rejects of an encoded JSONL."""
     embeddings, kept, errors = encoded
     embeddings, ranges, stored = (storage or StoredForm()).apply(embeddings)
     rejects = rejects_of(errors, items, ids, lines, rejects, input_path)
     ids_path, rejects_path = sidecar_paths(output)
     alignment = {"input": str(input_path), "lines": [lines[i] for i in kept], "ids": [ids[i] for i in kept],
-                 "embedding_config": embedding_config, **stored}
+                 "embedding_config": embedding_config, **stored, **({"model": model} if model else {})}
     try:
         _commit_set(output, ids_path, rejects_path if on_error == "skip" else None, embeddings, rejects, alignment,
                     ranges)
