@@ -1,4 +1,5 @@
-"""The FastAPI application: ``POST /v1/embeddings``, ``GET /v1/models``, ``GET /health``.
+"""The FastAPI application: ``POST /v1/embeddings``, ``GET /v1/models``, ``GET /health``,
+``GET /metrics`` (:mod:`.metrics`) and, with an index, ``POST /v1/search`` (:mod:`.gallery_routes`).
 
 :func:`create_app` takes a loaded ``Embedder`` (tests and library users build the app around
 their own); ``vis-embed serve`` (:mod:`vis_embed.serving.cli`) loads one and runs uvicorn.
@@ -21,8 +22,13 @@ import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from pydantic import BaseModel
+
 from vis_embed.serving.batcher import MicroBatcher, QueueFullError
 from vis_embed.serving.errors import RequestError
+from vis_embed.serving.gallery_routes import (answered_dimensions, check_default_dim, cut, install_search,
+                                              matryoshka_dims_of)
+from vis_embed.serving.metrics import ServerMetrics
 from vis_embed.serving.hosts import AllowedHosts
 from vis_embed.serving.images import (
     DEFAULT_MAX_IMAGE_BYTES,
@@ -66,11 +72,17 @@ class ServerSettings:
     max_request_pixels: int = DEFAULT_MAX_REQUEST_PIXELS
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S  # a request's whole life, body to answer
     allowed_hosts: tuple[str, ...] | None = None  # Host header names answered; None: any (serving.hosts)
+    dim: int | None = None  # width answered when a request names no `dimensions` (serve --dim)
 
 
-def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
-    """The server around ``embedder``; its micro-batcher runs while the app is up (lifespan)."""
-    batcher = MicroBatcher(embedder, settings.max_batch_size, settings.max_wait_ms, settings.max_queue)
+def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> FastAPI:
+    """The server around ``embedder``; its micro-batcher runs while the app is up (lifespan).
+    ``index``: a loaded GalleryIndex of this model's vectors, searched by ``POST /v1/search``."""
+    metrics = ServerMetrics()
+    check_default_dim(settings.dim, embedder.embedding_dim)
+    batcher = MicroBatcher(metrics.observing(embedder), settings.max_batch_size, settings.max_wait_ms,
+                           settings.max_queue)
+    metrics.watch_queue(batcher.stats)
     limiter = InputLimiter(embedder, settings.max_input_tokens, settings.long_input)
     url_pool = ThreadPoolExecutor(settings.url_workers, thread_name_prefix="vis-embed-fetch") \
         if settings.allow_urls else None
@@ -114,13 +126,19 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
             items = decode_images(items, image_policy)
         return limiter.apply(items, instruction)
 
-    async def embed(request: Request) -> JSONResponse:
-        parsed = parse_request(await _read_body(request, settings.max_request_bytes))
-        _check_model(parsed, settings.model_name, embedder.embedding_dim)
+    async def embed_items(request: Request, schema: type[BaseModel] = EmbeddingRequest,
+                          check: Any = None) -> tuple[Any, Any]:
+        """``(the request's other fields, its EmbeddingResult)``: body to vectors, every limit applied;
+        ``check(parsed)`` refuses what the route cannot answer before any work."""
+        parsed = parse_request(await _read_body(request, settings.max_request_bytes), schema)
+        _check_model(parsed, settings.model_name)
+        if check is not None:
+            check(parsed)
         check_instruction(parsed.instruction)
-        instruction, encoding_format = parsed.instruction, parsed.encoding_format
+        instruction = parsed.instruction
         items = parse_items(parsed.input, settings.max_items)
-        del parsed  # the raw input (base64 images) is not held while the request waits
+        metrics.items.labels(request.scope["path"]).inc(len(items))
+        parsed = parsed.model_copy(update={"input": None})  # the raw input (base64 images) is not held
         items, prompt_tokens = await asyncio.to_thread(prepare, items, instruction)
         try:
             future = batcher.submit(items, instruction, prompt_tokens)
@@ -128,9 +146,26 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
             raise RequestError(429, f"the server is busy: {exc}; retry later",
                                error_type="rate_limit_error") from None
         del items  # the job holds the decoded images until it is answered, then drops them
-        result = await asyncio.wrap_future(future)
-        return JSONResponse(_response(result.embeddings, result.prompt_tokens, encoding_format,
+        return parsed, await asyncio.wrap_future(future)
+
+    def dimensions(parsed: EmbeddingRequest) -> int:
+        return answered_dimensions(parsed.dimensions, settings.dim, embedder.embedding_dim,
+                                   matryoshka_dims_of(embedder))
+
+    async def embed(request: Request) -> JSONResponse:
+        parsed, result = await embed_items(request, check=dimensions)
+        dim = dimensions(parsed)
+        return JSONResponse(_response(cut(result.embeddings, dim), result.prompt_tokens, parsed.encoding_format,
                                       settings.model_name))
+
+    async def with_deadline(answer: Any) -> JSONResponse:
+        try:
+            async with asyncio.timeout(settings.request_timeout_s):  # cancelling it drops the queued job
+                return await answer
+        except TimeoutError:
+            raise RequestError(504, f"the request took longer than this server's limit of "
+                                    f"{settings.request_timeout_s:g} s (--request-timeout); send fewer items",
+                               error_type="server_error") from None
 
     @app.exception_handler(RequestError)
     async def request_error(_request: Request, exc: RequestError) -> JSONResponse:
@@ -153,14 +188,11 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     @app.post("/v1/embeddings", dependencies=[authorized])
     async def embeddings(request: Request) -> JSONResponse:
         check_content_type(request.headers.get("content-type"))
-        try:
-            async with asyncio.timeout(settings.request_timeout_s):  # cancelling it drops the queued job
-                return await embed(request)
-        except TimeoutError:
-            raise RequestError(504, f"the request took longer than this server's limit of "
-                                    f"{settings.request_timeout_s:g} s (--request-timeout); send fewer items",
-                               error_type="server_error") from None
+        return await with_deadline(embed(request))
 
+    if index is not None:
+        install_search(app, index, embed_items, authorized, with_deadline, settings.model_name)
+    metrics.install(app, authorized)
     return app
 
 
@@ -199,14 +231,11 @@ def _too_large(size: int, limit: int) -> RequestError:
                              f"{limit} bytes (--max-request-bytes); split the request")
 
 
-def _check_model(request: EmbeddingRequest, model_name: str, dim: int) -> None:
+def _check_model(request: Any, model_name: str) -> None:
     if request.model != model_name:
         raise RequestError(404, f"model {request.model!r} is not served here (this server serves "
                                 f"{model_name!r}; see GET /v1/models)", param="model",
                            error_type="model_not_found")
-    if request.dimensions is not None and request.dimensions != dim:
-        raise RequestError(400, f"dimensions: this model's vectors have {dim} dimensions, got "
-                                f"{request.dimensions} (truncation is not supported)", param="dimensions")
 
 
 def _response(embeddings: np.ndarray, prompt_tokens: int, encoding_format: str,

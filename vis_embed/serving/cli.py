@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from vis_embed.errors import ConfigError
+from vis_embed.gallery.options import add_dim_argument
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 
@@ -53,6 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_security_arguments(parser)
     add_model_loading_arguments(parser)
     add_preparation_arguments(parser)
+    add_gallery_arguments(parser)
+
+
+def add_gallery_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("galleries (docs/galleries.md)")
+    add_dim_argument(group, "width of the vectors answered when a request names no `dimensions` (Matryoshka "
+                            "prefix, renormalised; default: the model's full width)")
+    group.add_argument("--index", type=Path, default=None, metavar="DIR",
+                       help="a vis-embed index directory of this model's vectors: adds POST /v1/search")
 
 
 def add_security_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     from vis_embed.model.embedder import Embedder
     from vis_embed.model.prepare_pool import resolve_workers
+    from vis_embed.gallery.store import GalleryIndex
     from vis_embed.serving.app import ServerSettings, create_app
     from vis_embed.serving.hosts import default_allowed_hosts
     from vis_embed.serving.protocol import header_timeout_protocol
@@ -118,10 +129,13 @@ def run(args: argparse.Namespace) -> int:
                      if args.allowed_hosts else default_allowed_hosts(args.host))
     if allowed_hosts is not None and "*" in allowed_hosts:
         allowed_hosts = None
+    index = None if args.index is None else GalleryIndex.load(args.index)  # a bad index fails before the model loads
     embedder = Embedder.from_pretrained(
         args.model, adapter=args.adapter, **model_settings(args),
         # A long-lived process: "auto" means the workers, whatever the size of the first request.
         workers=resolve_workers(args.workers))
+    if index is not None:
+        index.check_queries(embedder.fingerprint(), embedder.embedding_dim)  # the gallery's model, or exit 2
     embedder.start_workers(background=True)  # requests are prepared in-process until they are up
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, max_batch_size=args.max_batch_size,
@@ -130,8 +144,8 @@ def run(args: argparse.Namespace) -> int:
         allow_urls=args.allow_urls, allow_private_urls=args.allow_private_urls, url_workers=args.url_workers,
         api_key=api_key, max_input_tokens=args.max_input_tokens, long_input=args.long_input,
         max_request_pixels=args.max_request_pixels, request_timeout_s=args.request_timeout,
-        allowed_hosts=allowed_hosts)
-    uvicorn.run(create_app(embedder, settings), host=args.host, port=args.port, log_level="info",
+        allowed_hosts=allowed_hosts, dim=args.dim)
+    uvicorn.run(create_app(embedder, settings, index), host=args.host, port=args.port, log_level="info",
                 http=header_timeout_protocol(args.header_timeout), timeout_keep_alive=args.keep_alive_timeout,
                 limit_concurrency=args.max_connections, h11_max_incomplete_event_size=args.max_header_bytes)
     return 0
