@@ -107,3 +107,19 @@ def test_export_tells_vllm_the_matryoshka_dimensions(tiny_checkpoint, tmp_path) 
     width = config.get("text_config", config).get("hidden_size") or config["hidden_size"]
     assert config["is_matryoshka"] is True and config["matryoshka_dimensions"] == [4, 8, width]
     assert json.loads((out / "embedding_config.json").read_text())["matryoshka_dims"] == [4, 8]
+
+
+def test_the_matryoshka_recipe_is_the_tiny_recipe_plus_dims() -> None:
+    from pathlib import Path
+
+    from vis_embed.training.recipe import load_recipe, recipe_to_dict
+
+    recipes = Path(__file__).resolve().parents[1] / "recipes"
+    plain = recipe_to_dict(load_recipe(recipes / "tiny_cpu.yaml"))
+    matryoshka = recipe_to_dict(load_recipe(recipes / "tiny_cpu_matryoshka.yaml"))
+    assert matryoshka["loss"]["matryoshka_dims"] == [16, 32, 64] and plain["loss"]["matryoshka_dims"] is None
+    for recipe in (plain, matryoshka):
+        recipe["loss"].update(matryoshka_dims=None)
+        for key in ("model", "data", "schedule", "output_dir"):
+            recipe.pop(key)
+    assert matryoshka == plain
