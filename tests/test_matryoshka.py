@@ -123,3 +123,21 @@ def test_the_matryoshka_recipe_is_the_tiny_recipe_plus_dims() -> None:
         for key in ("model", "data", "schedule", "output_dir"):
             recipe.pop(key)
     assert matryoshka == plain
+
+
+def test_training_with_dims_records_them_in_final_and_refuses_too_wide_ones(tiny_checkpoint, tmp_path) -> None:
+    import json
+
+    from _training_fixtures import tiny_recipe, write_identity_dataset, write_schedule
+    from vis_embed.training.recipe import load_recipe
+    from vis_embed.training.trainer import Trainer
+
+    data = write_identity_dataset(tmp_path / "data", identities=8)
+    schedule = write_schedule(data, tmp_path / "schedule.parquet", steps=2, batch=4)
+    model = tiny_checkpoint("qwen2-vl")
+    raw = tiny_recipe(model, data, schedule, tmp_path / "run", max_steps=2, loss__matryoshka_dims=[16, 64])
+    final = Trainer(load_recipe(raw=raw)).train()
+    assert json.loads((final / "embedding_config.json").read_text())["matryoshka_dims"] == [16, 64]
+    wide = tiny_recipe(model, data, schedule, tmp_path / "wide", max_steps=2, loss__matryoshka_dims=[16, 4096])
+    with pytest.raises(ConfigError, match="loss.matryoshka_dims: 4096 exceeds"):
+        Trainer(load_recipe(raw=wide))
