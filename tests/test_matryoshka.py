@@ -141,3 +141,13 @@ def test_training_with_dims_records_them_in_final_and_refuses_too_wide_ones(tiny
     wide = tiny_recipe(model, data, schedule, tmp_path / "wide", max_steps=2, loss__matryoshka_dims=[16, 4096])
     with pytest.raises(ConfigError, match="loss.matryoshka_dims: 4096 exceeds"):
         Trainer(load_recipe(raw=wide))
+
+
+def test_a_recorded_non_positive_dim_names_the_file_and_field(tmp_path) -> None:
+    import json
+
+    from vis_embed.model.embedding_config import read_embedding_config
+
+    (tmp_path / "embedding_config.json").write_text(json.dumps({"matryoshka_dims": [0, 8]}))
+    with pytest.raises(ConfigError, match=r"embedding_config.json.*matryoshka_dims"):
+        read_embedding_config(tmp_path)

@@ -39,6 +39,7 @@ from vis_embed.evaluation.mmeb_scores import write_mmeb_score_files
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
 from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import EvalSettings
+from vis_embed.gallery.stored_form import warn_if_not_matryoshka
 from vis_embed.gallery.vectors import truncate
 from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
 from vis_embed.model.encoder import Encoder
@@ -146,6 +147,9 @@ class Harness:
         width = getattr(self.encoder, "embedding_dim", None)
         if self.settings.dim is not None and isinstance(width, int) and self.settings.dim > width:
             raise ConfigError(f"--dim {self.settings.dim} exceeds the model's embedding width {width}")
+        if isinstance(width, int):
+            warn_if_not_matryoshka(self.settings.dim, width,
+                                   getattr(getattr(self.encoder, "embedding_config", None), "matryoshka_dims", None))
         selected = self.select(specs)
         datasets: dict[str, dict[str, Any]] = {}
         progress = tqdm(selected, desc="datasets", unit="ds", disable=not self._show_progress())

@@ -79,7 +79,7 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
     """The server around ``embedder``; its micro-batcher runs while the app is up (lifespan).
     ``index``: a loaded GalleryIndex of this model's vectors, searched by ``POST /v1/search``."""
     metrics = ServerMetrics()
-    check_default_dim(settings.dim, embedder.embedding_dim)
+    check_default_dim(settings.dim, embedder)
     batcher = MicroBatcher(metrics.observing(embedder), settings.max_batch_size, settings.max_wait_ms,
                            settings.max_queue)
     metrics.watch_queue(batcher.stats)

@@ -24,7 +24,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from vis_embed.errors import ConfigError
 from vis_embed.gallery.search_file import hits_of
+from vis_embed.gallery.stored_form import warn_if_not_matryoshka
 from vis_embed.gallery.vectors import truncate
 from vis_embed.serving.errors import RequestError
 
@@ -48,12 +50,13 @@ def matryoshka_dims_of(embedder: Any) -> list[int] | None:
     return getattr(config, "matryoshka_dims", None)
 
 
-def check_default_dim(dim: int | None, full_dim: int) -> None:
-    """``serve --dim``: at most the model's width (checked at start-up)."""
-    from vis_embed.errors import ConfigError
-
+def check_default_dim(dim: int | None, embedder: Any) -> None:
+    """``serve --dim``: at most the model's width (checked at start-up); a model not trained for
+    it is served cut all the same (the operator's choice), with a warning."""
+    full_dim = embedder.embedding_dim
     if dim is not None and not 1 <= dim <= full_dim:
         raise ConfigError(f"--dim must be from 1 to the model's width {full_dim}, got {dim}")
+    warn_if_not_matryoshka(dim, full_dim, matryoshka_dims_of(embedder))
 
 
 def answered_dimensions(requested: int | None, default: int | None, full_dim: int,
