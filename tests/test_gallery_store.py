@@ -135,3 +135,20 @@ def test_search_end_to_end_with_the_model_that_encoded_the_gallery(tmp_path: Pat
     assert main(["search", "--model", str(other), "--index", str(tmp_path / "idx"), "--input", str(items),
                  "--output", str(tmp_path / "other.jsonl"), "--no-progress"]) == 2
     assert "field 'model'" in capsys.readouterr().err and not (tmp_path / "other.jsonl").exists()
+
+
+def test_duplicate_ids_and_a_damaged_directory_are_named(tmp_path: Path) -> None:
+    embeddings = _encoded(tmp_path, rows=30)
+    record = json.loads(embeddings.with_suffix(".ids.json").read_text())
+    record["ids"][7] = record["ids"][3]
+    embeddings.with_suffix(".ids.json").write_text(json.dumps(record))
+    with pytest.raises(DataError, match="field 'ids': rows 3 and 7 share the id 'g3'"):
+        write_index(embeddings, tmp_path / "idx")
+    record["ids"][7] = None  # falls back to the row number
+    embeddings.with_suffix(".ids.json").write_text(json.dumps(record))
+    write_index(embeddings, tmp_path / "idx")
+    (tmp_path / "idx" / "ids.json").write_text("[1, 2")
+    with pytest.raises(DataError, match="field 'ids': unreadable ids"):
+        GalleryIndex.load(tmp_path / "idx")
+    with pytest.raises(DataError, match="field 'index': not an index directory"):
+        GalleryIndex.load(tmp_path)

@@ -135,6 +135,20 @@ def read_embeddings(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
     return l2_normalise(vectors), alignment
 
 
+def unique_ids(recorded: list[Any], source: Path) -> list[Any]:
+    """Row i's id (its recorded ``id``, else i); a DataError naming ``ids`` when two rows share one
+    (a hit must name one gallery item)."""
+    ids = [row if value is None else value for row, value in enumerate(recorded)]
+    first_row: dict[str, int] = {}
+    for row, value in enumerate(ids):
+        key = json.dumps(value, sort_keys=True)
+        if key in first_row:
+            raise DataError(f"rows {first_row[key]} and {row} share the id {value!r}; give every gallery item "
+                            f"its own id", path=source, field="ids")
+        first_row[key] = row
+    return ids
+
+
 def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: float | None = None,
                 seed: int = 0) -> dict[str, Any]:
     """Build the index of ``embeddings`` (an encode output) into ``out``; returns its settings."""
@@ -143,7 +157,7 @@ def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: floa
     budget = memory_budget_bytes(memory_gb)
     choice = choose_kind(kind, rows, dim, budget)
     index, parameters = build_faiss(vectors, choice, seed)
-    ids = [row if value is None else value for row, value in enumerate(alignment.get("ids") or [None] * rows)]
+    ids = unique_ids(alignment.get("ids") or [None] * rows, Path(embeddings))
     settings = {
         "format_version": FORMAT_VERSION, "kind": choice.kind, "kind_requested": kind, "kind_reason": choice.reason,
         "rows": rows, "dim": dim, "bytes_per_vector": bytes_per_vector_of(choice.kind, dim, choice.pq_bytes),
@@ -181,14 +195,19 @@ class GalleryIndex:
         if settings.get("format_version") != FORMAT_VERSION or kind not in STORE_KINDS:
             raise DataError(f"unsupported index (format {settings.get('format_version')}, kind {kind!r})",
                             path=directory / SETTINGS_FILE, field="kind")
-        ids = json.loads((directory / IDS_FILE).read_text(encoding="utf-8"))
+        try:
+            ids = json.loads((directory / IDS_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(f"unreadable ids ({exc}); build the index again", path=directory / IDS_FILE,
+                            field="ids") from None
         rescore = settings.get("rescore", 0) if rescore is None else rescore
         if rescore < 0 or (rescore and kind == "flat"):
             raise ConfigError(f"--rescore {rescore}: only a binary, int8 or ivf-pq index re-ranks a shortlist")
         path = str(directory / INDEX_FILE)
         codes = faiss.read_index_binary(path) if kind == "binary" else faiss.read_index(path)
-        if codes.ntotal != len(ids) or codes.ntotal != settings.get("rows"):
-            raise DataError(f"{codes.ntotal} indexed vectors but {len(ids)} ids: a damaged index; build it again",
+        if not isinstance(ids, list) or codes.ntotal != len(ids) or codes.ntotal != settings.get("rows"):
+            raise DataError(f"{codes.ntotal} indexed vectors, {settings.get('rows')} rows in {SETTINGS_FILE}, but "
+                            f"ids.json does not list as many: a damaged index; build it again",
                             path=directory, field="ids")
         if kind == "flat":
             searcher = codes
