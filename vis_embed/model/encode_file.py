@@ -14,10 +14,11 @@ Outputs (all written atomically):
   (or null), ``embedding_config`` the effective settings the vectors were made with
   (:class:`vis_embed.model.embedding_config.EmbeddingConfig`) and ``model`` its name, adapter
   and fingerprint (weights + adapter + settings).
+  It also records the stored form, ``dim`` and ``precision`` (``--dim``, ``--precision``:
+  :mod:`vis_embed.gallery.stored_form`).
 * With ``--precision int8|uint8`` only: ``emb.ranges.npy``, (2, D) float32 per-dimension
   [min; max] the vectors were quantized with (``--ranges emb.ranges.npy`` quantizes queries the
-  same way); ``emb.ids.json`` then records ``dim``, ``precision`` and ``ranges``
-  (:mod:`vis_embed.gallery.vectors`).
+  same way); ``emb.ids.json`` then names where they came from (``ranges``).
 * With ``--on-error skip`` only: ``emb.rejects.jsonl``, one ``{"line", "field", "reason",
   "row"}`` per skipped line (lines that are not UTF-8 or not JSON, items that break the contract,
   unreadable images, items the model embeds as NaN).  Without it (the default, ``raise``) the

@@ -21,14 +21,12 @@ from typing import Any
 import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
-
 from pydantic import BaseModel
 
 from vis_embed.serving.batcher import MicroBatcher, QueueFullError
 from vis_embed.serving.errors import RequestError
 from vis_embed.serving.gallery_routes import (answered_dimensions, check_default_dim, cut, install_search,
                                               matryoshka_dims_of)
-from vis_embed.serving.metrics import ServerMetrics
 from vis_embed.serving.hosts import AllowedHosts
 from vis_embed.serving.images import (
     DEFAULT_MAX_IMAGE_BYTES,
@@ -39,6 +37,7 @@ from vis_embed.serving.images import (
     decode_images,
 )
 from vis_embed.serving.limits import InputLimiter
+from vis_embed.serving.metrics import ServerMetrics
 from vis_embed.serving.schemas import (
     EmbeddingRequest,
     check_content_type,
