@@ -25,7 +25,7 @@ Outputs (all written atomically):
   first bad line stops the run with an error naming the file, line and field, and nothing is
   written.  A previous run's ``emb.rejects.jsonl`` is removed by a run that writes none.
 
-The three files are one set: ``emb.ids.json`` is its commit record.  The new set is written
+The files are one set: ``emb.ids.json`` is its commit record.  The new set is written
 to temporary files first; only when all are complete is the old ``emb.ids.json`` removed, the
 others renamed into place and the new ``emb.ids.json`` renamed in last.  A write that fails (a
 full disk) leaves the previous set whole and loadable (an ``error:`` naming the output, exit 2);
