@@ -113,3 +113,30 @@ def test_argparse_refuses_bad_values(tmp_path: Path, flags) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["encode", "--model", "m", "--input", "i.jsonl", "--output", "o.npy", *flags])
     assert exit_info.value.code == 2
+
+
+def test_a_failed_int8_write_keeps_the_previous_matrix_and_its_ranges(tmp_path: Path, tiny_checkpoint,
+                                                                      monkeypatch) -> None:
+    import errno
+
+    from vis_embed.model import encode_file
+
+    model, items = str(tiny_checkpoint()), _items(tmp_path)
+    args = ["encode", "--model", model, "--input", str(items), "--no-progress", "--output", str(tmp_path / "g.npy"),
+            "--precision", "int8"]
+    assert main(args) == 0
+    matrix, ranges = np.load(tmp_path / "g.npy"), np.load(tmp_path / "g.ranges.npy")
+    real_save, saved = np.save, []
+
+    def disk_full_at_the_ranges(file, array, *rest, **kwargs):
+        saved.append(array.shape)
+        if len(saved) == 2:   # the matrix is written; the disk fills on the ranges
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(file, array, *rest, **kwargs)
+
+    monkeypatch.setattr(encode_file.np, "save", disk_full_at_the_ranges)
+    assert main(args + ["--dim", "8"]) == 2
+    monkeypatch.undo()
+    np.testing.assert_array_equal(np.load(tmp_path / "g.npy"), matrix)
+    np.testing.assert_array_equal(np.load(tmp_path / "g.ranges.npy"), ranges)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
