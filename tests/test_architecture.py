@@ -29,12 +29,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vis_embed.io", "vis_embed.config", "vis_embed.distributed", "vis_embed.resources",
      "vis_embed.embedding_cache", "vis_embed.provenance",
      "vis_embed.integrations"),  # optional sinks the library reports to (W&B)
-    ("vis_embed.data",),
+    # gallery: vectors (Matryoshka cut, quantization) and quantized search, below the model
+    ("vis_embed.data", "vis_embed.gallery"),
     ("data_prep",),
     ("vis_embed.model",),
     ("vis_embed.sampling",),
     ("vis_embed.training",),
-    ("vis_embed.evaluation",),
+    # the persistent index and its search encode with the model and search like the evaluation
+    ("vis_embed.evaluation", "vis_embed.gallery.store", "vis_embed.gallery.search_file", "vis_embed.gallery.cli"),
     ("vis_embed.serving",
      # integrations built on evaluation (mteb's evaluator)
      "vis_embed.integrations.mteb", "vis_embed.integrations.mteb_tasks", "vis_embed.integrations.mteb_cli"),

@@ -39,7 +39,7 @@ def test_results_json_layout_groups_and_single_encoding(tmp_path: Path) -> None:
     results = _run(encoder, _specs(files), tmp_path / "out", pictures=False)
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved == json.loads(json.dumps(results))
-    assert set(saved) == {"model", "tie_policy", "datasets", "groups"}
+    assert set(saved) == {"model", "tie_policy", "dim", "datasets", "groups"}
     assert saved["tie_policy"] == "pessimistic"
     assert {"name", "adapter", "prompt_format", "pixels", "fingerprints"} <= set(saved["model"])
     assert saved["model"]["fingerprints"]["model"] == encoder.fingerprint()
@@ -165,7 +165,7 @@ def test_index_options_match_exact_on_a_small_gallery(tmp_path: Path, index: str
 
 @pytest.mark.parametrize(("options", "field", "reason"), [
     ({"index": "hnsw"}, "Gal.options.index",
-     "unknown index kind 'hnsw' (known: auto, exact, exact-bf16, exact-gpu, ivf)"),
+     "unknown index kind 'hnsw' (known: auto, exact, exact-bf16, exact-gpu, ivf, binary, int8)"),
     ({"tie_policy": "last"}, "Gal.options.tie_policy", "unknown tie policy 'last' (known: pessimistic, first)"),
     ({"depth": 0}, "Gal.options.depth", "greater than 0"),
     ({"ks": [1, -5]}, "Gal.options.ks[1]", "greater than 0"),

@@ -103,7 +103,7 @@ def _model(instructions=None):
     model = VisEmbedMtebModel.__new__(VisEmbedMtebModel)  # no checkpoint: the embedder is a recorder
     model.embedder = model.model = _RecordingEmbedder()
     model.instructions = instructions or {}
-    model.batch_size, model.show_progress = 4, False
+    model.batch_size, model.show_progress, model.dim = 4, False, None
     return model
 
 
@@ -242,3 +242,17 @@ def test_model_meta_names_the_model_and_its_adapter(tmp_path: Path) -> None:
     assert local.name == "vis_embed/ckpt" and local.revision == "ab" * 8
     assert local.n_parameters == 6 and local.embed_dim == 2
     assert model_meta(_FakeEmbedder(str(tmp_path / "ckpt")), name="mine").name == "vis_embed/mine"
+
+
+def test_dim_cuts_the_vectors_and_names_another_model(tmp_path: Path) -> None:
+    from vis_embed.integrations.mteb import model_meta
+
+    model = _model()
+    model.dim = 2
+    vectors = model.encode([{"text": ["a", "b"]}], task_metadata=_metadata("T"), hf_split="test",
+                           hf_subset="default", prompt_type=PromptType.query)
+    np.testing.assert_allclose(vectors, np.full((2, 2), 2 ** -0.5), rtol=1e-6)
+    (tmp_path / "ckpt").mkdir()
+    embedder = _FakeEmbedder(str(tmp_path / "ckpt"))
+    full, cut = model_meta(embedder), model_meta(embedder, dim=1)
+    assert (cut.name, cut.embed_dim) == ("vis_embed/ckpt-dim1", 1) and cut.revision != full.revision

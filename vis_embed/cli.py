@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("vis_embed.model.export_cli", "export as a sentence-transformers / vLLM model directory"),
     "eval": ("vis_embed.evaluation.cli:eval", "evaluate a model on a benchmark manifest"),
     "mteb": ("vis_embed.integrations.mteb_cli", "evaluate with mteb's evaluator (manifest datasets or mteb tasks)"),
+    "index": ("vis_embed.gallery.cli:index", "build a persistent faiss index of encoded vectors"),
+    "search": ("vis_embed.gallery.cli:search", "encode queries and search a persistent index"),
     "report": ("vis_embed.evaluation.cli:report", "compare results.json / score files side by side (Markdown)"),
     "serve": ("vis_embed.serving.cli", "serve embeddings over HTTP (OpenAI-compatible /v1/embeddings)"),
     "quickstart": ("vis_embed.quickstart.cli", "render, train and evaluate end to end on this machine"),

@@ -20,7 +20,8 @@ from vis_embed.errors import DataError
 
 # Gallery search backends of vis_embed.evaluation.search.
 # "auto" picks the fastest exact kind for the machine (evaluation.index_choice).
-INDEX_KINDS: tuple[str, ...] = ("auto", "exact", "exact-bf16", "exact-gpu", "ivf")
+# "binary" / "int8" search quantized codes (gallery/quantized_index.py), re-ranked with --rescore.
+INDEX_KINDS: tuple[str, ...] = ("auto", "exact", "exact-bf16", "exact-gpu", "ivf", "binary", "int8")
 DEFAULT_INDEX = "auto"
 # How tied scores are ordered in candidates / gallery rankings (see evaluation.metrics):
 # pessimistic = negatives before positives; first = listed order, as VLM2Vec's argmax.

@@ -24,6 +24,7 @@ from vis_embed.errors import ConfigError
 from vis_embed import resources
 from vis_embed.evaluation.report import find_reference, load_groups, load_models, models_table, read_reference
 from vis_embed.evaluation.settings import DEFAULT_INDEX, DEFAULT_TIE_POLICY, INDEX_KINDS, TIE_POLICIES, EvalSettings
+from vis_embed.gallery.options import add_dim_argument
 from vis_embed.io import atomic_write_json
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
@@ -41,7 +42,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="gallery search: auto (default: the fastest exact kind for this machine, "
                              "recorded in results.json), exact (faiss float32), exact-bf16 (same exact result, "
                              "bf16 shortlist + exact re-rank; several times faster on CPUs with AMX, slower "
-                             "without native bf16), exact-gpu (float32 on the GPU) or ivf (approximate)")
+                             "without native bf16), exact-gpu (float32 on the GPU), ivf (approximate), binary "
+                             "(sign bits, Hamming) or int8 (8-bit codes); binary and int8 take --rescore")
+    parser.add_argument("--rescore", type=int, default=0, metavar="K",
+                        help="binary / int8 index: shortlist K x depth hits from the codes and re-rank them with "
+                             "the float vectors (default: 0, the codes' own scores)")
+    add_dim_argument(parser)
     parser.add_argument("--depth", type=int, default=None,
                         help="gallery ranking depth (default: whole gallery up to 10k, else 1000)")
     parser.add_argument("--tie-policy", choices=TIE_POLICIES, default=DEFAULT_TIE_POLICY,
@@ -76,7 +82,8 @@ def run_eval(args: argparse.Namespace) -> int:
     settings = EvalSettings(
         batch_size=args.batch_size, max_queries=args.max_queries,
         datasets=[name.strip() for name in args.datasets.split(",") if name.strip()] if args.datasets else None,
-        index=args.index, depth=args.depth, tie_policy=args.tie_policy, n_examples=args.examples,
+        index=args.index, rescore=args.rescore, dim=args.dim, depth=args.depth, tie_policy=args.tie_policy,
+        n_examples=args.examples,
         cache_dir=args.cache_dir,
         show_progress=not args.quiet, pictures=not args.no_pictures, reference=args.reference,
     )

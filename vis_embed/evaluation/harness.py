@@ -39,6 +39,8 @@ from vis_embed.evaluation.mmeb_scores import write_mmeb_score_files
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
 from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import EvalSettings
+from vis_embed.gallery.stored_form import warn_if_not_matryoshka
+from vis_embed.gallery.vectors import truncate
 from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
 from vis_embed.model.encoder import Encoder
 
@@ -142,6 +144,12 @@ class Harness:
 
     def run(self, specs: Sequence[EvalDatasetSpec], benchmark_fingerprint: str | None = None) -> dict[str, Any] | None:
         """Results (also written to OUT); None on the ranks other than 0 of a torchrun launch."""
+        width = getattr(self.encoder, "embedding_dim", None)
+        if self.settings.dim is not None and isinstance(width, int) and self.settings.dim > width:
+            raise ConfigError(f"--dim {self.settings.dim} exceeds the model's embedding width {width}")
+        if isinstance(width, int):
+            warn_if_not_matryoshka(self.settings.dim, width,
+                                   getattr(getattr(self.encoder, "embedding_config", None), "matryoshka_dims", None))
         selected = self.select(specs)
         datasets: dict[str, dict[str, Any]] = {}
         progress = tqdm(selected, desc="datasets", unit="ds", disable=not self._show_progress())
@@ -151,6 +159,7 @@ class Harness:
         if not is_main_process():
             return None
         results = {"model": dict(self.model_info), "tie_policy": self.settings.tie_policy,
+                   "dim": self.settings.dim or getattr(self.encoder, "embedding_dim", None),
                    "datasets": datasets, "groups": aggregate(datasets)}
         if benchmark_fingerprint:
             results["model"].setdefault("fingerprints", {})["benchmark"] = benchmark_fingerprint
@@ -169,6 +178,8 @@ class Harness:
             "data": [self.hasher.file(path) for path in prepared.data_files],
             "pools": [pool.key for pool in pools], "max_queries": self.settings.max_queries,
             "index": self.settings.index, "depth": self.settings.depth,
+            **({"dim": self.settings.dim} if self.settings.dim else {}),
+            **({"rescore": self.settings.rescore} if self.settings.rescore else {}),
             "n_examples": self.settings.n_examples, "pictures": self.settings.pictures,
             "tie_policy": self.settings.tie_policy,
             "metrics_version": METRICS_VERSION,
@@ -193,7 +204,8 @@ class Harness:
 
     def run_dataset(self, spec: EvalDatasetSpec) -> dict[str, Any] | None:
         """The dataset's result (rank 0; None on the other ranks of a torchrun launch)."""
-        options = layouts.ScoringOptions(index=self.settings.index, depth=self.settings.depth,
+        options = layouts.ScoringOptions(index=self.settings.index, rescore=self.settings.rescore,
+                                         depth=self.settings.depth,
                                          n_examples=self.settings.n_examples, tie_policy=self.settings.tie_policy)
         prepared = layouts.prepare(spec, self.settings.max_queries, options)
         pools, side_rows = _build_pools(prepared, self.sign, self.encoder_fingerprint)
@@ -204,7 +216,9 @@ class Harness:
         pool_embeddings = [self._encode_pool(spec, pool) for pool in pools]
         if not is_main_process():
             return None
-        embeddings = {side: pool_embeddings[number][rows] for side, (number, rows) in side_rows.items()}
+        # the cache holds full-width vectors: one cache serves every --dim
+        embeddings = {side: truncate(pool_embeddings[number][rows], self.settings.dim)
+                      for side, (number, rows) in side_rows.items()}
         outcome = prepared.score(embeddings)
         result = {
             "meta_task": spec.meta_task, "split": spec.split, "benchmark": spec.benchmark,

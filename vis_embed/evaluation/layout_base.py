@@ -58,6 +58,7 @@ class PreparedDataset:
 @dataclass
 class ScoringOptions:
     index: str = DEFAULT_INDEX
+    rescore: int = 0  # binary / int8 index: shortlist rescore x depth, re-ranked with float vectors
     depth: int | None = None
     n_examples: int = 3
     tie_policy: str = metrics.DEFAULT_TIE_POLICY  # candidates and gallery rankings

@@ -27,6 +27,7 @@ from vis_embed.data.factorize import factorize
 from vis_embed.data.items import Item, ResolvedItem
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation import gallery_ranking, metrics, search
+from vis_embed.gallery.quantized_index import QUANTIZED_KINDS
 from vis_embed.evaluation.layout_base import (Example, Outcome, PreparedDataset, ScoringOptions, clean,
                                               normalise_item, scored_at_the_boundary, tie_policy_of)
 from vis_embed.evaluation.peer_layouts import (prepare_2afc, prepare_asym_recall, prepare_human_corr,
@@ -118,7 +119,7 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
         depth = int(depth_option) if depth_option else (
             n_gallery if n_gallery <= GALLERY_FULL_RANKING_LIMIT else GALLERY_DEFAULT_DEPTH)
         choice = search.resolve_index(index_kind, gallery_emb.shape[1])  # "auto": this machine's fastest
-        index = search.build_index(gallery_emb, kind=choice.kind)
+        index = search.build_index(gallery_emb, kind=choice.kind, rescore=options.rescore)
         # one result past the cut-off shows whether a score tie crosses it
         k_search = min(n_gallery, depth + 1 + max((len(e) for e in excluded), default=0))
         per_query, examples, skipped, unresolved_ties = [], [], 0, 0
@@ -147,6 +148,9 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
         return Outcome(metrics.summarize(per_query), "P@1", len(per_query), examples,
                        {"n_skipped_queries": skipped, "depth": depth, "n_gallery": n_gallery,
                         "index": choice.kind, "index_requested": index_kind, "index_reason": choice.reason,
+                        "dim": int(gallery_emb.shape[1]),
+                        "bytes_per_vector": search.index_bytes_per_vector(index, gallery_emb.shape[1]),
+                        **({"rescore": options.rescore} if choice.kind in QUANTIZED_KINDS else {}),
                         "tie_policy": tie_policy,
                         "n_unresolved_boundary_ties": unresolved_ties})
 

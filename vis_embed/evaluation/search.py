@@ -10,7 +10,10 @@ Embeddings are L2-normalised, so inner product == cosine similarity.  Index kind
   shortlists candidates with a *proven* error bound, and only the shortlist is scored exactly;
 - ``exact-gpu``: :class:`TorchExactIndex`, float32 products and top-k on a torch device (a GPU);
 - ``ivf``: inverted-file index for very large galleries: it visits only ``nprobe`` of
-  ``nlist`` clusters, trading recall for speed (approximate).
+  ``nlist`` clusters, trading recall for speed (approximate);
+- ``binary`` / ``int8``: quantized codes (1 bit / 1 byte a dimension,
+  :mod:`vis_embed.gallery.quantized_index`), approximate; ``rescore`` K re-ranks a K x k
+  shortlist with the float vectors.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 import torch
 
 from vis_embed.evaluation.index_choice import resolve_index
+from vis_embed.gallery.quantized_index import QUANTIZED_KINDS, QuantizedIndex
 from vis_embed.evaluation.search_bf16 import Bf16ShortlistIndex, _as_float32, check_bf16_products
 from vis_embed.evaluation.settings import INDEX_KINDS, check_index_kind  # noqa: F401  (INDEX_KINDS re-exported)
 
@@ -91,7 +95,7 @@ class TorchExactIndex:
 
 
 def build_index(gallery: np.ndarray, kind: str = "auto", nlist: int | None = None,
-                nprobe: int | None = None, seed: int = 0) -> Any:
+                nprobe: int | None = None, seed: int = 0, rescore: int = 0) -> Any:
     """An inner-product index holding ``gallery`` (N, D); all kinds answer ``.search(queries, k)``.
 
     ``auto`` builds the kind :func:`resolve_index` picks for this machine (``resolve_index(kind,
@@ -103,6 +107,8 @@ def build_index(gallery: np.ndarray, kind: str = "auto", nlist: int | None = Non
     check_index_kind(kind, field="kind")
     dim = gallery.shape[1]
     kind = resolve_index(kind, dim).kind
+    if kind in QUANTIZED_KINDS:  # codes, re-ranked with the float gallery when rescore > 0
+        return QuantizedIndex.build(gallery, kind, rescore)
     if kind == "exact-bf16":
         return Bf16ShortlistIndex(gallery)
     if kind == "exact-gpu":
@@ -119,6 +125,11 @@ def build_index(gallery: np.ndarray, kind: str = "auto", nlist: int | None = Non
         index.nprobe = nprobe or max(1, nlist // 8)
     index.add(gallery)
     return index
+
+
+def index_bytes_per_vector(index: Any, dim: int) -> int:
+    """Bytes per gallery vector of what ``index`` searches: its codes, else float32."""
+    return int(getattr(index, "bytes_per_vector", 4 * dim))
 
 
 def search(index: Any, queries: np.ndarray, k: int, batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:

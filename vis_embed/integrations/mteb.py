@@ -34,7 +34,9 @@ import yaml
 
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
-from vis_embed.io import read_text
+from vis_embed.io import fingerprint_json, read_text
+from vis_embed.gallery.stored_form import StoredForm
+from vis_embed.gallery.vectors import truncate
 
 require("mteb", "mteb", "the mteb integration")
 
@@ -82,19 +84,22 @@ class VisEmbedMtebModel(AbsEncoder):
 
     def __init__(self, embedder: Embedder, *, name: str | None = None,
                  instructions: Mapping[str, Mapping[str, str]] | None = None,
-                 batch_size: int = 16, show_progress: bool = False) -> None:
+                 batch_size: int = 16, show_progress: bool = False, dim: int | None = None) -> None:
         self.embedder = embedder
+        # Matryoshka width (--dim): vectors cut and renormalised (gallery/vectors.py); a new model for mteb
+        self.dim = None if dim is None else StoredForm(dim=dim).checked(
+            embedder.embedding_dim, embedder.embedding_config).dim
         self.model = embedder  # mteb's AbsEncoder reads `model` for an optional similarity()
         self.instructions = {task: dict(value) for task, value in (instructions or {}).items()}
         self.batch_size = batch_size
         self.show_progress = show_progress
-        self.mteb_model_meta = model_meta(embedder, name)
+        self.mteb_model_meta = model_meta(embedder, name, self.dim)
 
     @classmethod
     def from_pretrained(cls, model: str | Path, adapter: str | Path | None = None, *,
                         instructions: str | Path | Mapping[str, Mapping[str, str]] | None = None,
                         name: str | None = None, batch_size: int = 16, show_progress: bool = False,
-                        **overrides: Any) -> VisEmbedMtebModel:
+                        dim: int | None = None, **overrides: Any) -> VisEmbedMtebModel:
         """Load ``model`` (+ ``adapter``) as ``vis-embed eval`` does (overrides: prompt_format,
         max_pixels, device, ... when not None); ``instructions``: a YAML path or a mapping."""
         from vis_embed.evaluation.api import load_embedder
@@ -103,7 +108,7 @@ class VisEmbedMtebModel(AbsEncoder):
             instructions = load_instructions(instructions)
         embedder = load_embedder(model, adapter, **overrides)
         return cls(embedder, name=name, instructions=instructions, batch_size=batch_size,
-                   show_progress=show_progress)
+                   show_progress=show_progress, dim=dim)
 
     # ------------------------------------------------------------------ instructions
     def instruction_for(self, task_metadata: TaskMetadata, prompt_type: PromptType | None) -> str | None:
@@ -126,10 +131,11 @@ class VisEmbedMtebModel(AbsEncoder):
                hf_subset: str, prompt_type: PromptType | None = None, **kwargs: Any) -> np.ndarray:
         items = [item for batch in inputs for item in batch_items(batch)]
         if not items:
-            return np.zeros((0, self.embedder.embedding_dim), dtype=np.float32)
-        return self.embedder.encode(items, instruction=self.instruction_for(task_metadata, prompt_type),
+            return np.zeros((0, self.dim or self.embedder.embedding_dim), dtype=np.float32)
+        return truncate(self.embedder.encode(items, instruction=self.instruction_for(task_metadata, prompt_type),
                                     batch_size=int(kwargs.get("batch_size") or self.batch_size),
-                                    show_progress=bool(kwargs.get("show_progress_bar", self.show_progress)))
+                                    show_progress=bool(kwargs.get("show_progress_bar", self.show_progress))),
+                        self.dim)
 
 
 def batch_items(batch: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -149,7 +155,7 @@ def batch_items(batch: Mapping[str, Any]) -> list[dict[str, Any]]:
     return items
 
 
-def model_meta(embedder: Embedder, name: str | None = None) -> ModelMeta:
+def model_meta(embedder: Embedder, name: str | None = None, dim: int | None = None) -> ModelMeta:
     """The ModelMeta mteb records with every result: name, revision (the weights+adapter+
     prompt fingerprint), embedding size, parameters, modalities, cosine similarity."""
     model = embedder.model
@@ -162,10 +168,13 @@ def model_meta(embedder: Embedder, name: str | None = None) -> ModelMeta:
             name = base if is_hub_id else f"vis_embed/{Path(base).name}"
     elif "/" not in name:
         name = f"vis_embed/{name}"
+    if dim is not None and dim != embedder.embedding_dim:
+        name = f"{name}-dim{dim}"  # its own results folder: another width is another model
+    revision = embedder.fingerprint() if dim is None else fingerprint_json([embedder.fingerprint(), dim])
     return ModelMeta(
-        loader=None, name=name, revision=embedder.fingerprint()[:16], release_date=None, languages=None,
+        loader=None, name=name, revision=revision[:16], release_date=None, languages=None,
         n_parameters=sum(p.numel() for p in model.parameters()), memory_usage_mb=None, max_tokens=None,
-        embed_dim=embedder.embedding_dim, license=None, open_weights=True, public_training_code=None,
+        embed_dim=dim or embedder.embedding_dim, license=None, open_weights=True, public_training_code=None,
         public_training_data=None, framework=["PyTorch", "Transformers"], similarity_fn_name=ScoringFunction.COSINE,
         use_instructions=True, training_datasets=None, adapted_from=base if model.adapter else None,
         modalities=["image", "text"],

@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 
 from vis_embed.errors import ConfigError, VisEmbedError
+from vis_embed.gallery.options import add_dim_argument
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 
@@ -42,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # loading flags every inference command has (generated from EmbeddingConfig; not given = the
     # model's recorded value), and --workers
     add_model_loading_arguments(parser)
+    add_dim_argument(parser)
     add_preparation_arguments(parser)
     parser.add_argument("--save-predictions", action="store_true",
                         help="also write each task's ranked results to OUT/predictions/ (mteb's prediction files)")
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         log.warning("--instructions %s: no task named %s in this run", args.instructions, ", ".join(unused))
     model = VisEmbedMtebModel.from_pretrained(
         args.model, args.adapter, instructions=instructions, name=args.name, batch_size=args.batch_size,
-        show_progress=not args.quiet, workers=args.workers, **model_settings(args))
+        show_progress=not args.quiet, workers=args.workers, dim=args.dim, **model_settings(args))
     cache = mteb.ResultCache(cache_path=args.out)
     result = mteb.evaluate(model, tasks, cache=cache, overwrite_strategy="always", co2_tracker=False,
                            encode_kwargs={"batch_size": args.batch_size, "show_progress_bar": not args.quiet},

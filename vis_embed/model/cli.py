@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.errors import ConfigError
+from vis_embed.gallery.options import PRECISIONS, add_dim_argument
 from vis_embed.model.defaults import COMPILE_HELP, add_preparation_arguments
 from vis_embed.model.embedding_config import add_embedding_config_arguments, given_settings
 from vis_embed.model.tiny import ARCHS, PRESETS, build_tiny_checkpoint
@@ -67,6 +68,14 @@ def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip: write bad lines to OUTPUT.rejects.jsonl and encode the rest")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_preparation_arguments(parser)
+    add_dim_argument(parser)
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32",
+                        help="stored form (sentence-transformers' quantize_embeddings): float16; int8/uint8 with "
+                             "per-dimension ranges saved as OUTPUT.ranges.npy; binary/ubinary packed sign bits "
+                             "(default: float32)")
+    parser.add_argument("--ranges", type=Path, default=None, metavar="RANGES.npy",
+                        help="int8/uint8: quantize with these saved ranges (the gallery's OUTPUT.ranges.npy) "
+                             "instead of calibrating on this output, so queries match the gallery")
     parser.add_argument("--dry-run", action="store_true",
                         help="load only the processor and prepare every item as a real encode would (in the "
                              "--workers processes); report bad items (with --on-error skip and --output: the "
@@ -76,6 +85,7 @@ def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
 def run_encode(args: argparse.Namespace) -> int:
     from vis_embed.distributed import get_rank, get_world_size  # torch: only when the command runs
     from vis_embed.embedding_cache import CacheStats
+    from vis_embed.gallery.stored_form import StoredForm
     from vis_embed.model.encode_file import encode_jsonl
 
     if args.dry_run:
@@ -86,7 +96,8 @@ def run_encode(args: argparse.Namespace) -> int:
     written = encode_jsonl(
         args.model, args.input, args.output, adapter=args.adapter, instruction=args.instruction,
         batch_size=args.batch_size, on_error=args.on_error, show_progress=not args.no_progress,
-        cache_stats=cache_stats, workers=args.workers, **model_settings(args))
+        cache_stats=cache_stats, workers=args.workers,
+        storage=StoredForm(dim=args.dim, precision=args.precision, ranges_file=args.ranges), **model_settings(args))
     if get_world_size() > 1:  # under torchrun: what this rank did, then rank 0 alone reports the output
         print(cache_stats.summary(), file=sys.stderr)
     if get_rank() == 0:

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from vis_embed.config import format_validation_error
 from vis_embed.errors import ConfigError
@@ -85,6 +85,9 @@ class EmbeddingConfig(BaseModel):
     # Descriptive, not flags: one pooling exists; the adaptation is what the directory holds.
     pooling: Literal["last_token"] = "last_token"
     adaptation: Literal["lora", "head", "full"] | None = None
+    # the widths trained with loss.matryoshka_dims (training/losses/matryoshka.py): a model that
+    # records them serves any `dimensions` (--dim); None: not trained for truncation
+    matryoshka_dims: list[PositiveInt] | None = None
 
     @model_validator(mode="after")
     def _pixel_budget_ordered(self) -> EmbeddingConfig:

@@ -11,15 +11,21 @@ Outputs (all written atomically):
 * ``OUTPUT`` with ``.ids.json`` (``emb.ids.json``): row alignment -- ``{"lines": [...],
   "ids": [...], "embedding_config": {...}}`` where row j of the matrix is input line
   ``lines[j]`` (1-based, counting every physical line), ``ids[j]`` is that row's ``id`` field
-  (or null), and ``embedding_config`` the effective settings the vectors were made with
-  (:class:`vis_embed.model.embedding_config.EmbeddingConfig`).
+  (or null), ``embedding_config`` the effective settings the vectors were made with
+  (:class:`vis_embed.model.embedding_config.EmbeddingConfig`) and ``model`` its name, adapter
+  and fingerprint (weights + adapter + settings).
+  It also records the stored form, ``dim`` and ``precision`` (``--dim``, ``--precision``:
+  :mod:`vis_embed.gallery.stored_form`).
+* With ``--precision int8|uint8`` only: ``emb.ranges.npy``, (2, D) float32 per-dimension
+  [min; max] the vectors were quantized with (``--ranges emb.ranges.npy`` quantizes queries the
+  same way); ``emb.ids.json`` then names where they came from (``ranges``).
 * With ``--on-error skip`` only: ``emb.rejects.jsonl``, one ``{"line", "field", "reason",
   "row"}`` per skipped line (lines that are not UTF-8 or not JSON, items that break the contract,
   unreadable images, items the model embeds as NaN).  Without it (the default, ``raise``) the
   first bad line stops the run with an error naming the file, line and field, and nothing is
   written.  A previous run's ``emb.rejects.jsonl`` is removed by a run that writes none.
 
-The three files are one set: ``emb.ids.json`` is its commit record.  The new set is written
+The files are one set: ``emb.ids.json`` is its commit record.  The new set is written
 to temporary files first; only when all are complete is the old ``emb.ids.json`` removed, the
 others renamed into place and the new ``emb.ids.json`` renamed in last.  A write that fails (a
 full disk) leaves the previous set whole and loadable (an ``error:`` naming the output, exit 2);
@@ -48,6 +54,7 @@ from vis_embed.data.items import check_item
 from vis_embed.distributed import all_gather_object, broadcast_object, get_world_size, local_device, torchrun_group
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.errors import DataError
+from vis_embed.gallery.stored_form import StoredForm, ranges_path
 from vis_embed.io import atomic_path, parse_jsonl_line, read_text_lines_or_errors
 from vis_embed.model.embedder import Embedder
 from vis_embed.model.encode_shards import encode_across_ranks, remove_shards, shards_dir
@@ -113,11 +120,15 @@ class EncodedFile:
 def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: str | Path | None = None,
                  instruction: str | None = None, batch_size: int = 16, device: str | None = None,
                  compile: bool = False, on_error: str = "raise", show_progress: bool = True,
-                 cache_stats: CacheStats | None = None, workers: int | str = "auto", **settings: Any) -> EncodedFile:
+                 cache_stats: CacheStats | None = None, workers: int | str = "auto",
+                 storage: StoredForm | None = None, **settings: Any) -> EncodedFile:
     """Encode every item of ``input_path`` with ``model`` (+ ``adapter``) into ``output`` and its sidecars.
 
     ``settings``: EmbeddingConfig fields (prompt_format, min_pixels, max_pixels, max_length,
     dtype, attn_implementation); None or absent = the value recorded with the model, else the default.
+
+    ``storage``: the width and precision written (``--dim``, ``--precision``; default float32 at
+    the model's width).
 
     Launched by torchrun, every rank calls this and encodes a share (``cache_stats``, when
     given, counts this rank's encoded and reused shards); rank 0 writes, every rank returns
@@ -128,6 +139,7 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
     with torchrun_group():
         embedder = Embedder.from_pretrained(
             model, adapter=adapter, device=device or local_device(), compile=compile, workers=workers, **settings)
+        storage = (storage or StoredForm()).checked(embedder.embedding_dim, embedder.embedding_config)
         try:
             if get_world_size() == 1:
                 encoded = embedder.encode_partial(
@@ -144,37 +156,49 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
         truncated = sum(all_gather_object(embedder.model.truncated_items))
         written = None if encoded is None else _write_outputs(
             encoded, items, ids, lines, rejects, input_path, output, on_error, truncated,
-            embedder.embedding_config.to_json())
+            embedder.embedding_config.to_json(), storage, model_record(embedder, model, adapter))
         written = broadcast_object(written)  # also: no rank drops the shards before rank 0 has written
     if get_world_size() > 1:
         remove_shards(shards_dir(output))
     return written
 
 
+def model_record(embedder: Embedder, model: str | Path, adapter: str | Path | None) -> dict[str, Any]:
+    """Which model made the vectors (``.ids.json``'s ``model``): an index built from them refuses
+    queries of another model (:mod:`vis_embed.gallery.store`)."""
+    return {"name": str(model), "adapter": None if adapter is None else str(adapter),
+            "fingerprint": embedder.fingerprint()}
+
+
 def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], items: list[dict[str, Any]],
                    ids: list[Any], lines: list[int], rejects: list[dict[str, Any]], input_path: Path,
                    output: Path, on_error: str, truncated: int = 0,
-                   embedding_config: dict[str, Any] | None = None) -> EncodedFile:
+                   embedding_config: dict[str, Any] | None = None,
+                   storage: StoredForm | None = None, model: dict[str, Any] | None = None) -> EncodedFile:
     """Write the matrix, the row alignment and (skip mode) the rejects of an encoded JSONL."""
     embeddings, kept, errors = encoded
+    embeddings, ranges, stored = (storage or StoredForm()).apply(embeddings)
     rejects = rejects_of(errors, items, ids, lines, rejects, input_path)
     ids_path, rejects_path = sidecar_paths(output)
     alignment = {"input": str(input_path), "lines": [lines[i] for i in kept], "ids": [ids[i] for i in kept],
-                 "embedding_config": embedding_config}
+                 "embedding_config": embedding_config, **stored, **({"model": model} if model else {})}
     try:
-        _commit_set(output, ids_path, rejects_path if on_error == "skip" else None, embeddings, rejects, alignment)
+        _commit_set(output, ids_path, rejects_path if on_error == "skip" else None, embeddings, rejects, alignment,
+                    ranges)
     except OSError as exc:  # disk full, quota, read-only: the previous set is still whole
         raise DataError(f"cannot write the output ({exc.strerror or exc}); the previous output, if any, "
                         f"is unchanged", path=output) from None
     if on_error != "skip":
         rejects_path.unlink(missing_ok=True)  # a previous run's rejects do not describe this output
+    if ranges is None:
+        ranges_path(output).unlink(missing_ok=True)  # nor a previous run's int8/uint8 ranges
     return EncodedFile(output=output, rows=int(embeddings.shape[0]), dim=int(embeddings.shape[1]),
                        ids_path=ids_path, rejects=len(rejects),
                        rejects_path=rejects_path if on_error == "skip" else None, truncated=truncated)
 
 
 def _commit_set(output: Path, ids_path: Path, rejects_path: Path | None, embeddings: np.ndarray,
-                rejects: list[dict[str, Any]], alignment: dict[str, Any]) -> None:
+                rejects: list[dict[str, Any]], alignment: dict[str, Any], ranges: np.ndarray | None = None) -> None:
     """Write the whole new set to temporary files first and only then swap it in: a write
     that fails (a full disk) leaves the previous complete set loadable.  The swap is renames
     only (no new space); ``ids_path``, the commit record, is removed before the others are
@@ -183,8 +207,11 @@ def _commit_set(output: Path, ids_path: Path, rejects_path: Path | None, embeddi
         # Entered in commit order, left in reverse: matrix, then rejects, then the ids record.
         ids_tmp = stack.enter_context(atomic_path(ids_path))
         rejects_tmp = None if rejects_path is None else stack.enter_context(atomic_path(rejects_path))
+        ranges_tmp = None if ranges is None else stack.enter_context(atomic_path(ranges_path(output)))
         matrix_tmp = stack.enter_context(atomic_path(output))
         np.save(matrix_tmp, embeddings)
+        if ranges_tmp is not None:
+            np.save(ranges_tmp, ranges)
         if rejects_tmp is not None:
             rejects_tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rejects),
                                    encoding="utf-8")

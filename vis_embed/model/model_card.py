@@ -33,8 +33,8 @@ PIPELINE_TAG = "feature-extraction"
 
 # Recipe keys shown in the card's training table (dotted paths into the recipe dict).
 CARD_RECIPE_KEYS = ("max_steps", "global_batch_size", "seed", "optimizer.lr", "optimizer.decay",
-                    "adaptation", "loss.kind", "loss.identity_mask", "lora.r", "lora.alpha", "temperature.init",
-                    "temperature.learnable", "schedule")
+                    "adaptation", "loss.kind", "loss.identity_mask", "loss.matryoshka_dims", "lora.r", "lora.alpha",
+                    "temperature.init", "temperature.learnable", "schedule")
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -120,8 +120,18 @@ def model_card(facts: Mapping[str, Any], merged: bool = False) -> str:
     lines += ["", "## Use", "", "```bash", use]
     if adapter:
         lines.append("vis-embed export --adapter THIS_DIR --out st_model   # sentence-transformers / vLLM")
-    lines += ["```", ""]
+    lines += ["```", ""] + _matryoshka_lines(get_dotted(recipe, "loss.matryoshka_dims"))
     return "\n".join(lines)
+
+
+def _matryoshka_lines(dims: Sequence[int] | None) -> list[str]:
+    if not dims:
+        return []
+    return ["## Matryoshka dimensions", "",
+            (f"Trained with `loss.matryoshka_dims: {list(dims)}`: the first *d* coordinates, renormalised, "
+             "are an embedding themselves. `vis-embed encode --dim D`, the server's `dimensions` field, "
+             "vLLM's `dimensions` and sentence-transformers' `SentenceTransformer(path, truncate_dim=D)` "
+             "cut the vectors (docs/galleries.md)."), ""]
 
 
 def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:

@@ -1,4 +1,5 @@
-"""The FastAPI application: ``POST /v1/embeddings``, ``GET /v1/models``, ``GET /health``.
+"""The FastAPI application: ``POST /v1/embeddings``, ``GET /v1/models``, ``GET /health``,
+``GET /metrics`` (:mod:`.metrics`) and, with an index, ``POST /v1/search`` (:mod:`.gallery_routes`).
 
 :func:`create_app` takes a loaded ``Embedder`` (tests and library users build the app around
 their own); ``vis-embed serve`` (:mod:`vis_embed.serving.cli`) loads one and runs uvicorn.
@@ -31,10 +32,13 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from pydantic import BaseModel
 
 from vis_embed.serving.batcher import MicroBatcher, QueueFullError
 from vis_embed.serving.budget import DEFAULT_MAX_PIXELS_IN_FLIGHT, PixelBudget
 from vis_embed.serving.errors import RequestError
+from vis_embed.serving.gallery_routes import (answered_dimensions, check_default_dim, cut, install_search,
+                                              matryoshka_dims_of)
 from vis_embed.serving.hosts import AllowedHosts
 from vis_embed.serving.images import (
     DEFAULT_DECODE_TIMEOUT_S,
@@ -47,6 +51,7 @@ from vis_embed.serving.images import (
     decode_request_images,
 )
 from vis_embed.serving.limits import DEFAULT_MAX_REQUEST_TOKENS, InputLimiter
+from vis_embed.serving.metrics import ServerMetrics
 from vis_embed.serving.schemas import (
     EmbeddingRequest,
     check_content_type,
@@ -86,11 +91,17 @@ class ServerSettings:
     max_pixels_in_flight: int = DEFAULT_MAX_PIXELS_IN_FLIGHT  # decoded pixels of all requests at once
     decode_workers: int = DEFAULT_DECODE_WORKERS  # threads decoding images (not the default pool)
     decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S  # one image's decode
+    dim: int | None = None  # width answered when a request names no `dimensions` (serve --dim)
 
 
-def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
-    """The server around ``embedder``; its micro-batcher runs while the app is up (lifespan)."""
-    batcher = MicroBatcher(embedder, settings.max_batch_size, settings.max_wait_ms, settings.max_queue)
+def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> FastAPI:
+    """The server around ``embedder``; its micro-batcher runs while the app is up (lifespan).
+    ``index``: a loaded GalleryIndex of this model's vectors, searched by ``POST /v1/search``."""
+    metrics = ServerMetrics()
+    check_default_dim(settings.dim, embedder)
+    batcher = MicroBatcher(metrics.observing(embedder), settings.max_batch_size, settings.max_wait_ms,
+                           settings.max_queue)
+    metrics.watch_queue(batcher.stats)
     limiter = InputLimiter(embedder, settings.max_input_tokens, settings.long_input, settings.max_request_tokens)
     url_pool = ThreadPoolExecutor(settings.url_workers, thread_name_prefix="vis-embed-fetch") \
         if settings.allow_urls else None
@@ -132,13 +143,20 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     embedding_config = config.to_json() if hasattr(config, "to_json") else None
     authorized = Depends(_authorization(settings.api_key))
 
-    async def embed(request: Request, deadline: float) -> JSONResponse:
-        parsed = parse_request(await _read_body(request, settings.max_request_bytes))
-        _check_model(parsed, settings.model_name, embedder.embedding_dim)
+    async def embed_items(request: Request, schema: type[BaseModel] = EmbeddingRequest,
+                          check: Any = None) -> tuple[Any, Any]:
+        """``(the request's other fields, its EmbeddingResult)``: body to vectors, every limit applied;
+        ``check(parsed)`` refuses what the route cannot answer before any work."""
+        deadline = time.monotonic() + settings.request_timeout_s  # with_deadline's clock, give or take
+        parsed = parse_request(await _read_body(request, settings.max_request_bytes), schema)
+        _check_model(parsed, settings.model_name)
+        if check is not None:
+            check(parsed)
         check_instruction(parsed.instruction)
-        instruction, encoding_format = parsed.instruction, parsed.encoding_format
+        instruction = parsed.instruction
         items = parse_items(parsed.input, settings.max_items)
-        del parsed  # the raw input (base64 images) is not held while the request waits
+        metrics.items.labels(request.scope["path"]).inc(len(items))
+        parsed = parsed.model_copy(update={"input": None})  # the raw input (base64 images) is not held
         # The instruction's share of the token budget, before any image is decoded.
         await asyncio.to_thread(limiter.check_instruction_share, len(items), instruction)
         async with pixel_budget.reservation() as reservation:  # the images' pixels, held to the answer
@@ -151,9 +169,26 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
                 raise RequestError(429, f"the server is busy: {exc}; retry later",
                                    error_type="rate_limit_error") from None
             del items  # the job holds the decoded images until it is answered (or given up), then drops them
-            result = await _answer_unless_abandoned(request, future)
-        return JSONResponse(_response(result.embeddings, result.prompt_tokens, encoding_format,
+            return parsed, await _answer_unless_abandoned(request, future)
+
+    def dimensions(parsed: EmbeddingRequest) -> int:
+        return answered_dimensions(parsed.dimensions, settings.dim, embedder.embedding_dim,
+                                   matryoshka_dims_of(embedder))
+
+    async def embed(request: Request) -> JSONResponse:
+        parsed, result = await embed_items(request, check=dimensions)
+        dim = dimensions(parsed)
+        return JSONResponse(_response(cut(result.embeddings, dim), result.prompt_tokens, parsed.encoding_format,
                                       settings.model_name))
+
+    async def with_deadline(answer: Any) -> JSONResponse:
+        try:
+            async with asyncio.timeout(settings.request_timeout_s):  # cancelling it drops the queued job
+                return await answer
+        except TimeoutError:
+            raise RequestError(504, f"the request took longer than this server's limit of "
+                                    f"{settings.request_timeout_s:g} s (--request-timeout); send fewer items",
+                               error_type="server_error") from None
 
     @app.exception_handler(RequestError)
     async def request_error(_request: Request, exc: RequestError) -> JSONResponse:
@@ -195,14 +230,11 @@ def create_app(embedder: Any, settings: ServerSettings) -> FastAPI:
     @app.post("/v1/embeddings", dependencies=[authorized])
     async def embeddings(request: Request) -> JSONResponse:
         check_content_type(request.headers.get("content-type"))
-        try:
-            async with asyncio.timeout(settings.request_timeout_s):  # cancelling it drops the queued job
-                return await embed(request, time.monotonic() + settings.request_timeout_s)
-        except TimeoutError:
-            raise RequestError(504, f"the request took longer than this server's limit of "
-                                    f"{settings.request_timeout_s:g} s (--request-timeout); send fewer items",
-                               error_type="server_error") from None
+        return await with_deadline(embed(request))
 
+    if index is not None:
+        install_search(app, index, embed_items, authorized, with_deadline, settings.model_name)
+    metrics.install(app, authorized)
     return app
 
 
@@ -258,14 +290,11 @@ def _too_large(size: int, limit: int) -> RequestError:
                              f"{limit} bytes (--max-request-bytes); split the request")
 
 
-def _check_model(request: EmbeddingRequest, model_name: str, dim: int) -> None:
+def _check_model(request: Any, model_name: str) -> None:
     if request.model != model_name:
         raise RequestError(404, f"model {request.model!r} is not served here (this server serves "
                                 f"{model_name!r}; see GET /v1/models)", param="model",
                            error_type="model_not_found")
-    if request.dimensions is not None and request.dimensions != dim:
-        raise RequestError(400, f"dimensions: this model's vectors have {dim} dimensions, got "
-                                f"{request.dimensions} (truncation is not supported)", param="dimensions")
 
 
 def _response(embeddings: np.ndarray, prompt_tokens: int, encoding_format: str,

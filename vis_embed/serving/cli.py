@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from vis_embed.errors import ConfigError
+from vis_embed.gallery.options import add_dim_argument
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 
@@ -69,6 +70,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_security_arguments(parser)
     add_model_loading_arguments(parser)
     add_preparation_arguments(parser)
+    add_gallery_arguments(parser)
+
+
+def add_gallery_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("galleries (docs/galleries.md)")
+    add_dim_argument(group, "width of the vectors answered when a request names no `dimensions` (Matryoshka "
+                            "prefix, renormalised; default: the model's full width)")
+    group.add_argument("--index", type=Path, default=None, metavar="DIR",
+                       help="a vis-embed index directory of this model's vectors: adds POST /v1/search")
 
 
 def add_security_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
 
     from vis_embed.model.embedder import Embedder
     from vis_embed.model.prepare_pool import resolve_workers
+    from vis_embed.gallery.store import GalleryIndex
     from vis_embed.serving.app import ServerSettings, create_app
     from vis_embed.serving.hosts import default_allowed_hosts
     from vis_embed.serving.protocol import header_timeout_protocol
@@ -160,10 +171,13 @@ def run(args: argparse.Namespace) -> int:
                      if args.allowed_hosts else default_allowed_hosts(args.host))
     if allowed_hosts is not None and "*" in allowed_hosts:
         allowed_hosts = None
+    index = None if args.index is None else GalleryIndex.load(args.index)  # a bad index fails before the model loads
     embedder = Embedder.from_pretrained(
         args.model, adapter=args.adapter, **model_settings(args),
         # A long-lived process: "auto" means the workers, whatever the size of the first request.
         workers=resolve_workers(args.workers))
+    if index is not None:
+        index.check_queries(embedder.fingerprint(), embedder.embedding_dim)  # the gallery's model, or exit 2
     embedder.start_workers(background=True)  # requests are prepared in-process until they are up
     settings = ServerSettings(
         model_name=args.served_model_name or args.model, max_batch_size=args.max_batch_size,
@@ -174,8 +188,8 @@ def run(args: argparse.Namespace) -> int:
         max_request_pixels=args.max_request_pixels, request_timeout_s=args.request_timeout,
         allowed_hosts=allowed_hosts, max_request_tokens=args.max_request_tokens,
         max_pixels_in_flight=args.max_pixels_in_flight, decode_workers=args.decode_workers,
-        decode_timeout_s=args.decode_timeout)
-    uvicorn.run(create_app(embedder, settings), host=args.host, port=args.port, log_level="info",
+        decode_timeout_s=args.decode_timeout, dim=args.dim)
+    uvicorn.run(create_app(embedder, settings, index), host=args.host, port=args.port, log_level="info",
                 http=header_timeout_protocol(args.header_timeout, args.max_header_bytes),
                 timeout_keep_alive=args.keep_alive_timeout,
                 limit_concurrency=args.max_connections, h11_max_incomplete_event_size=args.max_header_bytes)

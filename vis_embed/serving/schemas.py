@@ -34,7 +34,8 @@ class EmbeddingRequest(BaseModel):
     input: Any
     encoding_format: Literal["float", "base64"] = "float"
     instruction: str | None = None
-    # OpenAI clients may send these; ``user`` is ignored, ``dimensions`` must be the model's.
+    # OpenAI clients may send these; ``user`` is ignored, ``dimensions`` cuts a Matryoshka model's
+    # vectors (serving/gallery_routes.py).
     user: str | None = None
     dimensions: int | None = None
 
@@ -101,13 +102,13 @@ def _too_deep() -> RequestError:
     return RequestError(400, f"the request body nests deeper than {MAX_JSON_DEPTH} levels")
 
 
-def parse_request(body: bytes) -> EmbeddingRequest:
-    """The request in ``body``, or a 400 naming the first bad field."""
+def parse_request(body: bytes, schema: type[BaseModel] = EmbeddingRequest) -> Any:
+    """The request in ``body`` (an EmbeddingRequest, or ``schema``), or a 400 naming the first bad field."""
     payload = parse_json(body)
     if not isinstance(payload, dict):
         raise RequestError(400, f"the request body must be a JSON object, got {type(payload).__name__}")
     try:
-        return EmbeddingRequest.model_validate(payload)
+        return schema.model_validate(payload)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = ".".join(str(part) for part in first["loc"]) or None

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
+                      model_validator)
 
 from vis_embed.config import validation_message
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
@@ -107,6 +108,19 @@ class LossConfig(_Strict):
     two_tier: TwoTierOptions = Field(default_factory=TwoTierOptions)
     two_tier_margin: TwoTierMarginOptions = Field(default_factory=TwoTierMarginOptions)
     triplet_hinge: TripletHingeOptions = Field(default_factory=TripletHingeOptions)
+    # Matryoshka (training/losses/matryoshka.py): the loss also on these renormalised prefixes
+    matryoshka_dims: list[PositiveInt] | None = None
+    matryoshka_weights: list[PositiveFloat] | None = None  # one per dim; default 1 each
+
+    @model_validator(mode="after")
+    def _matryoshka_consistent(self) -> "LossConfig":
+        dims, weights = self.matryoshka_dims, self.matryoshka_weights
+        if dims is not None and (not dims or any(b <= a for a, b in zip(dims, dims[1:]))):
+            raise ValueError(f"matryoshka_dims must be a non-empty, strictly increasing list, got {dims}")
+        if weights is not None and (dims is None or len(weights) != len(dims)):
+            raise ValueError(f"matryoshka_weights needs one weight per matryoshka_dims entry "
+                             f"({len(dims or [])}), got {len(weights)}")
+        return self
 
 
 class HeadConfig(_Strict):

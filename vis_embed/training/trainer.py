@@ -41,6 +41,7 @@ from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world
 from vis_embed.training.gradcache import StepResult, contrastive_step, runs_plain
 from vis_embed.training.losses import BatchLabels, Temperature, build_objective, designated_negatives
 from vis_embed.training.losses.diagnostics import false_negative_stats, own_image_matrix
+from vis_embed.training.losses.matryoshka import matryoshka_for_model
 from vis_embed.training.lr_schedule import lr_lambda
 from vis_embed.training.recipe import Recipe, recipe_to_dict
 from vis_embed.training.run_dir import check_run_directory, clear_run_directory
@@ -104,7 +105,8 @@ def trained_embedding_config(recipe: Recipe, data: Any, model: EmbeddingModel) -
     return model.current_config(effective=False).model_copy(update={
         "attn_implementation": None, "adaptation": adaptation,
         "query_instruction": shared([d.query_instruction for d in data.datasets]),
-        "document_instruction": shared([d.candidate_instruction for d in data.datasets])})
+        "document_instruction": shared([d.candidate_instruction for d in data.datasets]),
+        "matryoshka_dims": recipe.loss.matryoshka_dims})
 
 
 class Trainer:
@@ -169,6 +171,7 @@ class Trainer:
             loss.kind, self.temperature, identity_mask=loss.identity_mask, two_tier_alpha=loss.two_tier.alpha,
             two_tier_temperature=None, two_tier_weight=loss.two_tier_margin.weight,
             two_tier_margin=loss.two_tier_margin.margin, hinge_margin=loss.triplet_hinge.margin)
+        self.objective = matryoshka_for_model(self.objective, loss, self.model.embedding_dim)
         self.tau_optimizer = torch.optim.AdamW([self.temperature.log_tau], weight_decay=0.0,
                                                lr=recipe.temperature.lr or recipe.optimizer.lr,
                                                betas=recipe.optimizer.betas, eps=recipe.optimizer.eps)

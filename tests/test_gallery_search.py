@@ -1,0 +1,105 @@
+"""Quantized search (binary / int8 codes, float re-ranking) and eval's --index binary|int8,
+--rescore and --dim."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from eval_fakes import DIM, FakeEncoder, make_identity_benchmark
+
+from vis_embed.data import EvalDatasetSpec as DatasetSpec
+from vis_embed.errors import ConfigError
+from vis_embed.evaluation.harness import EvalSettings, Harness
+from vis_embed.evaluation.search import build_index, numpy_topk, search
+from vis_embed.gallery.quantized_index import QuantizedIndex
+from vis_embed.gallery.vectors import l2_normalise, truncate
+
+
+def _clustered(rows: int, dim: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((max(1, rows // 4), dim))
+    return l2_normalise(centres[rng.integers(0, len(centres), rows)] + 0.3 * rng.standard_normal((rows, dim)))
+
+
+def test_binary_scores_are_the_cosine_of_the_sign_vectors() -> None:
+    gallery, queries = _clustered(40, 20), _clustered(5, 20, seed=1)
+    scores, ids = QuantizedIndex.build(gallery, "binary").search(queries, 40)
+    signs_q, signs_g = np.where(queries > 0, 1.0, -1.0), np.where(gallery > 0, 1.0, -1.0)
+    expected = signs_q @ signs_g.T / 20
+    np.testing.assert_allclose(scores, np.take_along_axis(expected, ids, axis=1), atol=1e-6)
+    assert (np.diff(scores, axis=1) <= 0).all()
+
+
+@pytest.mark.parametrize("kind", ["binary", "int8"])
+def test_a_rescore_covering_the_gallery_is_exact(kind: str) -> None:
+    gallery, queries = _clustered(60, 24), _clustered(7, 24, seed=2)
+    scores, ids = search(build_index(gallery, kind, rescore=60), queries, 5)
+    exact_scores, exact_ids = numpy_topk(queries, gallery, 5)
+    np.testing.assert_array_equal(ids, exact_ids)
+    np.testing.assert_allclose(scores, exact_scores, rtol=1e-5)
+
+
+def test_int8_codes_rank_almost_like_floats() -> None:
+    gallery, queries = _clustered(400, 32), _clustered(50, 32, seed=3)
+    _scores, ids = QuantizedIndex.build(gallery, "int8").search(queries, 1)
+    _exact, exact_ids = numpy_topk(queries, gallery, 1)
+    assert (ids[:, 0] == exact_ids[:, 0]).mean() >= 0.9
+
+
+def test_rescore_reads_only_the_shortlist_from_a_memory_map(tmp_path: Path) -> None:
+    gallery, queries = _clustered(80, 16), _clustered(4, 16, seed=4)
+    np.save(tmp_path / "v.npy", gallery)
+    index = QuantizedIndex.build(gallery, "binary")
+    index.vectors, index.rescore = np.load(tmp_path / "v.npy", mmap_mode="r"), 80
+    _scores, ids = index.search(queries, 3)
+    np.testing.assert_array_equal(ids, numpy_topk(queries, gallery, 3)[1])
+
+
+def _gallery_spec(files: dict[str, Path]) -> list[DatasetSpec]:
+    return [DatasetSpec("Gal", "gallery", "Re-ID", "OOD", "MVEB", queries=files["queries"], gallery=files["gallery"],
+                        image_root=files["images"], query_instruction="Find the same object.",
+                        candidate_instruction="Represent the image.")]
+
+
+def _run(out: Path, files: dict[str, Path], **settings) -> dict:
+    return Harness(FakeEncoder(), out, EvalSettings(show_progress=False, pictures=False, **settings)).run(
+        _gallery_spec(files))
+
+
+def test_eval_binary_with_full_rescore_equals_exact_and_records_bytes(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    exact = _run(tmp_path / "exact", files, index="exact")["datasets"]["Gal"]
+    binary = _run(tmp_path / "binary", files, index="binary", rescore=100)["datasets"]["Gal"]
+    assert binary["metrics"] == exact["metrics"]
+    assert (binary["index"], binary["rescore"], binary["bytes_per_vector"], binary["dim"]) == ("binary", 100, 2, DIM)
+    assert exact["bytes_per_vector"] == 4 * DIM and "rescore" not in exact
+
+
+class _TruncatingEncoder(FakeEncoder):
+    def encode(self, *args, **kwargs) -> np.ndarray:
+        return truncate(super().encode(*args, **kwargs), 4)
+
+
+def test_eval_dim_scores_the_renormalised_prefix(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    cut = _run(tmp_path / "cut", files, index="exact", dim=4)
+    by_hand = Harness(_TruncatingEncoder(), tmp_path / "hand", EvalSettings(
+        show_progress=False, pictures=False, index="exact")).run(_gallery_spec(files))
+    assert cut["dim"] == 4 and cut["datasets"]["Gal"]["dim"] == 4
+    assert cut["datasets"]["Gal"]["metrics"] == by_hand["datasets"]["Gal"]["metrics"]
+
+
+def test_rescore_needs_a_quantized_index() -> None:
+    with pytest.raises(ConfigError, match="--rescore re-ranks a binary or int8"):
+        EvalSettings(index="exact", rescore=4)
+
+
+def test_a_dim_wider_than_the_model_is_refused_before_encoding(tmp_path: Path) -> None:
+    encoder = FakeEncoder()
+    encoder.embedding_dim = DIM
+    with pytest.raises(ConfigError, match=f"--dim {DIM + 1} exceeds"):
+        Harness(encoder, tmp_path, EvalSettings(show_progress=False, dim=DIM + 1)).run(
+            _gallery_spec(make_identity_benchmark(tmp_path / "data")))
+    assert encoder.calls == []

@@ -1,0 +1,149 @@
+"""The server's gallery features: `dimensions` (Matryoshka), `serve --dim`, `POST /v1/search`
+and `GET /metrics`, on loopback around the tiny checkpoint."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("prometheus_client")
+pytest.importorskip("uvicorn")
+
+from _serve_fixtures import RunningServer  # noqa: E402
+from vis_embed.gallery.store import GalleryIndex, write_index  # noqa: E402
+from vis_embed.gallery.vectors import truncate  # noqa: E402
+from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
+
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.timeout(120)]
+
+NAME, KEY = "tiny", "sesame"
+TEXTS = ["a red car", "two people walking a dog", "blue", "the same woman from the side", "a yellow sign"]
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+class MatryoshkaEmbedder:
+    """The embedder, but its config records matryoshka_dims (as a model trained with them would)."""
+
+    def __init__(self, embedder: Any) -> None:
+        self._embedder = embedder
+        self.embedding_config = embedder.embedding_config.model_copy(update={"matryoshka_dims": [4, 8]})
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._embedder, name)
+
+
+@pytest.fixture(scope="module")
+def embedder(tiny_checkpoint):
+    from vis_embed.model.embedder import Embedder
+
+    return Embedder.from_pretrained(tiny_checkpoint(), device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def index(embedder, tmp_path_factory) -> GalleryIndex:
+    work = tmp_path_factory.mktemp("gallery")
+    np.save(work / "g.npy", embedder.encode([{"text": text} for text in TEXTS]))
+    (work / "g.ids.json").write_text(json.dumps({
+        "lines": list(range(1, 6)), "ids": [f"doc{i}" for i in range(5)],
+        "model": {"name": "tiny", "adapter": None, "fingerprint": embedder.fingerprint()}}))
+    write_index(work / "g.npy", work / "idx", kind="binary")
+    return GalleryIndex.load(work / "idx", rescore=5)
+
+
+def _serve(embedder: Any, index: Any = None, **settings: Any) -> RunningServer:
+    return RunningServer(create_app(embedder, ServerSettings(model_name=NAME, api_key=KEY, **settings), index))
+
+
+@pytest.fixture(scope="module")
+def served(embedder, index) -> Iterator[str]:
+    running = _serve(MatryoshkaEmbedder(embedder), index)
+    yield running.url
+    running.stop()
+
+
+def _post(url: str, path: str, body: dict[str, Any], headers: dict[str, str] = AUTH) -> Any:
+    return httpx.post(f"{url}{path}", json={"model": NAME, **body}, headers=headers, timeout=30)
+
+
+def test_dimensions_cut_a_matryoshka_models_vectors(served, embedder) -> None:
+    full = embedder.encode([{"text": TEXTS[0]}])
+    response = _post(served, "/v1/embeddings", {"input": TEXTS[0], "dimensions": 8})
+    assert response.status_code == 200, response.text
+    np.testing.assert_allclose(response.json()["data"][0]["embedding"], truncate(full, 8)[0], atol=1e-5)
+    for bad in (0, embedder.embedding_dim + 1):
+        refused = _post(served, "/v1/embeddings", {"input": TEXTS[0], "dimensions": bad})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "dimensions"
+
+
+def test_a_model_without_matryoshka_dims_refuses_other_dimensions_like_vllm(embedder) -> None:
+    running = _serve(embedder)
+    try:
+        refused = _post(running.url, "/v1/embeddings", {"input": "x", "dimensions": 4})
+        assert refused.status_code == 400 and "not trained with Matryoshka" in refused.json()["error"]["message"]
+        assert refused.json()["error"]["param"] == "dimensions"
+        full = _post(running.url, "/v1/embeddings", {"input": "x", "dimensions": embedder.embedding_dim})
+        assert full.status_code == 200
+    finally:
+        running.stop()
+
+
+def test_serve_dim_is_the_default_width(embedder) -> None:
+    running = _serve(MatryoshkaEmbedder(embedder), dim=4)
+    try:
+        vector = _post(running.url, "/v1/embeddings", {"input": TEXTS[1]}).json()["data"][0]["embedding"]
+        np.testing.assert_allclose(vector, truncate(embedder.encode([{"text": TEXTS[1]}]), 4)[0], atol=1e-5)
+    finally:
+        running.stop()
+
+
+def test_search_finds_each_gallery_item_first(served) -> None:
+    response = _post(served, "/v1/search", {"input": TEXTS, "k": 3, "instruction": None})
+    assert response.status_code == 200, response.text
+    data = response.json()["data"]
+    assert [row["hits"][0]["id"] for row in data] == [f"doc{i}" for i in range(5)]
+    assert all(len(row["hits"]) == 3 for row in data) and data[0]["hits"][0]["score"] == pytest.approx(1, abs=1e-4)
+
+
+@pytest.mark.parametrize("body, status, param", [
+    ({"input": "x", "k": 0}, 400, "k"),
+    ({"input": "x", "k": 1001}, 400, "k"),
+    ({"input": "x", "dimensions": 4}, 400, "dimensions"),   # unknown field for search
+    ({"input": []}, 400, "input"),
+    ({"input": "x", "model": "other"}, 404, "model"),
+])
+def test_bad_search_requests_name_the_field(served, body, status, param) -> None:
+    response = httpx.post(f"{served}/v1/search", json={"model": NAME, **body}, headers=AUTH, timeout=30)
+    assert response.status_code == status and response.json()["error"]["param"] == param
+
+
+def test_search_needs_the_key_and_an_index(served, embedder) -> None:
+    assert _post(served, "/v1/search", {"input": "x"}, headers={}).status_code == 401
+    running = _serve(embedder)
+    try:
+        assert _post(running.url, "/v1/search", {"input": "x"}).status_code == 404
+    finally:
+        running.stop()
+
+
+def test_metrics_count_requests_items_batches_and_errors(embedder) -> None:
+    running = _serve(embedder)
+    try:
+        assert httpx.get(f"{running.url}/metrics", timeout=10).status_code == 401
+        _post(running.url, "/v1/embeddings", {"input": TEXTS[:3]})
+        _post(running.url, "/v1/embeddings", {"input": "x", "dimensions": 3})  # 400
+        response = httpx.get(f"{running.url}/metrics", headers=AUTH, timeout=10)
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+        text = response.text
+    finally:
+        running.stop()
+    assert 'vis_embed_requests_total{code="200",endpoint="/v1/embeddings"} 1.0' in text
+    assert 'vis_embed_requests_total{code="400",endpoint="/v1/embeddings"} 1.0' in text
+    assert 'vis_embed_items_total{endpoint="/v1/embeddings"} 3.0' in text  # the refused one: no work
+    assert "vis_embed_batch_items_count 1.0" in text and "vis_embed_batch_items_sum 3.0" in text
+    assert 'vis_embed_request_seconds_count{endpoint="/v1/embeddings"} 2.0' in text
+    assert "vis_embed_queue_depth 0.0" in text

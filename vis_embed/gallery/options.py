@@ -1,0 +1,45 @@
+"""Command-line vocabulary of galleries (no numpy, torch or faiss: ``--help`` reads it).
+
+``--dim`` (Matryoshka width) is one flag on encode, eval, mteb and serve, declared here once.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from vis_embed.errors import ConfigError
+
+PRECISIONS: tuple[str, ...] = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
+RANGED_PRECISIONS = ("int8", "uint8")   # need per-dimension calibration ranges
+BIT_PRECISIONS = ("binary", "ubinary")  # one bit per dimension, packed 8 to a byte
+# persistent index kinds of `vis-embed index` (gallery/store.py)
+STORE_KINDS: tuple[str, ...] = ("auto", "flat", "binary", "int8", "ivf-pq")
+
+DIM_HELP = ("keep the first N dimensions of every vector, renormalised (Matryoshka); meant for models "
+            "trained with loss.matryoshka_dims (default: the full width)")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (exit 2 naming the flag otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def check_rescore(rescore: Any, index: str, flag: str = "--rescore") -> int:
+    """``rescore`` (an int >= 0) when it fits the index kind: only binary / int8 codes are re-ranked."""
+    if isinstance(rescore, bool) or not isinstance(rescore, int) or rescore < 0:
+        raise ConfigError(f"{flag} must be an integer >= 0, got {rescore!r}")
+    if rescore and index not in ("binary", "int8"):
+        raise ConfigError(f"{flag} re-ranks a binary or int8 index's shortlist; --index {index} is searched "
+                          f"exactly or with floats already")
+    return rescore
+
+
+def add_dim_argument(parser: argparse.ArgumentParser, help_text: str = DIM_HELP) -> None:
+    parser.add_argument("--dim", type=positive_int, default=None, metavar="N", help=help_text)

@@ -1,0 +1,59 @@
+"""``vis-embed search``: encode a JSONL of queries and search a persistent index
+(:mod:`vis_embed.gallery.store`) -- the library half; arguments in :mod:`vis_embed.gallery.cli`.
+
+Output (written atomically): one JSON line per query, in input order:
+``{"line": N, "id": QUERY_ID, "hits": [{"id": GALLERY_ID, "score": S}, ...]}`` best first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vis_embed.errors import ConfigError
+from vis_embed.gallery.store import GalleryIndex
+from vis_embed.gallery.vectors import truncate
+from vis_embed.io import write_jsonl
+
+
+def hits_of(index: GalleryIndex, scores: np.ndarray, rows: np.ndarray) -> list[list[dict[str, Any]]]:
+    """Each query's hits as ``{"id", "score"}`` (rows -1, fewer than k in the index, left out)."""
+    return [[{"id": index.ids[int(row)], "score": float(score)} for score, row in zip(query_scores, query_rows)
+             if row >= 0] for query_scores, query_rows in zip(scores, rows)]
+
+
+def search_jsonl(model: str | Path, index_dir: Path, input_path: Path, output: Path, *, k: int = 10,
+                 adapter: str | Path | None = None, instruction: str | None = None, batch_size: int = 16,
+                 rescore: int | None = None, device: str | None = None, show_progress: bool = True,
+                 workers: int | str = "auto", **settings: Any) -> int:
+    """Search ``index_dir`` with every query of ``input_path``; returns the number of queries.
+
+    The index is opened and the queries read before the model loads (bad input fails fast);
+    the model must be the one that made the gallery (its fingerprint) and ``instruction``
+    defaults to the model's recorded query instruction."""
+    from vis_embed.model.embedder import Embedder
+    from vis_embed.model.encode_file import anchor_error, read_items
+    from vis_embed.errors import DataError
+
+    if k < 1:
+        raise ConfigError(f"--k must be >= 1, got {k}")
+    index = GalleryIndex.load(index_dir, rescore=rescore)
+    items, ids, lines, _rejects = read_items(Path(input_path), on_error="raise")
+    embedder = Embedder.from_pretrained(model, adapter=adapter, device=device, workers=workers, **settings)
+    try:
+        index.check_queries(embedder.fingerprint(), embedder.embedding_dim)
+        if instruction is None:
+            instruction = embedder.embedding_config.query_instruction
+        try:
+            queries = embedder.encode(items, instruction=instruction, batch_size=batch_size,
+                                      show_progress=show_progress, base_dir=Path(input_path).parent)
+        except DataError as exc:
+            raise anchor_error(exc, Path(input_path), lines) from None
+    finally:
+        embedder.close()
+    scores, rows = index.search(truncate(queries, index.dim), k) if items else (np.empty((0, k)), np.empty((0, k)))
+    write_jsonl(output, [{"line": line, "id": query_id, "hits": hits}
+                         for line, query_id, hits in zip(lines, ids, hits_of(index, scores, rows))])
+    return len(items)

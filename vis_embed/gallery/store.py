@@ -1,0 +1,242 @@
+"""A persistent gallery index: ``vis-embed index`` writes it, ``vis-embed search`` and
+``vis-embed serve --index`` read it.
+
+A directory, written atomically (a crash leaves the previous one whole):
+
+- ``index.faiss``: the faiss index (``flat``: ``IndexFlatIP``, exact; ``int8``:
+  ``IndexScalarQuantizer`` 8-bit; ``binary``: ``IndexBinaryFlat`` on sign bits; ``ivf-pq``:
+  ``IndexIVFPQ``, inverted lists of product-quantized codes);
+- ``vectors.npy``: the float32 vectors (at the index's width), read memory-mapped to re-rank
+  a quantized kind's shortlist (``rescore``; not for ``flat``);
+- ``ids.json``: row i's id (the encode input's ``id``, else its row number);
+- ``index.json``: the settings: kind (requested and chosen, with the reason), rows, width,
+  ``bytes_per_vector``, memory budget, rescore, ivf-pq parameters, and the model that made the
+  vectors (name, adapter, fingerprint, embedding config) so queries of another model or width
+  are refused.
+
+``auto`` picks by size and budget, like autofaiss does for a memory limit: ``flat`` (exact)
+while the gallery is small enough to scan (at most :data:`FLAT_AUTO_ROWS` rows) and its floats
+fit the budget; else ``binary`` (1 bit a dimension, re-ranked with the floats on disk) when
+its codes fit; else ``ivf-pq`` with as many code bytes as fit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from vis_embed.errors import ConfigError, DataError
+from vis_embed.gallery.options import STORE_KINDS
+from vis_embed.gallery.quantized_index import QuantizedIndex, binary_codes_index, int8_codes_index
+from vis_embed.gallery.vectors import l2_normalise
+from vis_embed.io import atomic_directory, atomic_write_json, read_json_object
+
+INDEX_FILE, VECTORS_FILE, IDS_FILE, SETTINGS_FILE = "index.faiss", "vectors.npy", "ids.json", "index.json"
+FORMAT_VERSION = 1
+FLAT_AUTO_ROWS = 262_144       # auto: beyond this an exact scan per query is slow; a quantized kind is chosen
+DEFAULT_RESCORE = 4            # quantized kinds: shortlist 4 x k, re-ranked with floats
+PQ_TRAIN_ROWS = 100_000        # ivf-pq trains on at most this many rows (a seeded sample)
+IVF_ID_BYTES = 8               # an inverted list stores an int64 id beside each code
+
+
+@dataclass(frozen=True)
+class KindChoice:
+    kind: str
+    reason: str
+    pq_bytes: int | None = None  # ivf-pq: code bytes per vector
+
+
+def memory_budget_bytes(memory_gb: float | None) -> int:
+    """The budget in bytes: ``memory_gb``, else half of this machine's physical memory."""
+    if memory_gb is not None:
+        if not memory_gb > 0 or not math.isfinite(memory_gb):
+            raise ConfigError(f"--memory must be a positive number of GB, got {memory_gb}")
+        return int(memory_gb * 2 ** 30)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
+
+
+def pq_bytes_for(dim: int, budget_per_vector: float) -> int | None:
+    """The most product-quantizer bytes per vector (a divisor of ``dim``, at most 64) within
+    ``budget_per_vector`` (codes + id); None when not even one byte fits."""
+    fitting = [m for m in range(1, min(64, dim) + 1) if dim % m == 0 and m + IVF_ID_BYTES <= budget_per_vector]
+    return max(fitting) if fitting else None
+
+
+def choose_kind(requested: str, rows: int, dim: int, budget: int) -> KindChoice:
+    """The kind to build (see the module docstring); a named kind that does not fit is an error."""
+    if requested not in STORE_KINDS:
+        raise ConfigError(f"--kind: unknown index kind {requested!r} (known: {', '.join(STORE_KINDS)})")
+    per_vector = budget / max(rows, 1)
+    needs = {"flat": 4 * dim, "int8": dim, "binary": -(-dim // 8)}
+    if requested == "ivf-pq" or (requested == "auto" and per_vector < needs["binary"]):
+        pq = pq_bytes_for(dim, per_vector)
+        if pq is None:
+            raise ConfigError(f"--memory: {budget / 2 ** 30:.3g} GB holds no index of {rows} vectors")
+        why = "requested" if requested == "ivf-pq" else "binary codes exceed the memory budget"
+        return KindChoice("ivf-pq", f"{why}; {pq} code bytes per vector fit", pq)
+    if requested != "auto":
+        if needs[requested] > per_vector:
+            raise ConfigError(f"--memory: a {requested} index of {rows} x {dim} needs "
+                              f"{needs[requested] * rows / 2 ** 30:.3g} GB, over the {budget / 2 ** 30:.3g} GB budget")
+        return KindChoice(requested, "requested")
+    if rows <= FLAT_AUTO_ROWS and needs["flat"] <= per_vector:
+        return KindChoice("flat", f"{rows} rows (<= {FLAT_AUTO_ROWS}) whose floats fit the budget: exact search")
+    return KindChoice("binary", f"{rows} rows: binary codes ({needs['binary']} B a vector) fit the budget; "
+                                f"re-ranked with the float vectors on disk")
+
+
+def build_faiss(vectors: np.ndarray, choice: KindChoice, seed: int = 0) -> tuple[Any, dict[str, Any]]:
+    """``(faiss index, its parameters)`` for ``choice``."""
+    rows, dim = vectors.shape
+    if choice.kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+        index.add(vectors)
+        return index, {}
+    if choice.kind == "binary":
+        return binary_codes_index(vectors), {}
+    if choice.kind == "int8":
+        return int8_codes_index(vectors), {}
+    nlist = max(1, min(int(4 * math.sqrt(rows)), rows // 39))
+    nbits = 8 if rows >= 256 * 39 else max(1, int(math.log2(max(2, rows // 39))))  # enough points per centroid
+    index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, nlist, choice.pq_bytes, nbits, faiss.METRIC_INNER_PRODUCT)
+    index.cp.seed = seed
+    sample = vectors if rows <= PQ_TRAIN_ROWS else vectors[np.sort(
+        np.random.default_rng(seed).choice(rows, PQ_TRAIN_ROWS, replace=False))]
+    index.train(sample)
+    index.add(vectors)
+    index.nprobe = min(nlist, max(8, nlist // 16))
+    return index, {"nlist": nlist, "nprobe": int(index.nprobe), "pq_bytes": choice.pq_bytes, "pq_bits": nbits}
+
+
+def bytes_per_vector_of(kind: str, dim: int, pq_bytes: int | None = None) -> int:
+    """Bytes in memory per indexed vector (codes; ivf-pq: codes + the id its list stores)."""
+    return {"flat": 4 * dim, "int8": dim, "binary": -(-dim // 8)}.get(kind, (pq_bytes or 0) + IVF_ID_BYTES)
+
+
+def read_embeddings(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
+    """The float vectors of an encode output and its ``.ids.json`` record (checked to be one set)."""
+    from vis_embed.model.encode_file import read_encoded  # the one reader of encode outputs
+
+    vectors, alignment = read_encoded(path)
+    if vectors.ndim != 2 or vectors.dtype.kind != "f":
+        raise DataError(f"expected float vectors (encode --precision float32 or float16), got "
+                        f"{vectors.dtype} {vectors.shape}", path=path, field="embeddings")
+    if len(vectors) == 0:
+        raise DataError("no vectors to index", path=path, field="embeddings")
+    if not np.isfinite(vectors).all():
+        raise DataError("NaN or infinite values", path=path, field="embeddings")
+    return l2_normalise(vectors), alignment
+
+
+def unique_ids(recorded: list[Any], source: Path) -> list[Any]:
+    """Row i's id (its recorded ``id``, else i); a DataError naming ``ids`` when two rows share one
+    (a hit must name one gallery item)."""
+    ids = [row if value is None else value for row, value in enumerate(recorded)]
+    first_row: dict[str, int] = {}
+    for row, value in enumerate(ids):
+        key = json.dumps(value, sort_keys=True)
+        if key in first_row:
+            raise DataError(f"rows {first_row[key]} and {row} share the id {value!r}; give every gallery item "
+                            f"its own id", path=source, field="ids")
+        first_row[key] = row
+    return ids
+
+
+def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: float | None = None,
+                seed: int = 0) -> dict[str, Any]:
+    """Build the index of ``embeddings`` (an encode output) into ``out``; returns its settings."""
+    vectors, alignment = read_embeddings(Path(embeddings))
+    rows, dim = vectors.shape
+    budget = memory_budget_bytes(memory_gb)
+    choice = choose_kind(kind, rows, dim, budget)
+    index, parameters = build_faiss(vectors, choice, seed)
+    ids = unique_ids(alignment.get("ids") or [None] * rows, Path(embeddings))
+    settings = {
+        "format_version": FORMAT_VERSION, "kind": choice.kind, "kind_requested": kind, "kind_reason": choice.reason,
+        "rows": rows, "dim": dim, "bytes_per_vector": bytes_per_vector_of(choice.kind, dim, choice.pq_bytes),
+        "memory_budget_gb": round(budget / 2 ** 30, 3), "memory_given": memory_gb is not None,
+        "rescore": 0 if choice.kind == "flat" else DEFAULT_RESCORE, **parameters,
+        "embeddings": str(embeddings), "model": alignment.get("model"),
+        "embedding_config": alignment.get("embedding_config"),
+    }
+    with atomic_directory(out) as tmp:
+        (faiss.write_index_binary if choice.kind == "binary" else faiss.write_index)(index, str(tmp / INDEX_FILE))
+        if choice.kind != "flat":
+            np.save(tmp / VECTORS_FILE, vectors)
+        atomic_write_json(tmp / IDS_FILE, ids, indent=0)
+        atomic_write_json(tmp / SETTINGS_FILE, settings)
+    return settings
+
+
+@dataclass
+class GalleryIndex:
+    """A loaded index directory: ``search(queries, k) -> (scores, row numbers)`` and its ``ids``."""
+
+    directory: Path
+    settings: dict[str, Any]
+    ids: list[Any]
+    searcher: Any
+
+    @classmethod
+    def load(cls, directory: str | Path, rescore: int | None = None) -> GalleryIndex:
+        directory = Path(directory)
+        settings = read_json_object(directory / SETTINGS_FILE)
+        if settings is None or not (directory / INDEX_FILE).is_file():
+            raise DataError(f"not an index directory (no {SETTINGS_FILE} and {INDEX_FILE}); "
+                            f"write one with vis-embed index", path=directory, field="index")
+        kind = settings.get("kind")
+        if settings.get("format_version") != FORMAT_VERSION or kind not in STORE_KINDS:
+            raise DataError(f"unsupported index (format {settings.get('format_version')}, kind {kind!r})",
+                            path=directory / SETTINGS_FILE, field="kind")
+        try:
+            ids = json.loads((directory / IDS_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(f"unreadable ids ({exc}); build the index again", path=directory / IDS_FILE,
+                            field="ids") from None
+        rescore = settings.get("rescore", 0) if rescore is None else rescore
+        if rescore < 0 or (rescore and kind == "flat"):
+            raise ConfigError(f"--rescore {rescore}: only a binary, int8 or ivf-pq index re-ranks a shortlist")
+        path = str(directory / INDEX_FILE)
+        codes = faiss.read_index_binary(path) if kind == "binary" else faiss.read_index(path)
+        if not isinstance(ids, list) or codes.ntotal != len(ids) or codes.ntotal != settings.get("rows"):
+            raise DataError(f"{codes.ntotal} indexed vectors, {settings.get('rows')} rows in {SETTINGS_FILE}, but "
+                            f"ids.json does not list as many: a damaged index; build it again",
+                            path=directory, field="ids")
+        if kind == "flat":
+            searcher = codes
+        else:
+            vectors = np.load(directory / VECTORS_FILE, mmap_mode="r") if rescore else None
+            searcher = QuantizedIndex(kind, codes, int(settings["dim"]), vectors, rescore)
+        return cls(directory, settings, ids, searcher)
+
+    @property
+    def dim(self) -> int:
+        return int(self.settings["dim"])
+
+    def check_queries(self, fingerprint: str | None, full_dim: int) -> None:
+        """Queries of the model that made the gallery can be searched: the same fingerprint, and
+        the index's width at most the model's.  Otherwise a DataError naming the field."""
+        recorded = (self.settings.get("model") or {}).get("fingerprint")
+        where = self.directory / SETTINGS_FILE
+        if recorded and fingerprint and recorded != fingerprint:
+            name = (self.settings.get("model") or {}).get("name")
+            raise DataError(f"the index holds vectors of another model ({name}, adapter "
+                            f"{(self.settings.get('model') or {}).get('adapter')}); encode the gallery with "
+                            f"this model or search with that one", path=where, field="model")
+        if self.dim > full_dim:
+            raise DataError(f"the index is {self.dim} wide, the model's vectors {full_dim}", path=where, field="dim")
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)`` (Q, k) best first; rows -1 where fewer than k exist."""
+        from vis_embed.evaluation.search import search  # the one batched search (NaN queries refused)
+
+        if queries.shape[1] != self.dim:
+            raise DataError(f"queries are {queries.shape[1]} wide, the index {self.dim}", field="dim")
+        return search(self.searcher, l2_normalise(queries), k)

@@ -1,0 +1,106 @@
+"""The server's gallery features: the ``dimensions`` request field and ``POST /v1/search``.
+
+``dimensions`` (OpenAI's field) cuts the vectors to their first N coordinates, renormalised
+(:func:`vis_embed.gallery.vectors.truncate`).  Like vLLM, only a model that records Matryoshka
+dimensions (``matryoshka_dims`` in its ``embedding_config.json``) takes any N up to its width;
+any other model answers 400 unless N is its full width.  ``vis-embed serve --dim N`` sets the
+width answered when a request names none.
+
+``POST /v1/search`` (with ``vis-embed serve --index DIR``): ``{"model", "input", "instruction"?,
+"k"?}``; the input items are embedded exactly as ``/v1/embeddings`` embeds them (same body and
+item limits, API key, micro-batching and per-request isolation), cut to the index's width and
+searched (:mod:`vis_embed.gallery.store`).  Answer: ``{"object": "list", "model", "data":
+[{"object": "search_result", "index": i, "hits": [{"id", "score"}, ...]}], "usage"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from vis_embed.errors import ConfigError
+from vis_embed.gallery.search_file import hits_of
+from vis_embed.gallery.stored_form import warn_if_not_matryoshka
+from vis_embed.gallery.vectors import truncate
+from vis_embed.serving.errors import RequestError
+
+MAX_SEARCH_K = 1000
+
+
+class SearchRequest(BaseModel):
+    """``POST /v1/search`` body."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str
+    input: Any
+    instruction: str | None = None
+    k: int = Field(10, ge=1, le=MAX_SEARCH_K)
+    user: str | None = None
+
+
+def matryoshka_dims_of(embedder: Any) -> list[int] | None:
+    config = getattr(embedder, "embedding_config", None)
+    return getattr(config, "matryoshka_dims", None)
+
+
+def check_default_dim(dim: int | None, embedder: Any) -> None:
+    """``serve --dim``: at most the model's width (checked at start-up); a model not trained for
+    it is served cut all the same (the operator's choice), with a warning."""
+    full_dim = embedder.embedding_dim
+    if dim is not None and not 1 <= dim <= full_dim:
+        raise ConfigError(f"--dim must be from 1 to the model's width {full_dim}, got {dim}")
+    warn_if_not_matryoshka(dim, full_dim, matryoshka_dims_of(embedder))
+
+
+def answered_dimensions(requested: int | None, default: int | None, full_dim: int,
+                        matryoshka_dims: list[int] | None) -> int:
+    """The width a request is answered with, or a 400 naming ``dimensions``."""
+    if requested is None:
+        return default or full_dim
+    if requested == full_dim:
+        return full_dim
+    if not matryoshka_dims:
+        raise RequestError(400, f"dimensions: this model was not trained with Matryoshka dimensions (no "
+                                f"matryoshka_dims recorded); its vectors have {full_dim} dimensions, "
+                                f"got {requested}", param="dimensions")
+    if not 1 <= requested <= full_dim:
+        raise RequestError(400, f"dimensions: must be from 1 to {full_dim}, got {requested}", param="dimensions")
+    return requested
+
+
+def cut(embeddings: np.ndarray, dim: int) -> np.ndarray:
+    return truncate(embeddings, dim) if dim != embeddings.shape[1] else embeddings
+
+
+EmbedItems = Callable[[Request, type[BaseModel]], Awaitable[tuple[Any, Any]]]
+
+
+def install_search(app: FastAPI, index: Any, embed_items: EmbedItems, authorized: Any,
+                   with_deadline: Callable[[Awaitable[JSONResponse]], Awaitable[JSONResponse]],
+                   model_name: str) -> None:
+    """``POST /v1/search`` over ``index`` (a loaded :class:`~vis_embed.gallery.store.GalleryIndex`).
+
+    ``embed_items(request, schema)`` is the app's own path from body to vectors (limits,
+    parsing, batching); ``with_deadline`` its request timeout."""
+    async def search(request: Request) -> JSONResponse:
+        parsed, result = await embed_items(request, SearchRequest)
+        queries = truncate(result.embeddings, index.dim)
+        scores, rows = await asyncio.to_thread(index.search, queries, parsed.k)
+        data = [{"object": "search_result", "index": position, "hits": hits}
+                for position, hits in enumerate(hits_of(index, scores, rows))]
+        return JSONResponse({"object": "list", "model": model_name, "data": data,
+                             "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}})
+
+    @app.post("/v1/search", dependencies=[authorized])
+    async def search_route(request: Request) -> JSONResponse:
+        from vis_embed.serving.schemas import check_content_type
+
+        check_content_type(request.headers.get("content-type"))
+        return await with_deadline(search(request))
