@@ -273,7 +273,7 @@ def end_to_end(checkpoint: Path, gallery: list[dict[str, Any]], base_dir: Path, 
     rows, reference = [], {}
     try:
         for decode in decodes:
-            embedder.model.decode = decode
+            embedder.model.embedding_config = embedder.model.embedding_config.with_values(decode=decode)
             for workers in workers_by_decode[decode]:
                 for variant in variants if workers > 0 else ["new"]:
                     with hand_over(variant):

@@ -13,14 +13,15 @@ name the field it is about, so a check on a whole entry still points at the offe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
-from vis_embed.errors import DataError
+from vis_embed.errors import ConfigError, DataError
 
 Model = TypeVar("Model", bound=BaseModel)
 Entry = TypeVar("Entry", bound=BaseModel)
@@ -126,6 +127,30 @@ def validation_message(error: ValidationError, source: str | Path | None = None,
                        dotted: Any = None) -> str:
     """:func:`format_validation_error` as one message, a line per problem (for a ConfigError)."""
     return "\n".join(str(problem) for problem in format_validation_error(error, source, document, dotted))
+
+
+@contextmanager
+def reported(source: str | Path | None = None, document: Any = None, dotted: Any = None,
+             as_error: Callable[[list[DataError]], Exception] | None = None) -> Iterator[None]:
+    """Validation inside the block reports like every config of the package: a pydantic
+    ``ValidationError`` becomes a ConfigError of :func:`validation_message` (one line a problem),
+    or ``as_error(problems)`` (the DataErrors of :func:`format_validation_error`).  With it,
+    ``except ValidationError`` is written here only (tests/test_one_rule.py)."""
+    try:
+        yield
+    except ValidationError as exc:
+        problems = format_validation_error(exc, source, document, dotted)
+        if as_error is not None:
+            raise as_error(problems) from None
+        raise ConfigError("\n".join(str(problem) for problem in problems)) from None
+
+
+def validated(model: type[Model], values: Any, source: str | Path | None = None, document: Any = None,
+              dotted: Any = None, as_error: Callable[[list[DataError]], Exception] | None = None) -> Model:
+    """``model.model_validate(values)``, problems reported by :func:`reported`."""
+    with reported(source, document, dotted, as_error):
+        return model.model_validate(values)
+    raise AssertionError("unreachable: reported() re-raises")
 
 
 def validate_document(model: type[Model], document: Any, source: str | Path,

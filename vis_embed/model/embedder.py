@@ -300,18 +300,15 @@ class Embedder:
 
     # ------------------------------------------------------------------ identity
     def fingerprint(self) -> str:
-        """Identifies weights + adapter + prompt format + pixel budget + dtype (for caches)."""
+        """Identifies weights + adapter + every embedding setting (for caches): the settings are
+        the hash of the effective EmbeddingConfig's dump (dtype as loaded), not a list of fields,
+        so a field added to the config changes every key made from it."""
         if self._fingerprint is None:
             model = self.model
             self._fingerprint = fingerprint_json({
                 "weights": _checkpoint_fingerprint(model.name_or_path, model.backbone),
                 "adapter": _checkpoint_fingerprint(model.adapter, None) if model.adapter else None,
-                "prompt_format": model.prompt_format,
-                "min_pixels": model.min_pixels, "max_pixels": model.max_pixels,
-                "max_length": model.max_length,
-                "dtype": str(model.dtype),
-                # Fast decoding changes the vectors a little; exact keeps the older fingerprints.
-                **({"decode": model.decode} if model.decode != "exact" else {}),
+                "settings": self.embedding_config.fingerprint(),
             })
         return self._fingerprint
 

@@ -4,8 +4,9 @@ The CPU half of :class:`~vis_embed.model.embedding_model.EmbeddingModel`: everyt
 ``prepare_one`` needs -- the HF processor, the pixel budget, the prompt format, the token
 limit and the decode mode -- and nothing else, so it pickles to a worker process
 (:mod:`vis_embed.model.prepare_pool`) without the model's weights.  ``EmbeddingModel.preparer()``
-builds one from the model's current settings; the model, the worker processes and the length
-estimate (:mod:`vis_embed.model.lengths`) all go through it, so an item is prepared one way.
+builds one from the model's EmbeddingConfig (the object itself, not its fields copied); the
+model, the worker processes and the length estimate (:mod:`vis_embed.model.lengths`) all go
+through it, so an item is prepared one way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from vis_embed.data.images import crop_to_bbox, fit_aspect_ratio, item_decode_mode, load_image
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
+from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.lengths import processor_size
 from vis_embed.model.prompts import build_prompt
 
@@ -78,20 +80,33 @@ class Preparer:
     """How to prepare items for one model (picklable: a processor and a few settings)."""
 
     processor: Any
-    min_pixels: int
-    max_pixels: int
-    prompt_format: str = "chat"
+    # The model's EmbeddingConfig (prompt format, pixel budget, decode mode): read, never copied.
+    config: EmbeddingConfig
     token_limit: int | None = None
-    decode: str = "exact"
     # The model's dtype when it is a 16-bit float: the forward pass casts the patches to it
     # first thing, so casting them here gives the same bits and halves what crosses the
     # worker pipes, the collation and the host-to-GPU copy (4.8 MB -> 2.4 MB a 256-token image).
     pixel_dtype: str | None = None
 
+    @property
+    def min_pixels(self) -> int:
+        return self.config.min_pixels
+
+    @property
+    def max_pixels(self) -> int:
+        return self.config.max_pixels
+
+    @property
+    def prompt_format(self) -> str:
+        return self.config.prompt_format
+
+    @property
+    def decode(self) -> str:
+        return self.config.decode
+
     def signature(self) -> tuple[Any, ...]:
         """Equal for preparers that prepare every item identically (same processor object)."""
-        return (id(self.processor), self.min_pixels, self.max_pixels, self.prompt_format,
-                self.token_limit, self.decode, self.pixel_dtype)
+        return (id(self.processor), self.config.fingerprint(), self.token_limit, self.pixel_dtype)
 
     def prompt(self, has_image: bool, instruction: str | None, text: str | None) -> str:
         """The item's prompt with one unexpanded image placeholder (also what lengths.py counts)."""

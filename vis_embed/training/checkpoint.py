@@ -39,7 +39,7 @@ from torch import nn
 
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory, atomic_write_json
-from vis_embed.model.export import absolute_model_reference
+from vis_embed.model.references import absolute_model_reference, is_peft_adapter
 from vis_embed.model.projection_head import HEAD_CONFIG, load_head, save_head
 from vis_embed.distributed import barrier, broadcast_object, get_rank, is_main_process
 
@@ -158,7 +158,7 @@ def write_final_extras(directory: Path, processor: Any, recipe: dict[str, Any], 
     write_model_card(directory, {
         "base_model": absolute_model_reference(str(recipe["model"])), "recipe": recipe, "steps": steps,
         "datasets": datasets, "evaluation": None,
-        "adapter": (directory / "adapter_config.json").is_file() or (directory / HEAD_CONFIG).is_file()})
+        "adapter": is_peft_adapter(directory) or (directory / HEAD_CONFIG).is_file()})
 
 
 def write_trainer_state(directory: Path, state: dict[str, Any]) -> None:

@@ -29,9 +29,9 @@ from transformers import set_seed
 
 from vis_embed.data import load_train_config
 from vis_embed.errors import ConfigError, DataError, VisEmbedError
-from vis_embed.io import atomic_write_text
-from vis_embed.model.embedding_config import EmbeddingConfig
-from vis_embed.model.embedding_model import EmbeddingModel, resolve_dtype
+from vis_embed.io import atomic_write_json, atomic_write_text
+from vis_embed.model.embedding_config import EmbeddingConfig, check_adapter_agrees, resolve_embedding_config
+from vis_embed.model.embedding_model import EmbeddingModel
 from vis_embed.model.prepare_pool import PreparePool, PrepareTask
 from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
@@ -49,6 +49,8 @@ from vis_embed.training.schedule_source import ScheduleSource, open_schedule
 
 log = logging.getLogger(__name__)
 
+DEEPSPEED_CONFIG_FILE = "deepspeed_config.json"  # OUTPUT_DIR/: the filled DeepSpeed config of the run
+
 
 class TrainingDivergedError(VisEmbedError):
     """Non-finite loss or gradient, or non-finite/exploded weights; nothing is saved after it,
@@ -62,21 +64,25 @@ class PreparedStep:
     candidates: list[Any]
     query_lengths: list[int]
     candidate_lengths: list[int]
-    identities: torch.Tensor  # (global batch,) int64 loss-label codes in slot order (the schedule's `label`)
+    labels: torch.Tensor  # (global batch,) int64 loss-label codes in slot order (the schedule's `label`)
     designated: torch.Tensor | None = None  # (global batch,)*2 designated hard-negative pairs
     candidate_order: torch.Tensor | None = None  # loss columns in the gathered candidates (explicit negatives)
 
 
+def training_embedding_config(recipe: Recipe) -> EmbeddingConfig:
+    """The settings the model trains with: the recipe's explicit ``model_options`` > the
+    ``init_adapter``'s recorded embedding_config.json > the base's > the defaults.  A warm start
+    refuses an explicit value that contradicts the adapter's record (naming both)."""
+    explicit = recipe.model_options.explicit()
+    if recipe.init_adapter:
+        check_adapter_agrees(recipe.init_adapter, explicit, "the recipe", field_prefix="model_options.")
+    return resolve_embedding_config(recipe.model, recipe.init_adapter, **explicit)
+
+
 def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
-    """EmbeddingModel from the recipe: dtype, attention, pixels, LoRA, gradient checkpointing."""
-    options = recipe.model_options
-    # None (attention: flash_attention_2 on GPU when installed, else sdpa; min_pixels: the
-    # model's default) leaves the choice to EmbeddingModel.from_pretrained.
-    optional = {"attn_implementation": options.attn_implementation, "min_pixels": options.min_pixels}
-    model = EmbeddingModel.from_pretrained(
-        recipe.model, device=device, dtype=options.dtype, max_pixels=options.max_pixels,
-        prompt_format=options.prompt_format, max_length=options.max_length, decode=options.decode,
-        **{key: value for key, value in optional.items() if value is not None})
+    """EmbeddingModel from the recipe: its settings (training_embedding_config), LoRA or head,
+    gradient checkpointing."""
+    model = EmbeddingModel.from_pretrained(recipe.model, device=device, config=training_embedding_config(recipe))
     if recipe.adaptation == "head":  # frozen backbone, trained projection head
         model.add_projection_head(recipe.head.dim)
     elif recipe.lora.enabled:
@@ -85,7 +91,7 @@ def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
     else:
         for parameter in model.parameters():
             parameter.requires_grad_(True)
-    if options.gradient_checkpointing:
+    if recipe.model_options.gradient_checkpointing:
         model.enable_gradient_checkpointing()
     model.train()
     return model
@@ -100,7 +106,7 @@ def trained_embedding_config(recipe: Recipe, data: Any, model: EmbeddingModel) -
         return values[0] if len(set(values)) == 1 else None
 
     adaptation = "head" if recipe.adaptation == "head" else "lora" if recipe.lora.enabled else "full"
-    return model.current_config(effective=False).model_copy(update={
+    return model.embedding_config.model_copy(update={
         "attn_implementation": None, "adaptation": adaptation,
         "query_instruction": shared([d.query_instruction for d in data.datasets]),
         "document_instruction": shared([d.candidate_instruction for d in data.datasets])})
@@ -138,7 +144,6 @@ class Trainer:
                      local, local, chunk, 2 * local, local)
         self.show_progress = recipe.logging.progress_bar if show_progress is None else show_progress
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
-        self.dtype = resolve_dtype(recipe.model_options.dtype, self.device)
         self.data = load_train_config(recipe.data, check_images=is_main_process())
         self.schedule: ScheduleSource = open_schedule(recipe, self.data)
         if self.schedule.global_batch_size != recipe.global_batch_size:
@@ -151,6 +156,7 @@ class Trainer:
 
         set_seed(recipe.seed)  # identical LoRA init on every rank
         self.model = build_training_model(recipe, self.device)
+        self.dtype = self.model.dtype  # as loaded (dtype: checkpoint is the checkpoint's own)
         if recipe.init_adapter:  # warm start; a checkpoint found by --resume overwrites it
             ckpt.warm_start(self.model, recipe.init_adapter)
         self.embedding_config = trained_embedding_config(recipe, self.data, self.model)
@@ -166,12 +172,13 @@ class Trainer:
                                 recipe.optimizer.min_lr_ratio)
         self.objective = build_objective(
             loss.kind, self.temperature, identity_mask=loss.identity_mask, two_tier_alpha=loss.two_tier.alpha,
-            two_tier_temperature=None, two_tier_weight=loss.two_tier_margin.weight,
+            two_tier_weight=loss.two_tier_margin.weight,
             two_tier_margin=loss.two_tier_margin.margin, hinge_margin=loss.triplet_hinge.margin)
         self.tau_optimizer = torch.optim.AdamW([self.temperature.log_tau], weight_decay=0.0,
                                                lr=recipe.temperature.lr or recipe.optimizer.lr,
                                                betas=recipe.optimizer.betas, eps=recipe.optimizer.eps)
         self.tau_scheduler = torch.optim.lr_scheduler.LambdaLR(self.tau_optimizer, lr_schedule)
+        self.deepspeed_config: dict[str, Any] | None = None
         self.backend = self._build_backend(lr_schedule)
         self.start_step = 0
         self.step_diagnostics: dict[str, float] = {}
@@ -187,6 +194,7 @@ class Trainer:
                   "lr_schedule": lr_schedule}
         if self.recipe.deepspeed:
             ds_config = fill_deepspeed_config(self.recipe.deepspeed, self.recipe, self.local_batch_size, self.dtype)
+            self.deepspeed_config = ds_config  # written into the run directory by train()
             return DeepSpeedBackend(self.model, ds_config=ds_config, **common)
         # A chunk without images leaves vision-tower parameters out of the graph; DDP must
         # then be told to look for unused parameters or it waits for their gradients forever.
@@ -227,7 +235,7 @@ class Trainer:
     def prepare_step(self, batch: Any) -> PreparedStep:
         """This rank's shard of one scheduled step, prepared (images loaded, prompts built)."""
         members = batch.members()
-        identities = torch.tensor(batch.label, dtype=torch.long)  # computed once, at data load
+        labels = torch.tensor(batch.label, dtype=torch.long)  # computed once, at data load
         shard = members[self.shard]
         queries: list[Any] = [None] * len(shard)
         candidates: list[Any] = [None] * len(shard)
@@ -249,7 +257,7 @@ class Trainer:
         if order is not None:
             candidates += prepare_extras(shard, self._dataset, self._prepare, padded, candidates[-1])
         return PreparedStep(batch.step, queries, candidates, [q.length for q in queries],
-                            [c.length for c in candidates], identities, designated, order)
+                            [c.length for c in candidates], labels, designated, order)
 
     def _prepare(self, items: list[Any], instruction: str | None = None) -> list[Any]:
         """``model.prepare`` in the recipe's ``num_workers`` processes (0: in this process)."""
@@ -271,13 +279,13 @@ class Trainer:
     # ------------------------------------------------------------------ training
     def train_step(self, prepared: PreparedStep) -> tuple[StepResult, float]:
         self.temperature.set_step(prepared.step)
-        labels = BatchLabels(prepared.identities, prepared.designated)
+        labels = BatchLabels(prepared.labels, prepared.designated)
 
         def loss_fn(queries: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
             if prepared.candidate_order is not None:
                 candidates = candidates[prepared.candidate_order.to(candidates.device)]
             # the false-negative diagnostics of this global batch (losses/diagnostics.py), logged per step
-            self.step_diagnostics = false_negative_stats(queries, candidates, self.temperature(), labels.identities)
+            self.step_diagnostics = false_negative_stats(queries, candidates, self.temperature(), labels.labels)
             return self.objective(queries, candidates, labels)
 
         result = contrastive_step(self.backend, self.model.collate, prepared.queries, prepared.candidates,
@@ -309,6 +317,8 @@ class Trainer:
         if is_main_process():
             self.output_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.output_dir / "recipe.yaml", yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False))
+            if self.deepspeed_config is not None:  # the config DeepSpeed ran with, "auto" values filled
+                atomic_write_json(self.output_dir / DEEPSPEED_CONFIG_FILE, self.deepspeed_config)
         logger = RunLogger(self.output_dir, recipe, self.start_step, enabled=is_main_process(),
                             show_progress=self.show_progress)
         executor = ThreadPoolExecutor(max_workers=1) if recipe.num_workers > 0 else None

@@ -26,7 +26,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from vis_embed.training.losses.designated import pad_columns
 from vis_embed.training.losses.infonce import false_negative_mask
 
 DIAGNOSTIC_KEYS = ("fn_share", "fn_query_fraction", "fn_logit_gap")
@@ -34,11 +33,11 @@ DIAGNOSTIC_KEYS = ("fn_share", "fn_query_fraction", "fn_logit_gap")
 
 @torch.no_grad()
 def false_negative_stats(query_embeddings: Tensor, candidate_embeddings: Tensor,
-                         temperature: Tensor | float, identities: Tensor) -> dict[str, float]:
+                         temperature: Tensor | float, labels: Tensor) -> dict[str, float]:
     """:data:`DIAGNOSTIC_KEYS` of one global batch (row i's positive is column i)."""
     logits = query_embeddings.detach().float() @ candidate_embeddings.detach().float().T
     logits = logits / (temperature.detach() if isinstance(temperature, Tensor) else temperature)
-    false_negative = pad_columns(false_negative_mask(identities.to(logits.device)), logits.shape[1])
+    false_negative = false_negative_mask(labels.to(logits.device), logits.shape[1])
     probabilities = logits.softmax(dim=1)
     share = (probabilities * false_negative).sum(dim=1)
     counts = false_negative.sum(dim=1)
