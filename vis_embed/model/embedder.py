@@ -33,6 +33,7 @@ from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.embedding_model import EmbeddingModel, PreparedItem
 from vis_embed.model.lengths import estimated_lengths
 from vis_embed.model.prepare_pool import PreparePool, PrepareTask, resolve_workers
+from vis_embed.model.references import ADAPTER_CONFIG
 
 # Keys that record how a file was loaded or written, not what the model computes.
 # A batch closes early once its padded-token fraction would exceed this (never below a quarter
@@ -45,7 +46,7 @@ _VOLATILE_JSON_KEYS = {"is_local", "local_files_only", "name_or_path", "_name_or
 _CHECKPOINT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer.json",
                      "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                      "processor_config.json", "preprocessor_config.json",
-                     "video_preprocessor_config.json", "adapter_config.json",
+                     "video_preprocessor_config.json", ADAPTER_CONFIG,
                      "head_config.json")
 
 

@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import types
-import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from vis_embed.config import validated
+from vis_embed.config import argument_type, validated
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_write_json, fingerprint_json
 from vis_embed.data.images import DECODE_MODES
@@ -186,16 +184,6 @@ def flag_fields(groups: Iterable[str]) -> list[str]:
             if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("group") in wanted]
 
 
-def _type_and_choices(annotation: Any) -> tuple[type, tuple[Any, ...] | None]:
-    """argparse ``type`` and ``choices`` of a field annotation (``int | None``, ``Literal[...]``)."""
-    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-    if typing.get_origin(annotation) is Literal:
-        return type(args[0]), tuple(args)
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
-        return _type_and_choices(args[0])
-    return annotation, None
-
-
 def add_embedding_config_arguments(parser: argparse.ArgumentParser, groups: Iterable[str] = (LOADING,),
                                    only: Iterable[str] | None = None,
                                    help_overrides: Mapping[str, str] | None = None) -> list[str]:
@@ -204,7 +192,7 @@ def add_embedding_config_arguments(parser: argparse.ArgumentParser, groups: Iter
     names = list(only) if only is not None else flag_fields(groups)
     for name in names:
         field = EmbeddingConfig.model_fields[name]
-        kind, choices = _type_and_choices(field.annotation)
+        kind, choices = argument_type(field.annotation)
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         default = "unset" if field.default is None else field.default
         text = (help_overrides or {}).get(name) or (
