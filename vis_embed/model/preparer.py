@@ -88,33 +88,18 @@ class Preparer:
     # worker pipes, the collation and the host-to-GPU copy (4.8 MB -> 2.4 MB a 256-token image).
     pixel_dtype: str | None = None
 
-    @property
-    def min_pixels(self) -> int:
-        return self.config.min_pixels
-
-    @property
-    def max_pixels(self) -> int:
-        return self.config.max_pixels
-
-    @property
-    def prompt_format(self) -> str:
-        return self.config.prompt_format
-
-    @property
-    def decode(self) -> str:
-        return self.config.decode
-
     def signature(self) -> tuple[Any, ...]:
         """Equal for preparers that prepare every item identically (same processor object)."""
         return (id(self.processor), self.config.fingerprint(), self.token_limit, self.pixel_dtype)
 
     def prompt(self, has_image: bool, instruction: str | None, text: str | None) -> str:
         """The item's prompt with one unexpanded image placeholder (also what lengths.py counts)."""
-        return build_prompt(self.processor, has_image, instruction, text, self.prompt_format)
+        return build_prompt(self.processor, has_image, instruction, text, self.config.prompt_format)
 
     def target_size(self, width: int, height: int) -> tuple[int, int]:
         """(width, height) this model's processor resizes such an image to (what fast decoding keeps 2x of)."""
-        return processor_size(self.processor.image_processor, self.min_pixels, self.max_pixels, width, height)
+        config = self.config
+        return processor_size(self.processor.image_processor, config.min_pixels, config.max_pixels, width, height)
 
     def load_image(self, item: dict[str, Any], base_dir: str | Path | None = None) -> Any:
         """The checked item's image as the model will see it (RGB, cropped, sliver-padded), or None."""
@@ -122,8 +107,8 @@ class Preparer:
         if image is None:
             return None
         try:
-            pil_image = load_image(image, base_dir=base_dir, max_pixels=self.max_pixels,
-                                   decode=item_decode_mode(item, self.decode), target_size=self.target_size)
+            pil_image = load_image(image, base_dir=base_dir, max_pixels=self.config.max_pixels,
+                                   decode=item_decode_mode(item, self.config.decode), target_size=self.target_size)
         except DataError as exc:
             raise DataError(exc.reason, path=exc.path, line=exc.line, field="image") from None
         if "bbox" in item:
@@ -161,8 +146,8 @@ class Preparer:
                                   "return_tensors": "pt"}
         if pil_image is not None:
             kwargs["images"] = [pil_image]
-            kwargs["images_kwargs"] = {"size": {"shortest_edge": self.min_pixels,
-                                                "longest_edge": self.max_pixels}}
+            kwargs["images_kwargs"] = {"size": {"shortest_edge": self.config.min_pixels,
+                                                "longest_edge": self.config.max_pixels}}
         outputs = self.processor(**kwargs)
         input_ids = outputs["input_ids"][0]
         mm_types = outputs.get("mm_token_type_ids")
