@@ -138,7 +138,7 @@ class _ModelOptionsBase(_Strict):
 # How the model embeds while it trains: the loading settings of EmbeddingConfig (model/), derived
 # from it (same names, vocabularies and bounds), each None by default.  None = inherit: the
 # init_adapter's recorded embedding_config.json > the base's > EmbeddingConfig's default; what
-# training used is what embedding_config.json records (trainer.trained_embedding_config).
+# training used is what embedding_config.json records (model_setup.trained_embedding_config).
 ModelOptions = create_model(  # type: ignore[call-overload]
     "ModelOptions", __base__=_ModelOptionsBase, __module__=__name__,
     **{name: _inherited(name) for name in flag_fields([LOADING])})

@@ -1,5 +1,9 @@
 """The trainer: recipe -> schedule -> LoRA model -> GradCache steps -> checkpoints.
 
+The loop and its state (backend, temperature, resume, checkpoints) live here; the model a
+recipe trains and the settings it records are model_setup.py's, and a step's items
+(this rank's shard, prepared in worker processes) step_items.py's.
+
 One loop serves every launcher: ``vis-embed train`` (single process), ``torchrun`` (DDP) and
 ``deepspeed``/``torchrun`` with a DeepSpeed config (ZeRO-2/3).  Each step reads the global
 batch of the offline schedule, keeps this rank's contiguous shard of slots (so gathering
@@ -17,35 +21,36 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import yaml
-from torch import nn
 from transformers import set_seed
 
 from vis_embed.data import load_train_config
-from vis_embed.errors import ConfigError, DataError, VisEmbedError
+from vis_embed.errors import ConfigError, VisEmbedError
 from vis_embed.io import atomic_write_json, atomic_write_text
-from vis_embed.model.embedding_config import EmbeddingConfig, check_adapter_agrees, resolve_embedding_config
-from vis_embed.model.embedding_model import EmbeddingModel
-from vis_embed.model.prepare_pool import PreparePool, PrepareTask
 from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
-from vis_embed.training.extra_candidates import column_order, extra_count, prepare_extras
 from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world_size, init_distributed, is_main_process
 from vis_embed.training.gradcache import StepResult, contrastive_step, runs_plain
-from vis_embed.training.losses import BatchLabels, Temperature, build_objective, designated_negatives
+from vis_embed.training.losses import BatchLabels, Temperature, build_objective
 from vis_embed.training.losses.diagnostics import false_negative_stats
 from vis_embed.training.lr_schedule import lr_lambda
+# build_training_model / training_embedding_config re-exported: callers build a recipe's model from here
+from vis_embed.training.model_setup import (  # noqa: F401
+    build_training_model,
+    trained_embedding_config,
+    training_embedding_config,
+)
 from vis_embed.training.recipe import Recipe, recipe_to_dict
 from vis_embed.training.run_dir import check_run_directory, clear_run_directory
 from vis_embed.training.run_log import RunLogger
 from vis_embed.training.schedule_source import ScheduleSource, open_schedule
+from vis_embed.training.step_items import PreparedStep, StepItems
 
 log = logging.getLogger(__name__)
 
@@ -55,61 +60,6 @@ DEEPSPEED_CONFIG_FILE = "deepspeed_config.json"  # OUTPUT_DIR/: the filled DeepS
 class TrainingDivergedError(VisEmbedError):
     """Non-finite loss or gradient, or non-finite/exploded weights; nothing is saved after it,
     and the newest checkpoint verified finite is named."""
-
-
-@dataclass
-class PreparedStep:
-    step: int
-    queries: list[Any]
-    candidates: list[Any]
-    query_lengths: list[int]
-    candidate_lengths: list[int]
-    labels: torch.Tensor  # (global batch,) int64 loss-label codes in slot order (the schedule's `label`)
-    designated: torch.Tensor | None = None  # (global batch,)*2 designated hard-negative pairs
-    candidate_order: torch.Tensor | None = None  # loss columns in the gathered candidates (explicit negatives)
-
-
-def training_embedding_config(recipe: Recipe) -> EmbeddingConfig:
-    """The settings the model trains with: the recipe's explicit ``model_options`` > the
-    ``init_adapter``'s recorded embedding_config.json > the base's > the defaults.  A warm start
-    refuses an explicit value that contradicts the adapter's record (naming both)."""
-    explicit = recipe.model_options.explicit()
-    if recipe.init_adapter:
-        check_adapter_agrees(recipe.init_adapter, explicit, "the recipe", field_prefix="model_options.")
-    return resolve_embedding_config(recipe.model, recipe.init_adapter, **explicit)
-
-
-def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
-    """EmbeddingModel from the recipe: its settings (training_embedding_config), LoRA or head,
-    gradient checkpointing."""
-    model = EmbeddingModel.from_pretrained(recipe.model, device=device, config=training_embedding_config(recipe))
-    if recipe.adaptation == "head":  # frozen backbone, trained projection head
-        model.add_projection_head(recipe.head.dim)
-    elif recipe.lora.enabled:
-        model.add_lora(r=recipe.lora.r, alpha=recipe.lora.alpha, dropout=recipe.lora.dropout,
-                       target_modules=recipe.lora.target_modules, vision=recipe.lora.vision)
-    else:
-        for parameter in model.parameters():
-            parameter.requires_grad_(True)
-    if recipe.model_options.gradient_checkpointing:
-        model.enable_gradient_checkpointing()
-    model.train()
-    return model
-
-
-def trained_embedding_config(recipe: Recipe, data: Any, model: EmbeddingModel) -> EmbeddingConfig:
-    """What ``embedding_config.json`` records in every checkpoint and final/: the settings the
-    model trained with (recipe model_options over the base's record), the adaptation, and the
-    instructions when every dataset shares them; not attn_implementation (the training
-    machine's kernel choice, not how the model embeds)."""
-    def shared(values: list[str | None]) -> str | None:
-        return values[0] if len(set(values)) == 1 else None
-
-    adaptation = "head" if recipe.adaptation == "head" else "lora" if recipe.lora.enabled else "full"
-    return model.embedding_config.model_copy(update={
-        "attn_implementation": None, "adaptation": adaptation,
-        "query_instruction": shared([d.query_instruction for d in data.datasets]),
-        "document_instruction": shared([d.candidate_instruction for d in data.datasets])})
 
 
 class Trainer:
@@ -167,7 +117,9 @@ class Trainer:
         self.temperature = (Temperature(fixed_tau, learnable=False, min_value=fixed_tau) if fixed_tau is not None
                             else Temperature(recipe.temperature.init, recipe.temperature.learnable,
                                              recipe.temperature.freeze_steps, recipe.temperature.min)).to(self.device)
-        self._pool: PreparePool | None = None  # started by train() when num_workers > 0
+        # this rank's items of each step (its own worker processes, started by train())
+        self.items = StepItems(self.model, self.data, self.shard, self.world_size,
+                               schedule_name=recipe.schedule, data_name=recipe.data)
         lr_schedule = lr_lambda(recipe.optimizer.warmup_steps, recipe.max_steps, recipe.optimizer.decay,
                                 recipe.optimizer.min_lr_ratio)
         self.objective = build_objective(
@@ -231,50 +183,9 @@ class Trainer:
         if is_main_process():
             log.info("resuming from %s at step %d", directory, self.start_step)
 
-    # ------------------------------------------------------------------ data
     def prepare_step(self, batch: Any) -> PreparedStep:
-        """This rank's shard of one scheduled step, prepared (images loaded, prompts built)."""
-        members = batch.members()
-        labels = torch.tensor(batch.label, dtype=torch.long)  # computed once, at data load
-        shard = members[self.shard]
-        queries: list[Any] = [None] * len(shard)
-        candidates: list[Any] = [None] * len(shard)
-        by_dataset: dict[str, list[int]] = {}
-        for position, member in enumerate(shard):
-            by_dataset.setdefault(member.dataset, []).append(position)
-        for name, positions in by_dataset.items():
-            dataset = self._dataset(name)
-            query_items = [dataset.query_item(dataset.get(shard[p].query_id)) for p in positions]
-            candidate_items = [dataset.positive_item(dataset.get(shard[p].positive_id)) for p in positions]
-            prepared_q = self._prepare(query_items, instruction=dataset.query_instruction)
-            prepared_c = self._prepare(candidate_items, instruction=dataset.candidate_instruction)
-            for p, q, c in zip(positions, prepared_q, prepared_c):
-                queries[p], candidates[p] = q, c
-        designated = designated_negatives([m.role for m in members], [m.slot for m in members])
-        # rows' explicit negatives: extra candidates after this rank's positives (extra_candidates.py)
-        padded, order = column_order([extra_count(self._dataset(m.dataset), m.query_id) for m in members],
-                                     self.world_size)
-        if order is not None:
-            candidates += prepare_extras(shard, self._dataset, self._prepare, padded, candidates[-1])
-        return PreparedStep(batch.step, queries, candidates, [q.length for q in queries],
-                            [c.length for c in candidates], labels, designated, order)
-
-    def _prepare(self, items: list[Any], instruction: str | None = None) -> list[Any]:
-        """``model.prepare`` in the recipe's ``num_workers`` processes (0: in this process)."""
-        if self._pool is None:
-            return self.model.prepare(items, instruction=instruction)
-        results = self._pool.prepare(PrepareTask(index, item, instruction) for index, item in enumerate(items))
-        for result in results:
-            if isinstance(result, DataError):
-                raise result
-        return [self.model.count_truncated(result) for result in results]
-
-    def _dataset(self, name: str) -> Any:
-        try:
-            return self.data.dataset(name)
-        except KeyError:
-            raise ConfigError(f"schedule {self.recipe.schedule} names dataset {name!r}, which is not in "
-                              f"{self.recipe.data}") from None
+        """This rank's shard of one scheduled step, prepared (step_items.StepItems)."""
+        return self.items.prepare_step(batch)
 
     # ------------------------------------------------------------------ training
     def train_step(self, prepared: PreparedStep) -> tuple[StepResult, float]:
@@ -323,7 +234,7 @@ class Trainer:
                             show_progress=self.show_progress)
         executor = ThreadPoolExecutor(max_workers=1) if recipe.num_workers > 0 else None
         # num_workers processes prepare items (per rank); the thread above waits on them for the next step.
-        self._pool = PreparePool(self.model.preparer(), recipe.num_workers) if recipe.num_workers > 0 else None
+        self.items.start(recipe.num_workers)
         batches = self.schedule.steps(self.start_step)
         next_prepared: Future[PreparedStep] | None = None
         try:
@@ -357,8 +268,7 @@ class Trainer:
         finally:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
-            if self._pool is not None:
-                self._pool.close()
+            self.items.close()
             logger.close()
         final = self.output_dir / "final"
         self.save(final, recipe.max_steps, final=True)
