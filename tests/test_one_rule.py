@@ -150,6 +150,15 @@ def test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader() -> None:
                   and node.value == "/proc/cpuinfo") == {"vis_embed/provenance.py"}
 
 
+def test_one_bad_item_rule() -> None:
+    """item_feed.accepted decides a prepared item that came back as a DataError: encode, the dry
+    run, the server and the trainer's worker path."""
+    decides = _where(lambda node: _call_of("isinstance")(node) and len(node.args) == 2  # type: ignore[attr-defined]
+                     and _name("DataError")(node.args[1]) and "result" in _source(node.args[0]))  # type: ignore[attr-defined]
+    assert decides == {"vis_embed/model/item_feed.py"}
+    assert "vis_embed/training/step_items.py" in _where(_call_of("accepted"))
+
+
 def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
     """The scanner is not blind: a module restating the same-label rule is found."""
     copy = ast.parse("same = (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0)\n")
@@ -178,6 +187,7 @@ CLAIMS = {
     "the one validator": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,
     "the one missing-extra rule": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,
     "the one /proc/cpuinfo reader": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,
+    "the one bad-item rule": test_one_bad_item_rule,
     "the one pixel-order and decode-mode check": test_pixel_order_and_decode_modes_are_checked_by_the_config_only,
 }
 CLAIM = re.compile(r"\bthe (?:one|only|ONE)\b[^,;()]*", re.IGNORECASE)

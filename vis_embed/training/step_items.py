@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from vis_embed.errors import ConfigError, DataError
+from vis_embed.errors import ConfigError
+from vis_embed.model.item_feed import accepted
 from vis_embed.model.prepare_pool import PreparePool, PrepareTask
 from vis_embed.training.extra_candidates import column_order, extra_count, prepare_extras
 from vis_embed.training.losses import designated_negatives
@@ -88,10 +89,9 @@ class StepItems:
         if self._pool is None:
             return self.model.prepare(items, instruction=instruction)
         results = self._pool.prepare(PrepareTask(index, item, instruction) for index, item in enumerate(items))
-        for result in results:
-            if isinstance(result, DataError):
-                raise result
-        return [self.model.count_truncated(result) for result in results]
+        # training has no skip mode: a bad item raises, by the encode path's own rule
+        return [self.model.count_truncated(result) for index, result in enumerate(results)
+                if accepted(index, result, "raise", {})]
 
     def _dataset(self, name: str) -> Any:
         try:
