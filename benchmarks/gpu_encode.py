@@ -201,17 +201,17 @@ def hand_over(variant: str) -> Iterator[None]:
     if variant == "new":
         yield
         return
-    import vis_embed.model.embedder as embedder_module
+    import vis_embed.model.item_feed as feed_module
 
-    saved = EmbeddingModel.preparer, EmbeddingModel.collate, embedder_module._one_batch_ahead
+    saved = EmbeddingModel.preparer, EmbeddingModel.collate, feed_module.one_batch_ahead
     EmbeddingModel.preparer = lambda self: dataclasses.replace(saved[0](self), pixel_dtype=None)
     EmbeddingModel.collate = lambda self, prepared, padding_side=None, pin_memory=False: saved[1](
         self, prepared, padding_side)
-    embedder_module._one_batch_ahead = lambda batches: batches
+    feed_module.one_batch_ahead = lambda batches: batches
     try:
         yield
     finally:
-        EmbeddingModel.preparer, EmbeddingModel.collate, embedder_module._one_batch_ahead = saved
+        EmbeddingModel.preparer, EmbeddingModel.collate, feed_module.one_batch_ahead = saved
 
 
 class BatchWaits:
@@ -273,7 +273,7 @@ def end_to_end(checkpoint: Path, gallery: list[dict[str, Any]], base_dir: Path, 
     rows, reference = [], {}
     try:
         for decode in decodes:
-            embedder.model.decode = decode
+            embedder.model.embedding_config = embedder.model.embedding_config.with_values(decode=decode)
             for workers in workers_by_decode[decode]:
                 for variant in variants if workers > 0 else ["new"]:
                     with hand_over(variant):

@@ -104,11 +104,11 @@ def estimate_seconds(model: str, items: Path, max_pixels: int) -> float:
     """The length estimate encode runs before preparing (header sizes + prompt tokens): the part of
     an item's work done twice (validated, opened and tokenised again when it is prepared)."""
     from vis_embed.model.dry_run import ProcessorOnlyModel
+    from vis_embed.model.embedding_config import EmbeddingConfig
     from vis_embed.model.encode_file import read_items
     from vis_embed.model.lengths import estimated_lengths
 
-    stand_in = ProcessorOnlyModel.from_pretrained(model, min_pixels=3136, max_pixels=max_pixels,
-                                                  prompt_format="chat", max_length=None, decode="exact")
+    stand_in = ProcessorOnlyModel.from_pretrained(model, EmbeddingConfig(min_pixels=3136, max_pixels=max_pixels))
     rows = read_items(items, "raise")[0]
     started = time.perf_counter()
     estimated_lengths(stand_in, rows, None, items.parent)

@@ -11,19 +11,12 @@ separately and named with ``--image-root``.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from vis_embed.errors import DataError
+from vis_embed.io import is_hub_id  # noqa: F401  # the one rule; converters ask it here
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 HUB_FOLDER = "hub"
-
-
-def is_hub_id(source: str | Path) -> bool:
-    """``owner/name`` that does not exist as a local path."""
-    text = str(source)
-    return bool(HUB_ID.match(text)) and not Path(text).exists()
 
 
 def _choose_split(source: str, config: str, split: str | None) -> str:

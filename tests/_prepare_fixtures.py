@@ -35,8 +35,7 @@ class CrashingPreparer(Preparer):
 
 
 def crashing_copy(preparer: Preparer) -> CrashingPreparer:
-    return CrashingPreparer(preparer.processor, preparer.min_pixels, preparer.max_pixels,
-                            preparer.prompt_format, preparer.token_limit, preparer.decode)
+    return CrashingPreparer(preparer.processor, preparer.config, preparer.token_limit, preparer.pixel_dtype)
 
 
 def photo(width: int, height: int, seed: int = 0) -> Image.Image:

@@ -14,6 +14,7 @@ from vis_embed import Embedder
 from vis_embed.data import images as images_module
 from vis_embed.data.images import fast_decode_floor, load_image
 from vis_embed.errors import ConfigError
+from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.embedding_model import EmbeddingModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,8 +57,8 @@ def test_small_images_and_exact_mode_are_decoded_whole(tmp_path) -> None:
     photo(1600, 1200).save(big)
     assert load_image(big, max_pixels=BUDGET).size == (1600, 1200)  # "exact" is the default
     assert fast_decode_floor(300, 200, BUDGET) is None and fast_decode_floor(1600, 1200, None) is None
-    with pytest.raises(ValueError, match="decode"):
-        load_image(path, decode="approximate")
+    with pytest.raises(ConfigError, match="decode"):  # the mode names: EmbeddingConfig's one check
+        EmbeddingConfig().with_values(decode="approximate")
 
 
 def test_a_huge_one_bit_png_never_becomes_full_size_rgb(tmp_path, monkeypatch) -> None:

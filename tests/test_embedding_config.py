@@ -192,7 +192,7 @@ def test_a_bad_recorded_value_names_the_file_and_field(tmp_path) -> None:
     with pytest.raises(ConfigError, match="prompt_fromat"):
         resolve_embedding_config(tmp_path)
     with pytest.raises(ConfigError, match="min_pixels"):
-        EmbeddingConfig.from_options({"min_pixels": 10_000, "max_pixels": 5_000})
+        EmbeddingConfig().with_values(min_pixels=10_000, max_pixels=5_000)
 
 
 def test_save_pretrained_writes_the_settings_it_embeds_with(trained, tmp_path) -> None:

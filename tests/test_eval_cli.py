@@ -145,3 +145,38 @@ def test_retrieval_grid_shows_the_query_instruction(tmp_path: Path) -> None:
     assert (headers["Find the same object."][first_line] == headers["Find the same colour."][first_line]).all()
     assert (headers["Find the same object."] != headers["Find the same colour."]).any()
     assert (headers[None] != headers["Find the same object."]).any()
+
+
+# The flags `vis-embed eval` had before its settings generated them: names are a contract.
+EVAL_SETTING_FLAGS = {"--batch-size": "batch_size", "--max-queries": "max_queries", "--datasets": "datasets",
+                      "--index": "index", "--depth": "depth", "--examples": "n_examples",
+                      "--tie-policy": "tie_policy", "--cache-dir": "cache_dir", "--quiet": "show_progress",
+                      "--no-pictures": "pictures", "--reference": "reference"}
+
+
+def test_eval_flags_are_generated_from_the_settings_with_their_defaults(tmp_path: Path) -> None:
+    import argparse
+
+    from vis_embed.config import from_arguments
+    from vis_embed.evaluation.settings import EvalSettings
+
+    parser = argparse.ArgumentParser()
+    eval_cli.add_eval_arguments(parser)
+    flags = {flag: action.dest for action in parser._actions for flag in action.option_strings}
+    assert {flag: flags.get(flag) for flag in EVAL_SETTING_FLAGS} == EVAL_SETTING_FLAGS
+    required = ["--model", "m", "--benchmark", "b.yaml", "--out", str(tmp_path)]
+    assert from_arguments(EvalSettings, parser.parse_args(required)) == EvalSettings()  # one set of defaults
+    given = from_arguments(EvalSettings, parser.parse_args(
+        [*required, "--datasets", "A, B", "--quiet", "--no-pictures", "--examples", "0", "--index", "exact"]))
+    assert (given.datasets, given.show_progress, given.pictures, given.n_examples, given.index) == \
+        (["A", "B"], False, False, 0, "exact")
+
+
+@pytest.mark.parametrize(("flags", "named"), [(["--batch-size", "0"], "--batch-size"),
+                                              (["--max-queries", "-1"], "--max-queries"),
+                                              (["--depth", "0"], "--depth")])
+def test_a_bad_eval_setting_is_refused_naming_its_flag(tmp_path: Path, capsys, flags, named) -> None:
+    code = main(["eval", "--model", "fake", "--benchmark", str(tmp_path / "none.yaml"), "--out", str(tmp_path),
+                 *flags])
+    assert code == 2
+    assert f"field '{named}'" in capsys.readouterr().err  # before the manifest is even read

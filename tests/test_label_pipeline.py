@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from vis_embed.data import load_train_config
+from vis_embed.errors import ConfigError
 from vis_embed.sampling import build_schedule, iter_batches
 from vis_embed.sampling.mining import mine_dataset
 
@@ -90,30 +91,25 @@ def test_the_trainer_and_its_loss_read_the_schedules_label_column(trainer_setup,
     config, schedule, recipe = trainer_setup
     trainer = Trainer(recipe("run"))
     batch = next(trainer.schedule.steps())
-    assert trainer.prepare_step(batch).identities.tolist() == _expected_labels(config, batch)
+    assert trainer.prepare_step(batch).labels.tolist() == _expected_labels(config, batch)
     # the column, not a recomputation: rewrite it and the loss sees the rewritten codes
     _replace_label(schedule, 5)
     seen = []
     objective = trainer.objective
     monkeypatch.setattr(trainer, "objective",
-                        lambda q, c, labels: seen.append(labels.identities) or objective(q, c, labels))
+                        lambda q, c, labels: seen.append(labels.labels) or objective(q, c, labels))
     trainer.train_step(trainer.prepare_step(next(trainer.schedule.steps())))
     assert seen and all(codes.tolist() == [5] * 4 for codes in seen)
 
 
-def test_a_schedule_without_the_label_column_gets_the_same_codes(trainer_setup) -> None:
+def test_a_schedule_without_the_label_column_is_refused_with_the_fix(trainer_setup) -> None:
     from vis_embed.training.trainer import Trainer
 
     config, schedule, recipe = trainer_setup
-    written = next(Trainer(recipe("run_a")).schedule.steps())
     _strip_label(schedule)
     assert "label" not in pq.read_schema(schedule).names
-    old = next(iter_batches(schedule, data_fingerprint=config.fingerprint()))
-    assert old.label is None  # the raw file has none ...
-    trainer = Trainer(recipe("run_b"))
-    derived = next(trainer.schedule.steps())
-    assert derived.label == written.label  # ... and the trainer derives the same codes
-    assert trainer.prepare_step(derived).identities.tolist() == written.label
+    with pytest.raises(ConfigError, match="no 'label' column.*rebuild it with `vis-embed schedule`"):
+        Trainer(recipe("run_b"))
 
 
 class _TextEncoder:

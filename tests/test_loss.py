@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from vis_embed.training.losses import Temperature, info_nce_loss
-from vis_embed.training.losses.infonce import NO_IDENTITY
+
+UNKNOWN_LABEL = -1  # a label code below 0: never masked (false_negative_mask)
 
 
 def _unit(n: int, d: int, seed: int) -> torch.Tensor:
@@ -28,7 +29,7 @@ def test_loss_matches_the_formula_term_by_term() -> None:
 def test_same_identity_non_positive_candidates_are_masked() -> None:
     q, c = _unit(4, 8, 2), _unit(4, 8, 3)
     # members 0 and 2 share an identity: candidate 2 must leave query 0's denominator (and vice versa)
-    ids = torch.tensor([7, 1, 7, NO_IDENTITY])
+    ids = torch.tensor([7, 1, 7, UNKNOWN_LABEL])
     masked = info_nce_loss(q, c, 0.1, ids)
     scores = q @ c.T / 0.1
     per_query = []
@@ -41,7 +42,7 @@ def test_same_identity_non_positive_candidates_are_masked() -> None:
 
 def test_unknown_identities_are_never_masked_together() -> None:
     q, c = _unit(3, 8, 4), _unit(3, 8, 5)
-    ids = torch.full((3,), NO_IDENTITY)
+    ids = torch.full((3,), UNKNOWN_LABEL)
     assert info_nce_loss(q, c, 0.1, ids).item() == pytest.approx(info_nce_loss(q, c, 0.1).item())
 
 
@@ -92,7 +93,7 @@ def test_identity_mask_off_keeps_a_repeated_identity_as_a_negative() -> None:
     masked, unmasked = (build_objective("infonce", tau, identity_mask=mask) for mask in (True, False))
     repeated = BatchLabels(torch.tensor([3, 1, 3, 2]))  # members 0 and 2: two instances of one identity
     assert float(unmasked(q, c, repeated)) == pytest.approx(info_nce_loss(q, c, 0.1).item())  # all count
-    assert float(masked(q, c, repeated)) == pytest.approx(info_nce_loss(q, c, 0.1, repeated.identities).item())
+    assert float(masked(q, c, repeated)) == pytest.approx(info_nce_loss(q, c, 0.1, repeated.labels).item())
     assert float(masked(q, c, repeated)) < float(unmasked(q, c, repeated))
     distinct = BatchLabels(torch.tensor([3, 1, 0, 2]))  # no identity twice: nothing to mask, the same loss
     assert float(masked(q, c, distinct)) == pytest.approx(float(unmasked(q, c, distinct)))

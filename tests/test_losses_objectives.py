@@ -201,7 +201,8 @@ def test_objective_dispatches_each_kind_and_honours_the_identity_mask() -> None:
     tau = Temperature(0.1, learnable=False)
     expected = {
         "infonce": info_nce_loss(queries, candidates, 0.1, identities),
-        "two_tier": two_tier_loss(queries, candidates, labels.designated, identities, alpha=0.5, temperature=0.07),
+        # NearID's fixed tau is the trainer's Temperature (loss.two_tier.temperature): the one tau
+        "two_tier": two_tier_loss(queries, candidates, labels.designated, identities, alpha=0.5, temperature=0.1),
         "two_tier_margin": two_tier_margin_loss(queries, candidates, 0.1, labels.designated, identities,
                                                 weight=2.0, margin=0.3),
         "triplet_hinge": triplet_hinge_loss(queries, candidates, labels.designated, identities, margin=0.3),
@@ -230,8 +231,8 @@ def _one_step(kind: str, chunk_size: int, learnable_tau: bool = True):
     backend = TorchBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
                            max_grad_norm=0.0, lr_schedule=lr_lambda(0, 10))
     # a large margin keeps every hinge active, so each pair contributes gradient
-    # two_tier on the learnable tau here (two_tier_temperature=None), so its gradient is compared too
-    objective = build_objective(kind, tau, two_tier_temperature=None, two_tier_margin=2.0, hinge_margin=2.0)
+    # two_tier reads the trainer's temperature (learnable here), so its gradient is compared too
+    objective = build_objective(kind, tau, two_tier_margin=2.0, hinge_margin=2.0)
     labels = BatchLabels(torch.arange(BATCH), designated_negatives(ROLES, SLOTS))
     queries, candidates = random_members(BATCH, 1), random_members(BATCH, 2)
     result = contrastive_step(backend, model.collate, queries, candidates,

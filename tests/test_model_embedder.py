@@ -262,11 +262,11 @@ def test_unknown_model_and_bad_options_are_config_errors(tmp_path: Path,
 
 def test_batches_run_one_ahead_in_one_thread_errors_at_their_batch_and_an_early_exit_closes_the_source() -> None:
     """Embedder.prepared_batches hands its source (items prepared here or received from the
-    worker processes) to _one_batch_ahead: batch i+1 is made while the model runs batch i.  The
+    worker processes) to one_batch_ahead: batch i+1 is made while the model runs batch i.  The
     order, where an error surfaces and the pool's shutdown must be as without the thread."""
     import threading
 
-    from vis_embed.model.embedder import _one_batch_ahead
+    from vis_embed.model.item_feed import one_batch_ahead
 
     made: list[tuple[int, str]] = []
     closed = threading.Event()
@@ -281,17 +281,17 @@ def test_batches_run_one_ahead_in_one_thread_errors_at_their_batch_and_an_early_
         finally:
             closed.set()
 
-    assert [batch for batch, _ in _one_batch_ahead(source())] == [0, 1, 2, 3, 4]
+    assert [batch for batch, _ in one_batch_ahead(source())] == [0, 1, 2, 3, 4]
     assert len({thread for _, thread in made}) == 1 and made[0][1] != threading.current_thread().name
     made.clear()
     seen = []
     with pytest.raises(DataError, match="bad item"):
-        for batch, _ in _one_batch_ahead(source(fail_at=2)):
+        for batch, _ in one_batch_ahead(source(fail_at=2)):
             seen.append(batch)
     assert seen == [0, 1]  # the batches before the bad one were handed on first
     closed.clear()
     made.clear()
-    stream = _one_batch_ahead(source())
+    stream = one_batch_ahead(source())
     assert next(stream)[0] == 0
     stream.close()  # the caller stops early (its model raised): the source is closed, not left running
     assert closed.is_set() and [number for number, _ in made] in ([0], [0, 1])  # at most one made ahead

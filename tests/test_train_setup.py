@@ -12,7 +12,7 @@ from transformers import (get_constant_schedule_with_warmup, get_cosine_schedule
 from vis_embed.cli import main as vis_embed_main
 from vis_embed.errors import ConfigError
 from vis_embed.training import merge as merge_module
-from vis_embed.training import recipe as recipe_module
+from vis_embed import integrations
 from vis_embed.training.lr_schedule import lr_lambda
 from vis_embed.training.recipe import load_recipe
 
@@ -52,7 +52,7 @@ def test_lr_factor_is_transformers_schedule_with_the_warm_up_one_step_ahead(
 
 
 def test_a_deepspeed_recipe_without_deepspeed_installed_names_the_extra(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(recipe_module, "find_spec", lambda module: None)  # as if `import deepspeed` failed
+    monkeypatch.setattr(integrations, "find_spec", lambda module: None)  # as if `import deepspeed` failed
     path = tmp_path / "r.yaml"
     path.write_text("model: m\ndata: d\nschedule: s\noutput_dir: o\nmax_steps: 1\nglobal_batch_size: 2\n"
                     "deepspeed: ds_configs/zero2.json\n")
@@ -62,7 +62,7 @@ def test_a_deepspeed_recipe_without_deepspeed_installed_names_the_extra(monkeypa
 
 
 def test_flash_attention_without_flash_attn_installed_names_the_extra(monkeypatch) -> None:
-    monkeypatch.setattr(recipe_module, "find_spec", lambda module: None)
+    monkeypatch.setattr(integrations, "find_spec", lambda module: None)
     raw = _raw(model_options={"attn_implementation": "flash_attention_2"})
     with pytest.raises(ConfigError, match=r"needs flash-attn .*pip install 'vis_embed\[gpu\]'"):
         load_recipe(raw=raw)
@@ -70,7 +70,7 @@ def test_flash_attention_without_flash_attn_installed_names_the_extra(monkeypatc
 
 def test_a_recipe_without_extras_does_not_ask_for_them(monkeypatch) -> None:
     asked = []
-    monkeypatch.setattr(recipe_module, "find_spec", lambda module: asked.append(module))
+    monkeypatch.setattr(integrations, "find_spec", lambda module: asked.append(module))
     load_recipe(raw=_raw(model_options={"attn_implementation": "sdpa"}))
     assert asked == []
 

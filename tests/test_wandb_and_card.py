@@ -118,7 +118,9 @@ def test_eval_of_final_puts_results_on_the_card_and_in_the_wandb_summary(wandb_r
          "queries": "queries.jsonl", "gallery": "gallery.jsonl", "image_root": "images"}]}))
     final = out / "final"
     card_before = ModelCard.load(final / "README.md")
-    assert card_before.data.base_model == str(base.resolve()) and not card_before.data.eval_results
+    # a local base is no Hub id: named in the text, never as the Hub's base_model
+    assert card_before.data.base_model is None and not card_before.data.eval_results
+    assert str(base.resolve()) in card_before.text
     assert main(["eval", "--model", str(base), "--adapter", str(final), "--benchmark", str(manifest),
                  "--out", str(tmp_path / "eval"), "--device", "cpu", "--quiet", "--no-pictures"]) == 0
     p_at_1 = json.loads((tmp_path / "eval" / "results.json").read_text())["datasets"]["Gal"]["metrics"]["P@1"]
@@ -146,7 +148,7 @@ def test_export_card_parses_with_huggingface_hub(wandb_run, tmp_path: Path) -> N
     assert main(["export", "--adapter", str(out / "final"), "--out", str(exported), "--results", str(results)]) == 0
     metadata = metadata_load(exported / "README.md")
     assert metadata["library_name"] == "sentence-transformers"
-    assert metadata["base_model"] == str(base.resolve())
+    assert "base_model" not in metadata  # a local path: the Hub takes only model ids there
     assert metadata["pipeline_tag"] == "feature-extraction" and metadata["datasets"] == ["toy"]
     [result] = ModelCard.load(exported / "README.md").data.eval_results
     assert (result.dataset_name, result.metric_type, result.metric_value) == ("SynthRec", "P@1", 12.5)
@@ -154,10 +156,10 @@ def test_export_card_parses_with_huggingface_hub(wandb_run, tmp_path: Path) -> N
 
 
 def test_recipe_asking_for_wandb_without_it_fails_at_load(tiny_checkpoint, tmp_path: Path, monkeypatch) -> None:
-    import vis_embed.training.recipe as recipe_module
+    import vis_embed.integrations as integrations
 
-    real = recipe_module.find_spec
-    monkeypatch.setattr(recipe_module, "find_spec", lambda name: None if name == "wandb" else real(name))
+    real = integrations.find_spec
+    monkeypatch.setattr(integrations, "find_spec", lambda name: None if name == "wandb" else real(name))
     raw = tiny_recipe(Path("model"), Path("data.yaml"), Path("s.parquet"), tmp_path / "out", logging__wandb=True)
     with pytest.raises(ConfigError, match=r"vis_embed\[wandb\]"):
         load_recipe(raw=raw)
@@ -178,3 +180,19 @@ def test_only_the_main_process_opens_a_wandb_run(tiny_checkpoint, tmp_path: Path
     main_process = RunLogger(tmp_path, recipe, 0, enabled=True, show_progress=False)  # rank 0
     main_process.jsonl.close()
     assert len(opened) == 1
+
+
+def test_card_names_a_hub_base_model_and_parses_back(tmp_path: Path) -> None:
+    from vis_embed.model.model_card import read_facts, write_model_card
+
+    facts = {"base_model": "Qwen/Qwen2-VL-2B-Instruct", "recipe": {"adaptation": "lora"}, "steps": 3,
+             "datasets": [{"name": "toy"}], "adapter": True,
+             "evaluation": {"datasets": {"Gal": {"metric": "P@1", "value": 41.23456, "split": "OOD"}}}}
+    write_model_card(tmp_path, facts)
+    card = ModelCard.load(tmp_path / "README.md")
+    assert card.data.base_model == "Qwen/Qwen2-VL-2B-Instruct" and "lora" in card.data.tags
+    [result] = card.data.eval_results
+    assert (result.dataset_split, result.metric_value) == ("OOD", 41.2346)
+    assert read_facts(tmp_path) == facts
+    write_model_card(tmp_path, {**facts, "base_model": "a/b/c"})  # a path, whatever exists on disk
+    assert ModelCard.load(tmp_path / "README.md").data.base_model is None

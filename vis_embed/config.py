@@ -13,14 +13,18 @@ name the field it is about, so a check on a whole entry still points at the offe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import argparse
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
-from vis_embed.errors import DataError
+from vis_embed.errors import ConfigError, DataError
 
 Model = TypeVar("Model", bound=BaseModel)
 Entry = TypeVar("Entry", bound=BaseModel)
@@ -128,6 +132,30 @@ def validation_message(error: ValidationError, source: str | Path | None = None,
     return "\n".join(str(problem) for problem in format_validation_error(error, source, document, dotted))
 
 
+@contextmanager
+def reported(source: str | Path | None = None, document: Any = None, dotted: Any = None,
+             as_error: Callable[[list[DataError]], Exception] | None = None) -> Iterator[None]:
+    """Validation inside the block reports like every config of the package: a pydantic
+    ``ValidationError`` becomes a ConfigError of :func:`validation_message` (one line a problem),
+    or ``as_error(problems)`` (the DataErrors of :func:`format_validation_error`).  With it,
+    ``except ValidationError`` is written here only (tests/test_one_rule.py)."""
+    try:
+        yield
+    except ValidationError as exc:
+        problems = format_validation_error(exc, source, document, dotted)
+        if as_error is not None:
+            raise as_error(problems) from None
+        raise ConfigError("\n".join(str(problem) for problem in problems)) from None
+
+
+def validated(model: type[Model], values: Any, source: str | Path | None = None, document: Any = None,
+              dotted: Any = None, as_error: Callable[[list[DataError]], Exception] | None = None) -> Model:
+    """``model.model_validate(values)``, problems reported by :func:`reported`."""
+    with reported(source, document, dotted, as_error):
+        return model.model_validate(values)
+    raise AssertionError("unreachable: reported() re-raises")
+
+
 def validate_document(model: type[Model], document: Any, source: str | Path,
                       context: dict[str, Any] | None = None) -> Model:
     """``model`` validated from a line-aware YAML ``document``; raises the first problem as a DataError.
@@ -142,3 +170,65 @@ def validate_document(model: type[Model], document: Any, source: str | Path,
         reason = "\n".join([first.reason, *(f"  also: {other}" for other in others)])
         raise DataError(reason, path=first.path, line=first.line, field=first.field) from None
     raise first from None
+
+
+# ------------------------------------------------------------------ command-line flags from a model
+def argument_type(annotation: Any) -> tuple[Any, tuple[Any, ...] | None]:
+    """argparse ``type`` and ``choices`` of a field annotation (``int | None``, ``Literal[...]``)."""
+    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    if typing.get_origin(annotation) is Literal:
+        return type(args[0]), tuple(args)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return argument_type(args[0])
+    return annotation, None
+
+
+def comma_list(text: str) -> list[str]:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]`` (a ``--datasets A,B`` flag)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]) -> list[str]:
+    """A flag for every field of ``model`` whose ``json_schema_extra`` names one (``flag``): its
+    help is the field's description with its default, its type and choices the annotation's;
+    ``negate`` makes a boolean field an ``--no-x`` style switch that sets it False; ``parse``
+    names a parser (``"comma_list"``); ``choices`` lists a vocabulary a validator checks.
+    Defaults are the model's, so a flag and the Python API default alike (a field that
+    defaults to None says in its description what unset means).  Returns the field names added."""
+    added = []
+    for name, field in model.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if "flag" not in extra:
+            continue
+        options: dict[str, Any] = {"dest": name, "default": field.default}
+        if extra.get("negate"):
+            options.update(action="store_false", help=str(field.description).replace("%", "%%"))
+        else:
+            kind, choices = argument_type(field.annotation)
+            choices = tuple(extra["choices"]) if "choices" in extra else choices  # checked by a validator
+            kind = {"comma_list": comma_list}.get(str(extra.get("parse")), kind)
+            text = str(field.description) + ("" if field.default is None else f" (default: {field.default})")
+            options.update(type=kind, choices=choices, metavar=extra.get("metavar"), help=text.replace("%", "%%"))
+        parser.add_argument(str(extra["flag"]), **options)
+        added.append(name)
+    return added
+
+
+def from_arguments(model: type[Model], args: argparse.Namespace, **values: Any) -> Model:
+    """``model`` from the flags :func:`add_model_arguments` added (plus ``values``); a bad value
+    is a ConfigError naming the flag."""
+    flags = {name: field.json_schema_extra["flag"] for name, field in model.model_fields.items()
+             if isinstance(field.json_schema_extra, dict) and "flag" in field.json_schema_extra}
+    given = {name: getattr(args, name) for name in flags if hasattr(args, name)}
+
+    def flag_of(loc: tuple[Any, ...]) -> str:
+        name = str(loc[0]) if loc else "(root)"
+        return f"{flags[name]}" if name in flags else dotted_field(loc)
+
+    with reported(dotted=flag_of):
+        try:
+            return model(**{**given, **values})  # the constructor: a model may report through its own
+        except DataError as exc:  # e.g. EvalSettings: its first problem as a DataError naming the field
+            flag = flags.get(str(exc.field), exc.field)
+            raise ConfigError(str(DataError(exc.reason, path=exc.path, line=exc.line, field=flag))) from None
+    raise AssertionError("unreachable: reported() re-raises")

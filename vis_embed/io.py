@@ -22,6 +22,18 @@ from typing import Any
 from vis_embed.errors import DataError
 
 
+# A Hugging Face Hub repository id: ``owner/name`` (models and datasets alike).
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def is_hub_id(reference: str | Path) -> bool:
+    """The one rule for "Hub id or local path": ``owner/name`` that does not exist on disk is a
+    Hub id; anything else (``a/b/c``, ``./x``, ``~/x``, ``/abs``, a bare ``name``, an existing
+    ``owner/name`` folder) is a local path."""
+    text = str(reference)
+    return bool(HUB_ID.match(text)) and not Path(text).expanduser().exists()
+
+
 def safe_name(name: str) -> str:
     """A file-system-safe file stem for a free-text name (``MSCOCO_t2i`` stays, ``a/b`` -> ``a_b``)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "dataset"

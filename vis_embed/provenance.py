@@ -51,14 +51,33 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
-    """CPU model, the :data:`CPU_FEATURES` it has, core count, OS and GPU (when torch sees one)."""
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_fields(cpuinfo: Path = CPUINFO) -> dict[str, str]:
+    """The first processor's ``key: value`` lines of ``cpuinfo`` (Linux; they stand for all);
+    {} where it cannot be read.  The one /proc/cpuinfo reader (provenance, the index choice)."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
     fields: dict[str, str] = {}
-    if cpuinfo.is_file():  # Linux; the first processor's lines stand for all
-        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-    flags = set(fields.get("flags", "").split())
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_flags(cpuinfo: Path = CPUINFO) -> set[str]:
+    """The CPU feature flags (``flags`` on x86, ``Features`` on ARM); empty where unknown."""
+    fields = cpu_fields(cpuinfo)
+    return set((fields.get("flags") or fields.get("Features") or "").split())
+
+
+def machine(cpuinfo: Path = CPUINFO) -> dict[str, Any]:
+    """CPU model, the :data:`CPU_FEATURES` it has, core count, OS and GPU (when torch sees one)."""
+    fields = cpu_fields(cpuinfo)
+    flags = cpu_flags(cpuinfo)
     return {"cpu": fields.get("model name") or platform.processor() or platform.machine(),
             "cpu_features": [f for f in CPU_FEATURES if f in flags],
             "cores": os.cpu_count(), "platform": platform.platform(), "gpu": _gpu_name()}

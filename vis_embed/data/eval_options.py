@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator
 
-from vis_embed.config import dotted_field, format_validation_error, one_of
+from vis_embed.config import dotted_field, one_of, validated
 from vis_embed.errors import DataError
 
 # Gallery search backends of vis_embed.evaluation.search.
@@ -71,11 +71,11 @@ class DatasetOptions(BaseModel):
         ``DATASET.options.KEY`` (and the manifest's file and line when known)."""
         if isinstance(values, DatasetOptions):
             return values
-        try:
-            return cls.model_validate(values or {})
-        except ValidationError as exc:
-            first = format_validation_error(exc, path, dotted=lambda loc: f"{dataset}.options.{dotted_field(loc)}")[0]
-            raise DataError(first.reason, path=path, line=line, field=first.field) from None
+        def first_problem(problems: list[DataError]) -> DataError:
+            return DataError(problems[0].reason, path=path, line=line, field=problems[0].field)
+
+        return validated(cls, values or {}, path, dotted=lambda loc: f"{dataset}.options.{dotted_field(loc)}",
+                         as_error=first_problem)
 
     def get(self, key: str, default: Any = None) -> Any:
         """An option by name (a typed one or a peer protocol's extra key); ``default`` when unset."""

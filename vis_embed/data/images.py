@@ -49,7 +49,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -231,8 +231,7 @@ def load_image(source: str | Path | bytes | Image.Image, base_dir: str | Path | 
     processor resizes it to (:func:`fast_decode_floor`; ``target_size`` is the processor's size rule,
     when the caller knows the model); ``"exact"`` (the default) decodes it whole.
     """
-    if decode not in DECODE_MODES:
-        raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}, got {decode!r}")
+    # ``decode`` comes from a validated EmbeddingConfig (its one check of the mode names)
     budget = _FastBudget(max_pixels, target_size) if decode == "fast" and max_pixels else None
     if isinstance(source, Image.Image):
         width, height = source.size
@@ -369,6 +368,15 @@ def image_size(source: str | Path | Image.Image, base_dir: str | Path | None = N
         return None
 
 
+def bbox_outside(bbox: Sequence[float], width: int, height: int, name: str | None = None) -> str | None:
+    """The one bbox-inside-image rule (training rows at load, the model's crop, the server's
+    request): why ``bbox`` does not fit a ``width`` x ``height`` image, or None when it does.
+    (Order and non-negative corners are the item contract's: data/items.check_bbox.)"""
+    if bbox[2] > width or bbox[3] > height:
+        return f"box {list(bbox)} lies outside the {width}x{height} image" + (f" {name}" if name else "")
+    return None
+
+
 def crop_to_bbox(image: Image.Image, bbox: list[float], name: str | None = None) -> Image.Image:
     """``image`` (as loaded: RGB, EXIF-upright) cropped to ``bbox = [x0, y0, x1, y1]`` pixels.
 
@@ -376,10 +384,8 @@ def crop_to_bbox(image: Image.Image, bbox: list[float], name: str | None = None)
     item reaches the model; a box reaching past the image is an error, not a silent clamp.
     """
     x0, y0, x1, y1 = bbox
-    if x1 > image.width or y1 > image.height:
-        where = f" {name}" if name else ""
-        raise DataError(f"box {list(bbox)} lies outside the {image.width}x{image.height} image{where}",
-                        field="bbox")
+    if (problem := bbox_outside(bbox, image.width, image.height, name)) is not None:
+        raise DataError(problem, field="bbox")
     return image.crop((round(x0), round(y0), round(x1), round(y1)))
 
 

@@ -15,13 +15,12 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from vis_embed.config import format_validation_error, invalid, one_of, uniquely_named
+from vis_embed.config import invalid, one_of, reported, uniquely_named
 from vis_embed.data.eval_options import DatasetOptions
 from vis_embed.data.tables import TABLE_SUFFIXES
 from vis_embed.data.taxonomy import (
@@ -109,11 +108,9 @@ class ManifestEntry(BaseModel):
             for key in extras:
                 raise invalid(f"unknown key for layout {self.layout!r} (allowed: "
                               f"{', '.join(ManifestEntry.model_fields)}; put extra settings under 'options')", key)
-        try:  # a peer layout's extra keys are options: the same types and vocabularies
+        # a peer layout's extra keys are options: the same types and vocabularies
+        with reported(as_error=lambda problems: invalid(problems[0].reason, problems[0].field)):
             DatasetOptions.model_validate(extras)
-        except ValidationError as exc:
-            first = format_validation_error(exc, None)[0]
-            raise invalid(first.reason, first.field) from None
 
     def _check_taxonomy(self) -> None:
         benchmark, meta_task, split = self.inferred_benchmark, self.meta_task, self.split

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vis_embed.data.images import displayed_size, is_data_uri, is_url
+from vis_embed.data.images import bbox_outside, displayed_size, is_data_uri, is_url
 from vis_embed.errors import DataError
 
 
@@ -80,5 +80,5 @@ class ImageChecker:
             except DataError as exc:
                 raise ctx.error(field, f"{exc.reason}: {resolved}") from None
         width, height = self._sizes[resolved]
-        if bbox[2] > width or bbox[3] > height:
-            raise ctx.error(field, f"box {list(bbox)} lies outside the {width}x{height} image {resolved}")
+        if (problem := bbox_outside(bbox, width, height, resolved)) is not None:
+            raise ctx.error(field, problem)

@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vis_embed.config import add_model_arguments, from_arguments
 from vis_embed.errors import ConfigError
 from vis_embed import resources
 from vis_embed.evaluation.report import find_reference, load_groups, load_models, models_table, read_reference
-from vis_embed.evaluation.settings import DEFAULT_INDEX, DEFAULT_TIE_POLICY, INDEX_KINDS, TIE_POLICIES, EvalSettings
-from vis_embed.gallery.options import add_dim_argument
+from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.io import atomic_write_json
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
@@ -35,33 +35,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", default=None, help="LoRA adapter folder (optional)")
     parser.add_argument("--benchmark", required=True, type=Path, help="benchmark manifest YAML")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
-    parser.add_argument("--batch-size", type=int, default=16, help="items per forward pass (default: 16)")
-    parser.add_argument("--datasets", default=None, help="comma-separated dataset names (default: all)")
-    parser.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N queries/rows")
-    parser.add_argument("--index", choices=INDEX_KINDS, default=DEFAULT_INDEX,
-                        help="gallery search: auto (default: the fastest exact kind for this machine, "
-                             "recorded in results.json), exact (faiss float32), exact-bf16 (same exact result, "
-                             "bf16 shortlist + exact re-rank; several times faster on CPUs with AMX, slower "
-                             "without native bf16), exact-gpu (float32 on the GPU), ivf (approximate), binary "
-                             "(sign bits, Hamming) or int8 (8-bit codes); binary and int8 take --rescore")
-    parser.add_argument("--rescore", type=int, default=0, metavar="K",
-                        help="binary / int8 index: shortlist K x depth hits from the codes and re-rank them with "
-                             "the float vectors (default: 0, the codes' own scores)")
-    add_dim_argument(parser)
-    parser.add_argument("--depth", type=int, default=None,
-                        help="gallery ranking depth (default: whole gallery up to 10k, else 1000)")
-    parser.add_argument("--tie-policy", choices=TIE_POLICIES, default=DEFAULT_TIE_POLICY,
-                        help="order of tied scores in candidate and gallery rankings: pessimistic (default: a "
-                             "negative tied with a positive ranks first, so a collapsed model scores 0) or first "
-                             "(listed order, as argmax in VLM2Vec's scorer: reproduces published MMEB numbers)")
+    # --batch-size, --max-queries, --datasets, --index, --rescore, --dim, --depth, --examples, --tie-policy,
+    # --cache-dir, --quiet, --no-pictures, --reference: generated from EvalSettings' fields
+    add_model_arguments(parser, EvalSettings)
     add_model_loading_arguments(parser)  # --prompt-format, --max-pixels, --max-length, --dtype, --device, ...
-    parser.add_argument("--cache-dir", type=Path, default=None, help="embedding cache (default OUT/cache)")
-    parser.add_argument("--examples", type=int, default=3, help="queries per retrieval grid (0: no grids)")
-    parser.add_argument("--no-pictures", action="store_true", help="skip bar charts and retrieval grids")
-    parser.add_argument("--reference", type=Path, default=None,
-                        help="published table CSV for results.md (default: the paper's Table 1, "
-                             "shipped with vis_embed)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     add_preparation_arguments(parser)
 
 
@@ -76,17 +53,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from vis_embed.embedding_cache import CacheStats
     from vis_embed.evaluation import api
 
-    if args.batch_size <= 0 or (args.max_queries is not None and args.max_queries <= 0):
-        raise ConfigError("--batch-size and --max-queries must be positive")
+    settings = from_arguments(EvalSettings, args)  # before any model is loaded; errors name the flag
     specs, benchmark_fingerprint = api.load_specs(args.benchmark)
-    settings = EvalSettings(
-        batch_size=args.batch_size, max_queries=args.max_queries,
-        datasets=[name.strip() for name in args.datasets.split(",") if name.strip()] if args.datasets else None,
-        index=args.index, rescore=args.rescore, dim=args.dim, depth=args.depth, tie_policy=args.tie_policy,
-        n_examples=args.examples,
-        cache_dir=args.cache_dir,
-        show_progress=not args.quiet, pictures=not args.no_pictures, reference=args.reference,
-    )
     cache_stats = CacheStats()
     with torchrun_group():  # under torchrun: every rank encodes a share, rank 0 scores
         encoder = _load_encoder(args)

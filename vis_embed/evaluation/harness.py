@@ -59,9 +59,12 @@ def describe_encoder(encoder: Encoder, name: str | None = None, adapter: str | N
     and ``embedding_config``: every effective setting (EmbeddingConfig) when the encoder has one."""
     inner = getattr(encoder, "model", None)
     config = getattr(encoder, "embedding_config", None)
+    settings = config.to_json() if hasattr(config, "to_json") else {}  # the encoder's settings, when it has them
 
     def lookup(attribute: str) -> Any:
-        for owner in (encoder, inner):
+        if settings.get(attribute) is not None:
+            return settings[attribute]
+        for owner in (encoder, inner):  # an Encoder without an EmbeddingConfig (tests' fakes, peers)
             if owner is not None and getattr(owner, attribute, None) is not None:
                 value = getattr(owner, attribute)
                 return value if isinstance(value, (str, int, float, bool)) else str(value)

@@ -21,13 +21,13 @@ import functools
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import faiss
 import numpy as np
 import torch
 
 from vis_embed.evaluation.search_bf16 import Bf16ShortlistIndex, check_bf16_products
+from vis_embed.provenance import cpu_flags  # the one /proc/cpuinfo reader
 
 log = logging.getLogger(__name__)
 
@@ -40,19 +40,6 @@ CALIBRATION_GALLERY, CALIBRATION_QUERIES, CALIBRATION_REPEATS = 8192, 256, 2
 class IndexChoice:
     kind: str      # the index kind that runs: one of search.INDEX_KINDS except "auto"
     reason: str    # why, in words (recorded next to the kind in results.json)
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The CPU feature flags of the first processor in ``cpuinfo`` (empty where it cannot be read)."""
-    try:
-        text = cpuinfo.read_text(errors="replace")
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() in ("flags", "Features"):  # x86, ARM
-            return set(value.split())
-    return set()
 
 
 def gpu_available() -> bool:

@@ -1,17 +1,26 @@
 """Settings of an evaluation run and the vocabulary they draw on.
 
+EvalSettings is a pydantic model like every validated config of the package: its bounds and
+vocabularies are checked on construction (a DataError naming the field, or, from the command
+line, a ConfigError naming the flag), and ``vis-embed eval`` generates its flags from the fields
+(:func:`vis_embed.config.add_model_arguments`: each field's ``json_schema_extra`` names its flag),
+so a default or help text is written once.
+
 Kept free of heavy imports (no torch, numpy or faiss) because the command line builds its
 ``--help`` from them before anything is loaded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from vis_embed.config import one_of, reported
 
 # The vocabularies (and their one check) live beside the manifest's schema, which uses them too.
-from vis_embed.gallery.options import check_rescore
+from vis_embed.gallery.options import DIM_HELP, check_rescore
 from vis_embed.data.eval_options import (  # noqa: F401  (re-exported)
     DEFAULT_INDEX,
     DEFAULT_TIE_POLICY,
@@ -22,24 +31,65 @@ from vis_embed.data.eval_options import (  # noqa: F401  (re-exported)
 )
 
 
-@dataclass
-class EvalSettings:
-    batch_size: int = 16
-    max_queries: int | None = None
-    datasets: Sequence[str] | None = None     # names to run (default: all)
-    index: str = DEFAULT_INDEX                # gallery layouts: one of INDEX_KINDS
-    rescore: int = 0                          # binary / int8: shortlist rescore x depth, float re-rank
-    dim: int | None = None                    # Matryoshka width the vectors are cut to (None: full)
-    depth: int | None = None                  # gallery ranking depth (default: see layouts)
-    n_examples: int = 3                       # queries shown per retrieval grid
-    tie_policy: str = DEFAULT_TIE_POLICY      # candidates / gallery rankings: one of TIE_POLICIES
-    cache_dir: Path | None = None             # default OUT/cache
-    shard_size: int = 1024
-    show_progress: bool = True
-    pictures: bool = True
-    reference: Path | None = None             # published table CSV (default: the packaged copy)
+def _flag(flag: str, **extra: Any) -> dict[str, Any]:
+    return {"flag": flag, **extra}
 
-    def __post_init__(self) -> None:  # checked once, before any model is loaded
-        check_index_kind(self.index)
-        check_tie_policy(self.tie_policy)
+
+class EvalSettings(BaseModel):
+    """How ``vis-embed eval`` (and :func:`vis_embed.evaluation.api.evaluate_encoder`) runs."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    batch_size: int = Field(16, gt=0, description="items per forward pass", json_schema_extra=_flag("--batch-size"))
+    max_queries: int | None = Field(None, gt=0, description="evaluate only the first N queries/rows",
+                                    json_schema_extra=_flag("--max-queries", metavar="N"))
+    datasets: list[str] | None = Field(None, description="comma-separated dataset names (default: all)",
+                                       json_schema_extra=_flag("--datasets", parse="comma_list", metavar="A,B"))
+    index: str = Field(
+        DEFAULT_INDEX, description="gallery search: auto (the fastest exact kind for this machine, recorded in "
+        "results.json), exact (faiss float32), exact-bf16 (same exact result, bf16 shortlist + exact re-rank; "
+        "several times faster on CPUs with AMX, slower without native bf16), exact-gpu (float32 on the GPU) or "
+        "ivf (approximate), binary (sign bits, Hamming) or int8 (8-bit codes); binary and int8 take --rescore",
+        json_schema_extra=_flag("--index", choices=INDEX_KINDS))
+    rescore: int = Field(0, ge=0, description="binary / int8 index: shortlist K x depth hits from the codes and "
+                         "re-rank them with the float vectors (0: the codes' own scores)",
+                         json_schema_extra=_flag("--rescore", metavar="K"))
+    dim: int | None = Field(None, gt=0, description=DIM_HELP, json_schema_extra=_flag("--dim", metavar="N"))
+    depth: int | None = Field(None, gt=0, description="gallery ranking depth (unset: whole gallery up to 10k, "
+                              "else 1000)", json_schema_extra=_flag("--depth"))
+    n_examples: int = Field(3, ge=0, description="queries per retrieval grid (0: no grids)",
+                            json_schema_extra=_flag("--examples"))
+    tie_policy: str = Field(
+        DEFAULT_TIE_POLICY, description="order of tied scores in candidate and gallery rankings: pessimistic (a "
+        "negative tied with a positive ranks first, so a collapsed model scores 0) or first (listed order, as "
+        "argmax in VLM2Vec's scorer: reproduces published MMEB numbers)",
+        json_schema_extra=_flag("--tie-policy", choices=TIE_POLICIES))
+    cache_dir: Path | None = Field(None, description="embedding cache (unset: OUT/cache)",
+                                   json_schema_extra=_flag("--cache-dir"))
+    shard_size: int = Field(1024, gt=0)  # items per embedding-cache shard (no flag)
+    show_progress: bool = Field(True, description="no progress bars", json_schema_extra=_flag("--quiet", negate=True))
+    pictures: bool = Field(True, description="skip bar charts and retrieval grids",
+                           json_schema_extra=_flag("--no-pictures", negate=True))
+    reference: Path | None = Field(None, description="published table CSV for results.md (unset: the paper's "
+                                   "Table 1, shipped with vis_embed)", json_schema_extra=_flag("--reference"))
+
+    def __init__(self, **values: Any) -> None:
+        # Python API: a bad value is a DataError naming the field (the vocabularies' error type)
+        with reported(as_error=lambda problems: problems[0]):
+            super().__init__(**values)
+
+    @field_validator("index")
+    @classmethod
+    def _known_index(cls, kind: str) -> str:
+        return one_of(kind, INDEX_KINDS, "index kind")
+
+    @field_validator("tie_policy")
+    @classmethod
+    def _known_tie_policy(cls, policy: str) -> str:
+        return one_of(policy, TIE_POLICIES, "tie policy")
+
+    @model_validator(mode="after")
+    def _rescore_fits_index(self) -> "EvalSettings":
         check_rescore(self.rescore, self.index)
+        return self
+

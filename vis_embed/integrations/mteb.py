@@ -34,7 +34,7 @@ import yaml
 
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
-from vis_embed.io import fingerprint_json, read_text
+from vis_embed.io import fingerprint_json, is_hub_id, read_text
 from vis_embed.gallery.stored_form import StoredForm
 from vis_embed.gallery.vectors import truncate
 
@@ -161,11 +161,10 @@ def model_meta(embedder: Embedder, name: str | None = None, dim: int | None = No
     model = embedder.model
     base = str(model.name_or_path)
     if name is None:  # mteb wants "organization/model"; an adapter makes it another model than its base
-        is_hub_id = "/" in base and not Path(base).exists()
         if model.adapter:
             name = f"vis_embed/{Path(base).name}+{Path(str(model.adapter)).name}"
         else:
-            name = base if is_hub_id else f"vis_embed/{Path(base).name}"
+            name = base if is_hub_id(base) else f"vis_embed/{Path(base).name}"
     elif "/" not in name:
         name = f"vis_embed/{name}"
     if dim is not None and dim != embedder.embedding_dim:

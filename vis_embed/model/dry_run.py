@@ -21,27 +21,26 @@ import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.batching import chunk_order
+from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.preparer import Preparer, PreparesItems, token_limit
 
 
 class ProcessorOnlyModel(PreparesItems):
     """What the Embedder's preparation path reads from an EmbeddingModel, without weights."""
 
-    def __init__(self, processor: Any, config: Any, *, min_pixels: int, max_pixels: int,
-                 prompt_format: str, max_length: int | None, decode: str) -> None:
+    def __init__(self, processor: Any, config: Any, embedding_config: EmbeddingConfig) -> None:
         self.processor = processor
-        self.config = config
-        self.min_pixels, self.max_pixels = int(min_pixels), int(max_pixels)
-        self.prompt_format, self.max_length, self.decode = prompt_format, max_length, decode
+        self.config = config  # the checkpoint's transformers config (its token limit)
+        self.embedding_config = embedding_config
         self.truncated_items = 0
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path, **settings: Any) -> ProcessorOnlyModel:
+    def from_pretrained(cls, name_or_path: str | Path, embedding_config: EmbeddingConfig) -> ProcessorOnlyModel:
         from transformers import AutoConfig, AutoProcessor
 
         try:
             return cls(AutoProcessor.from_pretrained(str(name_or_path)), AutoConfig.from_pretrained(str(name_or_path)),
-                       **settings)
+                       embedding_config)
         except (OSError, ValueError, KeyError) as exc:
             raise ConfigError(f"cannot load the processor of {str(name_or_path)!r}: {exc}") from exc
 
@@ -49,8 +48,8 @@ class ProcessorOnlyModel(PreparesItems):
         return self
 
     def preparer(self) -> Preparer:
-        return Preparer(self.processor, self.min_pixels, self.max_pixels, self.prompt_format,
-                        token_limit(self.max_length, self.processor.tokenizer, self.config), self.decode)
+        return Preparer(self.processor, self.embedding_config,
+                        token_limit(self.embedding_config.max_length, self.processor.tokenizer, self.config))
 
 
 @dataclass
@@ -108,9 +107,7 @@ def dry_run_jsonl(model: str | Path, input_path: Path, *, adapter: str | Path | 
     input_path = Path(input_path)
     items, ids, lines, rejects = read_items(input_path, on_error)
     config = resolve_embedding_config(model, adapter, **settings)
-    stand_in = ProcessorOnlyModel.from_pretrained(model, min_pixels=config.min_pixels, max_pixels=config.max_pixels,
-                                                  prompt_format=config.prompt_format, max_length=config.max_length,
-                                                  decode=config.decode)
+    stand_in = ProcessorOnlyModel.from_pretrained(model, config)
     embedder = Embedder(stand_in, workers=workers)  # type: ignore[arg-type]  # its preparation path only
     started = time.perf_counter()
     batches = chunk_order(estimated_lengths(stand_in, items, instruction, input_path.parent), batch_size,

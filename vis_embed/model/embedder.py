@@ -4,19 +4,15 @@
 (prompt template, text and visual tokens, from the image header only: ``model.lengths``) and
 grouped so that no batch is more than 10% padding (``model.batching.chunk_order``, shared with
 GradCache); batches run under ``torch.inference_mode`` (bf16 + sdpa/flash-attn on CUDA by
-default) while a worker thread prepares the next batch, and rows are written back in input
-order.  Because pooling reads the last *real* token and text-only positions are counted from
+default) while the item feed (:mod:`.item_feed`: worker processes or a helper thread) prepares
+the next batch, and rows are written back in input order; the fingerprint for caches is
+:mod:`.fingerprint`'s.  Because pooling reads the last *real* token and text-only positions are counted from
 the attention mask, a vector does not depend on its batch neighbours.  ``compile()`` fuses
 the blocks' element-wise work (opt-in).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import threading
-import weakref
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,31 +20,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
-from vis_embed.io import fingerprint_files, fingerprint_json
 from vis_embed.model.batching import chunk_order, until_stopped
 from vis_embed.model.compile_blocks import compile_blocks
 from vis_embed.model.embedding_config import EmbeddingConfig
-from vis_embed.model.embedding_model import EmbeddingModel, PreparedItem
+from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.fingerprint import model_fingerprint
+from vis_embed.model.item_feed import ItemFeed, invalid_items
 from vis_embed.model.lengths import estimated_lengths
-from vis_embed.model.prepare_pool import PreparePool, PrepareTask, resolve_workers
+from vis_embed.model.prepare_pool import resolve_workers
 
-# Keys that record how a file was loaded or written, not what the model computes.
 # A batch closes early once its padded-token fraction would exceed this (never below a quarter
 # of batch_size items): padding is pure waste in the decoder, and on CPU several smaller
 # batches cost little more than one big one.
 MAX_PADDING = 0.1
-_VOLATILE_JSON_KEYS = {"is_local", "local_files_only", "name_or_path", "_name_or_path",
-                       "transformers_version", "_commit_hash"}
-# Files whose contents define a checkpoint's behaviour (for fingerprints).
-_CHECKPOINT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer.json",
-                     "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
-                     "processor_config.json", "preprocessor_config.json",
-                     "video_preprocessor_config.json", "adapter_config.json",
-                     "head_config.json")
-
-
 class NonFiniteEmbeddingError(DataError):
     """The model embedded an item as NaN or infinity: its weights are broken (e.g. a diverged
     adapter).  Names the model, the adapter and the item (``item_index``)."""
@@ -67,12 +52,7 @@ class Embedder:
         self.model = model
         self.model.eval()
         self._fingerprint: str | None = None
-        # Processes preparing items (0: this process; "auto": the cores available, capped,
-        # none for a handful of image items: model/prepare_pool.resolve_workers).
-        self.workers: int | str = workers if workers == "auto" else resolve_workers(workers)
-        self._pool: PreparePool | None = None
-        self._pool_finalizer: weakref.finalize | None = None
-        self._pool_starting: threading.Thread | None = None  # start_workers(background=True)
+        self.feed = ItemFeed(model, workers)  # items prepared one batch ahead (worker processes or a thread)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, adapter: str | Path | None = None,
@@ -144,7 +124,7 @@ class Embedder:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        errors = _invalid_items(items, on_error)  # before any model work: a typo fails at once
+        errors = invalid_items(items, on_error)  # before any model work: a typo fails at once
         batches = chunk_order(estimated_lengths(self.model, items, instruction, base_dir), batch_size,
                               max_padding=MAX_PADDING)
         vectors: dict[int, np.ndarray] = {}
@@ -166,101 +146,6 @@ class Embedder:
             if kept else np.zeros((0, dim), dtype=np.float32)
         return embeddings, kept, errors
 
-    def prepared_batches(self, items: Sequence[dict[str, Any]], batches: Sequence[Sequence[int]],
-                         instruction: str | None, base_dir: str | Path | None, on_error: str,
-                         errors: dict[int, DataError], collate: bool = True) -> Iterator[tuple[Any, list[int]]]:
-        """``(batch, indices)`` for each of ``batches``, prepared ahead of the caller: the
-        collated batch (or the list of PreparedItems with ``collate=False``; None if every item
-        failed) and the indices it holds.  A bad item raises or joins ``errors`` (on_error),
-        in batch order, wherever it was prepared."""
-        images = sum(1 for index, item in enumerate(items) if index not in errors and item.get("image") is not None)
-        workers = resolve_workers(self.workers, images)
-        if self._pool_starting is not None and self._pool_starting.is_alive():
-            workers = 0  # the workers are still starting (serve): this batch is prepared here
-        if workers > 0 and batches:
-            return _one_batch_ahead(
-                self._pool_batches(items, batches, instruction, base_dir, on_error, errors, collate, workers))
-        return _one_batch_ahead(self._in_process_batches(items, batches, instruction, base_dir, on_error, errors,
-                                                         collate))
-
-    def _in_process_batches(self, items: Sequence[dict[str, Any]], batches: Sequence[Sequence[int]],
-                            instruction: str | None, base_dir: str | Path | None, on_error: str,
-                            errors: dict[int, DataError], collate: bool) -> Iterator[tuple[Any, list[int]]]:
-        for indices in batches:
-            prepared, prepared_indices = self._prepare_batch(items, indices, instruction, base_dir, on_error, errors)
-            yield self._batch_of(prepared, collate), prepared_indices
-
-    def _pool_batches(self, items: Sequence[dict[str, Any]], batches: Sequence[Sequence[int]],
-                      instruction: str | None, base_dir: str | Path | None, on_error: str,
-                      errors: dict[int, DataError], collate: bool,
-                      workers: int) -> Iterator[tuple[Any, list[int]]]:
-        invalid = set(errors)  # rejected by the item contract: never sent to a worker
-        pool = self._preparation_pool(workers)
-        tasks = (PrepareTask(index, items[index], instruction, base_dir)
-                 for indices in batches for index in indices if index not in invalid)
-        # Room for the batch being read and the next one, so the workers never wait on the model.
-        stream = pool.imap(tasks, ahead=2 * max(len(b) for b in batches) + pool.size if batches else 1)
-        try:
-            for indices in batches:
-                prepared: list[PreparedItem] = []
-                kept: list[int] = []
-                for index in indices:
-                    if index in invalid:
-                        continue
-                    _task, result = next(stream)
-                    if _accepted(index, result, on_error, errors):
-                        prepared.append(self.model.count_truncated(result))
-                        kept.append(index)
-                yield self._batch_of(prepared, collate), kept
-        finally:
-            stream.close()
-
-    def _batch_of(self, prepared: list[PreparedItem], collate: bool) -> Any:
-        """What a prepared batch is handed on as: collated tensors, or the items (None if empty)."""
-        if not prepared:
-            return None
-        if not collate:
-            return prepared
-        return self.model.collate(prepared, pin_memory=self.model.device.type == "cuda")
-
-    def _preparation_pool(self, workers: int) -> PreparePool:
-        """The worker processes, started on first use and kept (serve encodes many times);
-        started again if the model's preparation settings changed or a worker died."""
-        preparer = self.model.preparer()
-        pool = self._pool
-        if pool is not None and (pool.broken or pool.preparer_signature != preparer.signature()
-                                 or pool.size != workers):
-            self.close()
-            pool = None
-        if pool is None:
-            pool = self._pool = PreparePool(preparer, workers)
-            self._pool_finalizer = weakref.finalize(self, PreparePool.close, pool)
-        return pool
-
-    def start_workers(self, background: bool = False) -> None:
-        """Start the preparation workers now rather than at the first encode (a server starts
-        them before its first request).  ``background=True`` returns at once; encodes prepare
-        in this process until the workers are up (the first start of a process's workers
-        imports torch and the processor anew: seconds)."""
-        workers = resolve_workers(self.workers)
-        if workers < 1:
-            return
-        if not background:
-            self._preparation_pool(workers)
-            return
-        self._pool_starting = threading.Thread(target=self._preparation_pool, args=(workers,), daemon=True,
-                                               name="vis-embed-start-workers")
-        self._pool_starting.start()
-
-    def close(self) -> None:
-        """Stop the preparation worker processes (started again by the next encode)."""
-        if self._pool_starting is not None:
-            self._pool_starting.join()
-            self._pool_starting = None
-        if self._pool_finalizer is not None:
-            self._pool_finalizer()  # closes the pool once
-        self._pool, self._pool_finalizer = None, None
-
     def _finite_rows(self, indices: list[int], batch_vectors: np.ndarray, on_error: str,
                      errors: dict[int, DataError]) -> list[tuple[int, np.ndarray]]:
         """(index, vector) of the finite rows; a non-finite one raises or joins ``errors``."""
@@ -281,108 +166,36 @@ class Embedder:
         name = getattr(self.model, "name_or_path", None) or "?"
         return f"model {name}, " + (f"adapter {adapter}" if adapter else "no adapter")
 
-    def _prepare_batch(self, items: Sequence[dict[str, Any]], indices: Sequence[int],
-                       instruction: str | None, base_dir: str | Path | None, on_error: str,
-                       errors: dict[int, DataError]) -> tuple[list[PreparedItem], list[int]]:
-        prepared: list[PreparedItem] = []
-        kept: list[int] = []
-        for index in indices:
-            if index in errors:  # rejected by the item contract (on_error="skip")
-                continue
-            try:
-                result: PreparedItem | DataError = self.model.prepare_one(items[index], instruction, base_dir)
-            except DataError as exc:
-                exc.item_index = index  # type: ignore[attr-defined]  # callers map it to a line
-                result = exc
-            if _accepted(index, result, on_error, errors):
-                prepared.append(result)
-                kept.append(index)
-        return prepared, kept
+    # ------------------------------------------------------------------ preparation (model/item_feed.py)
+    @property
+    def workers(self) -> int | str:
+        """Processes preparing items (0: this process; ``"auto"``: by cores and item count)."""
+        return self.feed.workers
+
+    @workers.setter
+    def workers(self, workers: int | str) -> None:
+        self.feed.workers = workers if workers == "auto" else resolve_workers(workers)
+
+    def prepared_batches(self, items: Sequence[dict[str, Any]], batches: Sequence[Sequence[int]],
+                         instruction: str | None, base_dir: str | Path | None, on_error: str,
+                         errors: dict[int, DataError], collate: bool = True) -> Iterator[tuple[Any, list[int]]]:
+        """:meth:`ItemFeed.prepared_batches` (the dry run and the server's batcher call it here)."""
+        return self.feed.prepared_batches(items, batches, instruction, base_dir, on_error, errors, collate)
+
+    def start_workers(self, background: bool = False) -> None:
+        """:meth:`ItemFeed.start_workers`: a server starts them before its first request."""
+        self.feed.start_workers(background)
+
+    def close(self) -> None:
+        """Stop the preparation worker processes (started again by the next encode)."""
+        self.feed.close()
 
     # ------------------------------------------------------------------ identity
     def fingerprint(self) -> str:
-        """Identifies weights + adapter + prompt format + pixel budget + dtype (for caches)."""
+        """Identifies weights + adapter + every embedding setting, for caches (model/fingerprint.py)."""
         if self._fingerprint is None:
-            model = self.model
-            self._fingerprint = fingerprint_json({
-                "weights": _checkpoint_fingerprint(model.name_or_path, model.backbone),
-                "adapter": _checkpoint_fingerprint(model.adapter, None) if model.adapter else None,
-                "prompt_format": model.prompt_format,
-                "min_pixels": model.min_pixels, "max_pixels": model.max_pixels,
-                "max_length": model.max_length,
-                "dtype": str(model.dtype),
-                # Fast decoding changes the vectors a little; exact keeps the older fingerprints.
-                **({"decode": model.decode} if model.decode != "exact" else {}),
-            })
+            self._fingerprint = model_fingerprint(self.model, self.embedding_config)
         return self._fingerprint
-
-
-def _one_batch_ahead(batches: Iterator[tuple[Any, list[int]]]) -> Iterator[tuple[Any, list[int]]]:
-    """``batches`` made one ahead in a thread: batch i+1 is prepared (or received from the
-    workers) and collated while batch i runs through the model; order and errors unchanged."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vis-embed-prepare") as worker:
-        upcoming = worker.submit(next, batches, None)
-        try:
-            while (ready := upcoming.result()) is not None:
-                upcoming = worker.submit(next, batches, None)
-                yield ready
-        finally:
-            # Let the batch in hand finish (a generator cannot be closed while it runs), then
-            # close the source in its own thread: the worker pool's stream stops there.
-            if not upcoming.cancel():
-                with contextlib.suppress(Exception):  # the caller is leaving with its own outcome
-                    upcoming.result()
-            worker.submit(batches.close).result()
-
-
-def _invalid_items(items: Sequence[Any], on_error: str) -> dict[int, DataError]:
-    """Items that break the item contract, by index (the first one raises with ``on_error="raise"``)."""
-    errors: dict[int, DataError] = {}
-    for index, item in enumerate(items):
-        try:
-            check_item(item, f"items[{index}]")
-        except DataError as exc:
-            exc.item_index = index  # type: ignore[attr-defined]  # callers map it to a line
-            if on_error == "raise":
-                raise exc from None
-            errors[index] = exc
-    return errors
-
-
-def _checkpoint_fingerprint(name_or_path: str | None, backbone: Any) -> str:
-    """Content hash of a local checkpoint's files, or hub id + resolved commit.
-
-    JSON files are hashed after parsing, without keys that only record how a file was loaded
-    (``is_local``, ...), so a checkpoint re-saved unchanged keeps its fingerprint.
-    """
-    if name_or_path is None:
-        return "in-memory"
-    path = Path(name_or_path).expanduser()
-    if not path.is_dir():
-        commit = getattr(getattr(backbone, "config", None), "_commit_hash", None)
-        return f"{name_or_path}@{commit}"
-    files = sorted({f for pattern in _CHECKPOINT_FILES for f in path.glob(pattern)})
-    parts = {}
-    for file in files:
-        if file.suffix == ".json":
-            content = json.loads(file.read_text(encoding="utf-8"))
-            if isinstance(content, dict):
-                content = {k: v for k, v in content.items() if k not in _VOLATILE_JSON_KEYS}
-            parts[file.name] = fingerprint_json(content)
-        else:
-            parts[file.name] = fingerprint_files([file])
-    return fingerprint_json(parts)
-
-
-def _accepted(index: int, result: PreparedItem | DataError, on_error: str, errors: dict[int, DataError]) -> bool:
-    """True for a prepared item; a bad one (its DataError) is raised (``on_error="raise"``) or
-    recorded in ``errors`` -- the one rule, wherever the item was prepared."""
-    if not isinstance(result, DataError):
-        return True
-    if on_error == "raise":
-        raise result
-    errors[index] = result
-    return False
 
 
 def _progress(total: int, enabled: bool) -> Callable[..., None]:

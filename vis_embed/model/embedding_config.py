@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import types
-import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from vis_embed.config import format_validation_error
+from vis_embed.config import argument_type, validated
 from vis_embed.errors import ConfigError
-from vis_embed.io import atomic_write_json
+from vis_embed.io import atomic_write_json, fingerprint_json
 from vis_embed.data.images import DECODE_MODES
 from vis_embed.model.defaults import DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES
 from vis_embed.model.prompts import PROMPT_FORMATS
@@ -104,26 +102,30 @@ class EmbeddingConfig(BaseModel):
         atomic_write_json(path, self.to_json())
         return path
 
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any], **values: Any) -> EmbeddingConfig:
-        """A config from a mapping holding these fields among others (e.g. a recipe's
-        ``model_options``); None and unknown keys are left out (defaults apply)."""
-        known = {key: value for key, value in {**options, **values}.items()
-                 if key in cls.model_fields and value is not None}
-        return _validated(known, "settings")
+    def with_values(self, **values: Any) -> EmbeddingConfig:
+        """This config with ``values`` (None: keep this config's) -- validated, so the pixel
+        order and the vocabularies are checked here and nowhere else (ConfigError)."""
+        given = {key: value for key, value in values.items() if value is not None}
+        unknown = sorted(set(given) - set(type(self).model_fields))
+        if unknown:
+            raise TypeError(f"unknown embedding setting(s): {', '.join(unknown)}")
+        return _validated({**self.model_dump(), **given}, "settings", model=type(self))
+
+    def fingerprint(self) -> str:
+        """A hash of every field (the dump, not a list of names): a new field joins every
+        cache key made from it (the Embedder's fingerprint)."""
+        return fingerprint_json(self.to_json())
 
 
-def _validated(values: Mapping[str, Any], source: str, flags: bool = False) -> EmbeddingConfig:
+def _validated(values: Mapping[str, Any], source: str, flags: bool = False,
+               model: type[EmbeddingConfig] = EmbeddingConfig) -> EmbeddingConfig:
     """``values`` as an EmbeddingConfig; problems are a ConfigError naming the source and each field
     (as ``field (--flag)`` for given values), through the project's one ValidationError formatter."""
-    try:
-        return EmbeddingConfig.model_validate(dict(values))
-    except ValidationError as exc:
-        def name(loc: tuple[Any, ...]) -> str:
-            field = ".".join(map(str, loc)) or "(root)"
-            return f"{field} (--{field.replace('_', '-')})" if flags else field
-        problems = format_validation_error(exc, source, dotted=name)
-        raise ConfigError("\n".join(str(problem) for problem in problems)) from None
+    def name(loc: tuple[Any, ...]) -> str:
+        field = ".".join(map(str, loc)) or "(root)"
+        return f"{field} (--{field.replace('_', '-')})" if flags else field
+
+    return validated(model, dict(values), source, dotted=name)
 
 
 def read_embedding_config(directory: str | Path | None) -> dict[str, Any]:
@@ -142,6 +144,24 @@ def read_embedding_config(directory: str | Path | None) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected a JSON object, got {type(recorded).__name__}")
     _validated(recorded, str(path))  # a bad recorded value is named with its file and field
     return recorded
+
+
+# Settings that are the machine's choice, not how the model embeds: a warm start may change them.
+MACHINE_SETTINGS = ("dtype", "attn_implementation")
+
+
+def check_adapter_agrees(adapter: str | Path, given: Mapping[str, Any], source: str,
+                         field_prefix: str = "") -> None:
+    """Refuse (ConfigError naming both) a value in ``given`` that contradicts the one recorded in
+    ``adapter``'s embedding_config.json: a warm start from an adapter trained with another
+    prompt format or pixel budget would not continue that adapter's training."""
+    recorded = read_embedding_config(adapter)
+    for name, value in given.items():
+        if value is None or name in MACHINE_SETTINGS or name not in recorded or recorded[name] == value:
+            continue
+        raise ConfigError(f"{source} sets {field_prefix}{name}: {value!r}, but {adapter} was trained with "
+                          f"{name}: {recorded[name]!r} ({Path(adapter) / EMBEDDING_CONFIG_FILE}); "
+                          f"remove the setting to adopt the adapter's, or start from another adapter")
 
 
 def resolve_embedding_config(model: str | Path | None, adapter: str | Path | None = None,
@@ -167,16 +187,6 @@ def flag_fields(groups: Iterable[str]) -> list[str]:
             if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("group") in wanted]
 
 
-def _type_and_choices(annotation: Any) -> tuple[type, tuple[Any, ...] | None]:
-    """argparse ``type`` and ``choices`` of a field annotation (``int | None``, ``Literal[...]``)."""
-    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-    if typing.get_origin(annotation) is Literal:
-        return type(args[0]), tuple(args)
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
-        return _type_and_choices(args[0])
-    return annotation, None
-
-
 def add_embedding_config_arguments(parser: argparse.ArgumentParser, groups: Iterable[str] = (LOADING,),
                                    only: Iterable[str] | None = None,
                                    help_overrides: Mapping[str, str] | None = None) -> list[str]:
@@ -185,7 +195,7 @@ def add_embedding_config_arguments(parser: argparse.ArgumentParser, groups: Iter
     names = list(only) if only is not None else flag_fields(groups)
     for name in names:
         field = EmbeddingConfig.model_fields[name]
-        kind, choices = _type_and_choices(field.annotation)
+        kind, choices = argument_type(field.annotation)
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         default = "unset" if field.default is None else field.default
         text = (help_overrides or {}).get(name) or (

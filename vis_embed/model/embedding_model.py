@@ -17,7 +17,6 @@ an item is embedded identically everywhere:
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,15 +25,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vis_embed.data.images import DECODE_MODES
 from vis_embed.errors import ConfigError
-from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES, TEXT_LORA_MODULES
+from vis_embed.model.defaults import DTYPE_NAMES, TEXT_LORA_MODULES
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.patch_embedding import use_matmul_patch_embedding
 from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
 from vis_embed.model.preparer import PreparedItem, Preparer, PreparesItems, token_limit
-from vis_embed.model.prompts import check_prompt_format
+from vis_embed.model.references import looks_like_path, peft_adapter_config
 
 # Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
 # (TEXT_LORA_MODULES) and the pixel budget live in model/defaults.py, read without torch.
@@ -82,38 +80,21 @@ def default_attn_implementation(device: torch.device) -> str:
     return "sdpa"
 
 
-def _looks_local(name_or_path: str) -> bool:
-    return (os.path.isabs(name_or_path) or name_or_path.startswith((".", "~"))
-            or name_or_path.count("/") != 1 or os.path.exists(name_or_path))
-
-
 class EmbeddingModel(torch.nn.Module, PreparesItems):
     """A Qwen-VL backbone (possibly peft-wrapped) + its processor, as an embedding model."""
 
-    def __init__(self, backbone: Any, processor: Any, *, min_pixels: int = DEFAULT_MIN_PIXELS,
-                 max_pixels: int = DEFAULT_MAX_PIXELS, prompt_format: str = "chat",
-                 name_or_path: str | None = None, adapter: str | None = None,
-                 max_length: int | None = None, decode: str = "exact",
-                 embedding_config: EmbeddingConfig | None = None) -> None:
+    def __init__(self, backbone: Any, processor: Any, embedding_config: EmbeddingConfig | None = None, *,
+                 name_or_path: str | None = None, adapter: str | None = None, **settings: Any) -> None:
         super().__init__()
-        if decode not in DECODE_MODES:
-            raise ConfigError(f"unknown decode mode {decode!r}; choose one of {', '.join(DECODE_MODES)}")
-        self.decode = decode  # how images above the pixel budget are decoded (data/images.py)
-        # Settings as resolved at load (dtype "auto" kept as a policy); prepare_one reads the attributes.
-        self.embedding_config = embedding_config or EmbeddingConfig.from_options(
-            {}, prompt_format=prompt_format, min_pixels=min_pixels, max_pixels=max_pixels, max_length=max_length,
-            decode=decode)
-        self.max_length = max_length  # the caller's token cap; None: the model's own (token_limit)
+        # THE settings this model embeds with (dtype "auto" kept as a policy): prepare_one, the
+        # preparer, the fingerprint and embedding_config.json all read this one object.
+        # ``settings``: EmbeddingConfig fields over it (validated there, e.g. min <= max pixels).
+        self.embedding_config = (embedding_config or EmbeddingConfig()).with_values(**settings)
         self.truncated_items = 0  # items whose text prepare_one cut to fit token_limit
         self.backbone = backbone
         use_matmul_patch_embedding(backbone)  # same numbers, a GEMM instead of oneDNN's conv
         self.head: ProjectionHead | None = None  # adaptation "head": applied after pooling
         self.processor = processor
-        self.min_pixels = int(min_pixels)
-        self.max_pixels = int(max_pixels)
-        if self.min_pixels > self.max_pixels:
-            raise ConfigError(f"min_pixels ({min_pixels}) exceeds max_pixels ({max_pixels})")
-        self.prompt_format = check_prompt_format(prompt_format)
         self.name_or_path = name_or_path
         self.adapter = adapter
         self.padding_side = getattr(processor.tokenizer, "padding_side", "right") or "right"
@@ -125,6 +106,29 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         # "sequence length is longer than the specified maximum" warning would only be noise.
         if isinstance(getattr(tokenizer, "deprecation_warnings", None), dict):
             tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+
+    # Read-only views of the config (what callers and results.json name); change the config instead.
+    @property
+    def prompt_format(self) -> str:
+        return self.embedding_config.prompt_format
+
+    @property
+    def min_pixels(self) -> int:
+        return self.embedding_config.min_pixels
+
+    @property
+    def max_pixels(self) -> int:
+        return self.embedding_config.max_pixels
+
+    @property
+    def max_length(self) -> int | None:
+        """The caller's token cap; None: the model's own (token_limit)."""
+        return self.embedding_config.max_length
+
+    @property
+    def decode(self) -> str:
+        """How images above the pixel budget are decoded (data/images.py)."""
+        return self.embedding_config.decode
 
     @property
     def token_limit(self) -> int | None:
@@ -138,25 +142,29 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
                         device: str | torch.device | None = None, dtype: Any = None,
                         attn_implementation: str | None = None, min_pixels: int | None = None,
                         max_pixels: int | None = None, prompt_format: str | None = None,
-                        max_length: int | None = None, **settings: Any) -> EmbeddingModel:
+                        max_length: int | None = None, config: EmbeddingConfig | None = None,
+                        **settings: Any) -> EmbeddingModel:
         """Load a hub id or local checkpoint (and optionally a peft LoRA adapter on top).
 
         Settings left at None (``settings``: any other EmbeddingConfig field): the adapter's
-        recorded ``embedding_config.json`` > the base's > the default (:mod:`.embedding_config`).
+        recorded ``embedding_config.json`` > the base's > the default (:mod:`.embedding_config`);
+        ``config``: settings already resolved that way (the trainer's), used as they are.
         ``max_length`` cuts the end of an item's *text* (never instruction, template or image).
         ``decode``: ``"exact"`` or ``"fast"`` (images above the pixel budget decoded at a reduced scale).
         """
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         name = str(name_or_path)
-        if _looks_local(name) and not Path(name).expanduser().is_dir():
+        if looks_like_path(name) and not Path(name).expanduser().is_dir():
             raise ConfigError(f"model path not found: {name}")
-        settings = resolve_embedding_config(
-            name, adapter, dtype=dtype_name(dtype), attn_implementation=attn_implementation, min_pixels=min_pixels,
-            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length, **settings)
+        if config is None:
+            config = resolve_embedding_config(
+                name, adapter, dtype=dtype_name(dtype), attn_implementation=attn_implementation,
+                min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length,
+                **settings)
         device = torch.device(device) if device is not None else default_device()
-        torch_dtype = resolve_dtype(dtype if isinstance(dtype, torch.dtype) else settings.dtype, device)
-        attn = settings.attn_implementation or default_attn_implementation(device)
+        torch_dtype = resolve_dtype(dtype if isinstance(dtype, torch.dtype) else config.dtype, device)
+        attn = config.attn_implementation or default_attn_implementation(device)
         try:
             processor = AutoProcessor.from_pretrained(name)
             backbone = AutoModelForImageTextToText.from_pretrained(name, dtype=torch_dtype, attn_implementation=attn)
@@ -169,20 +177,14 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
             backbone = _load_adapter(backbone, adapter)
         backbone.to(device)
         backbone.eval()
-        model = cls(backbone, processor, min_pixels=settings.min_pixels, max_pixels=settings.max_pixels,
-                    prompt_format=settings.prompt_format, name_or_path=name,
-                    adapter=None if adapter is None else str(adapter), max_length=settings.max_length,
-                    decode=settings.decode, embedding_config=settings)
+        model = cls(backbone, processor, config, name_or_path=name, adapter=None if adapter is None else str(adapter))
         model.head = head
         return model
 
     def current_config(self, effective: bool = True) -> EmbeddingConfig:
         """The settings this model embeds with now.  ``effective``: dtype and attention kernel
         as resolved on this machine (what results record); else as policies (what is saved)."""
-        update: dict[str, Any] = {"prompt_format": self.prompt_format, "min_pixels": self.min_pixels,
-                                  "max_pixels": self.max_pixels, "max_length": self.max_length,
-                                  "decode": self.decode,
-                                  "adaptation": "head" if self.head is not None
+        update: dict[str, Any] = {"adaptation": "head" if self.head is not None
                                   else "lora" if hasattr(self.backbone, "peft_config")
                                   else self.embedding_config.adaptation}
         if effective:
@@ -285,8 +287,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         """What preparing an item needs, without the weights (picklable: worker processes)."""
         dtype = self.dtype
         pixel_dtype = dtype_name(dtype) if dtype in (torch.bfloat16, torch.float16) else None
-        return Preparer(self.processor, self.min_pixels, self.max_pixels, self.prompt_format,
-                        self.token_limit, self.decode, pixel_dtype)
+        return Preparer(self.processor, self.embedding_config, self.token_limit, pixel_dtype)
 
     def prepare(self, items: Sequence[dict[str, Any]], instruction: str | None = None,
                 base_dir: str | Path | None = None) -> list[PreparedItem]:
@@ -361,6 +362,5 @@ def _load_adapter(backbone: Any, adapter: str | Path) -> Any:
     from peft import PeftModel
 
     adapter_dir = Path(adapter).expanduser()
-    if not (adapter_dir / "adapter_config.json").is_file():
-        raise ConfigError(f"not a peft adapter directory (no adapter_config.json): {adapter_dir}")
+    peft_adapter_config(adapter_dir)  # a clear error for a directory that is not one
     return PeftModel.from_pretrained(backbone, str(adapter_dir), is_trainable=False)

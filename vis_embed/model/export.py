@@ -29,8 +29,6 @@ The library half of ``vis-embed export`` (command line in :mod:`vis_embed.model.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +36,15 @@ from vis_embed.errors import ConfigError
 from vis_embed.gallery.vectors import vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
+# re-exported: callers read a reference's kind here as before; the rules live in references.py
+from vis_embed.model.references import (  # noqa: F401
+    ADAPTER_CONFIG,
+    absolute_model_reference,
+    base_model_of,
+    is_peft_adapter,
+    looks_like_path,
+    peft_adapter_config,
+)
 
 EXPORT_FORMATS = ("sentence-transformers",)
 # The identity task's instructions (data_prep.synth's "identity" pair): what the quickstart trains.
@@ -76,30 +83,6 @@ INSTRUCTION_TEMPLATE_PREFIX = """\
 """
 
 
-def looks_like_path(name: str) -> bool:
-    """Whether a model reference is a local path rather than a hub id (``owner/name``)."""
-    return (os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") != 1
-            or os.path.exists(name))
-
-
-def absolute_model_reference(name: str) -> str:
-    """A hub id unchanged; a local path made absolute (so it resolves from any directory)."""
-    if looks_like_path(name) and Path(name).expanduser().exists():
-        return str(Path(name).expanduser().resolve())
-    return name
-
-
-def base_model_of(adapter_dir: str | Path) -> str:
-    """The base model recorded in ``adapter_config.json`` (a hub id or a path)."""
-    config_path = Path(adapter_dir) / "adapter_config.json"
-    if not config_path.is_file():
-        raise ConfigError(f"{adapter_dir}: no adapter_config.json (not a LoRA adapter directory)")
-    base = json.loads(config_path.read_text(encoding="utf-8")).get("base_model_name_or_path")
-    if not base:
-        raise ConfigError(f"{config_path}: no base_model_name_or_path; pass --base")
-    return str(base)
-
-
 def check_base_exists(base: str, recorded_in: Path | None = None) -> None:
     """Fail at once (not after minutes of hub retries) when a path-like base is missing."""
     if looks_like_path(base) and not Path(base).expanduser().is_dir():
@@ -114,7 +97,7 @@ def recorded_base(base: str | None, adapter_dir: Path | None) -> str:
         if adapter_dir is None:
             raise ConfigError("no model given")
         base = base_model_of(adapter_dir)
-        check_base_exists(base, adapter_dir / "adapter_config.json")
+        check_base_exists(base, adapter_dir / ADAPTER_CONFIG)
     else:
         check_base_exists(base)
     return base
@@ -144,8 +127,7 @@ def load_merged(base: str | None, adapter: str | Path | None = None,
     if adapter_dir is not None:
         from peft import PeftModel
 
-        if not (adapter_dir / "adapter_config.json").is_file():
-            raise ConfigError(f"not a peft adapter directory (no adapter_config.json): {adapter_dir}")
+        peft_adapter_config(adapter_dir)  # a clear error for a directory that is not one
         model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     model.eval()
     return model, processor
@@ -254,7 +236,7 @@ def export_config(model: str | None, adapter: str | Path | None, **given: Any) -
     """The export's settings: given > recorded (adapter's over base's) > defaults, checked to
     be what the sentence-transformers layout can reproduce (the ``chat`` prompt format)."""
     base = model
-    if base is None and adapter is not None and (Path(adapter).expanduser() / "adapter_config.json").is_file():
+    if base is None and adapter is not None and is_peft_adapter(adapter):
         base = base_model_of(adapter)
     config = resolve_embedding_config(base, adapter, **given)
     if config.prompt_format != "chat":

@@ -59,11 +59,12 @@ def visual_tokens(model: Any, item: Any, base_dir: str | Path | None = None) -> 
     else:
         size = None if is_url(image) else image_size(image, base_dir)
     if size is None:
-        return math.ceil(model.max_pixels / (patch_size * merge_size) ** 2)
+        return math.ceil(model.embedding_config.max_pixels / (patch_size * merge_size) ** 2)
     if min(size) < 1:  # no pixels: prepare_one reports it; the estimate must not fail first
         return 0
     factor = patch_size * merge_size
-    resized_width, resized_height = processor_size(image_processor, model.min_pixels, model.max_pixels, *size)
+    resized_width, resized_height = processor_size(image_processor, model.embedding_config.min_pixels,
+                                                   model.embedding_config.max_pixels, *size)
     return (resized_height // factor) * (resized_width // factor)
 
 

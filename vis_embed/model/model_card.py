@@ -1,7 +1,8 @@
 """The model card (``README.md``): the one card writer of training runs and ``vis-embed export``.
 
-A Hugging Face model card: YAML front matter with Hub metadata (``library_name``,
-``base_model``, ``pipeline_tag``, ``tags``, ``datasets`` and a ``model-index`` with the last
+A Hugging Face model card built with huggingface_hub (``ModelCard``, ``ModelCardData``,
+``EvalResult``): YAML front matter with Hub metadata (``library_name``, ``base_model`` when the
+base is a Hub id, ``pipeline_tag``, ``tags``, ``datasets`` and a ``model-index`` with the last
 evaluation's results) + Markdown (training settings, data, evaluation, use), so a directory can
 be pushed to the Hub as is and ``huggingface_hub.ModelCard`` / ``metadata_load`` read it.
 
@@ -22,10 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vis_embed.config import get_dotted
-from vis_embed.io import atomic_write_json, atomic_write_text, read_json_object
+from vis_embed.io import atomic_write_json, atomic_write_text, is_hub_id, read_json_object
 
 FACTS_FILE = "model_card.json"
 CARD_FILE = "README.md"
@@ -66,36 +65,38 @@ def _library_name(recipe: Mapping[str, Any], adapter: bool, merged: bool) -> str
     return "peft" if adapter else "transformers"
 
 
-def _model_index(name: str, evaluation: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
-    """``model-index`` (the Hub's eval-results schema) of an evaluation summary."""
+def _eval_results(evaluation: Mapping[str, Any] | None) -> list[Any] | None:
+    """The Hub's ``model-index`` entries (huggingface_hub ``EvalResult``) of an evaluation summary."""
+    from huggingface_hub import EvalResult
+
     if not evaluation or not evaluation.get("datasets"):
         return None
-    results = [{"task": {"type": PIPELINE_TAG, "name": entry.get("meta_task") or "retrieval"},
-                "dataset": {"name": dataset, "type": dataset,
-                            **({"split": entry["split"]} if entry.get("split") else {})},
-                "metrics": [{"type": entry["metric"], "name": entry["metric"], "value": round(entry["value"], 4)}]}
-               for dataset, entry in evaluation["datasets"].items()]
-    return [{"name": name, "results": results}]
+    return [EvalResult(task_type=PIPELINE_TAG, task_name=entry.get("meta_task") or "retrieval",
+                       dataset_type=dataset, dataset_name=dataset, dataset_split=entry.get("split") or None,
+                       metric_type=entry["metric"], metric_name=entry["metric"],
+                       metric_value=round(entry["value"], 4))
+            for dataset, entry in evaluation["datasets"].items()]
 
 
-def front_matter(facts: Mapping[str, Any], merged: bool = False) -> dict[str, Any]:
-    """The card's Hub metadata."""
+def card_data(facts: Mapping[str, Any], merged: bool = False) -> Any:
+    """The card's Hub metadata as huggingface_hub's ``ModelCardData`` (its YAML, its
+    ``model-index``).  ``base_model`` only when the base is a Hub id: the Hub accepts nothing
+    else there (a local base is named in the card's text)."""
+    from huggingface_hub import ModelCardData
+
     recipe = facts.get("recipe") or {}
     adapter = bool(facts.get("adapter"))
+    base = str(facts["base_model"])
     tags = ["vis_embed", "embeddings", "multimodal", "sentence-similarity"]
     if adapter and recipe.get("adaptation") != "head" and not merged:
         tags.append("lora")
-    metadata: dict[str, Any] = {"base_model": facts["base_model"],
-                                "library_name": _library_name(recipe, adapter, merged),
-                                "pipeline_tag": PIPELINE_TAG, "tags": tags}
     datasets = [d["name"] for d in facts.get("datasets") or [] if d.get("name")]
-    if datasets:
-        metadata["datasets"] = datasets
-    model_index = _model_index(facts.get("name") or f"{Path(str(facts['base_model'])).name}-vis_embed",
-                               facts.get("evaluation"))
-    if model_index:
-        metadata["model-index"] = model_index
-    return metadata
+    results = _eval_results(facts.get("evaluation"))
+    return ModelCardData(base_model=base if is_hub_id(base) else None,
+                         library_name=_library_name(recipe, adapter, merged), pipeline_tag=PIPELINE_TAG,
+                         tags=tags, datasets=datasets or None, eval_results=results,
+                         # the model-index's name (it has none without results)
+                         model_name=(facts.get("name") or f"{Path(base).name}-vis_embed") if results else None)
 
 
 def model_card(facts: Mapping[str, Any], merged: bool = False) -> str:
@@ -104,7 +105,7 @@ def model_card(facts: Mapping[str, Any], merged: bool = False) -> str:
     adapter = bool(facts.get("adapter")) and not merged
     kind = ("Merged model" if merged else "Projection head" if recipe.get("adaptation") == "head"
             else "LoRA adapter" if adapter else "Model")
-    lines = ["---", yaml.safe_dump(front_matter(facts, merged), sort_keys=False).rstrip(), "---", "",
+    lines = ["---", card_data(facts, merged).to_yaml(), "---", "",
              f"# {kind} for `{base_model}` (vis_embed)", "",
              ("Instruction-conditioned multimodal embedding model trained with vis_embed "
               "(last-token pooling, L2-normalised vectors, `chat` prompt format)."), "", "## Training", ""]
@@ -148,10 +149,15 @@ def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
 
 
 def write_model_card(directory: Path, facts: Mapping[str, Any], merged: bool = False) -> Path:
-    """Write ``directory/README.md`` and the facts it was written from (``model_card.json``)."""
+    """Write ``directory/README.md`` (a huggingface_hub ``ModelCard``: parsed back before it is
+    written, so a card the Hub cannot read never lands) and the facts it was written from
+    (``model_card.json``)."""
+    from huggingface_hub import ModelCard
+
     directory = Path(directory)
+    card = ModelCard(model_card(facts, merged))
     atomic_write_json(directory / FACTS_FILE, dict(facts))
-    return atomic_write_text(directory / CARD_FILE, model_card(facts, merged))
+    return atomic_write_text(directory / CARD_FILE, str(card))
 
 
 def read_facts(directory: Path) -> dict[str, Any] | None:

@@ -4,8 +4,9 @@ The CPU half of :class:`~vis_embed.model.embedding_model.EmbeddingModel`: everyt
 ``prepare_one`` needs -- the HF processor, the pixel budget, the prompt format, the token
 limit and the decode mode -- and nothing else, so it pickles to a worker process
 (:mod:`vis_embed.model.prepare_pool`) without the model's weights.  ``EmbeddingModel.preparer()``
-builds one from the model's current settings; the model, the worker processes and the length
-estimate (:mod:`vis_embed.model.lengths`) all go through it, so an item is prepared one way.
+builds one from the model's EmbeddingConfig (the object itself, not its fields copied); the
+model, the worker processes and the length estimate (:mod:`vis_embed.model.lengths`) all go
+through it, so an item is prepared one way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from vis_embed.data.images import FAST_DECODE_MARGIN, crop_to_bbox, fit_aspect_ratio, item_decode_mode, load_image
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
+from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.lengths import processor_size
 from vis_embed.model.prompts import build_prompt
 
@@ -78,11 +80,9 @@ class Preparer:
     """How to prepare items for one model (picklable: a processor and a few settings)."""
 
     processor: Any
-    min_pixels: int
-    max_pixels: int
-    prompt_format: str = "chat"
+    # The model's EmbeddingConfig (prompt format, pixel budget, decode mode): read, never copied.
+    config: EmbeddingConfig
     token_limit: int | None = None
-    decode: str = "exact"
     # The model's dtype when it is a 16-bit float: the forward pass casts the patches to it
     # first thing, so casting them here gives the same bits and halves what crosses the
     # worker pipes, the collation and the host-to-GPU copy (4.8 MB -> 2.4 MB a 256-token image).
@@ -90,16 +90,16 @@ class Preparer:
 
     def signature(self) -> tuple[Any, ...]:
         """Equal for preparers that prepare every item identically (same processor object)."""
-        return (id(self.processor), self.min_pixels, self.max_pixels, self.prompt_format,
-                self.token_limit, self.decode, self.pixel_dtype)
+        return (id(self.processor), self.config.fingerprint(), self.token_limit, self.pixel_dtype)
 
     def prompt(self, has_image: bool, instruction: str | None, text: str | None) -> str:
         """The item's prompt with one unexpanded image placeholder (also what lengths.py counts)."""
-        return build_prompt(self.processor, has_image, instruction, text, self.prompt_format)
+        return build_prompt(self.processor, has_image, instruction, text, self.config.prompt_format)
 
     def target_size(self, width: int, height: int) -> tuple[int, int]:
         """(width, height) this model's processor resizes such an image to (what fast decoding keeps 2x of)."""
-        return processor_size(self.processor.image_processor, self.min_pixels, self.max_pixels, width, height)
+        config = self.config
+        return processor_size(self.processor.image_processor, config.min_pixels, config.max_pixels, width, height)
 
     def load_image(self, item: dict[str, Any], base_dir: str | Path | None = None) -> Any:
         """The checked item's image as the model will see it (RGB, cropped, sliver-padded), or None."""
@@ -107,8 +107,8 @@ class Preparer:
         if image is None:
             return None
         try:
-            pil_image = load_image(image, base_dir=base_dir, max_pixels=self.max_pixels,
-                                   decode=item_decode_mode(item, self.decode), target_size=self.target_size)
+            pil_image = load_image(image, base_dir=base_dir, max_pixels=self.config.max_pixels,
+                                   decode=item_decode_mode(item, self.config.decode), target_size=self.target_size)
         except DataError as exc:
             raise DataError(exc.reason, path=exc.path, line=exc.line, field="image") from None
         if "bbox" in item:
@@ -148,8 +148,8 @@ class Preparer:
                                   "return_tensors": "pt"}
         if pil_image is not None:
             kwargs["images"] = [pil_image]
-            kwargs["images_kwargs"] = {"size": {"shortest_edge": self.min_pixels,
-                                                "longest_edge": self.max_pixels}}
+            kwargs["images_kwargs"] = {"size": {"shortest_edge": self.config.min_pixels,
+                                                "longest_edge": self.config.max_pixels}}
         outputs = self.processor(**kwargs)
         input_ids = outputs["input_ids"][0]
         mm_types = outputs.get("mm_token_type_ids")

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from vis_embed.config import invalid, validation_message
-from vis_embed.errors import ConfigError
-
-STRATEGIES: tuple[str, str] = ("identity_aware", "naive")
+from vis_embed.config import invalid, reported, validated
 
 
 class SamplingOptions(BaseModel):
@@ -44,10 +41,7 @@ class SamplingOptions(BaseModel):
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> SamplingOptions:
         """Validated options from a mapping; ``ConfigError`` naming the setting otherwise."""
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            raise ConfigError(validation_message(exc)) from None
+        return validated(cls, values)
 
     def schedule_settings(self, *, steps: int, global_batch_size: int, seed: int) -> ScheduleSettings:
         """The settings of one schedule; an unset ``interleave_batch_size`` means one slot per batch (M = B)."""
@@ -71,10 +65,8 @@ class ScheduleSettings(SamplingOptions):
 
     def __init__(self, **values: Any) -> None:
         # direct construction (Python API, CLI) raises ConfigError naming the setting
-        try:
+        with reported():
             super().__init__(**values)
-        except ValidationError as exc:
-            raise ConfigError(validation_message(exc)) from None
 
     @model_validator(mode="after")
     def _check_combinations(self) -> ScheduleSettings:

@@ -39,7 +39,15 @@ from typing import Any
 
 from vis_embed.data.fetch import FETCH_FAILED, FetchError, UrlPolicy, fetch_url
 from vis_embed.data.image_guards import DeadlineBytes, open_image
-from vis_embed.data.images import TargetSize, image_size, is_data_uri, is_url, item_decode_mode, load_image
+from vis_embed.data.images import (
+    TargetSize,
+    bbox_outside,
+    image_size,
+    is_data_uri,
+    is_url,
+    item_decode_mode,
+    load_image,
+)
 from vis_embed.errors import DataError
 from vis_embed.serving.budget import Reservation
 from vis_embed.serving.errors import RequestError
@@ -230,7 +238,6 @@ def _fetch(url: str, param: str, policy: ImagePolicy, deadline: float | None = N
 def _check_box(item: dict[str, Any], image: Any, index: int) -> None:
     """A bbox outside the decoded image fails here, alone, not in the shared batch."""
     box = item.get("bbox")
-    if box is not None and (box[2] > image.width or box[3] > image.height):
+    if box is not None and (problem := bbox_outside(box, image.width, image.height)) is not None:
         param = f"input[{index}].bbox"
-        raise RequestError(400, f"{param}: box {list(box)} lies outside the {image.width}x{image.height} image",
-                           param=param)
+        raise RequestError(400, f"{param}: {problem}", param=param)

@@ -39,7 +39,7 @@ from torch import nn
 
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory, atomic_write_json
-from vis_embed.model.export import absolute_model_reference
+from vis_embed.model.references import ADAPTER_CONFIG, absolute_model_reference, is_peft_adapter
 from vis_embed.model.projection_head import HEAD_CONFIG, load_head, save_head
 from vis_embed.distributed import barrier, broadcast_object, get_rank, is_main_process
 
@@ -137,8 +137,10 @@ def save_weights(model: nn.Module, trainable_state: dict[str, torch.Tensor], dir
 def record_absolute_base(adapter_dir: Path) -> None:
     """Rewrite ``base_model_name_or_path`` as a hub id or an ABSOLUTE path, so that
     ``AutoPeftModel.from_pretrained(adapter)`` and ``vis-embed merge`` work from any directory
-    (peft records the name the model was loaded with, often relative to the training cwd)."""
-    config_path = adapter_dir / "adapter_config.json"
+    (peft records the name the model was loaded with, often relative to the training cwd).
+    The file is edited as JSON, not through peft.PeftConfig: saving that would rewrite every
+    field with this peft version's defaults, and only the base's name must change."""
+    config_path = adapter_dir / ADAPTER_CONFIG
     config = json.loads(config_path.read_text(encoding="utf-8"))
     base = config.get("base_model_name_or_path")
     if base and absolute_model_reference(base) != base:
@@ -158,7 +160,7 @@ def write_final_extras(directory: Path, processor: Any, recipe: dict[str, Any], 
     write_model_card(directory, {
         "base_model": absolute_model_reference(str(recipe["model"])), "recipe": recipe, "steps": steps,
         "datasets": datasets, "evaluation": None,
-        "adapter": (directory / "adapter_config.json").is_file() or (directory / HEAD_CONFIG).is_file()})
+        "adapter": is_peft_adapter(directory) or (directory / HEAD_CONFIG).is_file()})
 
 
 def write_trainer_state(directory: Path, state: dict[str, Any]) -> None:

@@ -12,20 +12,20 @@ scripts run from the repository root).
 
 from __future__ import annotations
 
-from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, create_model,
+                      field_validator, model_validator)
+from pydantic.fields import FieldInfo
 
-from vis_embed.config import validation_message
+from vis_embed.config import validated
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.data.images import DECODE_MODES
-from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DTYPE_NAMES, TEXT_LORA_MODULES
-from vis_embed.model.prompts import PROMPT_FORMATS
+from vis_embed.integrations import require
+from vis_embed.model.defaults import TEXT_LORA_MODULES
+from vis_embed.model.embedding_config import LOADING, EmbeddingConfig, flag_fields
 from vis_embed.sampling.settings import SamplingOptions
 
 
@@ -133,22 +133,29 @@ class GradCacheConfig(_Strict):
     max_padding: float = Field(0.1, ge=0, le=1)
 
 
-class ModelOptions(_Strict):
-    """How the model embeds while it trains.  The vocabularies (dtype names, prompt formats,
-    decode modes) are EmbeddingConfig's, declared once in model/; what training used is what
-    ``embedding_config.json`` records (trainer.trained_embedding_config)."""
+def _inherited(name: str) -> tuple[Any, FieldInfo]:
+    """EmbeddingConfig's field ``name`` with default None (= inherit the recorded value)."""
+    field = EmbeddingConfig.model_fields[name]
+    annotation = Optional[field.annotation]  # noqa: UP045  # a runtime type expression
+    return annotation, FieldInfo.merge_field_infos(field, default=None, annotation=annotation)
 
-    dtype: Literal[DTYPE_NAMES] = "auto"  # type: ignore[valid-type]  # auto: bf16 on GPU, fp32 on CPU
-    attn_implementation: str | None = None  # None: flash_attention_2 on GPU when installed, else sdpa
-    gradient_checkpointing: bool = False
-    min_pixels: int | None = Field(None, gt=0)
-    max_pixels: int = Field(DEFAULT_MAX_PIXELS, gt=0)
-    # most tokens per item: EmbeddingModel.prepare_one cuts the item's text (the one rule, used by
-    # training and inference alike); recorded in embedding_config.json with the other options here
-    max_length: int | None = Field(None, gt=0)
-    prompt_format: Literal[PROMPT_FORMATS] = "chat"  # type: ignore[valid-type]
-    # exact: decode every pixel; fast: images above max_pixels decoded at a reduced scale (data/images.py)
-    decode: Literal[DECODE_MODES] = "exact"  # type: ignore[valid-type]
+
+class _ModelOptionsBase(_Strict):
+    gradient_checkpointing: bool = False  # training only: recompute activations in the backward pass
+
+    def explicit(self) -> dict[str, Any]:
+        """The EmbeddingConfig values this recipe sets (None = not set: inherited)."""
+        return {name: value for name in EmbeddingConfig.model_fields
+                if (value := getattr(self, name, None)) is not None}
+
+
+# How the model embeds while it trains: the loading settings of EmbeddingConfig (model/), derived
+# from it (same names, vocabularies and bounds), each None by default.  None = inherit: the
+# init_adapter's recorded embedding_config.json > the base's > EmbeddingConfig's default; what
+# training used is what embedding_config.json records (model_setup.trained_embedding_config).
+ModelOptions = create_model(  # type: ignore[call-overload]
+    "ModelOptions", __base__=_ModelOptionsBase, __module__=__name__,
+    **{name: _inherited(name) for name in flag_fields([LOADING])})
 
 
 class CheckpointConfig(_Strict):
@@ -264,10 +271,7 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(f"{source}: a recipe is a mapping of keys, got {type(raw).__name__}")
     document = raw if isinstance(raw, LineDict) else dict(raw)  # a caller's mapping is not changed
     document = apply_overrides(document, list(overrides or []))
-    try:
-        recipe = Recipe.model_validate(document)
-    except ValidationError as exc:
-        raise ConfigError(validation_message(exc, source, document, dotted=_dotted_as_in_set)) from None
+    recipe = validated(Recipe, document, source, document, dotted=_dotted_as_in_set)
     check_optional_dependencies(recipe, source)
     return recipe
 
@@ -292,8 +296,7 @@ def check_optional_dependencies(recipe: Recipe, source: str = "recipe") -> None:
     if recipe.logging.wandb:
         needed.append((WANDB, "logging.wandb: true"))
     for (module, package, extra), field in needed:
-        if find_spec(module) is None:
-            raise ConfigError(f"recipe {source} needs {package} ({field}): pip install 'vis_embed[{extra}]'")
+        require(module, extra, f"recipe {source}", package, because=field)
 
 
 def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from vis_embed.io import fingerprint_files
 from vis_embed.sampling.build import build_schedule
-from vis_embed.sampling.schedule_io import check_data_fingerprint, iter_batches, rank_rows
+from vis_embed.errors import ConfigError
+from vis_embed.sampling.schedule_io import LABEL_COLUMN, check_data_fingerprint, iter_batches, rank_rows
 from vis_embed.sampling.settings import SamplingOptions
 from vis_embed.distributed import barrier, is_main_process
 
@@ -40,9 +40,8 @@ def write_recipe_schedule(data: Any, path: str | Path, *, steps: int, global_bat
 class ScheduleSource:
     """Steps of a schedule file, checked against the training data's fingerprint.
 
-    Every step carries its members' loss-label codes: the file's ``label`` column, or for a
-    file written before that column existed, the same codes looked up in ``data``
-    (``TrainDataset.labels`` of each positive; the fingerprint check makes them the same data).
+    Every step carries its members' loss-label codes: the file's ``label`` column (a file
+    written before that column existed is refused: rebuild it).
     """
 
     def __init__(self, path: str | Path, data_fingerprint: str, data: Any = None) -> None:
@@ -50,6 +49,10 @@ class ScheduleSource:
         self.data_fingerprint = data_fingerprint
         self.data = data
         self.info = check_data_fingerprint(self.path, data_fingerprint)  # FingerprintMismatchError
+        if not has_label_column(self.path):
+            raise ConfigError(f"schedule {self.path} has no '{LABEL_COLUMN}' column (written by an older "
+                              f"vis_embed); rebuild it with `vis-embed schedule`, or delete it and the trainer "
+                              f"builds it")
         self.num_steps = int(self.info.steps)
         self.global_batch_size = int(self.info.global_batch_size)
         self.interleave_batch_size = int(self.info.interleave_batch_size)
@@ -62,17 +65,13 @@ class ScheduleSource:
         """Whole steps (``ScheduledBatch``, all B members in slot order) from ``start_step``."""
         for batch in iter_batches(self.path, data_fingerprint=self.data_fingerprint, start_step=start_step,
                                   rank=0, world_size=1):
-            if batch.label is None and self.data is not None:  # a file from before the column
-                batch = replace(batch, label=self._labels(batch))
             yield batch
 
-    def _labels(self, batch: Any) -> list[int]:
-        """Loss-label codes of a batch from a schedule file without the ``label`` column."""
-        labels = []
-        for name, positive in zip(batch.dataset, batch.positive_id):
-            dataset = self.data.dataset(name)
-            labels.append(int(dataset.labels[dataset.index[positive]]))
-        return labels
+
+def has_label_column(path: Path) -> bool:
+    import pyarrow.parquet as pq
+
+    return LABEL_COLUMN in pq.read_schema(path).names
 
 
 def open_schedule(recipe: Any, data: Any) -> ScheduleSource:

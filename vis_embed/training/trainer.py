@@ -1,5 +1,9 @@
 """The trainer: recipe -> schedule -> LoRA model -> GradCache steps -> checkpoints.
 
+The loop and its state (backend, temperature, resume, checkpoints) live here; the model a
+recipe trains and the settings it records are model_setup.py's, and a step's items
+(this rank's shard, prepared in worker processes) step_items.py's.
+
 One loop serves every launcher: ``vis-embed train`` (single process), ``torchrun`` (DDP) and
 ``deepspeed``/``torchrun`` with a DeepSpeed config (ZeRO-2/3).  Each step reads the global
 batch of the offline schedule, keeps this rank's contiguous shard of slots (so gathering
@@ -17,96 +21,46 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import yaml
-from torch import nn
 from transformers import set_seed
 
 from vis_embed.data import load_train_config
-from vis_embed.errors import ConfigError, DataError, VisEmbedError
-from vis_embed.io import atomic_write_text
-from vis_embed.model.embedding_config import EmbeddingConfig
-from vis_embed.model.embedding_model import EmbeddingModel, resolve_dtype
-from vis_embed.model.prepare_pool import PreparePool, PrepareTask
+from vis_embed.errors import ConfigError, VisEmbedError
+from vis_embed.io import atomic_write_json, atomic_write_text
 from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
-from vis_embed.training.extra_candidates import column_order, extra_count, prepare_extras
 from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world_size, init_distributed, is_main_process
 from vis_embed.training.gradcache import StepResult, contrastive_step, runs_plain
-from vis_embed.training.losses import BatchLabels, Temperature, build_objective, designated_negatives
-from vis_embed.training.losses.diagnostics import false_negative_stats, own_image_matrix
+from vis_embed.training.losses import BatchLabels, Temperature, build_objective
+from vis_embed.training.losses.diagnostics import false_negative_stats
 from vis_embed.training.losses.matryoshka import matryoshka_for_model
 from vis_embed.training.lr_schedule import lr_lambda
+# build_training_model / training_embedding_config re-exported: callers build a recipe's model from here
+from vis_embed.training.model_setup import (  # noqa: F401
+    build_training_model,
+    trained_embedding_config,
+    training_embedding_config,
+)
 from vis_embed.training.recipe import Recipe, recipe_to_dict
 from vis_embed.training.run_dir import check_run_directory, clear_run_directory
 from vis_embed.training.run_log import RunLogger
 from vis_embed.training.schedule_source import ScheduleSource, open_schedule
+from vis_embed.training.step_items import PreparedStep, StepItems
 
 log = logging.getLogger(__name__)
+
+DEEPSPEED_CONFIG_FILE = "deepspeed_config.json"  # OUTPUT_DIR/: the filled DeepSpeed config of the run
 
 
 class TrainingDivergedError(VisEmbedError):
     """Non-finite loss or gradient, or non-finite/exploded weights; nothing is saved after it,
     and the newest checkpoint verified finite is named."""
-
-
-@dataclass
-class PreparedStep:
-    step: int
-    queries: list[Any]
-    candidates: list[Any]
-    query_lengths: list[int]
-    candidate_lengths: list[int]
-    identities: torch.Tensor  # (global batch,) int64 loss-label codes in slot order (the schedule's `label`)
-    designated: torch.Tensor | None = None  # (global batch,)*2 designated hard-negative pairs
-    candidate_order: torch.Tensor | None = None  # loss columns in the gathered candidates (explicit negatives)
-    own_image: torch.Tensor | None = None  # (global batch,)*2: candidate j's positive is query i's record
-
-
-def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
-    """EmbeddingModel from the recipe: dtype, attention, pixels, LoRA, gradient checkpointing."""
-    options = recipe.model_options
-    # None (attention: flash_attention_2 on GPU when installed, else sdpa; min_pixels: the
-    # model's default) leaves the choice to EmbeddingModel.from_pretrained.
-    optional = {"attn_implementation": options.attn_implementation, "min_pixels": options.min_pixels}
-    model = EmbeddingModel.from_pretrained(
-        recipe.model, device=device, dtype=options.dtype, max_pixels=options.max_pixels,
-        prompt_format=options.prompt_format, max_length=options.max_length, decode=options.decode,
-        **{key: value for key, value in optional.items() if value is not None})
-    if recipe.adaptation == "head":  # frozen backbone, trained projection head
-        model.add_projection_head(recipe.head.dim)
-    elif recipe.lora.enabled:
-        model.add_lora(r=recipe.lora.r, alpha=recipe.lora.alpha, dropout=recipe.lora.dropout,
-                       target_modules=recipe.lora.target_modules, vision=recipe.lora.vision)
-    else:
-        for parameter in model.parameters():
-            parameter.requires_grad_(True)
-    if options.gradient_checkpointing:
-        model.enable_gradient_checkpointing()
-    model.train()
-    return model
-
-
-def trained_embedding_config(recipe: Recipe, data: Any, model: EmbeddingModel) -> EmbeddingConfig:
-    """What ``embedding_config.json`` records in every checkpoint and final/: the settings the
-    model trained with (recipe model_options over the base's record), the adaptation, and the
-    instructions when every dataset shares them; not attn_implementation (the training
-    machine's kernel choice, not how the model embeds)."""
-    def shared(values: list[str | None]) -> str | None:
-        return values[0] if len(set(values)) == 1 else None
-
-    adaptation = "head" if recipe.adaptation == "head" else "lora" if recipe.lora.enabled else "full"
-    return model.current_config(effective=False).model_copy(update={
-        "attn_implementation": None, "adaptation": adaptation,
-        "query_instruction": shared([d.query_instruction for d in data.datasets]),
-        "document_instruction": shared([d.candidate_instruction for d in data.datasets]),
-        "matryoshka_dims": recipe.loss.matryoshka_dims})
 
 
 class Trainer:
@@ -141,7 +95,6 @@ class Trainer:
                      local, local, chunk, 2 * local, local)
         self.show_progress = recipe.logging.progress_bar if show_progress is None else show_progress
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
-        self.dtype = resolve_dtype(recipe.model_options.dtype, self.device)
         self.data = load_train_config(recipe.data, check_images=is_main_process())
         self.schedule: ScheduleSource = open_schedule(recipe, self.data)
         if self.schedule.global_batch_size != recipe.global_batch_size:
@@ -154,6 +107,7 @@ class Trainer:
 
         set_seed(recipe.seed)  # identical LoRA init on every rank
         self.model = build_training_model(recipe, self.device)
+        self.dtype = self.model.dtype  # as loaded (dtype: checkpoint is the checkpoint's own)
         if recipe.init_adapter:  # warm start; a checkpoint found by --resume overwrites it
             ckpt.warm_start(self.model, recipe.init_adapter)
         self.embedding_config = trained_embedding_config(recipe, self.data, self.model)
@@ -164,18 +118,21 @@ class Trainer:
         self.temperature = (Temperature(fixed_tau, learnable=False, min_value=fixed_tau) if fixed_tau is not None
                             else Temperature(recipe.temperature.init, recipe.temperature.learnable,
                                              recipe.temperature.freeze_steps, recipe.temperature.min)).to(self.device)
-        self._pool: PreparePool | None = None  # started by train() when num_workers > 0
+        # this rank's items of each step (its own worker processes, started by train())
+        self.items = StepItems(self.model, self.data, self.shard, self.world_size,
+                               schedule_name=recipe.schedule, data_name=recipe.data)
         lr_schedule = lr_lambda(recipe.optimizer.warmup_steps, recipe.max_steps, recipe.optimizer.decay,
                                 recipe.optimizer.min_lr_ratio)
         self.objective = build_objective(
             loss.kind, self.temperature, identity_mask=loss.identity_mask, two_tier_alpha=loss.two_tier.alpha,
-            two_tier_temperature=None, two_tier_weight=loss.two_tier_margin.weight,
+            two_tier_weight=loss.two_tier_margin.weight,
             two_tier_margin=loss.two_tier_margin.margin, hinge_margin=loss.triplet_hinge.margin)
         self.objective = matryoshka_for_model(self.objective, loss, self.model.embedding_dim)
         self.tau_optimizer = torch.optim.AdamW([self.temperature.log_tau], weight_decay=0.0,
                                                lr=recipe.temperature.lr or recipe.optimizer.lr,
                                                betas=recipe.optimizer.betas, eps=recipe.optimizer.eps)
         self.tau_scheduler = torch.optim.lr_scheduler.LambdaLR(self.tau_optimizer, lr_schedule)
+        self.deepspeed_config: dict[str, Any] | None = None
         self.backend = self._build_backend(lr_schedule)
         self.start_step = 0
         self.step_diagnostics: dict[str, float] = {}
@@ -191,6 +148,7 @@ class Trainer:
                   "lr_schedule": lr_schedule}
         if self.recipe.deepspeed:
             ds_config = fill_deepspeed_config(self.recipe.deepspeed, self.recipe, self.local_batch_size, self.dtype)
+            self.deepspeed_config = ds_config  # written into the run directory by train()
             return DeepSpeedBackend(self.model, ds_config=ds_config, **common)
         # A chunk without images leaves vision-tower parameters out of the graph; DDP must
         # then be told to look for unused parameters or it waits for their gradients forever.
@@ -227,63 +185,20 @@ class Trainer:
         if is_main_process():
             log.info("resuming from %s at step %d", directory, self.start_step)
 
-    # ------------------------------------------------------------------ data
     def prepare_step(self, batch: Any) -> PreparedStep:
-        """This rank's shard of one scheduled step, prepared (images loaded, prompts built)."""
-        members = batch.members()
-        identities = torch.tensor(batch.label, dtype=torch.long)  # computed once, at data load
-        shard = members[self.shard]
-        queries: list[Any] = [None] * len(shard)
-        candidates: list[Any] = [None] * len(shard)
-        by_dataset: dict[str, list[int]] = {}
-        for position, member in enumerate(shard):
-            by_dataset.setdefault(member.dataset, []).append(position)
-        for name, positions in by_dataset.items():
-            dataset = self._dataset(name)
-            query_items = [dataset.query_item(dataset.get(shard[p].query_id)) for p in positions]
-            candidate_items = [dataset.positive_item(dataset.get(shard[p].positive_id)) for p in positions]
-            prepared_q = self._prepare(query_items, instruction=dataset.query_instruction)
-            prepared_c = self._prepare(candidate_items, instruction=dataset.candidate_instruction)
-            for p, q, c in zip(positions, prepared_q, prepared_c):
-                queries[p], candidates[p] = q, c
-        designated = designated_negatives([m.role for m in members], [m.slot for m in members])
-        # rows' explicit negatives: extra candidates after this rank's positives (extra_candidates.py)
-        padded, order = column_order([extra_count(self._dataset(m.dataset), m.query_id) for m in members],
-                                     self.world_size)
-        if order is not None:
-            candidates += prepare_extras(shard, self._dataset, self._prepare, padded, candidates[-1])
-        own_image = own_image_matrix([(m.dataset, m.query_id) for m in members],
-                                     [(m.dataset, m.positive_id) for m in members])
-        return PreparedStep(batch.step, queries, candidates, [q.length for q in queries],
-                            [c.length for c in candidates], identities, designated, order, own_image)
-
-    def _prepare(self, items: list[Any], instruction: str | None = None) -> list[Any]:
-        """``model.prepare`` in the recipe's ``num_workers`` processes (0: in this process)."""
-        if self._pool is None:
-            return self.model.prepare(items, instruction=instruction)
-        results = self._pool.prepare(PrepareTask(index, item, instruction) for index, item in enumerate(items))
-        for result in results:
-            if isinstance(result, DataError):
-                raise result
-        return [self.model.count_truncated(result) for result in results]
-
-    def _dataset(self, name: str) -> Any:
-        try:
-            return self.data.dataset(name)
-        except KeyError:
-            raise ConfigError(f"schedule {self.recipe.schedule} names dataset {name!r}, which is not in "
-                              f"{self.recipe.data}") from None
+        """This rank's shard of one scheduled step, prepared (step_items.StepItems)."""
+        return self.items.prepare_step(batch)
 
     # ------------------------------------------------------------------ training
     def train_step(self, prepared: PreparedStep) -> tuple[StepResult, float]:
         self.temperature.set_step(prepared.step)
-        labels = BatchLabels(prepared.identities, prepared.designated)
+        labels = BatchLabels(prepared.labels, prepared.designated)
 
         def loss_fn(queries: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
             if prepared.candidate_order is not None:
                 candidates = candidates[prepared.candidate_order.to(candidates.device)]
             # the false-negative diagnostics of this global batch (losses/diagnostics.py), logged per step
-            self.step_diagnostics = false_negative_stats(queries, candidates, self.temperature(), labels.identities,
+            self.step_diagnostics = false_negative_stats(queries, candidates, self.temperature(), labels.labels,
                                                          prepared.own_image)
             return self.objective(queries, candidates, labels)
 
@@ -316,11 +231,13 @@ class Trainer:
         if is_main_process():
             self.output_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.output_dir / "recipe.yaml", yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False))
+            if self.deepspeed_config is not None:  # the config DeepSpeed ran with, "auto" values filled
+                atomic_write_json(self.output_dir / DEEPSPEED_CONFIG_FILE, self.deepspeed_config)
         logger = RunLogger(self.output_dir, recipe, self.start_step, enabled=is_main_process(),
                             show_progress=self.show_progress)
         executor = ThreadPoolExecutor(max_workers=1) if recipe.num_workers > 0 else None
         # num_workers processes prepare items (per rank); the thread above waits on them for the next step.
-        self._pool = PreparePool(self.model.preparer(), recipe.num_workers) if recipe.num_workers > 0 else None
+        self.items.start(recipe.num_workers)
         batches = self.schedule.steps(self.start_step)
         next_prepared: Future[PreparedStep] | None = None
         try:
@@ -354,8 +271,7 @@ class Trainer:
         finally:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
-            if self._pool is not None:
-                self._pool.close()
+            self.items.close()
             logger.close()
         final = self.output_dir / "final"
         self.save(final, recipe.max_steps, final=True)

@@ -67,13 +67,13 @@ def _mean_gap(gaps: Tensor, mask: Tensor) -> Tensor:
 
 @torch.no_grad()
 def false_negative_stats(query_embeddings: Tensor, candidate_embeddings: Tensor,
-                         temperature: Tensor | float, identities: Tensor,
+                         temperature: Tensor | float, labels: Tensor,
                          own_image: Tensor | None = None) -> dict[str, float]:
     """:data:`DIAGNOSTIC_KEYS` of one global batch (row i's positive is column i; ``own_image``:
     :func:`own_image_matrix` of the batch, None when the records are unknown)."""
     logits = query_embeddings.detach().float() @ candidate_embeddings.detach().float().T
     logits = logits / (temperature.detach() if isinstance(temperature, Tensor) else temperature)
-    false_negative = pad_columns(false_negative_mask(identities.to(logits.device)), logits.shape[1])
+    false_negative = false_negative_mask(labels.to(logits.device), logits.shape[1])
     probabilities = logits.softmax(dim=1)
     mass = probabilities * false_negative
     share = mass.sum(dim=1)

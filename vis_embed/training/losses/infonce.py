@@ -31,23 +31,22 @@ from torch import Tensor, nn
 
 from vis_embed.training.losses.designated import pad_columns
 
-NO_IDENTITY = -1  # a row whose label is unknown: never masked
-
-
-def false_negative_mask(identities: Tensor) -> Tensor:
-    """(N, N) bool: candidate j is a false negative of query i -- the same label (>= 0), j != i.
-    The one rule the loss mask and the diagnostics (diagnostics.py) share."""
-    same = (identities[:, None] == identities[None, :]) & (identities[:, None] >= 0)
+def false_negative_mask(labels: Tensor, columns: int | None = None) -> Tensor:
+    """(N, columns) bool: candidate j is a false negative of query i -- the same loss label
+    (>= 0), j != i; columns past the N positives (explicit negatives) are never masked.
+    The one same-label rule: every loss (infonce, two_tier, two_tier_margin, triplet_hinge)
+    and the diagnostics (diagnostics.py) call it."""
+    same = (labels[:, None] == labels[None, :]) & (labels[:, None] >= 0)
     same.fill_diagonal_(False)
-    return same
+    return same if columns is None else pad_columns(same, columns)
 
 
 def info_nce_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, temperature: Tensor | float,
-                  identities: Tensor | None = None) -> Tensor:
+                  labels: Tensor | None = None) -> Tensor:
     """Mean InfoNCE of ``N`` queries against ``N`` candidates (row i's positive is column i).
 
-    ``identities`` (N,) int64 label codes (the trainer's: the schedule's ``label`` column, computed
-    once when the training data is loaded): candidates j != i with ``identities[j] == identities[i] >= 0``
+    ``labels`` (N,) int64 loss-label codes (the trainer's: the schedule's ``label`` column, computed
+    once when the training data is loaded): candidates j != i with ``labels[j] == labels[i] >= 0``
     are masked out of query i's denominator.  ``candidate_embeddings`` may have more rows than
     the queries: extra candidates after the N positives (explicit negatives), in every
     query's denominator and never masked.  Computed in float32 whatever the input dtype.
@@ -58,9 +57,8 @@ def info_nce_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, temper
                          f"{tuple(candidate_embeddings.shape)}: need one candidate per query (+ extras) "
                          f"of the same width")
     scores = query_embeddings.float() @ candidate_embeddings.float().T / temperature
-    if identities is not None:
-        same_identity = false_negative_mask(identities.to(scores.device))
-        scores = scores.masked_fill(pad_columns(same_identity, scores.shape[1]), float("-inf"))
+    if labels is not None:
+        scores = scores.masked_fill(false_negative_mask(labels.to(scores.device), scores.shape[1]), float("-inf"))
     targets = torch.arange(scores.shape[0], device=scores.device)
     return F.cross_entropy(scores, targets)
 

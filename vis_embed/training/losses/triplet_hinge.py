@@ -12,7 +12,7 @@ With L2-normalised embeddings, cosine distance :math:`d(a, x) = 1 - a^\top x`, a
 :math:`\mathcal{N}_i` is row i's *designated* hard negatives
 (:func:`~vis_embed.training.losses.designated.designated_negatives`) when it has any, else
 every other candidate of the global batch ("batch-all" triplets), minus those sharing row
-i's identity when ``identities`` is given (the same mask as InfoNCE's).  Each anchor weighs
+i's loss label when ``labels`` is given (InfoNCE's mask: infonce.false_negative_mask).  Each anchor weighs
 the same whatever its number of negatives.  No temperature: only the ordering of distances and
 the margin ``m`` matter, so a fixed or learnable tau is left untouched.
 
@@ -30,17 +30,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from vis_embed.training.losses.designated import pad_columns
+from vis_embed.training.losses.infonce import false_negative_mask
 
 
-def _negatives(rows: int, columns: int, designated: Tensor | None, identities: Tensor | None,
+def _negatives(rows: int, columns: int, designated: Tensor | None, labels: Tensor | None,
                device: torch.device) -> Tensor:
     """(rows, columns) bool: each row's designated negatives, or its in-batch ones when it has none."""
     in_batch = torch.ones(rows, columns, dtype=torch.bool, device=device)
     in_batch[:, :rows].fill_diagonal_(False)
-    if identities is not None:
-        ids = identities.to(device)
-        same = (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0)
-        in_batch[:, :rows] &= ~same
+    if labels is not None:
+        in_batch &= ~false_negative_mask(labels.to(device), columns)
     if designated is None:
         return in_batch
     chosen = pad_columns(designated.to(device), columns)
@@ -49,7 +48,7 @@ def _negatives(rows: int, columns: int, designated: Tensor | None, identities: T
 
 
 def triplet_hinge_loss(query_embeddings: Tensor, candidate_embeddings: Tensor,
-                       designated: Tensor | None = None, identities: Tensor | None = None, *,
+                       designated: Tensor | None = None, labels: Tensor | None = None, *,
                        margin: float = 0.05) -> Tensor:
     """Mean triplet hinge of N anchors (row i's positive is candidate i); float32.
 
@@ -64,7 +63,7 @@ def triplet_hinge_loss(query_embeddings: Tensor, candidate_embeddings: Tensor,
     positive_distance = 1.0 - similarity.diagonal()[:, None]
     negative_distance = 1.0 - similarity
     hinge = F.relu(positive_distance - negative_distance + margin)
-    negatives = _negatives(*similarity.shape, designated, identities, similarity.device)
+    negatives = _negatives(*similarity.shape, designated, labels, similarity.device)
     counts = negatives.sum(dim=1)
     per_anchor = (hinge * negatives).sum(dim=1) / counts.clamp(min=1)
     anchors = counts > 0

@@ -30,7 +30,7 @@ in every anchor's denominator unless ``lookalikes`` marks them as some anchors' 
 in which case they are in only those anchors' denominators (NearID: an anchor sees its own
 look-alikes, not another anchor's).  A look-alike that is a positive-pool column (the
 scheduler's hard-negative rows, :func:`~vis_embed.training.losses.designated.designated_negatives`)
-is counted once, as the pool member it is.  ``identities`` (``loss.identity_mask``) removes
+is counted once, as the pool member it is.  ``labels`` (``loss.identity_mask``) removes
 same-identity duplicates (j != i) from every sum; the identity-aware scheduler never puts two
 members of one identity in a batch, so on its batches the mask changes nothing and the loss is
 Eq. 1-3 exactly (``identity_mask: false`` makes it literal on any batch).
@@ -50,23 +50,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from vis_embed.training.losses.designated import pad_columns
+from vis_embed.training.losses.infonce import false_negative_mask
 
 NEARID_ALPHA = 0.5
 NEARID_TEMPERATURE = 0.07
 
 
-def _same_identity(identities: Tensor | None, rows: int, columns: int, device: torch.device) -> Tensor:
-    """(rows, columns) bool: column j != i shares row i's (known) identity."""
-    if identities is None:
-        return torch.zeros(rows, columns, dtype=torch.bool, device=device)
-    identities = identities.to(device)
-    same = (identities[:, None] == identities[None, :]) & (identities[:, None] >= 0)
-    same.fill_diagonal_(False)
-    return pad_columns(same, columns)
-
-
 def two_tier_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, lookalikes: Tensor | None,
-                  identities: Tensor | None = None, *, alpha: float = NEARID_ALPHA,
+                  labels: Tensor | None = None, *, alpha: float = NEARID_ALPHA,
                   temperature: Tensor | float = NEARID_TEMPERATURE) -> Tensor:
     """NearID's L = L_disc + alpha * L_rank (module docstring), computed in float32.
 
@@ -86,7 +77,7 @@ def two_tier_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, lookal
     # an extra column that is someone's look-alike belongs to its anchors' denominators only
     extra = torch.arange(columns, device=device) >= rows
     foreign = (extra & own.any(dim=0))[None, :] & ~own
-    excluded = _same_identity(identities, rows, columns, device) | foreign
+    excluded = foreign if labels is None else false_negative_mask(labels.to(device), columns) | foreign
     disc_logits = logits.masked_fill(excluded, float("-inf"))
     first_tier = F.cross_entropy(disc_logits, torch.arange(rows, device=device))
     has_lookalikes = own.any(dim=1)

@@ -51,10 +51,10 @@ def designated_margin_loss(query_embeddings: Tensor, candidate_embeddings: Tenso
 
 
 def two_tier_margin_loss(query_embeddings: Tensor, candidate_embeddings: Tensor, temperature: Tensor | float,
-                  designated: Tensor | None, identities: Tensor | None = None, *,
+                  designated: Tensor | None, labels: Tensor | None = None, *,
                   weight: float = 1.0, margin: float = 0.1) -> Tensor:
-    """InfoNCE (``identities`` masks duplicates as in :func:`info_nce_loss`) + ``weight`` x tier 2."""
-    first_tier = info_nce_loss(query_embeddings, candidate_embeddings, temperature, identities)
+    """InfoNCE (``labels`` masks duplicates as in :func:`info_nce_loss`) + ``weight`` x tier 2."""
+    first_tier = info_nce_loss(query_embeddings, candidate_embeddings, temperature, labels)
     if designated is None or weight == 0:
         return first_tier
     second_tier = designated_margin_loss(query_embeddings, candidate_embeddings, designated, margin)

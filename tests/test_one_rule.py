@@ -1,0 +1,207 @@
+"""Each "one place" claim of docs/architecture.md, checked on the source (AST), and the doc
+itself: a "the one" / "the only" phrase there must be one this file checks.
+
+A rule written twice drifts (the review found the same-label mask three times, the hub-id
+test four times with three answers): each test below fails when a second copy appears.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("vis_embed", "data_prep")
+
+
+@cache
+def _trees() -> dict[str, ast.Module]:
+    """Every module of the packages by its path relative to the repository."""
+    return {str(path.relative_to(ROOT)): ast.parse(path.read_text(encoding="utf-8"))
+            for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _where(matches: Callable[[ast.AST], bool]) -> set[str]:
+    """The modules holding a node for which ``matches`` is true."""
+    return {name for name, tree in _trees().items() if any(matches(node) for node in ast.walk(tree))}
+
+
+def _string(value: str) -> Callable[[ast.AST], bool]:
+    return lambda node: isinstance(node, ast.Constant) and node.value == value
+
+
+def _name(name: str) -> Callable[[ast.AST], bool]:
+    return lambda node: (isinstance(node, ast.Name) and node.id == name) or \
+        (isinstance(node, ast.alias) and node.name.rpartition(".")[2] == name)
+
+
+def _call_of(name: str) -> Callable[[ast.AST], bool]:
+    def matches(node: ast.AST) -> bool:
+        if not isinstance(node, ast.Call):
+            return False
+        func = node.func
+        return (isinstance(func, ast.Name) and func.id == name) or \
+            (isinstance(func, ast.Attribute) and func.attr == name)
+    return matches
+
+
+def _definition(name: str) -> Callable[[ast.AST], bool]:
+    return lambda node: isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name
+
+
+def _source(node: ast.AST) -> str:
+    return ast.unparse(node)
+
+
+# ------------------------------------------------------------------ the rules, one module each
+def test_validation_errors_are_formatted_in_config_only() -> None:
+    """config.format_validation_error is the one formatter; ``reported`` / ``validated`` carry
+    it to every config and setting.  The server's request body answers in OpenAI's error
+    schema (``param``), its own vocabulary, in serving/schemas.py."""
+    handlers = _where(lambda node: isinstance(node, ast.ExceptHandler) and node.type is not None
+                      and "ValidationError" in _source(node.type))
+    assert handlers == {"vis_embed/config.py", "vis_embed/serving/schemas.py"}
+
+
+def test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only() -> None:
+    assert _where(_string("OMP_WAIT_POLICY")) == {"vis_embed/cli.py"}
+    assert _where(_call_of("addHandler")) | _where(_call_of("basicConfig")) == {"vis_embed/cli.py"}
+
+
+def test_the_embedding_settings_are_declared_once() -> None:
+    """No pydantic model but EmbeddingConfig declares a loading setting (the recipe's
+    model_options are generated from it)."""
+    settings = {"prompt_format", "min_pixels", "max_pixels", "max_length", "decode", "attn_implementation"}
+
+    def declares_setting(node: ast.AST) -> bool:
+        return isinstance(node, ast.ClassDef) and any(_source(base).endswith(("BaseModel", "_Strict"))
+                                                      for base in node.bases) and any(
+            isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id in settings
+            for item in node.body)
+    assert _where(declares_setting) == {"vis_embed/model/embedding_config.py"}
+    assert _where(lambda node: isinstance(node, ast.Constant) and node.value == 200704) == {
+        "vis_embed/model/defaults.py"}  # DEFAULT_MAX_PIXELS
+
+
+def test_pixel_order_and_decode_modes_are_checked_by_the_config_only() -> None:
+    assert _where(lambda node: isinstance(node, ast.JoinedStr) and "exceeds max_pixels" in _source(node)) == {
+        "vis_embed/model/embedding_config.py"}
+    assert _where(_name("DECODE_MODES")) == {"vis_embed/data/images.py", "vis_embed/model/embedding_config.py"}
+
+
+def test_items_are_prepared_and_pooled_in_one_place() -> None:
+    """Preparer: the one item -> PreparedItem path (prompt included); EmbeddingModel: the one
+    forward + pooling."""
+    assert _where(_call_of("build_prompt")) == {"vis_embed/model/preparer.py"}
+    assert _where(_call_of("PreparedItem")) == {"vis_embed/model/preparer.py"}
+    assert _where(_call_of("last_token_pool")) == {"vis_embed/model/embedding_model.py"}
+
+
+def test_the_dtype_rule_is_resolve_dtype() -> None:
+    by_device = _where(lambda node: isinstance(node, ast.IfExp) and "bfloat16" in _source(node))
+    assert by_device == {"vis_embed/model/embedding_model.py"}
+
+
+def test_one_model_card_writer_and_one_adapter_config_reader() -> None:
+    assert _where(_name("ModelCardData")) | _where(_name("ModelCard")) == {"vis_embed/model/model_card.py"}
+    assert _where(_name("PeftConfig")) == {"vis_embed/model/references.py"}
+    assert _where(_string("adapter_config.json")) == {"vis_embed/model/references.py"}  # ADAPTER_CONFIG
+
+
+def test_one_hub_id_rule() -> None:
+    assert _where(_definition("is_hub_id")) == {"vis_embed/io.py"}
+    assert _where(_name("HUB_ID")) == {"vis_embed/io.py"}
+    counts_slashes = _where(lambda node: _call_of("count")(node) and bool(node.args)  # type: ignore[attr-defined]
+                            and _string("/")(node.args[0]))  # type: ignore[attr-defined]
+    assert counts_slashes == set()
+
+
+def test_one_image_url_fetcher() -> None:
+    def http_import(node: ast.AST) -> bool:
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        return any(name.startswith(("http.client", "urllib.request", "requests", "httpx", "urllib3"))
+                   for name in names)
+    assert _where(http_import) == {"vis_embed/data/fetch.py"}
+
+
+def test_one_same_label_rule() -> None:
+    """``labels[:, None] == labels[None, :]``: infonce.false_negative_mask, called by every loss."""
+    pairwise = _where(lambda node: isinstance(node, ast.Compare) and "[:, None]" in _source(node)
+                      and "[None, :]" in _source(node))
+    assert pairwise == {"vis_embed/training/losses/infonce.py"}
+    for loss in ("two_tier", "two_tier_margin", "triplet_hinge", "diagnostics"):
+        module = f"vis_embed/training/losses/{loss}.py"
+        assert module in _where(_name("false_negative_mask")) | _where(_name("info_nce_loss")), loss
+
+
+def test_one_bbox_inside_image_rule() -> None:
+    assert _where(lambda node: isinstance(node, ast.JoinedStr) and "lies outside the" in _source(node)) == {
+        "vis_embed/data/images.py"}
+
+
+def test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader() -> None:
+    assert _where(_definition("check_item")) == {"vis_embed/data/items.py"}
+    assert _where(_name("find_spec")) == {"vis_embed/integrations/__init__.py"}
+    assert _where(lambda node: isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and node.value == "/proc/cpuinfo") == {"vis_embed/provenance.py"}
+
+
+def test_one_bad_item_rule() -> None:
+    """item_feed.accepted decides a prepared item that came back as a DataError: encode, the dry
+    run, the server and the trainer's worker path."""
+    decides = _where(lambda node: _call_of("isinstance")(node) and len(node.args) == 2  # type: ignore[attr-defined]
+                     and _name("DataError")(node.args[1]) and "result" in _source(node.args[0]))  # type: ignore[attr-defined]
+    assert decides == {"vis_embed/model/item_feed.py"}
+    assert "vis_embed/training/step_items.py" in _where(_call_of("accepted"))
+
+
+def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
+    """The scanner is not blind: a module restating the same-label rule is found."""
+    copy = ast.parse("same = (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0)\n")
+    monkeypatch.setitem(_trees(), "vis_embed/elsewhere.py", copy)
+    assert "vis_embed/elsewhere.py" in _where(lambda node: isinstance(node, ast.Compare)
+                                              and "[None, :]" in _source(node))
+
+
+# ------------------------------------------------------------------ the doc's claims are these
+# Each "the one ..." / "the only ..." phrase of docs/architecture.md, and the test above that makes it true.
+CLAIMS = {
+    "The only place that sets": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
+    "the only place that shows": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
+    "the ONE declaration of the settings": test_the_embedding_settings_are_declared_once,
+    "the ONE item -> PreparedItem path": test_items_are_prepared_and_pooled_in_one_place,
+    "the ONE implementation of prompt": test_items_are_prepared_and_pooled_in_one_place,
+    "the one dtype rule": test_the_dtype_rule_is_resolve_dtype,
+    "the one model card writer": test_one_model_card_writer_and_one_adapter_config_reader,
+    "the one adapter-config reader": test_one_model_card_writer_and_one_adapter_config_reader,
+    "the one hub-id rule": test_one_hub_id_rule,
+    "the only ValidationError": test_validation_errors_are_formatted_in_config_only,
+    "the only `except ValidationError`": test_validation_errors_are_formatted_in_config_only,
+    "the ONE image-URL fetcher": test_one_image_url_fetcher,
+    "the one same-label rule": test_one_same_label_rule,
+    "the one bbox-inside-image rule": test_one_bbox_inside_image_rule,
+    "the one validator": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,
+    "the one missing-extra rule": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,
+    "the one /proc/cpuinfo reader": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,
+    "the one bad-item rule": test_one_bad_item_rule,
+    "the one pixel-order and decode-mode check": test_pixel_order_and_decode_modes_are_checked_by_the_config_only,
+}
+CLAIM = re.compile(r"\bthe (?:one|only|ONE)\b[^,;()]*", re.IGNORECASE)
+
+
+def _doc_claims() -> Iterator[str]:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    text = re.sub(r"```yaml.*?```", "", text, flags=re.DOTALL)  # examples' instruction texts claim nothing
+    yield from (" ".join(match.group(0).split()) for match in CLAIM.finditer(text))
+
+
+def test_every_one_claim_of_the_architecture_doc_has_its_check() -> None:
+    unchecked = [claim for claim in _doc_claims() if not any(claim.startswith(key) or key.startswith(claim)
+                                                             for key in CLAIMS)]
+    assert unchecked == [], "a 'the one X' claim in docs/architecture.md needs a test in this file"
+    stated = list(_doc_claims())
+    assert [key for key in CLAIMS if not any(claim.startswith(key) for claim in stated)] == []

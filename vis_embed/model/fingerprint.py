@@ -1,0 +1,61 @@
+"""An Embedder's identity for caches: checkpoint files + adapter files + every setting.
+
+:func:`model_fingerprint` is what ``Embedder.fingerprint()`` returns and every embedding cache
+key (the eval cache, encode's shards) starts from.  The settings part is the hash of the
+effective :class:`~vis_embed.model.embedding_config.EmbeddingConfig`'s dump, not a list of
+fields, so a field added to the config joins every key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from vis_embed.io import fingerprint_files, fingerprint_json
+from vis_embed.model.embedding_config import EmbeddingConfig
+from vis_embed.model.references import ADAPTER_CONFIG
+
+# Keys that record how a file was loaded or written, not what the model computes.
+_VOLATILE_JSON_KEYS = {"is_local", "local_files_only", "name_or_path", "_name_or_path",
+                       "transformers_version", "_commit_hash"}
+# Files whose contents define a checkpoint's behaviour (for fingerprints).
+_CHECKPOINT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer.json",
+                     "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+                     "processor_config.json", "preprocessor_config.json",
+                     "video_preprocessor_config.json", ADAPTER_CONFIG,
+                     "head_config.json")
+
+
+def model_fingerprint(model: Any, config: EmbeddingConfig) -> str:
+    """Weights + adapter + the effective settings ``config`` of a loaded ``model``."""
+    return fingerprint_json({
+        "weights": checkpoint_fingerprint(model.name_or_path, model.backbone),
+        "adapter": checkpoint_fingerprint(model.adapter, None) if model.adapter else None,
+        "settings": config.fingerprint(),
+    })
+
+
+def checkpoint_fingerprint(name_or_path: str | None, backbone: Any) -> str:
+    """Content hash of a local checkpoint's files, or hub id + resolved commit.
+
+    JSON files are hashed after parsing, without keys that only record how a file was loaded
+    (``is_local``, ...), so a checkpoint re-saved unchanged keeps its fingerprint.
+    """
+    if name_or_path is None:
+        return "in-memory"
+    path = Path(name_or_path).expanduser()
+    if not path.is_dir():
+        commit = getattr(getattr(backbone, "config", None), "_commit_hash", None)
+        return f"{name_or_path}@{commit}"
+    files = sorted({f for pattern in _CHECKPOINT_FILES for f in path.glob(pattern)})
+    parts = {}
+    for file in files:
+        if file.suffix == ".json":
+            content = json.loads(file.read_text(encoding="utf-8"))
+            if isinstance(content, dict):
+                content = {k: v for k, v in content.items() if k not in _VOLATILE_JSON_KEYS}
+            parts[file.name] = fingerprint_json(content)
+        else:
+            parts[file.name] = fingerprint_files([file])
+    return fingerprint_json(parts)

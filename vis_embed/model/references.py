@@ -1,0 +1,62 @@
+"""What a model reference names: a Hub id or a local directory, and what an adapter directory is.
+
+The one rule for each (every loader, export, checkpoint, the model card and the mteb
+integration ask here, so ``a/b/c`` gets one answer everywhere):
+
+* a reference is a **Hub id** when it is ``owner/name`` and no such path exists
+  (:func:`vis_embed.io.is_hub_id`, shared with the dataset converters); anything else
+  (``a/b/c``, ``./x``, ``~/x``, an absolute path, a bare name) is a **local path**;
+* a directory is a **peft adapter** when peft can read its ``adapter_config.json``
+  (:func:`peft_adapter_config`); its base is that config's ``base_model_name_or_path``.
+
+No torch here (the model card and ``--help`` paths import it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vis_embed.errors import ConfigError
+from vis_embed.io import is_hub_id
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def looks_like_path(name: str) -> bool:
+    """The complement of :func:`is_hub_id` (kept: the loaders read better asking this)."""
+    return not is_hub_id(name)
+
+
+def absolute_model_reference(name: str) -> str:
+    """A hub id unchanged; a local path made absolute (so it resolves from any directory)."""
+    if looks_like_path(name) and Path(name).expanduser().exists():
+        return str(Path(name).expanduser().resolve())
+    return name
+
+
+def is_peft_adapter(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a peft adapter (an ``adapter_config.json``)."""
+    return (Path(directory).expanduser() / ADAPTER_CONFIG).is_file()
+
+
+def peft_adapter_config(directory: str | Path) -> Any:
+    """``directory``'s adapter config as peft reads it (``peft.PeftConfig``); ConfigError naming
+    the directory when there is none or peft cannot read it."""
+    from peft import PeftConfig
+
+    path = Path(directory).expanduser()
+    if not is_peft_adapter(path):
+        raise ConfigError(f"not a peft adapter directory (no {ADAPTER_CONFIG}): {path}")
+    try:
+        return PeftConfig.from_pretrained(str(path))
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"{path / ADAPTER_CONFIG}: not a peft adapter config: {exc}") from None
+
+
+def base_model_of(adapter_dir: str | Path) -> str:
+    """The base model recorded in the adapter's config (a hub id or a path)."""
+    base = peft_adapter_config(adapter_dir).base_model_name_or_path
+    if not base:
+        raise ConfigError(f"{Path(adapter_dir) / ADAPTER_CONFIG}: no base_model_name_or_path; pass --base")
+    return str(base)

@@ -1,0 +1,63 @@
+"""The model a recipe trains, and the settings it trains and records with.
+
+``training_embedding_config``: the recipe's explicit ``model_options`` > the ``init_adapter``'s
+recorded embedding_config.json > the base's > EmbeddingConfig's defaults, a warm start refusing
+an explicit value that contradicts its adapter; ``build_training_model``: the EmbeddingModel
+loaded with them plus the adaptation (LoRA, head or full); ``trained_embedding_config``: what
+every checkpoint and final/ record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from vis_embed.model.embedding_config import EmbeddingConfig, check_adapter_agrees, resolve_embedding_config
+from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.training.recipe import Recipe
+
+
+def training_embedding_config(recipe: Recipe) -> EmbeddingConfig:
+    """The settings the model trains with: the recipe's explicit ``model_options`` > the
+    ``init_adapter``'s recorded embedding_config.json > the base's > the defaults.  A warm start
+    refuses an explicit value that contradicts the adapter's record (naming both)."""
+    explicit = recipe.model_options.explicit()
+    if recipe.init_adapter:
+        check_adapter_agrees(recipe.init_adapter, explicit, "the recipe", field_prefix="model_options.")
+    return resolve_embedding_config(recipe.model, recipe.init_adapter, **explicit)
+
+
+def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
+    """EmbeddingModel from the recipe: its settings (training_embedding_config), LoRA or head,
+    gradient checkpointing."""
+    model = EmbeddingModel.from_pretrained(recipe.model, device=device, config=training_embedding_config(recipe))
+    if recipe.adaptation == "head":  # frozen backbone, trained projection head
+        model.add_projection_head(recipe.head.dim)
+    elif recipe.lora.enabled:
+        model.add_lora(r=recipe.lora.r, alpha=recipe.lora.alpha, dropout=recipe.lora.dropout,
+                       target_modules=recipe.lora.target_modules, vision=recipe.lora.vision)
+    else:
+        for parameter in model.parameters():
+            parameter.requires_grad_(True)
+    if recipe.model_options.gradient_checkpointing:
+        model.enable_gradient_checkpointing()
+    model.train()
+    return model
+
+
+def trained_embedding_config(recipe: Recipe, data: Any, model: EmbeddingModel) -> EmbeddingConfig:
+    """What ``embedding_config.json`` records in every checkpoint and final/: the settings the
+    model trained with (recipe model_options over the base's record), the adaptation, and the
+    instructions when every dataset shares them; not attn_implementation (the training
+    machine's kernel choice, not how the model embeds)."""
+    def shared(values: list[str | None]) -> str | None:
+        return values[0] if len(set(values)) == 1 else None
+
+    adaptation = "head" if recipe.adaptation == "head" else "lora" if recipe.lora.enabled else "full"
+    return model.embedding_config.model_copy(update={
+        "attn_implementation": None, "adaptation": adaptation,
+        "query_instruction": shared([d.query_instruction for d in data.datasets]),
+        "document_instruction": shared([d.candidate_instruction for d in data.datasets]),
+        "matryoshka_dims": recipe.loss.matryoshka_dims})
