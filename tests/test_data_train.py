@@ -87,7 +87,8 @@ def test_round_trip_identity_and_pairs(data_dir: Path, suffix: str) -> None:
 
 def test_bbox_travels_with_the_query_item_and_the_model_layer_crops(data_dir: Path) -> None:
     """Crops happen in one place, the model layer: the data layer hands over path + bbox."""
-    from vis_embed.data.images import crop_to_bbox, load_image
+    from vis_embed.data.image_geometry import crop_to_bbox
+    from vis_embed.data.images import load_image
 
     rec = load_train_config(_setup(data_dir)).datasets[0]
     query = rec.query_item(rec.get("a2"))

@@ -14,7 +14,8 @@ from PIL import Image
 
 from vis_embed import Embedder
 from vis_embed.cli import main
-from vis_embed.data.images import MAX_ASPECT_RATIO, fit_aspect_ratio, load_image
+from vis_embed.data.image_geometry import MAX_ASPECT_RATIO, fit_aspect_ratio
+from vis_embed.data.images import load_image
 from vis_embed.errors import DataError
 from vis_embed.model import encode_file
 from vis_embed.model.embedder import NonFiniteEmbeddingError

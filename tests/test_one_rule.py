@@ -140,7 +140,7 @@ def test_one_same_label_rule() -> None:
 
 def test_one_bbox_inside_image_rule() -> None:
     assert _where(lambda node: isinstance(node, ast.JoinedStr) and "lies outside the" in _source(node)) == {
-        "vis_embed/data/images.py"}
+        "vis_embed/data/image_geometry.py"}
 
 
 def test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader() -> None:

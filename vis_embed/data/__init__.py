@@ -20,7 +20,8 @@ from vis_embed.data.benchmark import (
     load_gallery,
 )
 from vis_embed.data.factorize import factorize
-from vis_embed.data.images import crop_to_bbox, is_url, load_image, resolve_image
+from vis_embed.data.image_geometry import crop_to_bbox
+from vis_embed.data.images import is_url, load_image, resolve_image
 from vis_embed.data.items import ITEM_KEYS, Item, ResolvedItem, check_bbox, check_item
 from vis_embed.data.manifest import FILE_ROLES, LAYOUTS
 from vis_embed.data.tables import read_table, write_table

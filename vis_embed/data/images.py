@@ -8,10 +8,8 @@
   89 megapixels) are refused from the header alone, before any pixel is decoded.
 * A missing, unreadable or corrupt file raises :class:`DataError` naming the file; so does an
   image without pixels (0 x 0, or one side 0).
-* An extreme aspect ratio (4000 x 2) is padded, not refused: Qwen's resize rule
-  (``smart_resize``) rejects a long/short side ratio above :data:`MAX_ASPECT_RATIO` (200), so
-  :func:`fit_aspect_ratio` pads the short side with black up to that ratio (content kept
-  whole, centred).  The model sees a black band around a sliver instead of losing the item.
+* An extreme aspect ratio (4000 x 2) is padded, not refused, by the preparer
+  (:mod:`vis_embed.data.image_geometry`, with bounding boxes).
 
 * Besides paths and http(s) URLs, a source may be a ``file://`` URI or a base64 data URI
   (``data:image/png;base64,...``): the forms Qwen's own tooling (qwen-vl-utils, vLLM) accepts,
@@ -49,7 +47,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -66,14 +64,13 @@ from vis_embed.data.image_guards import (
     open_image,
     safe_reason,
 )
+from vis_embed.data.image_geometry import check_has_pixels
 from vis_embed.errors import DataError
 
 DEFAULT_MAX_IMAGE_PIXELS = int(Image.MAX_IMAGE_PIXELS or 89_478_485)
 URL_PREFIXES = ("http://", "https://")
 FILE_URI_PREFIX = "file://"
 DATA_URI = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
-# Qwen2-VL / 2.5-VL / 3-VL processors (and qwen-vl-utils) raise for a larger long/short side ratio.
-MAX_ASPECT_RATIO = 200
 # How images larger than the model's pixel budget are decoded: "exact" decodes every pixel and
 # leaves the whole downscale to the processor; "fast" decodes at a reduced scale (JPEG draft
 # mode, else PIL's box ``reduce``) to no less than FAST_DECODE_MARGIN x the size the processor
@@ -299,53 +296,6 @@ def _reduced_rgb(image: Image.Image, budget: _FastBudget | None) -> Image.Image:
     return to_rgb(image.reduce(factor))
 
 
-def check_has_pixels(image: Image.Image, name: str | None = None) -> None:
-    """DataError for an image with a side of 0 pixels (the processor would divide by it)."""
-    if image.width < 1 or image.height < 1:
-        raise DataError(f"image has no pixels ({image.width}x{image.height})", path=name, field="image")
-
-
-def fit_aspect_ratio(image: Image.Image, max_ratio: int = MAX_ASPECT_RATIO,
-                     max_pixels: int | None = None) -> Image.Image:
-    """``image`` unchanged, or centred on a black canvas whose short side is long enough that
-    long/short <= ``max_ratio`` (the processor's limit; see the module notes).
-
-    The canvas grows with the square of the long side (a 178-byte 300000 x 1 PNG asked for a
-    300000 x 1500 canvas: 1.8 GB of RGB, more in the processor), so with ``max_pixels`` an image
-    whose canvas would hold more is first scaled down until the canvas fits, before anything
-    is allocated; the processor resizes the canvas to its pixel budget anyway."""
-    width, height = image.size
-    check_has_pixels(image)
-    canvas_size = fitted_size(width, height, max_ratio)
-    if canvas_size == (width, height):
-        return image
-    if max_pixels is not None and canvas_size[0] * canvas_size[1] > max_pixels:
-        image = image.resize(bounded_sliver(width, height, max_pixels, max_ratio), Image.Resampling.BOX)
-        width, height = image.size
-        canvas_size = fitted_size(width, height, max_ratio)
-    canvas = Image.new(image.mode, canvas_size)
-    canvas.paste(image, ((canvas_size[0] - width) // 2, (canvas_size[1] - height) // 2))
-    return canvas
-
-
-def bounded_sliver(width: int, height: int, max_pixels: int, max_ratio: int = MAX_ASPECT_RATIO) -> tuple[int, int]:
-    """A sliver's (width, height) scaled down so that its :func:`fitted_size` canvas holds at
-    most ``max_pixels``: its long side L keeps L x ceil(L / max_ratio) <= (L^2 + max_ratio L) / max_ratio
-    within it."""
-    long_side = max(1, (math.isqrt(max_ratio * max_ratio + 4 * max_ratio * max_pixels) - max_ratio) // 2)
-    scale = min(1.0, long_side / max(width, height))
-    return max(1, math.floor(width * scale)), max(1, math.floor(height * scale))
-
-
-def fitted_size(width: int, height: int, max_ratio: int = MAX_ASPECT_RATIO) -> tuple[int, int]:
-    """(width, height) after :func:`fit_aspect_ratio`: the short side grown until
-    long/short <= ``max_ratio``."""
-    if max(width, height) <= max_ratio * min(width, height):
-        return width, height
-    short_side = -(-max(width, height) // max_ratio)  # ceil: the smallest side that is within the limit
-    return (width, short_side) if width > height else (short_side, height)
-
-
 def _decode_data_uri(uri: str) -> bytes:
     try:
         return base64.b64decode(uri.split(",", 1)[1], validate=True)
@@ -366,27 +316,6 @@ def image_size(source: str | Path | Image.Image, base_dir: str | Path | None = N
             return image.size
     except Exception:  # the real load reports the error properly; this is only a hint
         return None
-
-
-def bbox_outside(bbox: Sequence[float], width: int, height: int, name: str | None = None) -> str | None:
-    """The one bbox-inside-image rule (training rows at load, the model's crop, the server's
-    request): why ``bbox`` does not fit a ``width`` x ``height`` image, or None when it does.
-    (Order and non-negative corners are the item contract's: data/items.check_bbox.)"""
-    if bbox[2] > width or bbox[3] > height:
-        return f"box {list(bbox)} lies outside the {width}x{height} image" + (f" {name}" if name else "")
-    return None
-
-
-def crop_to_bbox(image: Image.Image, bbox: list[float], name: str | None = None) -> Image.Image:
-    """``image`` (as loaded: RGB, EXIF-upright) cropped to ``bbox = [x0, y0, x1, y1]`` pixels.
-
-    The box is in the frame of the image *as displayed*, the frame in which an uncropped
-    item reaches the model; a box reaching past the image is an error, not a silent clamp.
-    """
-    x0, y0, x1, y1 = bbox
-    if (problem := bbox_outside(bbox, image.width, image.height, name)) is not None:
-        raise DataError(problem, field="bbox")
-    return image.crop((round(x0), round(y0), round(x1), round(y1)))
 
 
 # EXIF orientations that turn the stored image by 90 degrees (the displayed frame is transposed)

@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vis_embed.data.images import bbox_outside, displayed_size, is_data_uri, is_url
+from vis_embed.data.image_geometry import bbox_outside
+from vis_embed.data.images import displayed_size, is_data_uri, is_url
 from vis_embed.errors import DataError
 
 

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vis_embed.data.images import fitted_size, image_size, is_url
+from vis_embed.data.image_geometry import fitted_size
+from vis_embed.data.images import image_size, is_url
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
 

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vis_embed.data.images import FAST_DECODE_MARGIN, crop_to_bbox, fit_aspect_ratio, item_decode_mode, load_image
+from vis_embed.data.image_geometry import crop_to_bbox, fit_aspect_ratio
+from vis_embed.data.images import FAST_DECODE_MARGIN, item_decode_mode, load_image
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
 from vis_embed.model.embedding_config import EmbeddingConfig

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from vis_embed.data.fetch import FETCH_FAILED, FetchError, UrlPolicy, fetch_url
+from vis_embed.data.image_geometry import bbox_outside
 from vis_embed.data.image_guards import DeadlineBytes, open_image
 from vis_embed.data.images import (
     TargetSize,
-    bbox_outside,
     image_size,
     is_data_uri,
     is_url,
