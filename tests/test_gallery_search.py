@@ -10,7 +10,7 @@ import pytest
 from eval_fakes import DIM, FakeEncoder, make_identity_benchmark
 
 from vis_embed.data import EvalDatasetSpec as DatasetSpec
-from vis_embed.errors import ConfigError
+from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation.harness import EvalSettings, Harness
 from vis_embed.evaluation.search import build_index, numpy_topk, search
 from vis_embed.gallery.quantized_index import QuantizedIndex
@@ -92,7 +92,7 @@ def test_eval_dim_scores_the_renormalised_prefix(tmp_path: Path) -> None:
 
 
 def test_rescore_needs_a_quantized_index() -> None:
-    with pytest.raises(ConfigError, match="--rescore re-ranks a binary or int8"):
+    with pytest.raises(DataError, match="field 'rescore'.*--rescore re-ranks a binary or int8"):
         EvalSettings(index="exact", rescore=4)
 
 

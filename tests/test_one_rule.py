@@ -128,10 +128,20 @@ def test_one_image_url_fetcher() -> None:
     assert _where(http_import) == {"vis_embed/data/fetch.py"}
 
 
+def _pairs_a_tensor_with_itself(node: ast.AST) -> bool:
+    """``x[:, None] == x[None, :]`` (one tensor's codes against themselves: the same-label rule;
+    two different tensors, as the own-image diagnostic's records, are another relation)."""
+    if not (isinstance(node, ast.Compare) and len(node.comparators) == 1):
+        return False
+    left, right = node.left, node.comparators[0]
+    return (isinstance(left, ast.Subscript) and isinstance(right, ast.Subscript)
+            and _source(left).endswith("[:, None]") and _source(right).endswith("[None, :]")
+            and _source(left.value) == _source(right.value))
+
+
 def test_one_same_label_rule() -> None:
     """``labels[:, None] == labels[None, :]``: infonce.false_negative_mask, called by every loss."""
-    pairwise = _where(lambda node: isinstance(node, ast.Compare) and "[:, None]" in _source(node)
-                      and "[None, :]" in _source(node))
+    pairwise = _where(_pairs_a_tensor_with_itself)
     assert pairwise == {"vis_embed/training/losses/infonce.py"}
     for loss in ("two_tier", "two_tier_margin", "triplet_hinge", "diagnostics"):
         module = f"vis_embed/training/losses/{loss}.py"
@@ -159,12 +169,17 @@ def test_one_bad_item_rule() -> None:
     assert "vis_embed/training/step_items.py" in _where(_call_of("accepted"))
 
 
+def test_one_input_image_format_allow_list() -> None:
+    """Every input image is opened by image_guards.open_image (PIL told INPUT_FORMATS)."""
+    opens = _where(lambda node: isinstance(node, ast.Call) and _source(node.func) == "Image.open")
+    assert opens == {"vis_embed/data/image_guards.py"}
+
+
 def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
     """The scanner is not blind: a module restating the same-label rule is found."""
     copy = ast.parse("same = (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0)\n")
     monkeypatch.setitem(_trees(), "vis_embed/elsewhere.py", copy)
-    assert "vis_embed/elsewhere.py" in _where(lambda node: isinstance(node, ast.Compare)
-                                              and "[None, :]" in _source(node))
+    assert "vis_embed/elsewhere.py" in _where(_pairs_a_tensor_with_itself)
 
 
 # ------------------------------------------------------------------ the doc's claims are these
@@ -183,6 +198,7 @@ CLAIMS = {
     "the only `except ValidationError`": test_validation_errors_are_formatted_in_config_only,
     "the ONE image-URL fetcher": test_one_image_url_fetcher,
     "the one same-label rule": test_one_same_label_rule,
+    "the ONE format allow-list every input image is opened with": test_one_input_image_format_allow_list,
     "the one bbox-inside-image rule": test_one_bbox_inside_image_rule,
     "the one validator": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,
     "the one missing-extra rule": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,

@@ -89,7 +89,7 @@ def test_a_one_pixel_high_sliver_is_scaled_down_before_its_canvas_is_allocated(e
     sliver = _encoded(Image.new("1", (60_000, 1), 1), format="PNG")
     assert len(sliver) < 2_000
     image = preparer.load_image({"image": _uri(sliver)})
-    assert image.width * image.height <= 4 * preparer.max_pixels
+    assert image.width * image.height <= 4 * preparer.config.max_pixels
     assert max(image.size) <= 200 * min(image.size)  # still within the processor's ratio
     assert embedder.encode([{"image": _uri(sliver)}]).shape[0] == 1
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from vis_embed.config import one_of, reported
 
@@ -88,8 +88,9 @@ class EvalSettings(BaseModel):
     def _known_tie_policy(cls, policy: str) -> str:
         return one_of(policy, TIE_POLICIES, "tie policy")
 
-    @model_validator(mode="after")
-    def _rescore_fits_index(self) -> "EvalSettings":
-        check_rescore(self.rescore, self.index)
-        return self
+    @field_validator("rescore")
+    @classmethod
+    def _rescore_fits_index(cls, rescore: int, info: ValidationInfo) -> int:
+        # index is declared before rescore, so it is validated (or missing, when it failed) here
+        return check_rescore(rescore, info.data.get("index", DEFAULT_INDEX))
 

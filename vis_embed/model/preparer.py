@@ -114,10 +114,10 @@ class Preparer:
             raise DataError(exc.reason, path=exc.path, line=exc.line, field="image") from None
         if "bbox" in item:
             pil_image = crop_to_bbox(pil_image, item["bbox"], None if hasattr(image, "convert") else str(image))
-        # After the crop: a box can make a sliver too.  Padded, not refused (data/images.py); a
+        # After the crop: a box can make a sliver too.  Padded, not refused (data/image_geometry.py); a
         # canvas beyond a few times the pixel budget is never allocated (the processor would
         # shrink it to the budget anyway): the sliver is scaled down first.
-        return fit_aspect_ratio(pil_image, max_pixels=FAST_DECODE_MARGIN ** 2 * self.max_pixels)
+        return fit_aspect_ratio(pil_image, max_pixels=FAST_DECODE_MARGIN ** 2 * self.config.max_pixels)
 
     def prepare_one(self, item: dict[str, Any], instruction: str | None = None,
                     base_dir: str | Path | None = None) -> PreparedItem:

@@ -109,6 +109,7 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
     pixel_budget = PixelBudget(settings.max_pixels_in_flight)
     model = getattr(embedder, "model", None)
     preparer = model.preparer() if hasattr(model, "preparer") else None
+    preparer_config = getattr(preparer, "config", None)  # the EmbeddingConfig it prepares with
     image_policy = ImagePolicy(
         allow_local_files=settings.allow_local_files, allow_urls=settings.allow_urls,
         allow_private_urls=settings.allow_private_urls, url_timeout_s=settings.url_timeout_s,
@@ -116,7 +117,7 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
         url_pool=url_pool, decode_pool=decode_pool, max_decode_s=settings.decode_timeout_s,
         max_fetched_bytes=settings.max_request_bytes,
         # the pixel budget, decode mode and size rule, as the model's own preparation uses them
-        max_pixels=getattr(preparer, "max_pixels", None), decode=getattr(preparer, "decode", "exact"),
+        max_pixels=getattr(preparer_config, "max_pixels", None), decode=getattr(preparer_config, "decode", "exact"),
         target_size=getattr(preparer, "target_size", None))
 
     @asynccontextmanager
