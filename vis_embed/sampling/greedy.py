@@ -27,20 +27,21 @@ def resolve(stream: dict[str, np.ndarray], num_slots: int, k: int, m: int,
     could take the room; and (e) in a ``full`` slot (a strict one that prefers whole groups),
     an anchor only if those free negatives reach min(k, its designated negatives): an anchor
     whose look-alikes are already in the batch is left for a later batch while others fill
-    the slot.  A pairs row that must keep its queue order (``redrawn``: passed over once, or
-    from an older epoch; sampling/pairs_queue.py) is exempt from (d) and (e), so each row is
-    drawn once per epoch.  Every condition depends only on earlier entries, so Jacobi
-    iteration from any start reaches the sequential answer; collisions are rare, so it
-    converges in 2-3 rounds.
+    the slot.  A pairs row that must be placed at this draw (``redrawn``: passed over once, or
+    from an older epoch; sampling/pairs_queue.py) is exempt from (e), not from (d): a row that
+    does not fit goes to a later slot of its dataset or waits at the queue's front.  Every
+    condition depends only on earlier entries, so Jacobi iteration from any start reaches the
+    sequential answer; collisions are rare, so it converges in 2-3 rounds.
     """
     n = len(stream["row"])
     identity, is_anchor, group = stream["identity"], stream["is_anchor"], stream["group"]
     group_start, slot = stream["group_start"], stream["slot"]
-    # a pairs row left out once (``redrawn``) is placed in queue order at its next draw, as in a
-    # relaxed slot: deferring it again for its group's size could starve it for an epoch
+    # a pairs row that must be placed at this draw (``redrawn``) takes whatever negatives are free:
+    # never deferred for its look-alikes; but it needs room for them like any anchor (a row that
+    # does not fit the slot's rest goes to the dataset's next slot, or waits at the queue's front)
     redrawn = stream.get("redrawn", np.zeros(n, dtype=bool))
-    strict_entry = np.zeros(n, dtype=bool) if strict is None else strict[slot] & is_anchor & ~redrawn
-    full_entry = np.zeros(n, dtype=bool) if full is None else full[slot] & strict_entry
+    strict_entry = np.zeros(n, dtype=bool) if strict is None else strict[slot] & is_anchor
+    full_entry = np.zeros(n, dtype=bool) if full is None else full[slot] & strict_entry & ~redrawn
     wanted = np.minimum(k, stream["group_available"]) if full is not None else None
     by_identity = np.lexsort((np.arange(n), identity))
     sorted_identity = identity[by_identity]

@@ -1,12 +1,17 @@
 """The queue of pairs datasets: rows of a per-epoch random permutation, each drawn once per
 epoch (as an anchor, or placed as another anchor's hard negative while drawn); rows drawn but
 not in the batch go back to the queue's front.  A mixin of the scheduler (uses its ``rng``,
-``prep``, ``_member_of`` and ``_pairs_slot``).
+``prep``, ``settings``, ``_member_of`` and ``_pairs_slot``).
 
-Strict pairs slots may pass a row over for its group's size or look-alikes (issue 27); so
-that this never breaks "once per epoch", a row passed over once (``_skipped``) and a row of an
-epoch older than its dataset's current one (``_row_epoch``) are placed in queue order at their
-next draw (``redrawn`` in the stream, exempt from the group rules of ``greedy.resolve``).
+Strict pairs slots may pass a row over for its look-alikes (issue 27) or for room (issue 38: a
+group is never cut at a slot's end while it could wait).  A row passed over once
+(``_skipped``) and a row of an epoch older than its dataset's current one (``_row_epoch``)
+must be placed at this draw (``redrawn`` in the stream): never deferred again for its
+look-alikes, but, like any anchor, placed only where its group fits; one that fits nowhere in
+this batch waits at the queue's front.  That wait is bounded by the once-per-epoch guarantee
+itself, counted (``EpochBound``): where a batch would anchor a row more than once more often
+than another row of its dataset has been in batches, that dataset's slots take their queue in
+order instead (groups may then be cut at a slot's end, as before issue 38).
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from vis_embed.sampling.epoch_bound import EpochBound
 from vis_embed.sampling.prepare import PreparedData, SourceState
+from vis_embed.sampling.settings import ScheduleSettings
 
 _NEVER = np.iinfo(np.int64).max
 
@@ -23,6 +30,7 @@ _NEVER = np.iinfo(np.int64).max
 class PairsQueue:
     rng: np.random.Generator
     prep: PreparedData
+    settings: ScheduleSettings
     _pairs_slot: np.ndarray
     _member_of: Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -31,6 +39,8 @@ class PairsQueue:
         self._skipped = np.zeros(records, dtype=bool)           # passed over by a slot, not yet placed
         self._row_epoch = np.full(records, _NEVER, dtype=np.int64)  # epoch of a waiting row's first draw
         self._source_epochs = np.zeros(len(self.prep.sources), dtype=np.int64)
+        pairs_rows = np.array([source.num_rows if source.kind == "pairs" else 0 for source in self.prep.sources])
+        self._epoch_bound = EpochBound(self.prep.row_dataset, pairs_rows, self.settings.steps)
 
     def _pairs_candidates(self, source: SourceState, count: int) -> np.ndarray:
         """The next ``count`` rows: pending ones first, then the epoch's permutation."""
@@ -51,10 +61,24 @@ class PairsQueue:
             need -= len(chunk)
         return np.concatenate(taken)
 
+    def _overdue(self, rows: np.ndarray) -> np.ndarray:
+        """Pairs rows drawn in an epoch older than their dataset's current one."""
+        return self._row_epoch[rows] < self._source_epochs[self.prep.row_dataset[rows]]
+
     def _in_queue_order(self, rows: np.ndarray) -> np.ndarray:
-        """Pairs rows that must be placed in queue order (see ``_skipped`` / ``_row_epoch``)."""
-        epoch_now = self._source_epochs[self.prep.row_dataset[rows]]
-        return self._skipped[rows] | (self._row_epoch[rows] < epoch_now)
+        """Pairs rows that must be placed at this draw (see ``_skipped`` / ``_row_epoch``)."""
+        return self._skipped[rows] | self._overdue(rows)
+
+    def _breaks_epoch_bound(self, stream: dict[str, np.ndarray], accepted: np.ndarray) -> np.ndarray:
+        """Per slot: its dataset would anchor a row more than once more often than another of its
+        rows has been in batches (rows waited for room too long): the slots that must take their
+        queue in order (no room rule, so no row is passed over)."""
+        slot, row = stream["slot"], stream["row"]
+        placed = accepted & self._pairs_slot[slot]
+        breaks = self._epoch_bound.would_break(row[placed], row[placed & stream["is_anchor"]])
+        in_order = np.zeros(len(self._pairs_slot), dtype=bool)
+        in_order[slot[breaks[self.prep.row_dataset[row]]]] = True
+        return in_order
 
     def _return_unused_pairs(self, pairs_taken: dict[int, list[np.ndarray]], stream: dict[str, np.ndarray],
                              accepted: np.ndarray) -> None:
@@ -64,6 +88,8 @@ class PairsQueue:
         own positive), so that counts as its draw of the epoch: each row is drawn once per epoch.
         """
         used = stream["row"][accepted]
+        pairs = accepted & self._pairs_slot[stream["slot"]]
+        self._epoch_bound.record(stream["row"][pairs], stream["row"][pairs & stream["is_anchor"]])
         self._skipped[used] = False
         self._row_epoch[used] = _NEVER
         self._skipped[self._passed_over(stream, accepted)] = True
@@ -77,6 +103,8 @@ class PairsQueue:
             first_copy = np.empty(len(taken), dtype=bool)
             first_copy[sorter] = np.concatenate(([True], ordered[1:] != ordered[:-1]))
             unused = taken[~(first_copy & self._member_of(taken, used))]
+            # a second copy of a used row was drawn from the newest permutation
+            self._row_epoch[unused[self._member_of(unused, used)]] = source.epochs_started
             source.pending = np.concatenate([unused, source.pending])
 
     def _passed_over(self, stream: dict[str, np.ndarray], accepted: np.ndarray) -> np.ndarray:
