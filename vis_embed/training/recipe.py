@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -114,7 +114,8 @@ class HeadConfig(_Strict):
 
 
 class GradCacheConfig(_Strict):
-    chunk_size: int = Field(0, ge=0)  # members per forward chunk; 0 = GradCache off
+    # members per forward chunk; 0 = GradCache off; auto: from a memory probe (training/memory_plan.py)
+    chunk_size: Annotated[int, Field(ge=0)] | Literal["auto"] = 0
     # close a chunk early when padding would exceed this fraction (members sorted by length)
     max_padding: float = Field(0.1, ge=0, le=1)
 
@@ -125,8 +126,8 @@ class ModelOptions(_Strict):
     ``embedding_config.json`` records (trainer.trained_embedding_config)."""
 
     dtype: Literal[DTYPE_NAMES] = "auto"  # type: ignore[valid-type]  # auto: bf16 on GPU, fp32 on CPU
-    attn_implementation: str | None = None  # None: flash_attention_2 on GPU when installed, else sdpa
-    gradient_checkpointing: bool = False
+    attn_implementation: str | None = None  # None: model/attention.py resolve_attn_implementation
+    gradient_checkpointing: bool | Literal["auto"] = False  # auto: only when needed (training/memory_plan.py)
     min_pixels: int | None = Field(None, gt=0)
     max_pixels: int = Field(DEFAULT_MAX_PIXELS, gt=0)
     # most tokens per item: EmbeddingModel.prepare_one cuts the item's text (the one rule, used by

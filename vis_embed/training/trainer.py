@@ -12,6 +12,7 @@ resumed run replays exactly the steps an uninterrupted run would have taken.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -38,10 +39,11 @@ from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBac
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
 from vis_embed.training.extra_candidates import column_order, extra_count, prepare_extras
 from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world_size, init_distributed, is_main_process
-from vis_embed.training.gradcache import StepResult, contrastive_step, runs_plain
+from vis_embed.training.gradcache import StepResult, contrastive_step
 from vis_embed.training.losses import BatchLabels, Temperature, build_objective, designated_negatives
 from vis_embed.training.losses.diagnostics import false_negative_stats
 from vis_embed.training.lr_schedule import lr_lambda
+from vis_embed.training.memory_plan import PLAN_FILE, plan_training
 from vis_embed.training.recipe import Recipe, recipe_to_dict
 from vis_embed.training.run_dir import check_run_directory, clear_run_directory
 from vis_embed.training.run_log import RunLogger
@@ -70,7 +72,7 @@ class PreparedStep:
 def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
     """EmbeddingModel from the recipe: dtype, attention, pixels, LoRA, gradient checkpointing."""
     options = recipe.model_options
-    # None (attention: flash_attention_2 on GPU when installed, else sdpa; min_pixels: the
+    # None (attention: model/attention.py resolve_attn_implementation; min_pixels: the
     # model's default) leaves the choice to EmbeddingModel.from_pretrained.
     optional = {"attn_implementation": options.attn_implementation, "min_pixels": options.min_pixels}
     model = EmbeddingModel.from_pretrained(
@@ -85,7 +87,7 @@ def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
     else:
         for parameter in model.parameters():
             parameter.requires_grad_(True)
-    if options.gradient_checkpointing:
+    if options.gradient_checkpointing is True:  # "auto": decided by training/memory_plan.py
         model.enable_gradient_checkpointing()
     model.train()
     return model
@@ -129,13 +131,6 @@ class Trainer:
             raise ConfigError(f"global_batch_size {recipe.global_batch_size} is not divisible by "
                               f"the number of processes {self.world_size}")
         self.local_batch_size = recipe.global_batch_size // self.world_size
-        chunk, local = recipe.gradcache.chunk_size, self.local_batch_size
-        if is_main_process() and chunk > 0 and runs_plain(local, local, chunk) and 2 * local > chunk:
-            # GradCache's shortcut (training/gradcache.py) holds both sides in one forward: say so,
-            # since chunk_size is otherwise the most members in memory at once.
-            log.info("gradcache: %d queries and %d candidates per rank fit one chunk of %d each, so each step "
-                     "is one plain forward of %d members (a chunk_size below %d keeps GradCache's memory bound)",
-                     local, local, chunk, 2 * local, local)
         self.show_progress = recipe.logging.progress_bar if show_progress is None else show_progress
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
         self.dtype = resolve_dtype(recipe.model_options.dtype, self.device)
@@ -154,6 +149,12 @@ class Trainer:
         if recipe.init_adapter:  # warm start; a checkpoint found by --resume overwrites it
             ckpt.warm_start(self.model, recipe.init_adapter)
         self.embedding_config = trained_embedding_config(recipe, self.data, self.model)
+        # Before the backend wraps the model (the probe runs the bare model) and before the
+        # per-rank seeds below (the probe's dropout draws do not shift the run's).
+        self.memory_plan = plan_training(
+            self.model, self.model.collate, lambda: self._members(0), chunk_size=recipe.gradcache.chunk_size,
+            gradient_checkpointing=recipe.model_options.gradient_checkpointing,
+            local_batch_size=self.local_batch_size, device=self.device)
         loss = recipe.loss
         fixed_tau = loss.two_tier.temperature if loss.kind == "two_tier" else None
         # NearID's two_tier fixes its own tau (loss.two_tier.temperature): the trainer's Temperature
@@ -224,6 +225,10 @@ class Trainer:
             log.info("resuming from %s at step %d", directory, self.start_step)
 
     # ------------------------------------------------------------------ data
+    def _members(self, step: int) -> list[Any]:
+        prepared = self.prepare_step(next(self.schedule.steps(step)))
+        return prepared.queries + prepared.candidates
+
     def prepare_step(self, batch: Any) -> PreparedStep:
         """This rank's shard of one scheduled step, prepared (images loaded, prompts built)."""
         members = batch.members()
@@ -281,7 +286,7 @@ class Trainer:
             return self.objective(queries, candidates, labels)
 
         result = contrastive_step(self.backend, self.model.collate, prepared.queries, prepared.candidates,
-                                  loss_fn, chunk_size=self.recipe.gradcache.chunk_size,
+                                  loss_fn, chunk_size=self.memory_plan.chunk_size,
                                   query_lengths=prepared.query_lengths,
                                   candidate_lengths=prepared.candidate_lengths, device=self.device,
                                   check_replay=self.check_replay,
@@ -309,6 +314,7 @@ class Trainer:
         if is_main_process():
             self.output_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.output_dir / "recipe.yaml", yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False))
+            atomic_write_text(self.output_dir / PLAN_FILE, json.dumps(self.memory_plan.as_dict(), indent=2))
         logger = RunLogger(self.output_dir, recipe, self.start_step, enabled=is_main_process(),
                             show_progress=self.show_progress)
         executor = ThreadPoolExecutor(max_workers=1) if recipe.num_workers > 0 else None
