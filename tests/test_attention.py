@@ -145,10 +145,11 @@ def test_flash_attention_4_only_when_its_package_is_installed(monkeypatch: pytes
     assert resolve_attn_implementation("flash_attention_4", torch.device("cuda")) == "flash_attention_4"
 
 
-def test_padded_path_equals_per_segment_attention() -> None:
-    """The CPU path against attention computed segment by segment (an empty segment included)."""
+@pytest.mark.parametrize("lengths", [[5, 1, 0, 9, 3], [4, 4, 4]])
+def test_padded_path_equals_per_segment_attention(lengths: list[int]) -> None:
+    """The CPU path against attention computed segment by segment (an empty segment included;
+    segments of one length take the no-padding shortcut)."""
     generator = torch.Generator().manual_seed(0)
-    lengths = [5, 1, 0, 9, 3]
     cu = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.int32)
     q, k, v = (torch.randn(1, 2, sum(lengths), 8, generator=generator) for _ in range(3))
     out, _ = attention.packed_attention(torch.nn.Module(), q, k, v, None, scaling=0.3, cu_seq_lens_q=cu,
@@ -162,3 +163,22 @@ def test_a_call_without_segments_is_refused() -> None:
     q = torch.zeros(1, 2, 4, 8)
     with pytest.raises(ConfigError, match="vision towers only"):
         attention.packed_attention(torch.nn.Module(), q, q, q, torch.ones(1, 1, 4, 4, dtype=torch.bool))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's variable-length kernel runs on CUDA")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_on_cuda_bf16_the_varlen_kernel_runs_and_equals_sdpa(arch: str, tiny_checkpoint: Callable[..., Path],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("torch's varlen kernel needs compute capability 8.0")
+    embedder = Embedder.from_pretrained(tiny_checkpoint(arch), device="cuda", dtype="bfloat16")
+    calls: list[int] = []
+    varlen = attention._varlen
+    monkeypatch.setattr(attention, "_varlen", lambda *args: calls.append(1) or varlen(*args))
+    batch = {key: value.to("cuda") for key, value in _batch(embedder).items()}
+    with torch.no_grad():
+        ours = embedder.model(**batch)
+        set_attention(embedder.model.backbone, "sdpa")
+        upstream = embedder.model(**batch)
+    assert len(calls) == len(embedder.model.base_model().visual.blocks)
+    assert (ours * upstream).sum(-1).min().item() >= 0.9999

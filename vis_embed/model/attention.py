@@ -142,6 +142,7 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
     from torch.nn.attention.varlen import varlen_attn
 
     cu = cu_seqlens.to(torch.int32)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # the kernel's stride checks (no-op when so)
     # Positional arguments only: varlen_attn's keyword arguments changed between torch 2.10 and
     # 2.12.  The default scale is head_dim ** -0.5, which is what the vision towers pass.
     if scaling is None or abs(scaling - q.shape[-1] ** -0.5) < 1e-12:
@@ -156,6 +157,12 @@ def _padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
     a few tensor ops on the device (no host sync), from ``cu_seqlens`` and ``max_len`` only."""
     tokens, heads, dim = q.shape
     segments = cu_seqlens.numel() - 1
+    if tokens == segments * max_len:  # every segment is max_len long (no segment exceeds it): no padding
+        def split(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.view(segments, max_len, heads, dim).transpose(1, 2)
+
+        out = F.scaled_dot_product_attention(split(q), split(k), split(v), scale=scaling)
+        return out.transpose(1, 2).reshape(tokens, heads, dim)
     cu = cu_seqlens.to(device=q.device, dtype=torch.long)
     positions = torch.arange(tokens, device=q.device)
     segment = torch.searchsorted(cu[1:], positions, right=True)  # which segment each token is in
