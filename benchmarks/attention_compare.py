@@ -80,11 +80,11 @@ class PaddingCounter:
 
 
 def encode_side_by_side(model: EmbeddingModel, items: list[dict[str, Any]], batch_size: int,
-                        repeats: int) -> dict[str, Any]:
+                        repeats: int, timed: bool = True) -> dict[str, Any]:
     embedder = Embedder(model)
     report: dict[str, Any] = {"items": len(items), "batch_size": batch_size}
     vectors = {}
-    for name in ATTENTIONS:
+    for name in ATTENTIONS if timed else ():
         set_attention(model.backbone, name)
         vectors[name] = embedder.encode(items, INSTRUCTION, batch_size=batch_size)  # warm-up
         best = float("inf")
@@ -97,6 +97,8 @@ def encode_side_by_side(model: EmbeddingModel, items: list[dict[str, Any]], batc
     with PaddingCounter(model) as counter:
         embedder.encode(items, INSTRUCTION, batch_size=batch_size)
     report.update(counter.shares())
+    if not timed:
+        return report
     report["min_cosine"] = float(np.min(np.sum(vectors["sdpa"] * vectors[VARLEN], axis=1)))
     report["speedup"] = report[VARLEN]["items_per_s"] / report["sdpa"]["items_per_s"]
     return report
@@ -111,6 +113,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--items", type=int, default=48, help="items of the mix encoded")
     parser.add_argument("--batch-size", type=int, default=16, help="encode batch size")
+    parser.add_argument("--max-pixels", type=int, default=200704, help="pixel budget of the mix's images")
+    parser.add_argument("--padding-only", action="store_true", help="count the padding of the mix's encode only")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--quick", action="store_true", help="few items and repeats (checks the script)")
     parser.add_argument("--json", type=Path, default=None)
@@ -129,7 +133,14 @@ def main() -> int:
     items = make_items(args.items)
     for arch in args.archs:
         backbone, processor = build_random_model(arch, args.preset)
-        model = EmbeddingModel(backbone, processor)
+        model = EmbeddingModel(backbone, processor, max_pixels=args.max_pixels)
+        if args.padding_only:
+            encode = encode_side_by_side(model, items, args.batch_size, args.repeats, timed=False)
+            print(f"{arch} encode of the mix ({encode['items']} items, batch {encode['batch_size']}, max_pixels "
+                  f"{args.max_pixels}): padding: decoder {encode['decoder_padding']:.1%} of token slots, vision "
+                  f"attention {encode['vision_attention_padding']:.1%} of the padded score work", flush=True)
+            report["archs"][arch] = {"encode": encode}
+            continue
         rates = rates_side_by_side(model, args.batch, args.repeats, args.side, peak_flops=None)
         print(describe_rates(f"{arch} forward", rates), flush=True)
         encode = encode_side_by_side(model, items, args.batch_size, args.repeats)
