@@ -122,7 +122,11 @@ def test_a_run_with_auto_records_its_plan(tiny_checkpoint, tmp_path: Path, caplo
     recipe = load_recipe(raw=tiny_recipe(tiny_checkpoint("qwen2-vl"), data, schedule, tmp_path / "run", max_steps=1,
                                          gradcache__chunk_size="auto", model_options__gradient_checkpointing="auto"))
     with caplog.at_level(logging.INFO, logger="vis_embed"):
-        Trainer(recipe).train()
+        trainer = Trainer(recipe)
+        # what a CUDA probe would measure: the first step's members, both sides, with their lengths
+        members = trainer._members(0)
+        assert len(members) == 8 and all(member.length > 0 for member in members)
+        trainer.train()
     recorded = json.loads((tmp_path / "run" / memory_plan.PLAN_FILE).read_text())
     assert (recorded["chunk_size"], recorded["gradient_checkpointing"]) == (4, False)
     assert "memory plan: gradcache.chunk_size 4" in caplog.text
