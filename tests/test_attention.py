@@ -102,6 +102,33 @@ def test_gradients_equal_transformers_sdpa_path(tiny_checkpoint: Callable[..., P
         torch.testing.assert_close(ours, upstream, rtol=1e-4, atol=1e-6)
 
 
+def _host_reads(arch: str, depth: int, name: str, monkeypatch: pytest.MonkeyPatch) -> int:
+    """``Tensor.tolist`` / ``.item`` calls (device-to-host syncs on a GPU) in one vision forward."""
+    from vis_embed.model.embedding_model import EmbeddingModel
+    from vis_embed.model.tiny import build_random_model
+
+    backbone, processor = build_random_model(arch, vision_depth=depth)
+    model = EmbeddingModel(backbone, processor)
+    batch = model.collate(model.prepare([item for item in _items() if "image" in item]))
+    set_attention(backbone, name)
+    reads = []
+    with monkeypatch.context() as patch:
+        for method in ("tolist", "item"):
+            original = getattr(torch.Tensor, method)
+            patch.setattr(torch.Tensor, method, lambda self, *a, _f=original: reads.append(1) or _f(self, *a))
+        with torch.no_grad():
+            model.base_model().visual(batch["pixel_values"], grid_thw=batch["image_grid_thw"])
+    return len(reads)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_no_host_sync_per_vision_block(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Boundaries (and Qwen2.5-VL's windows) are read once per forward, not once per block:
+    twice the blocks, the same reads -- where transformers' sdpa path reads more."""
+    assert _host_reads(arch, 4, VARLEN, monkeypatch) == _host_reads(arch, 2, VARLEN, monkeypatch)
+    assert _host_reads(arch, 4, "sdpa", monkeypatch) > _host_reads(arch, 2, "sdpa", monkeypatch)
+
+
 def test_sdpa_stays_selectable_and_is_recorded(tiny_checkpoint: Callable[..., Path], tmp_path: Path) -> None:
     embedder = Embedder.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cpu", attn_implementation="sdpa")
     assert embedder.model.current_config().attn_implementation == "sdpa"
