@@ -9,7 +9,8 @@ For each architecture (random weights, ``vis_embed.model.tiny`` preset ``--prese
    operators one forward runs (torch profiler) and the smallest cosine between the two;
 2. **encode of the mix**: ``Embedder.encode`` of the MMEB-like mix of encode_throughput.py
    (text-only, image-only and image+text items, several image sizes and text lengths) under
-   each attention, best of ``--repeats``, items/s and the smallest cosine;
+   each attention (the two taking turns in every repeat), best of ``--repeats``, items/s and
+   the smallest cosine;
 3. **padding**: over that encode, the share of the decoder's token slots that are padding
    (``Embedder``'s batch rule: length-sorted batches, closed early above 10% padding), and the
    share of the padded vision-attention work (segments padded to the longest in ONE call, CPU
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode_throughput import INSTRUCTION, make_items  # noqa: E402
-from model_rate import ATTENTIONS, describe_rates, rates_side_by_side  # noqa: E402
+from model_rate import ATTENTIONS, alternating, describe_rates, rates_side_by_side  # noqa: E402
 
 from vis_embed.model import attention  # noqa: E402
 from vis_embed.model.attention import VARLEN, set_attention  # noqa: E402
@@ -86,13 +88,14 @@ def encode_side_by_side(model: EmbeddingModel, items: list[dict[str, Any]], batc
     vectors = {}
     for name in ATTENTIONS if timed else ():
         set_attention(model.backbone, name)
-        vectors[name] = embedder.encode(items, INSTRUCTION, batch_size=batch_size)  # warm-up
-        best = float("inf")
-        for _ in range(repeats):
-            started = time.perf_counter()
-            embedder.encode(items, INSTRUCTION, batch_size=batch_size)
-            best = min(best, time.perf_counter() - started)
-        report[name] = {"items_per_s": len(items) / best, "seconds_best": best}
+        vectors[name] = embedder.encode(items, INSTRUCTION, batch_size=batch_size)
+    if timed:
+        seconds = alternating(lambda: embedder.encode(items, INSTRUCTION, batch_size=batch_size), model,
+                              model.device, repeats, warmup=1)
+        for name in ATTENTIONS:
+            best = min(seconds[name])
+            report[name] = {"items_per_s": len(items) / best, "seconds_best": best,
+                            "seconds_median": statistics.median(seconds[name])}
     set_attention(model.backbone, VARLEN)
     with PaddingCounter(model) as counter:
         embedder.encode(items, INSTRUCTION, batch_size=batch_size)

@@ -49,6 +49,24 @@ def timed(function: Any, device: torch.device, repeats: int, warmup: int = 2) ->
     return seconds
 
 
+def alternating(function: Any, model: EmbeddingModel, device: torch.device, repeats: int,
+                warmup: int = 2) -> dict[str, list[float]]:
+    """Seconds of ``function()`` under each of ATTENTIONS, the attentions taking turns in every
+    repeat (a machine's drift then hits both alike); leaves ours set."""
+    seconds: dict[str, list[float]] = {name: [] for name in ATTENTIONS}
+    for repeat in range(warmup + repeats):
+        for name in ATTENTIONS:
+            set_attention(model.backbone, name)
+            synchronize(device)
+            started = time.perf_counter()
+            function()
+            synchronize(device)
+            if repeat >= warmup:
+                seconds[name].append(time.perf_counter() - started)
+    set_attention(model.backbone, VARLEN)
+    return seconds
+
+
 def square_images(count: int, side: int) -> list[dict[str, Any]]:
     """Photo-like ``side`` x ``side`` images (448: exactly 256 visual tokens)."""
     return [{"image": photo(side, side, seed=1000 + number)} for number in range(count)]
@@ -82,16 +100,19 @@ def rates_side_by_side(model: EmbeddingModel, batch_size: int, repeats: int, sid
     report: dict[str, Any] = {"batch_size": batch_size, "tokens_per_item": tokens,
                               "visual_tokens_per_item": int(prepared[0].image_grid_thw.prod()) // 4,
                               "useful_tflop_per_batch": flops / 1e12}
-    vectors = {}
+    vectors, calls = {}, {}
     for name in ATTENTIONS:
         set_attention(model.backbone, name)
         with torch.inference_mode():
             vectors[name] = model(**batch).float()
-            seconds = timed(lambda: model(**batch), model.device, repeats)
-            calls = count_attention_calls(lambda: model(**batch))
+            calls[name] = count_attention_calls(lambda: model(**batch))
+    with torch.inference_mode():
+        times = alternating(lambda: model(**batch), model, model.device, repeats)
+    for name in ATTENTIONS:
+        seconds = times[name]
         median = statistics.median(seconds)
         report[name] = {"images_per_s": batch_size / median, "seconds_median": median,
-                        "seconds_spread": [min(seconds), max(seconds)], "attention_calls": calls,
+                        "seconds_spread": [min(seconds), max(seconds)], "attention_calls": calls[name],
                         "useful_tflops": flops / median / 1e12,
                         "share_of_peak": flops / median / peak_flops if peak_flops else None}
     set_attention(model.backbone, VARLEN)
