@@ -66,17 +66,15 @@ def plan_memory(model: Any, collate: Callable[[list[Any]], dict[str, torch.Tenso
                 first_members: Callable[[], Sequence[Any]], *, chunk_size: int | str,
                 gradient_checkpointing: bool | str, local_batch_size: int, device: torch.device) -> MemoryPlan:
     """Decide the ``auto`` settings (see the module docstring); turns checkpointing on in
-    ``model`` when the plan wants it.  ``first_members()``: prepared members (with ``.length``)
+    ``model`` when ``auto`` decides for it.  ``first_members()``: prepared members (with ``.length``)
     of the run's first step, asked for only when a probe runs."""
     if not needs_plan(chunk_size, gradient_checkpointing):
         return MemoryPlan(int(chunk_size), bool(gradient_checkpointing), "given in the recipe")
     if device.type != "cuda":
         chunk = local_batch_size if chunk_size == AUTO else int(chunk_size)
-        checkpointing = gradient_checkpointing is True
-        if checkpointing:
-            model.enable_gradient_checkpointing()
-        return MemoryPlan(chunk, checkpointing, f"{device.type}: no memory probe; auto keeps the defaults "
-                                                "(the local batch in one forward, checkpointing off)")
+        return MemoryPlan(chunk, gradient_checkpointing is True,
+                          f"{device.type}: no memory probe; auto keeps the defaults "
+                          "(the local batch in one forward, checkpointing off)")
     members = sorted(first_members(), key=lambda member: member.length, reverse=True)[:PROBE_MEMBERS]
     budget = _budget(model, device)
     measured: dict[str, Any] = {"budget_bytes": budget, "probe_members": len(members),
@@ -89,7 +87,8 @@ def plan_memory(model: Any, collate: Callable[[list[Any]], dict[str, torch.Tenso
             return MemoryPlan(plan[0], False, plan[1], measured)
         if gradient_checkpointing is False:
             raise _does_not_fit(chunk_size, measured)
-    model.enable_gradient_checkpointing()
+    if gradient_checkpointing == AUTO:  # a given true is on already (trainer.build_training_model)
+        model.enable_gradient_checkpointing()
     measured["bytes_per_member_checkpointed"] = _probe(model, collate, members, device)
     plan = _choose(chunk_size, local_batch_size, budget, measured["bytes_per_member_checkpointed"],
                    allow_smaller=True)
