@@ -321,7 +321,14 @@ def main() -> int:
         report["gemm_peak_tflops"] = peak / 1e12
         print(f"bf16 GEMM peak (8192^3, torch.mm, best of 10): {peak / 1e12:.0f} TFLOP/s", flush=True)
 
+    def save() -> None:  # after every step: a run cut short still leaves what it measured
+        report["elapsed_s"] = time.perf_counter() - began
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=2))
+
     def out_of_time(step: str) -> bool:
+        save()
         if time.perf_counter() - began > args.budget_s:
             print(f"SKIPPED (time budget {args.budget_s:.0f} s spent): {step}", flush=True)
             report.setdefault("skipped", []).append(step)
@@ -377,10 +384,7 @@ def main() -> int:
             print(f"compile (2B, ours): first call {compiled['first_call_s']:.1f} s; "
                   f"{compiled['eager_images_per_s']:.1f} -> {compiled['compiled_images_per_s']:.1f} images/s "
                   f"({compiled['gain']:+.1%}), min cosine {compiled['min_cosine']:.6f}", flush=True)
-    report["elapsed_s"] = time.perf_counter() - began
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
+    save()
     print(f"done in {report['elapsed_s']:.0f} s")
     return 0
 
