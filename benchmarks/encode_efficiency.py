@@ -44,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode_throughput import INSTRUCTION, make_items  # noqa: E402
 
 from vis_embed.model.embedder import Embedder  # noqa: E402
-from vis_embed.model.embedding_model import EmbeddingModel, default_attn_implementation  # noqa: E402
+from vis_embed.model.attention import attention_name, resolve_attn_implementation, set_attention  # noqa: E402
+from vis_embed.model.embedding_model import EmbeddingModel  # noqa: E402
 from vis_embed.model.tiny import build_random_model  # noqa: E402
 
 
@@ -125,8 +126,7 @@ def build_embedder(args: argparse.Namespace, device: torch.device) -> Embedder:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     backbone, processor = build_random_model("qwen2-vl", preset="qwen2-vl-2b-shallow", num_layers=args.text_layers,
                                              vision_depth=args.vision_depth, dtype=dtype, device=device)
-    attention = default_attn_implementation(device)
-    backbone.set_attn_implementation(attention)
+    set_attention(backbone, resolve_attn_implementation(args.attn_implementation, device))
     return Embedder(EmbeddingModel(backbone, processor, max_pixels=args.max_pixels))
 
 
@@ -143,6 +143,7 @@ def main() -> int:
     parser.add_argument("--gemm-size", type=int, default=None, help="GEMM side (default: 2048 CPU, 8192 GPU)")
     parser.add_argument("--gemm-repeats", type=int, default=5)
     parser.add_argument("--compile", action="store_true", help="time Embedder.compile()'s fused blocks")
+    parser.add_argument("--attn-implementation", default=None, help="sdpa: transformers' own path; default: ours")
     parser.add_argument("--no-breakdown", action="store_true", help="skip the profiled encode")
     args = parser.parse_args()
     if args.threads:
@@ -152,7 +153,7 @@ def main() -> int:
     model = embedder.model
     items = make_items(args.items)
     print(f"model: Qwen2-VL random, 2B widths, {args.text_layers} decoder layers, vision depth {args.vision_depth}, "
-          f"{model.dtype}, {model.base_model().config._attn_implementation} attention, device {device}, "
+          f"{model.dtype}, {attention_name(model.backbone)} attention, device {device}, "
           f"{torch.get_num_threads()} CPU threads; load average {os.getloadavg()[0]:.2f}")
 
     def encode() -> None:

@@ -10,9 +10,10 @@ What is compiled, and why only that:
 * every decoder layer (``language_model.layers``), whole: its control flow does not depend
   on the data, so one graph (``dynamic=True``: any batch and sequence length) serves every
   layer and every batch, plus one for batches without padding (no attention mask);
-* in every vision block, the norms and the MLP -- not the attention: upstream splits the
-  packed patches per image and loops over them, so a compiled attention would recompile for
-  every new number of images in a batch.
+* in every vision block, the norms and the MLP -- not the attention: under transformers' sdpa
+  path upstream splits the packed patches per image and loops over them, so a compiled
+  attention would recompile for every new number of images in a batch (the default "varlen"
+  attention, model/attention.py, makes one call; compiling it is left until measured on a GPU).
 
 The same layout holds for Qwen2-VL, Qwen2.5-VL and Qwen3-VL (checked by the tests).  The
 first batches pay the compilation (about 18 s on a 2-core CPU the first time; Inductor caches

@@ -69,8 +69,9 @@ class EmbeddingConfig(BaseModel):
                             "(the checkpoint's own), or a name",
         json_schema_extra=_flag(LOADING))
     attn_implementation: str | None = Field(
-        None, description="transformers attention kernel (sdpa, eager, flash_attention_2); "
-                          "unset: flash_attention_2 on CUDA when installed, else sdpa",
+        None, description="attention kernel: varlen (one call per vision block, torch's kernels), sdpa "
+                          "(transformers' own: one call per image), eager, flash_attention_2/4 (when installed); "
+                          "unset: flash_attention_2 on CUDA when flash-attn 2 is installed, else varlen",
         json_schema_extra=_flag(LOADING, "NAME"))
     decode: Literal[DECODE_MODES] = Field(  # type: ignore[valid-type]
         "exact", description=DECODE_HELP.replace("exact (default)", "exact"), json_schema_extra=_flag(LOADING))

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from vis_embed.errors import ConfigError
+from vis_embed.model.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
+                                       set_attention)
 from vis_embed.model.defaults import DTYPE_NAMES, TEXT_LORA_MODULES
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.patch_embedding import use_matmul_patch_embedding
@@ -69,15 +71,6 @@ def dtype_name(dtype: str | torch.dtype | None) -> str | None:
     return dtype
 
 
-def default_attn_implementation(device: torch.device) -> str:
-    if device.type == "cuda":
-        try:
-            import flash_attn  # noqa: F401
-
-            return "flash_attention_2"
-        except ImportError:
-            pass
-    return "sdpa"
 
 
 class EmbeddingModel(torch.nn.Module, PreparesItems):
@@ -164,12 +157,14 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
                 **settings)
         device = torch.device(device) if device is not None else default_device()
         torch_dtype = resolve_dtype(dtype if isinstance(dtype, torch.dtype) else config.dtype, device)
-        attn = config.attn_implementation or default_attn_implementation(device)
+        attn = resolve_attn_implementation(config.attn_implementation, device)
         try:
             processor = AutoProcessor.from_pretrained(name)
-            backbone = AutoModelForImageTextToText.from_pretrained(name, dtype=torch_dtype, attn_implementation=attn)
+            backbone = AutoModelForImageTextToText.from_pretrained(
+                name, dtype=torch_dtype, attn_implementation=load_attn_implementation(attn))
         except (OSError, ValueError, KeyError) as exc:
             raise ConfigError(f"cannot load model {name!r}: {exc}") from exc
+        set_attention(backbone, attn)
         head = None
         if adapter is not None and is_head_directory(adapter):  # a projection head, not LoRA
             head = load_head(adapter).to(device).eval()
@@ -188,9 +183,8 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
                                   else "lora" if hasattr(self.backbone, "peft_config")
                                   else self.embedding_config.adaptation}
         if effective:
-            config = getattr(self.backbone, "config", None)
             update["dtype"] = dtype_name(self.dtype)
-            update["attn_implementation"] = getattr(config, "_attn_implementation", None) \
+            update["attn_implementation"] = attention_name(self.backbone) \
                 or self.embedding_config.attn_implementation
         return self.embedding_config.model_copy(update=update)
 

@@ -41,7 +41,7 @@ def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
     else:
         for parameter in model.parameters():
             parameter.requires_grad_(True)
-    if recipe.model_options.gradient_checkpointing:
+    if recipe.model_options.gradient_checkpointing is True:  # "auto": decided by training/memory_plan.py
         model.enable_gradient_checkpointing()
     model.train()
     return model

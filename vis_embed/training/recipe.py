@@ -13,7 +13,7 @@ scripts run from the repository root).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, create_model,
@@ -128,7 +128,8 @@ class HeadConfig(_Strict):
 
 
 class GradCacheConfig(_Strict):
-    chunk_size: int = Field(0, ge=0)  # members per forward chunk; 0 = GradCache off
+    # members per forward chunk; 0 = GradCache off; auto: from a memory probe (training/memory_plan.py)
+    chunk_size: Annotated[int, Field(ge=0)] | Literal["auto"] = 0
     # close a chunk early when padding would exceed this fraction (members sorted by length)
     max_padding: float = Field(0.1, ge=0, le=1)
 
@@ -141,7 +142,8 @@ def _inherited(name: str) -> tuple[Any, FieldInfo]:
 
 
 class _ModelOptionsBase(_Strict):
-    gradient_checkpointing: bool = False  # training only: recompute activations in the backward pass
+    # training only: recompute activations in the backward pass; auto: only when needed (training/memory_plan.py)
+    gradient_checkpointing: bool | Literal["auto"] = False
 
     def explicit(self) -> dict[str, Any]:
         """The EmbeddingConfig values this recipe sets (None = not set: inherited)."""

@@ -36,7 +36,7 @@ from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
 from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world_size, init_distributed, is_main_process
-from vis_embed.training.gradcache import StepResult, contrastive_step, runs_plain
+from vis_embed.training.gradcache import StepResult, contrastive_step
 from vis_embed.training.losses import BatchLabels, Temperature, build_objective
 from vis_embed.training.losses.diagnostics import false_negative_stats
 from vis_embed.training.losses.matryoshka import matryoshka_for_model
@@ -47,6 +47,7 @@ from vis_embed.training.model_setup import (  # noqa: F401
     trained_embedding_config,
     training_embedding_config,
 )
+from vis_embed.training.memory_plan import PLAN_FILE, plan_training
 from vis_embed.training.recipe import Recipe, recipe_to_dict
 from vis_embed.training.run_dir import check_run_directory, clear_run_directory
 from vis_embed.training.run_log import RunLogger
@@ -86,13 +87,6 @@ class Trainer:
             raise ConfigError(f"global_batch_size {recipe.global_batch_size} is not divisible by "
                               f"the number of processes {self.world_size}")
         self.local_batch_size = recipe.global_batch_size // self.world_size
-        chunk, local = recipe.gradcache.chunk_size, self.local_batch_size
-        if is_main_process() and chunk > 0 and runs_plain(local, local, chunk) and 2 * local > chunk:
-            # GradCache's shortcut (training/gradcache.py) holds both sides in one forward: say so,
-            # since chunk_size is otherwise the most members in memory at once.
-            log.info("gradcache: %d queries and %d candidates per rank fit one chunk of %d each, so each step "
-                     "is one plain forward of %d members (a chunk_size below %d keeps GradCache's memory bound)",
-                     local, local, chunk, 2 * local, local)
         self.show_progress = recipe.logging.progress_bar if show_progress is None else show_progress
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
         self.data = load_train_config(recipe.data, check_images=is_main_process())
@@ -111,6 +105,12 @@ class Trainer:
         if recipe.init_adapter:  # warm start; a checkpoint found by --resume overwrites it
             ckpt.warm_start(self.model, recipe.init_adapter)
         self.embedding_config = trained_embedding_config(recipe, self.data, self.model)
+        # Before the backend wraps the model (the probe runs the bare model) and before the
+        # per-rank seeds below (the probe's dropout draws do not shift the run's).
+        self.memory_plan = plan_training(
+            self.model, self.model.collate, lambda: self._members(0), chunk_size=recipe.gradcache.chunk_size,
+            gradient_checkpointing=recipe.model_options.gradient_checkpointing,
+            local_batch_size=self.local_batch_size, device=self.device)
         loss = recipe.loss
         fixed_tau = loss.two_tier.temperature if loss.kind == "two_tier" else None
         # NearID's two_tier fixes its own tau (loss.two_tier.temperature): the trainer's Temperature
@@ -185,6 +185,11 @@ class Trainer:
         if is_main_process():
             log.info("resuming from %s at step %d", directory, self.start_step)
 
+    # ------------------------------------------------------------------ data
+    def _members(self, step: int) -> list[Any]:
+        prepared = self.prepare_step(next(self.schedule.steps(step)))
+        return prepared.queries + prepared.candidates
+
     def prepare_step(self, batch: Any) -> PreparedStep:
         """This rank's shard of one scheduled step, prepared (step_items.StepItems)."""
         return self.items.prepare_step(batch)
@@ -203,7 +208,7 @@ class Trainer:
             return self.objective(queries, candidates, labels)
 
         result = contrastive_step(self.backend, self.model.collate, prepared.queries, prepared.candidates,
-                                  loss_fn, chunk_size=self.recipe.gradcache.chunk_size,
+                                  loss_fn, chunk_size=self.memory_plan.chunk_size,
                                   query_lengths=prepared.query_lengths,
                                   candidate_lengths=prepared.candidate_lengths, device=self.device,
                                   check_replay=self.check_replay,
@@ -233,6 +238,7 @@ class Trainer:
             atomic_write_text(self.output_dir / "recipe.yaml", yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False))
             if self.deepspeed_config is not None:  # the config DeepSpeed ran with, "auto" values filled
                 atomic_write_json(self.output_dir / DEEPSPEED_CONFIG_FILE, self.deepspeed_config)
+            atomic_write_json(self.output_dir / PLAN_FILE, self.memory_plan.as_dict())
         logger = RunLogger(self.output_dir, recipe, self.start_step, enabled=is_main_process(),
                             show_progress=self.show_progress)
         executor = ThreadPoolExecutor(max_workers=1) if recipe.num_workers > 0 else None
