@@ -175,6 +175,14 @@ def test_one_input_image_format_allow_list() -> None:
     assert opens == {"vis_embed/data/image_guards.py"}
 
 
+def test_one_attention_rule() -> None:
+    """model/attention.resolve_attn_implementation picks the kernel; only it asks whether a flash
+    package is usable, only it registers with transformers, and the model's loading calls it."""
+    probes = (_name("is_flash_attn_2_available"), _name("is_flash_attn_4_available"), _name("AttentionInterface"))
+    assert set().union(*(_where(probe) for probe in probes)) == {"vis_embed/model/attention.py"}
+    assert _where(_call_of("resolve_attn_implementation")) == {"vis_embed/model/embedding_model.py"}
+
+
 def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
     """The scanner is not blind: a module restating the same-label rule is found."""
     copy = ast.parse("same = (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0)\n")
@@ -198,6 +206,7 @@ CLAIMS = {
     "the only `except ValidationError`": test_validation_errors_are_formatted_in_config_only,
     "the ONE image-URL fetcher": test_one_image_url_fetcher,
     "the one same-label rule": test_one_same_label_rule,
+    "the one attention rule": test_one_attention_rule,
     "the ONE format allow-list every input image is opened with": test_one_input_image_format_allow_list,
     "the one bbox-inside-image rule": test_one_bbox_inside_image_rule,
     "the one validator": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,
