@@ -76,6 +76,11 @@ def clustered_identities(rows: int, dim: int, views: int, spread: float, queries
 
 
 def serialised_bytes(index: faiss.Index | faiss.IndexBinary) -> int:
+    """What the index takes on disk.  A flat index is its codes (rows x code size, plus a header
+    of a few dozen bytes) and is not serialised here: at 1M x 1536 the copy would be another
+    6 GB beside the gallery and the index (the first full run was killed for memory at 24 GiB)."""
+    if isinstance(index, faiss.IndexFlat):
+        return int(index.ntotal) * int(index.code_size)
     writer = faiss.serialize_index_binary if isinstance(index, faiss.IndexBinary) else faiss.serialize_index
     return int(writer(index).size)
 

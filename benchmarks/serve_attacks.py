@@ -289,14 +289,23 @@ def main() -> None:
             from vis_embed.model.tiny import build_tiny_checkpoint
 
             model = str(build_tiny_checkpoint(f"{scratch}/tiny"))
-        server = warmed_up(Server(model, ["--device", args.device, "--header-timeout", str(args.header_timeout),
-                                          "--max-connections", "8", "--request-timeout", str(args.request_timeout)]))
+        flags = ["--device", args.device, "--header-timeout", str(args.header_timeout),
+                 "--request-timeout", str(args.request_timeout)]
+        # The default connection limit for the request attacks: 16 concurrent attackers under
+        # --max-connections 8 would turn the bystander away at the door (503), which measures the
+        # limit, not the bounded work.  Attack 3 is about that limit, so it gets its own server.
+        server = warmed_up(Server(model, flags))
         try:
             rows = [(name, _describe(result), _bystander_ok(result) and result["grown_mb"] < limit
                      and all(status == 200 or 400 <= status < 500 or status in (503, 504)
                              for status in result["statuses"]))
                     for name, result, limit in attack_rows(server, scale)]
-            rows += [idle_connections(server, scale["idle"], args.header_timeout), big_head(server), leaks(server)]
+            rows += [big_head(server), leaks(server)]
+        finally:
+            server.stop()
+        server = warmed_up(Server(model, [*flags, "--max-connections", "8"]))
+        try:
+            rows.append(idle_connections(server, scale["idle"], args.header_timeout))
         finally:
             server.stop()
         rows += url_attacks(model, args.device, scale, args.request_timeout)

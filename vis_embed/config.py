@@ -78,10 +78,22 @@ def invalid(message: str, *field: str | int) -> PydanticCustomError:
     return PydanticCustomError(_INVALID, "{reason}", {"reason": message, "field": list(field)})
 
 
+def _unknown(value: Any, choices: tuple[str, ...], what: str) -> str:
+    return f"unknown {what} {value!r} (known: {', '.join(choices)})"
+
+
 def one_of(value: Any, choices: tuple[str, ...], what: str, *field: str | int) -> Any:
-    """``value`` if it is one of ``choices``, else ``invalid("unknown WHAT 'x' (known: ...)")``."""
+    """``value`` if it is one of ``choices``, else ``invalid("unknown WHAT 'x' (known: ...)")``
+    (in a pydantic validator)."""
     if value not in choices:
-        raise invalid(f"unknown {what} {value!r} (known: {', '.join(choices)})", *field)
+        raise invalid(_unknown(value, choices, what), *field)
+    return value
+
+
+def member_of(value: Any, choices: tuple[str, ...], what: str, field: str) -> Any:
+    """:func:`one_of` for plain Python callers: a DataError naming ``field``."""
+    if value not in choices:
+        raise DataError(_unknown(value, choices, what), field=field)
     return value
 
 

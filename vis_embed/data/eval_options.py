@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator
 
-from vis_embed.config import dotted_field, one_of, validated
+from vis_embed.config import dotted_field, member_of, one_of, validated
 from vis_embed.errors import DataError
 
 # Gallery search backends of vis_embed.evaluation.search.
@@ -31,16 +31,12 @@ DEFAULT_TIE_POLICY = "pessimistic"
 
 def check_index_kind(kind: Any, field: str = "index") -> str:
     """``kind`` if it is one of INDEX_KINDS, else a DataError naming ``field`` (the one check)."""
-    if kind not in INDEX_KINDS:
-        raise DataError(f"unknown index kind {kind!r} (known: {', '.join(INDEX_KINDS)})", field=field)
-    return kind
+    return member_of(kind, INDEX_KINDS, "index kind", field)
 
 
 def check_tie_policy(policy: Any, field: str = "tie_policy") -> str:
     """``policy`` if it is one of TIE_POLICIES, else a DataError naming ``field`` (the one check)."""
-    if policy not in TIE_POLICIES:
-        raise DataError(f"unknown tie policy {policy!r} (known: {', '.join(TIE_POLICIES)})", field=field)
-    return policy
+    return member_of(policy, TIE_POLICIES, "tie policy", field)
 
 
 class DatasetOptions(BaseModel):

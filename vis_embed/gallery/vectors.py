@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from vis_embed.config import member_of
 from vis_embed.errors import DataError
 from vis_embed.gallery.options import BIT_PRECISIONS, PRECISIONS, RANGED_PRECISIONS  # noqa: F401  (re-exported)
 
@@ -46,9 +47,7 @@ def check_matryoshka_dims(dims: Sequence[int], full_dim: int | None = None,
 
 
 def check_precision(precision: Any, field: str = "precision") -> str:
-    if precision not in PRECISIONS:
-        raise DataError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})", field=field)
-    return precision
+    return member_of(precision, PRECISIONS, "precision", field)
 
 
 def l2_normalise(matrix: np.ndarray) -> np.ndarray:
