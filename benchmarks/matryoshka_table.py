@@ -40,6 +40,10 @@ def main() -> None:
     parser.add_argument("--dims", default=None, help="comma-separated widths (default: full, /2, /4, /8)")
     parser.add_argument("--indexes", default="exact,int8,binary,binary+4")
     parser.add_argument("--datasets", default="SynthRec")
+    parser.add_argument("--depth", type=int, default=10,
+                        help="gallery ranking depth (default 10): a rescore shortlists K x depth rows; the eval "
+                             "default (the whole gallery up to 10k) would make binary+K re-rank every row of a "
+                             "small gallery, i.e. exact search by construction")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     rows = []
@@ -57,7 +61,8 @@ def main() -> None:
                 kind, rescore = parse_index(entry.strip())
                 out = args.out / name / f"dim{dim}_{entry.strip()}"
                 settings = EvalSettings(datasets=args.datasets.split(","), index=kind, rescore=rescore, dim=dim,
-                                        cache_dir=args.out / name / "cache", pictures=False, show_progress=False)
+                                        depth=args.depth, cache_dir=args.out / name / "cache", pictures=False,
+                                        show_progress=False)
                 results = evaluate_encoder(embedder, specs, fingerprint, out, settings, model_name=name)
                 dataset = next(iter(results["datasets"].values()))
                 p_at_1 = dataset["metrics"]["P@1"]
