@@ -200,28 +200,33 @@ def comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]) -> list[str]:
+def add_model_arguments(parser: argparse.ArgumentParser, model: type[BaseModel],
+                        groups: Mapping[str, Any] | None = None) -> list[str]:
     """A flag for every field of ``model`` whose ``json_schema_extra`` names one (``flag``): its
     help is the field's description with its default, its type and choices the annotation's;
-    ``negate`` makes a boolean field an ``--no-x`` style switch that sets it False; ``parse``
-    names a parser (``"comma_list"``); ``choices`` lists a vocabulary a validator checks.
-    Defaults are the model's, so a flag and the Python API default alike (a field that
-    defaults to None says in its description what unset means).  Returns the field names added."""
+    a boolean field is a switch: ``--x`` sets it True, or with ``negate`` an ``--no-x`` style
+    switch sets it False; ``parse`` names a parser (``"comma_list"``); ``choices`` lists a
+    vocabulary a validator checks; ``group`` names the entry of ``groups`` (argument groups of
+    ``parser``) the flag is listed under.  Defaults are the model's, so a flag and the Python
+    API default alike (a field that defaults to None says in its description what unset
+    means).  Returns the field names added."""
     added = []
     for name, field in model.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         if "flag" not in extra:
             continue
         options: dict[str, Any] = {"dest": name, "default": field.default}
-        if extra.get("negate"):
-            options.update(action="store_false", help=str(field.description).replace("%", "%%"))
+        if extra.get("negate") or field.annotation is bool:
+            options.update(action="store_false" if extra.get("negate") else "store_true",
+                           help=str(field.description).replace("%", "%%"))
         else:
             kind, choices = argument_type(field.annotation)
             choices = tuple(extra["choices"]) if "choices" in extra else choices  # checked by a validator
             kind = {"comma_list": comma_list}.get(str(extra.get("parse")), kind)
             text = str(field.description) + ("" if field.default is None else f" (default: {field.default})")
             options.update(type=kind, choices=choices, metavar=extra.get("metavar"), help=text.replace("%", "%%"))
-        parser.add_argument(str(extra["flag"]), **options)
+        target = (groups or {})[extra["group"]] if "group" in extra else parser
+        target.add_argument(str(extra["flag"]), **options)
         added.append(name)
     return added
 

@@ -24,7 +24,6 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,22 +34,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel
 
 from vis_embed.serving.batcher import MicroBatcher, QueueFullError
-from vis_embed.serving.budget import DEFAULT_MAX_PIXELS_IN_FLIGHT, PixelBudget
+from vis_embed.serving.budget import PixelBudget
 from vis_embed.serving.errors import RequestError
 from vis_embed.serving.gallery_routes import (answered_dimensions, check_default_dim, cut, install_search,
                                               matryoshka_dims_of)
 from vis_embed.serving.hosts import AllowedHosts
-from vis_embed.serving.images import (
-    DEFAULT_DECODE_TIMEOUT_S,
-    DEFAULT_DECODE_WORKERS,
-    DEFAULT_MAX_IMAGE_BYTES,
-    DEFAULT_MAX_REQUEST_PIXELS,
-    DEFAULT_URL_TIMEOUT_S,
-    DEFAULT_URL_WORKERS,
-    ImagePolicy,
-    decode_request_images,
-)
-from vis_embed.serving.limits import DEFAULT_MAX_REQUEST_TOKENS, InputLimiter
+from vis_embed.serving.images import ImagePolicy, decode_request_images
+from vis_embed.serving.limits import InputLimiter
 from vis_embed.serving.metrics import ServerMetrics
 from vis_embed.serving.schemas import (
     EmbeddingRequest,
@@ -59,39 +49,10 @@ from vis_embed.serving.schemas import (
     parse_items,
     parse_request,
 )
+from vis_embed.serving.settings import ServerSettings  # its home; imported from here too
 
 _log = logging.getLogger(__name__)
-DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
-DEFAULT_MAX_ITEMS = 1024
-DEFAULT_REQUEST_TIMEOUT_S = 60.0
 DISCONNECT_POLL_S = 0.25  # how often a waiting request looks whether its client is still there
-
-
-@dataclass
-class ServerSettings:
-    model_name: str  # the name clients send as "model" and /v1/models lists
-    max_batch_size: int = 32
-    max_wait_ms: float = 5.0
-    max_queue: int = 256
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    max_items: int = DEFAULT_MAX_ITEMS
-    allow_local_files: bool = False
-    url_timeout_s: float = DEFAULT_URL_TIMEOUT_S
-    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
-    allow_urls: bool = False  # fetch http(s) image URLs at all
-    allow_private_urls: bool = False  # ... also loopback / private / link-local / multicast ones
-    url_workers: int = DEFAULT_URL_WORKERS  # the fetch pool: slow URLs wait here, not elsewhere
-    api_key: str | None = None  # every endpoint but /health needs "Authorization: Bearer KEY"
-    max_input_tokens: int | None = None  # None: the model's recorded max length, else 8192
-    long_input: str = "refuse"  # or "truncate"
-    max_request_pixels: int = DEFAULT_MAX_REQUEST_PIXELS
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S  # a request's whole life, body to answer
-    allowed_hosts: tuple[str, ...] | None = None  # Host header names answered; None: any (serving.hosts)
-    max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS  # items x tokens, instruction included (413)
-    max_pixels_in_flight: int = DEFAULT_MAX_PIXELS_IN_FLIGHT  # decoded pixels of all requests at once
-    decode_workers: int = DEFAULT_DECODE_WORKERS  # threads decoding images (not the default pool)
-    decode_timeout_s: float = DEFAULT_DECODE_TIMEOUT_S  # one image's decode
-    dim: int | None = None  # width answered when a request names no `dimensions` (serve --dim)
 
 
 def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> FastAPI:

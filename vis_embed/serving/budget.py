@@ -17,8 +17,6 @@ from contextlib import asynccontextmanager
 
 from vis_embed.serving.errors import RequestError
 
-DEFAULT_MAX_PIXELS_IN_FLIGHT = 128_000_000  # two requests at --max-request-pixels; RGB in PIL: 512 MB
-
 
 class PixelBudget:
     """Decoded pixels reserved by requests in flight, at most ``total`` (FIFO waiting)."""

@@ -51,13 +51,13 @@ from vis_embed.data.images import (
 from vis_embed.errors import DataError
 from vis_embed.serving.budget import Reservation
 from vis_embed.serving.errors import RequestError
+from vis_embed.serving.settings import (
+    DEFAULT_DECODE_TIMEOUT_S,
+    DEFAULT_MAX_IMAGE_BYTES,
+    DEFAULT_MAX_REQUEST_PIXELS,
+    DEFAULT_URL_TIMEOUT_S,
+)
 
-DEFAULT_URL_TIMEOUT_S = 5.0
-DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
-DEFAULT_URL_WORKERS = 4
-DEFAULT_MAX_REQUEST_PIXELS = 64_000_000  # five 12 MP photos, or ~300 of 448 x 448; RGB: 192 MB
-DEFAULT_DECODE_WORKERS = 2
-DEFAULT_DECODE_TIMEOUT_S = 10.0
 FETCHES_PER_REQUEST = 4
 
 

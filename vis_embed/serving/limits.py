@@ -29,12 +29,11 @@ from typing import Any
 from vis_embed.model.lengths import visual_tokens
 from vis_embed.model.prompts import join_instruction
 from vis_embed.serving.errors import RequestError
+from vis_embed.serving.settings import DEFAULT_MAX_REQUEST_TOKENS, LONG_INPUT_MODES
 
 DEFAULT_MAX_INPUT_TOKENS = 8192  # OpenAI's embeddings limit, for a model that records none
-DEFAULT_MAX_REQUEST_TOKENS = 131_072  # 1,024 items of 128 tokens, or 16 at the model's 8,192
 CHARS_PER_TOKEN = 16  # English averages ~4 characters per token; 16 leaves room for long tokens
 TYPICAL_CHARS_PER_TOKEN = 4
-LONG_INPUT_MODES = ("refuse", "truncate")
 
 
 def model_max_tokens(embedder: Any) -> int:
