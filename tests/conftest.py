@@ -65,3 +65,12 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def embedder(tiny_checkpoint):
+    """The tiny checkpoint's Embedder in float32 on the CPU, once per module (the server tests
+    share it; a module that needs another embedder defines its own ``embedder``)."""
+    from vis_embed.model.embedder import Embedder
+
+    return Embedder.from_pretrained(tiny_checkpoint(), device="cpu", dtype="float32")

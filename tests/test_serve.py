@@ -75,13 +75,6 @@ class RecordingEmbedder:
 
 
 @pytest.fixture(scope="module")
-def embedder(tiny_checkpoint):
-    from vis_embed.model.embedder import Embedder
-
-    return Embedder.from_pretrained(tiny_checkpoint(), device="cpu", dtype="float32")
-
-
-@pytest.fixture(scope="module")
 def expected(embedder) -> dict[str | None, np.ndarray]:
     """instruction -> Embedder.encode(POOL, instruction): the vectors the server must return."""
     return {instruction: embedder.encode(POOL, instruction) for instruction in INSTRUCTIONS}

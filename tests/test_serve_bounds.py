@@ -48,13 +48,6 @@ def _uri(data: bytes, kind: str = "png") -> str:
     return f"data:image/{kind};base64," + base64.b64encode(data).decode("ascii")
 
 
-@pytest.fixture(scope="module")
-def embedder(tiny_checkpoint):
-    from vis_embed.model.embedder import Embedder
-
-    return Embedder.from_pretrained(tiny_checkpoint(), device="cpu", dtype="float32")
-
-
 def _serve(embedder: Any, http: Any = None, **settings: Any) -> RunningServer:
     options = {} if http is None else {"http": http}
     return RunningServer(create_app(embedder, ServerSettings(model_name=MODEL, **settings)), **options)

@@ -38,13 +38,6 @@ class MatryoshkaEmbedder:
 
 
 @pytest.fixture(scope="module")
-def embedder(tiny_checkpoint):
-    from vis_embed.model.embedder import Embedder
-
-    return Embedder.from_pretrained(tiny_checkpoint(), device="cpu", dtype="float32")
-
-
-@pytest.fixture(scope="module")
 def index(embedder, tmp_path_factory) -> GalleryIndex:
     work = tmp_path_factory.mktemp("gallery")
     np.save(work / "g.npy", embedder.encode([{"text": text} for text in TEXTS]))

@@ -46,13 +46,6 @@ def _png_uri(size: tuple[int, int], mode: str = "RGB") -> str:
 
 
 @pytest.fixture(scope="module")
-def embedder(tiny_checkpoint):
-    from vis_embed.model.embedder import Embedder
-
-    return Embedder.from_pretrained(tiny_checkpoint(), device="cpu", dtype="float32")
-
-
-@pytest.fixture(scope="module")
 def expected(embedder) -> np.ndarray:
     return embedder.encode(NORMAL)
 
