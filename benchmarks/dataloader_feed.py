@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from prepare_throughput import PHOTO_SIZES, QUICK_SIZES, write_photo_mix  # noqa: E402
+from prepare_throughput import model_and_photo_mix  # noqa: E402
 
 BATCH = 16
 
@@ -117,14 +116,7 @@ def main() -> None:
 
     count = 4 if args.quick else args.photos
     top = 2 if args.quick else (args.workers or available_cores())
-    with tempfile.TemporaryDirectory() as scratch:
-        model = args.model
-        if model is None:
-            from vis_embed.model.tiny import build_tiny_checkpoint
-
-            model = str(build_tiny_checkpoint(Path(scratch) / "tiny"))
-        photos, copies = write_photo_mix(Path(scratch) / "mix", count, QUICK_SIZES if args.quick else PHOTO_SIZES,
-                                         args.max_pixels)
+    with model_and_photo_mix(args.model, count, args.quick, args.max_pixels) as (model, photos, copies):
         preparer = ProcessorOnlyModel.from_pretrained(model, EmbeddingConfig(max_pixels=args.max_pixels)).preparer()
         inputs = {name: [row for _line, row in read_jsonl(path)] for name, path in (("photos", photos),
                                                                                     ("copies", copies))}

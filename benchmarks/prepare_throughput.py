@@ -41,6 +41,8 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,21 @@ def photo(width: int, height: int, seed: int) -> Image.Image:
     image = np.stack(channels, axis=-1)
     image += rng.normal(0, 14, image.shape).astype(np.float32)
     return Image.fromarray(np.clip(image, 0, 255).astype(np.uint8))
+
+
+@contextmanager
+def model_and_photo_mix(model: str | None, count: int, quick: bool,
+                        max_pixels: int) -> Iterator[tuple[str, Path, Path]]:
+    """``(model, photos.jsonl, copies.jsonl)`` in a scratch folder removed afterwards: ``model``
+    or a tiny random checkpoint built there, and :func:`write_photo_mix` of ``count`` photos."""
+    with tempfile.TemporaryDirectory() as scratch:
+        if model is None:
+            from vis_embed.model.tiny import build_tiny_checkpoint
+
+            model = str(build_tiny_checkpoint(Path(scratch) / "tiny"))
+        photos, copies = write_photo_mix(Path(scratch) / "mix", count, QUICK_SIZES if quick else PHOTO_SIZES,
+                                         max_pixels)
+        yield model, photos, copies
 
 
 def write_photo_mix(root: Path, count: int, sizes: list[tuple[int, int]], max_pixels: int) -> tuple[Path, Path]:
@@ -169,14 +186,7 @@ def main() -> None:
     cores = available_cores()
     top = 1 if args.quick else (args.workers or cores)
     count = 4 if args.quick else args.photos
-    with tempfile.TemporaryDirectory() as scratch:
-        model = args.model
-        if model is None:
-            from vis_embed.model.tiny import build_tiny_checkpoint
-
-            model = str(build_tiny_checkpoint(Path(scratch) / "tiny"))
-        photos, copies = write_photo_mix(Path(scratch) / "mix", count, QUICK_SIZES if args.quick else PHOTO_SIZES,
-                                         args.max_pixels)
+    with model_and_photo_mix(args.model, count, args.quick, args.max_pixels) as (model, photos, copies):
         repeats = max(1, args.repeats)
         floor = min(floor_seconds(model, photos, args.max_pixels) for _ in range(repeats))
         estimate = min(estimate_seconds(model, photos, args.max_pixels) for _ in range(repeats))
