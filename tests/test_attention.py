@@ -172,10 +172,11 @@ def test_flash_attention_4_only_when_its_package_is_installed(monkeypatch: pytes
     assert resolve_attn_implementation("flash_attention_4", torch.device("cuda")) == "flash_attention_4"
 
 
-@pytest.mark.parametrize("lengths", [[5, 1, 0, 9, 3], [4, 4, 4]])
+@pytest.mark.parametrize("lengths", [[5, 1, 0, 9, 3], [9, 8, 7], [4, 4, 4], [2, 7, 3, 3, 1, 7, 4]])
 def test_padded_path_equals_per_segment_attention(lengths: list[int]) -> None:
-    """The CPU path against attention computed segment by segment (an empty segment included;
-    segments of one length take the no-padding shortcut)."""
+    """The CPU path against attention computed segment by segment: segments sharing a row
+    (block-diagonal mask), one segment per row (key mask), an empty segment, and segments of
+    one length (the no-padding shortcut)."""
     generator = torch.Generator().manual_seed(0)
     cu = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.int32)
     q, k, v = (torch.randn(1, 2, sum(lengths), 8, generator=generator) for _ in range(3))
@@ -184,6 +185,27 @@ def test_padded_path_equals_per_segment_attention(lengths: list[int]) -> None:
     expected = torch.cat([torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, scale=0.3)
                           for qs, ks, vs in zip(*(t.split(lengths, dim=2) for t in (q, k, v)))], dim=2)
     torch.testing.assert_close(out, expected.transpose(1, 2), rtol=1e-5, atol=1e-6)
+
+
+def test_row_plan_packs_short_segments_into_shared_rows_without_overlap() -> None:
+    lengths = [64, 12, 12, 40, 8, 0, 64, 30]
+    cu = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.int32)
+    plan = attention._RowPlan.of(cu, 64, torch.device("cpu"))
+    assert plan.rows == 4  # 64 | 64 | 40+12+12 | 30+8, where padding to the longest takes 7 rows
+    slots = plan.slot.tolist()
+    assert len(slots) == sum(lengths) == len(set(slots))  # every token has its own slot
+    for start, length in zip(np.cumsum([0, *lengths[:-1]]), lengths):
+        if length:  # a segment stays contiguous, in one row
+            segment = slots[start:start + length]
+            assert segment == list(range(segment[0], segment[0] + length))
+            assert segment[0] // 64 == segment[-1] // 64
+    assert plan.mask.shape == (4, 1, 64, 64)
+    assert attention._RowPlan.of(cu, 64, torch.device("cpu")) is plan  # once per batch, not per block
+    cu[-1] += 0  # an in-place write: the tensor may now hold other boundaries
+    assert attention._RowPlan.of(cu, 64, torch.device("cpu")) is not plan
+    with torch.inference_mode():  # Embedder.encode's mode: its tensors have no write counter
+        inference_cu = cu.clone()
+        assert attention._RowPlan.of(inference_cu, 64, torch.device("cpu")).rows == 4
 
 
 def test_a_call_without_segments_is_refused() -> None:

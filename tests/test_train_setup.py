@@ -61,11 +61,34 @@ def test_a_deepspeed_recipe_without_deepspeed_installed_names_the_extra(monkeypa
         load_recipe(path)
 
 
+def _installed_distributions(monkeypatch, *names: str) -> None:
+    from importlib import metadata
+
+    def distribution(name: str):
+        if name not in names:
+            raise metadata.PackageNotFoundError(name)
+        return object()
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+
+
 def test_flash_attention_without_flash_attn_installed_names_the_extra(monkeypatch) -> None:
-    monkeypatch.setattr(integrations, "find_spec", lambda module: None)
+    _installed_distributions(monkeypatch)
     raw = _raw(model_options={"attn_implementation": "flash_attention_2"})
-    with pytest.raises(ConfigError, match=r"needs flash-attn .*pip install 'vis_embed\[gpu\]'"):
+    with pytest.raises(ConfigError, match=r"'flash_attention_2' needs the flash-attn package.*pip install 'vis_embed\[gpu\]'"):
         load_recipe(raw=raw)
+
+
+def test_flash_attn_4_alone_does_not_pass_for_flash_attention_2(monkeypatch) -> None:
+    """flash-attn-4 installs a ``flash_attn`` folder, so a module probe would find one; the
+    distribution is what counts (issue 35)."""
+    monkeypatch.setattr(integrations, "find_spec", lambda module: object())
+    _installed_distributions(monkeypatch, "flash-attn-4")
+    with pytest.raises(ConfigError, match="flash-attn package"):
+        load_recipe(raw=_raw(model_options={"attn_implementation": "flash_attention_2"}))
+    load_recipe(raw=_raw(model_options={"attn_implementation": "flash_attention_4"}))
+    _installed_distributions(monkeypatch, "flash-attn")
+    load_recipe(raw=_raw(model_options={"attn_implementation": "flash_attention_2"}))
 
 
 def test_a_recipe_without_extras_does_not_ask_for_them(monkeypatch) -> None:

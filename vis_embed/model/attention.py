@@ -20,12 +20,14 @@ the per-sub-model path only checks that the name is registered.
 
 The function (:func:`packed_attention`): on CUDA with fp16/bf16 and a card of compute
 capability 8.0 or newer, torch's variable-length kernel (``torch.nn.attention.varlen``,
-FlashAttention-2 inside; no padding); elsewhere the segments are padded to the longest and
-attended in ONE batched ``scaled_dot_product_attention`` call with a key mask.
+FlashAttention-2 inside; no padding); elsewhere the segments are packed into rows as long as
+the longest (short ones share a row) and attended in ONE batched
+``scaled_dot_product_attention`` call with a block-diagonal mask.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -53,6 +55,24 @@ def flash_attention_available(name: str) -> bool:
     check = {"flash_attention_2": import_utils.is_flash_attn_2_available,
              "flash_attention_4": import_utils.is_flash_attn_4_available}.get(name)
     return bool(check is not None and torch.cuda.is_available() and check())
+
+
+def require_flash_package(name: str, needed_for: str) -> None:
+    """Raise ConfigError when the package behind ``name`` (flash_attention_2 / _4) is not
+    installed: the *distribution* is looked up (no import, no CUDA needed -- a recipe is checked
+    on any machine), since a ``flash_attn`` folder may come from flash-attn-4 alone."""
+    from importlib import metadata
+
+    package = FLASH_PACKAGES.get(name)
+    if package is None:
+        return
+    try:
+        metadata.distribution(package)
+    except metadata.PackageNotFoundError:
+        extra = " (pip install 'vis_embed[gpu]')" if name == "flash_attention_2" else ""
+        raise ConfigError(f"{needed_for}: attn_implementation {name!r} needs the {package} package, which is not "
+                          f"installed{extra}; leave it unset for {VARLEN!r} (one attention call per vision block "
+                          f"from torch's own kernels)") from None
 
 
 def resolve_attn_implementation(requested: str | None, device: torch.device) -> str:
@@ -152,9 +172,9 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
 
 def _padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
             scaling: float | None) -> torch.Tensor:
-    """One SDPA call over the segments padded to ``max_len`` (keys beyond a segment masked).
-    Written by hand because torch has no variable-length attention off CUDA; the index work is
-    a few tensor ops on the device (no host sync), from ``cu_seqlens`` and ``max_len`` only."""
+    """One SDPA call over the segments packed into rows of ``max_len`` tokens (see
+    :class:`_RowPlan`; each query attends to its own segment only).  Written by hand because
+    torch has no variable-length attention off CUDA."""
     tokens, heads, dim = q.shape
     segments = cu_seqlens.numel() - 1
     if tokens == segments * max_len:  # every segment is max_len long (no segment exceeds it): no padding
@@ -163,20 +183,95 @@ def _padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
 
         out = F.scaled_dot_product_attention(split(q), split(k), split(v), scale=scaling)
         return out.transpose(1, 2).reshape(tokens, heads, dim)
-    cu = cu_seqlens.to(device=q.device, dtype=torch.long)
-    positions = torch.arange(tokens, device=q.device)
-    segment = torch.searchsorted(cu[1:], positions, right=True)  # which segment each token is in
-    slot = segment * max_len + (positions - cu[segment])  # its row in the padded (segments * max_len)
-    lengths = (cu[1:] - cu[:-1]).clamp(min=1)  # an empty segment keeps one key: no all-masked NaN rows
-    key_mask = torch.arange(max_len, device=q.device) < lengths[:, None]
+    plan = _RowPlan.of(cu_seqlens, max_len, q.device)
 
     def pad(tensor: torch.Tensor) -> torch.Tensor:
-        padded = tensor.new_zeros(segments * max_len, heads, dim).index_copy(0, slot, tensor)
-        return padded.view(segments, max_len, heads, dim).transpose(1, 2)
+        padded = tensor.new_zeros(plan.rows * max_len, heads, dim).index_copy(0, plan.slot, tensor)
+        return padded.view(plan.rows, max_len, heads, dim).transpose(1, 2)
 
-    out = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=key_mask[:, None, None, :],
-                                         scale=scaling)
-    return out.transpose(1, 2).reshape(segments * max_len, heads, dim).index_select(0, slot)
+    out = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=plan.mask, scale=scaling)
+    return out.transpose(1, 2).reshape(plan.rows * max_len, heads, dim).index_select(0, plan.slot)
+
+
+class _RowPlan:
+    """Where the CPU path puts each token: segments packed first-fit-decreasing into rows of
+    ``max_len`` slots, so that short segments (Qwen2.5-VL's edge windows, small images beside
+    large ones) share a row instead of each being padded to the longest.  ``slot``: each token's
+    place in the flattened rows; ``mask``: which keys each query sees -- its own segment's
+    (block-diagonal, ``(rows, 1, max_len, max_len)``), or a key mask ``(rows, 1, 1, max_len)``
+    when no row holds two segments.  Padding slots attend among themselves (never an all-masked
+    row, whose softmax would be NaN); their outputs are dropped.
+
+    Built once per batch: the lengths are read to the host once (a sync on a GPU) and the plan is
+    kept for every block that gets the same ``cu_seqlens`` tensor (transformers passes one object
+    to all blocks of a forward; Qwen2.5-VL two, windows and full).  Packing trades padded score
+    work (rows x max_len^2) for a mask: measured in docs/benchmarks.md (attention_compare.py)."""
+
+    _cache: dict[int, tuple[Any, int, int, torch.device, _RowPlan]] = {}
+    _CACHE_SIZE = 8
+
+    def __init__(self, lengths: list[int], max_len: int, device: torch.device) -> None:
+        row_of, offset_of, rows = _first_fit_decreasing(lengths, max_len)
+        self.rows = max(rows, 1)
+        starts = [row_of[i] * max_len + offset_of[i] for i in range(len(lengths))]
+        self.slot = torch.cat([torch.arange(start, start + length) for start, length in zip(starts, lengths)]
+                              or [torch.zeros(0, dtype=torch.long)]).to(device)
+        owner = torch.full((self.rows * max_len,), -1, dtype=torch.long)  # -1: padding
+        for segment, (start, length) in enumerate(zip(starts, lengths)):
+            owner[start:start + length] = segment
+        owner = owner.view(self.rows, max_len).to(device)
+        if all(count <= 1 for count in _segments_per_row(row_of, lengths, self.rows)):
+            self.mask = (owner >= 0)[:, None, None, :]
+        else:
+            self.mask = (owner[:, :, None] == owner[:, None, :])[:, None]
+
+    @classmethod
+    def of(cls, cu_seqlens: torch.Tensor, max_len: int, device: torch.device) -> _RowPlan:
+        """The plan for this batch's ``cu_seqlens`` (cached while that very tensor lives)."""
+        entry = cls._cache.get(id(cu_seqlens))
+        if entry is not None:
+            ref, version, cached_len, cached_device, plan = entry
+            if ref() is cu_seqlens and version == _version(cu_seqlens) and cached_len == max_len \
+                    and cached_device == device:
+                return plan
+        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # the batch's one host read
+        plan = cls(lengths, max_len, device)
+        if len(cls._cache) >= cls._CACHE_SIZE:
+            cls._cache.pop(next(iter(cls._cache)))
+        cls._cache[id(cu_seqlens)] = (weakref.ref(cu_seqlens), _version(cu_seqlens), max_len, device, plan)
+        return plan
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """The in-place write counter; None for an inference tensor (it has none, and can be written
+    in place only inside inference mode, where transformers computes fresh boundaries anyway)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
+def _first_fit_decreasing(lengths: list[int], capacity: int) -> tuple[list[int], list[int], int]:
+    """Each segment's row and offset in it, and the number of rows: longest first, each into the
+    first row with room (empty segments take no room)."""
+    row_of, offset_of = [0] * len(lengths), [0] * len(lengths)
+    used: list[int] = []  # tokens placed in each row
+    for segment in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        length = lengths[segment]
+        row = next((r for r, filled in enumerate(used) if filled + length <= capacity), len(used)) \
+            if length < capacity else len(used)
+        if row == len(used):
+            used.append(0)
+        row_of[segment], offset_of[segment] = row, used[row]
+        used[row] += length
+    return row_of, offset_of, len(used)
+
+
+def _segments_per_row(row_of: list[int], lengths: list[int], rows: int) -> list[int]:
+    counts = [0] * rows
+    for row, length in zip(row_of, lengths):
+        counts[row] += length > 0
+    return counts
 
 
 # Operators that each run one attention (the entry points; what they call inside is not counted

@@ -280,7 +280,6 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | None = No
 
 # Optional extras a recipe can ask for: (importable module, pip package, extra of vis_embed).
 DEEPSPEED = ("deepspeed", "deepspeed", "deepspeed")
-FLASH_ATTENTION = ("flash_attn", "flash-attn", "gpu")
 WANDB = ("wandb", "wandb", "wandb")
 
 
@@ -293,8 +292,10 @@ def check_optional_dependencies(recipe: Recipe, source: str = "recipe") -> None:
     needed = []
     if recipe.deepspeed is not None:
         needed.append((DEEPSPEED, f"deepspeed: {recipe.deepspeed}"))
-    if recipe.model_options.attn_implementation == "flash_attention_2":
-        needed.append((FLASH_ATTENTION, "model_options.attn_implementation: flash_attention_2"))
+    if recipe.model_options.attn_implementation is not None:
+        from vis_embed.model.attention import require_flash_package
+
+        require_flash_package(recipe.model_options.attn_implementation, f"recipe {source}")
     if recipe.logging.wandb:
         needed.append((WANDB, "logging.wandb: true"))
     for (module, package, extra), field in needed:
