@@ -1,0 +1,100 @@
+"""Which candidate wins the synthetic ID-Edit queries (issue 38: why ID-Edit scores below chance).
+
+SynthEdit (data_prep/synth/build.py, ``eval_edit``) lists each query's candidates in a fixed
+order: the right edit (the positive), the unedited source (the query's own image, without the
+instruction), the contrary edit of the same object, the same edit of its look-alike, then right
+edits of other objects.  P@1 below 1 / candidates means some hard candidate wins more often
+than a uniform pick would; this counts, per model, the share of queries each role wins.
+
+    .venv/bin/python eval/edit_winners.py --model OUT/model --benchmark OUT/synth/benchmark.yaml \
+        --adapter OUT/naive_unmasked-0/run/final OUT/naive_unmasked-1/run/final ... [--json F]
+
+With no ``--adapter`` the untrained model is measured; ``--untrained`` adds it beside adapters.
+Instructions and the image root come from the benchmark manifest's SynthEdit entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from vis_embed.model.embedder import Embedder  # noqa: E402
+
+ROLES = ("edit (positive)", "unedited source", "contrary edit", "look-alike's edit")
+OTHER = "another object's edit"
+
+
+def role_of(position: int) -> str:
+    return ROLES[position] if position < len(ROLES) else OTHER
+
+
+def edit_entry(benchmark: Path, name: str) -> dict[str, Any]:
+    manifest = yaml.safe_load(benchmark.read_text(encoding="utf-8"))
+    entries = manifest["datasets"] if isinstance(manifest, dict) else manifest
+    for entry in entries:
+        if entry.get("name") == name:
+            return entry
+    raise SystemExit(f"{benchmark}: no dataset named {name!r}")
+
+
+def winners(embedder: Embedder, rows: list[dict[str, Any]], entry: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Share of queries won by each candidate role, and P@1."""
+    queries = embedder.encode([row["query"] for row in rows], entry.get("query_instruction"), base_dir=base)
+    pool = sorted({candidate["image"] for row in rows for candidate in row["candidates"]})
+    index = {image: i for i, image in enumerate(pool)}
+    pool_vectors = embedder.encode([{"image": image} for image in pool], entry.get("candidate_instruction"),
+                                   base_dir=base)
+    counts: dict[str, int] = {role: 0 for role in (*ROLES, OTHER)}
+    for row, query in zip(rows, queries):
+        scores = pool_vectors[[index[candidate["image"]] for candidate in row["candidates"]]] @ query
+        counts[role_of(int(np.argmax(scores)))] += 1
+    shares = {role: count / len(rows) for role, count in counts.items()}
+    return {"queries": len(rows), "candidates": len(rows[0]["candidates"]), "share_won": shares,
+            "p_at_1": shares[ROLES[0]]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--benchmark", type=Path, required=True, help="the synth benchmark.yaml")
+    parser.add_argument("--dataset", default="SynthEdit")
+    parser.add_argument("--adapter", type=Path, nargs="*", default=[])
+    parser.add_argument("--untrained", action="store_true", help="also the model without an adapter")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    entry = edit_entry(args.benchmark, args.dataset)
+    base = args.benchmark.parent
+    path = base / entry["path"]
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    image_root = base / entry.get("image_root", ".")
+    runs: list[Path | None] = ([None] if args.untrained or not args.adapter else []) + list(args.adapter)
+    report: dict[str, Any] = {"dataset": str(path), "runs": {}}
+    for adapter in runs:
+        embedder = Embedder.from_pretrained(args.model, adapter=adapter, device="cpu")
+        result = winners(embedder, rows, entry, image_root)
+        label = str(adapter) if adapter else "untrained"
+        report["runs"][label] = result
+        print(f"{label}: P@1 {result['p_at_1']:.1%} of {result['queries']} ({result['candidates']} candidates); "
+              + ", ".join(f"{role} {share:.1%}" for role, share in result["share_won"].items()), flush=True)
+    if len(report["runs"]) > 1:
+        shares = np.array([[run["share_won"][role] for role in (*ROLES, OTHER)] for run in report["runs"].values()])
+        report["mean_share_won"] = dict(zip((*ROLES, OTHER), shares.mean(axis=0).tolist()))
+        report["min_max_share_won"] = {role: [float(shares[:, j].min()), float(shares[:, j].max())]
+                                       for j, role in enumerate((*ROLES, OTHER))}
+        print("mean over runs: " + ", ".join(f"{role} {share:.1%}" for role, share in report["mean_share_won"].items()))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
