@@ -285,6 +285,26 @@ def test_every_figure_of_the_warm_reading_is_in_its_rebuilt_tables() -> None:
     assert reading_figures_missing(text.replace("| 19.78 ± 0.29", "| 19.79 ± 0.29")) == ["19.78"]
 
 
+# The own-image pilot's reading quotes per-step t-intervals from the runs' train_log.jsonl
+# (not committed): the only figures of that reading not in its tables.
+OWN_IMAGE_PER_STEP = frozenset({"0.022", "0.096", "0.052", "0.028", "0.073", "0.018",
+                                "0.206", "0.115", "0.298", "0.100", "0.047", "0.152"})
+
+
+def test_the_own_image_pilot_doc_is_its_result_files_rebuilt(monkeypatch) -> None:
+    # issue 38: the pilot measuring how much of the false-negative mass is the query's own image
+    monkeypatch.chdir(REPO)
+    markdown = Path("docs/ablation_warm_own_image.md")
+    text = markdown.read_text(encoding="utf-8")
+    command = text.split("Command:\n\n```bash\n", 1)[1].split("\n```", 1)[0]
+    results = Path("docs/results/ablation_warm_own_image")
+    assert len(list(results.glob("pilot/*.json"))) == 4  # 2 arms x 2 taus, seed 0
+    rebuilt = warm.document(results, markdown, command, Path("recipes/ablation_warm.yaml"),
+                            Path("recipes/ablation_dense.yaml"))
+    assert rebuilt == text
+    assert reading_figures_missing(text, OWN_IMAGE_PER_STEP) == []
+
+
 def test_the_dense_doc_is_its_result_files_rebuilt_once_they_exist(tmp_path) -> None:
     # issue 38: the cold-start re-run commits docs/results/ablation_dense/; from then on the doc
     # must be what those files give (reading and command kept) and its reading's figures must be
