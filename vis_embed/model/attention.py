@@ -27,6 +27,7 @@ the longest (short ones share a row) and attended in ONE batched
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -209,6 +210,7 @@ class _RowPlan:
 
     _cache: dict[int, tuple[Any, int, int, torch.device, _RowPlan]] = {}
     _CACHE_SIZE = 8
+    _lock = threading.Lock()
 
     def __init__(self, lengths: list[int], max_len: int, device: torch.device) -> None:
         row_of, offset_of, rows = _first_fit_decreasing(lengths, max_len)
@@ -236,9 +238,10 @@ class _RowPlan:
                 return plan
         lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # the batch's one host read
         plan = cls(lengths, max_len, device)
-        if len(cls._cache) >= cls._CACHE_SIZE:
-            cls._cache.pop(next(iter(cls._cache)))
-        cls._cache[id(cu_seqlens)] = (weakref.ref(cu_seqlens), _version(cu_seqlens), max_len, device, plan)
+        with cls._lock:  # threads encoding side by side (the server) share the cache
+            if len(cls._cache) >= cls._CACHE_SIZE:
+                cls._cache.pop(next(iter(cls._cache)))
+            cls._cache[id(cu_seqlens)] = (weakref.ref(cu_seqlens), _version(cu_seqlens), max_len, device, plan)
         return plan
 
 
