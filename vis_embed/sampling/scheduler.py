@@ -78,6 +78,14 @@ _PACKING_ROUNDS = 5
 _HARD_NEGATIVE_MARGIN = 5
 
 
+
+def _worth(tries: np.ndarray) -> np.ndarray:
+    """Per row of (attempts, successes): still worth trying -- fewer than _PACKING_TRIAL
+    attempts, or at least 1 in 10 succeeded (the one rule for giving up an effort that rarely
+    pays: whole-group packing per dataset, and other candidate orders per dataset)."""
+    attempts, successes = tries[:, 0], tries[:, 1]
+    return (attempts < _PACKING_TRIAL) | (successes >= 0.1 * attempts)
+
 class _Scheduler(IdentityCandidates, PairsQueue):
     def __init__(self, datasets: Sequence[SubDataset], settings: ScheduleSettings) -> None:
         self.settings = settings
@@ -97,6 +105,8 @@ class _Scheduler(IdentityCandidates, PairsQueue):
         self.shortfall_counts = np.zeros((len(self.prep.sources), len(SHORTFALL_CAUSES)), dtype=np.int64)
         # per dataset: steps in which packing whole groups was tried, and those it avoided cuts
         self.packing = np.zeros((len(self.prep.sources), 2), dtype=np.int64)
+        # per dataset: other orders tried (_repack) and how often they filled the short slots
+        self.reordering = np.zeros((len(self.prep.sources), 2), dtype=np.int64)
         self.packing_now: set[int] = set()
         self.prep_kinds_pairs = np.array([source.kind == "pairs" for source in self.prep.sources])
         # scratch flags over all records (membership tests in O(n) instead of sorting)
@@ -168,7 +178,7 @@ class _Scheduler(IdentityCandidates, PairsQueue):
     def step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Members of one batch: (slot, query record, positive record, role), slot-ordered."""
         m = self.settings.interleave_batch_size
-        slot_source = self._slot_sources()
+        slot_source = self._slot_source = self._slot_sources()
         anchor_slot, anchor_rows, pairs_taken = [], [], {}
         # slots filled with whole groups (datasets where that rarely works cut groups at once;
         # pairs slots take their queue in order, so no row is skipped for its group's size)
@@ -253,21 +263,25 @@ class _Scheduler(IdentityCandidates, PairsQueue):
         # row's draw in its epoch.  (``_stream`` keeps this order within each slot.)
         is_movable = np.isin(slots, short) & ~self._in_queue_order(rows)
         movable, fixed = np.flatnonzero(is_movable), np.flatnonzero(~is_movable)
+        datasets = np.unique(self._slot_source[short])
         if not len(movable):
             return stream, relaxed, short if more else np.zeros(0, dtype=np.int64)
+        if not _worth(self.reordering[datasets]).any():  # neither other orders nor more candidates
+            return stream, relaxed, np.zeros(0, dtype=np.int64)  # have been filling these: cut now
         full = self._full.copy()
         for _try in range(_REPACK_TRIES):
             order = np.concatenate([fixed, self.rng.permutation(movable)])
             candidate = self._stream(slots[order], rows[order])
             accepted, still_short = self._fill(candidate, strict.copy(), relax=False, full=full.copy())
             if not len(still_short):
+                self.reordering[datasets] += (1, 1)
                 return candidate, accepted, still_short
+        self.reordering[datasets] += (1, 0)
         return stream, relaxed, short if more else np.zeros(0, dtype=np.int64)
 
     def _packing_worth(self) -> np.ndarray:
         """Per dataset: whether filling its slots with whole groups is still tried."""
-        attempts, successes = self.packing[:, 0], self.packing[:, 1]
-        return (attempts < _PACKING_TRIAL) | (successes >= 0.1 * attempts)
+        return _worth(self.packing)
 
     def _count_shortfalls(self, stream: dict[str, np.ndarray], accepted: np.ndarray) -> None:
         wanting, cause = shortfalls(stream, accepted, self.settings.hard_negatives)
