@@ -75,7 +75,8 @@ def _installed_distributions(monkeypatch, *names: str) -> None:
 def test_flash_attention_without_flash_attn_installed_names_the_extra(monkeypatch) -> None:
     _installed_distributions(monkeypatch)
     raw = _raw(model_options={"attn_implementation": "flash_attention_2"})
-    with pytest.raises(ConfigError, match=r"'flash_attention_2' needs the flash-attn package.*pip install 'vis_embed\[gpu\]'"):
+    with pytest.raises(ConfigError,
+                       match=r"'flash_attention_2' needs the flash-attn package.*pip install 'vis_embed\[gpu\]'"):
         load_recipe(raw=raw)
 
 

@@ -78,13 +78,13 @@ _PACKING_ROUNDS = 5
 _HARD_NEGATIVE_MARGIN = 5
 
 
-
 def _worth(tries: np.ndarray) -> np.ndarray:
     """Per row of (attempts, successes): still worth trying -- fewer than _PACKING_TRIAL
     attempts, or at least 1 in 10 succeeded (the one rule for giving up an effort that rarely
     pays: whole-group packing per dataset, and other candidate orders per dataset)."""
     attempts, successes = tries[:, 0], tries[:, 1]
     return (attempts < _PACKING_TRIAL) | (successes >= 0.1 * attempts)
+
 
 class _Scheduler(IdentityCandidates, PairsQueue):
     def __init__(self, datasets: Sequence[SubDataset], settings: ScheduleSettings) -> None:
@@ -256,7 +256,9 @@ class _Scheduler(IdentityCandidates, PairsQueue):
         of their candidates (groups of other sizes may add up to M); failing
         that, with ``more``, return those slots as short (a round of more candidates), else keep
         ``relaxed`` (the slot cuts its last group).  A dataset where this rarely helps (e.g. every
-        group has k + 1 members and M is no multiple of it) is not tried again: it would only cost time."""
+        group has k + 1 members and M is no multiple of it) is not tried again: it would only cost time;
+        nor are other orders (and more candidates) for a dataset where they rarely filled its slots
+        (``self.reordering``, the same ``_worth`` rule): its slots cut at once."""
         slots, rows = np.concatenate(anchor_slot), np.concatenate(anchor_rows)
         # A pairs row that must be placed at this draw stays ahead of the others, in queue order;
         # the others are all of their dataset's current epoch, so any order of them keeps each

@@ -286,8 +286,9 @@ WANDB = ("wandb", "wandb", "wandb")
 def check_optional_dependencies(recipe: Recipe, source: str = "recipe") -> None:
     """Fail before any model is loaded when the recipe needs an extra that is not installed.
 
-    Checked with ``find_spec`` (nothing is imported: DeepSpeed's import alone takes seconds);
-    the trainer imports the package itself only when the recipe asks for it.
+    Checked with ``find_spec`` (nothing is imported: DeepSpeed's import alone takes seconds),
+    flash-attn by its distribution (``attention.require_flash_package``: flash-attn-4 installs a
+    ``flash_attn`` folder too); the trainer imports the package itself only when asked for.
     """
     needed = []
     if recipe.deepspeed is not None:
