@@ -49,6 +49,7 @@ from tqdm.auto import tqdm
 
 from vis_embed.errors import ConfigError
 from vis_embed.sampling.draws import segment_arange, slot_expectations, systematic_sample
+from vis_embed.sampling.effort import worth
 from vis_embed.sampling.greedy import SHORTFALL_CAUSES, resolve, shortfalls
 from vis_embed.sampling.identity_candidates import IdentityCandidates
 from vis_embed.sampling.pairs_queue import PairsQueue
@@ -70,20 +71,12 @@ _MAX_TOPUP_ROUNDS = 12
 # A slot that whole groups cannot fill tries other candidate orders, and in the first rounds
 # more candidates, before it cuts a group.
 _REPACK_TRIES = 4
-_PACKING_TRIAL = 20  # steps before a dataset where packing rarely helps stops trying
 # Rounds of more candidates a slot tries before cutting (issue 38: on the overlapping pairs set
 # of tests/test_schedule_slot_end.py, 3 rounds left 2 anchors of 20 seeds short, 5 none).
 _PACKING_ROUNDS = 5
 # Hard negatives considered per anchor: k plus a margin for ones already in the batch.
 _HARD_NEGATIVE_MARGIN = 5
 
-
-def _worth(tries: np.ndarray) -> np.ndarray:
-    """Per row of (attempts, successes): still worth trying -- fewer than _PACKING_TRIAL
-    attempts, or at least 1 in 10 succeeded (the one rule for giving up an effort that rarely
-    pays: whole-group packing per dataset, and other candidate orders per dataset)."""
-    attempts, successes = tries[:, 0], tries[:, 1]
-    return (attempts < _PACKING_TRIAL) | (successes >= 0.1 * attempts)
 
 
 class _Scheduler(IdentityCandidates, PairsQueue):
@@ -182,7 +175,7 @@ class _Scheduler(IdentityCandidates, PairsQueue):
         anchor_slot, anchor_rows, pairs_taken = [], [], {}
         # slots filled with whole groups (datasets where that rarely works cut groups at once;
         # pairs slots take their queue in order, so no row is skipped for its group's size)
-        strict = self._packing_worth()[slot_source]
+        strict = worth(self.packing)[slot_source]
         self._pairs_slot = self.prep_kinds_pairs[slot_source]
         self._in_order = np.zeros(len(slot_source), dtype=bool)
         self._add_candidates(range(len(slot_source)), slot_source, anchor_slot, anchor_rows, pairs_taken)
@@ -258,7 +251,7 @@ class _Scheduler(IdentityCandidates, PairsQueue):
         ``relaxed`` (the slot cuts its last group).  A dataset where this rarely helps (e.g. every
         group has k + 1 members and M is no multiple of it) is not tried again: it would only cost time;
         nor are other orders (and more candidates) for a dataset where they rarely filled its slots
-        (``self.reordering``, the same ``_worth`` rule): its slots cut at once."""
+        (``self.reordering``, the same ``effort.worth`` rule): its slots cut at once."""
         slots, rows = np.concatenate(anchor_slot), np.concatenate(anchor_rows)
         # A pairs row that must be placed at this draw stays ahead of the others, in queue order;
         # the others are all of their dataset's current epoch, so any order of them keeps each
@@ -268,7 +261,7 @@ class _Scheduler(IdentityCandidates, PairsQueue):
         datasets = np.unique(self._slot_source[short])
         if not len(movable):
             return stream, relaxed, short if more else np.zeros(0, dtype=np.int64)
-        if not _worth(self.reordering[datasets]).any():  # neither other orders nor more candidates
+        if not worth(self.reordering[datasets]).any():  # neither other orders nor more candidates
             return stream, relaxed, np.zeros(0, dtype=np.int64)  # have been filling these: cut now
         full = self._full.copy()
         for _try in range(_REPACK_TRIES):
@@ -280,10 +273,6 @@ class _Scheduler(IdentityCandidates, PairsQueue):
                 return candidate, accepted, still_short
         self.reordering[datasets] += (1, 0)
         return stream, relaxed, short if more else np.zeros(0, dtype=np.int64)
-
-    def _packing_worth(self) -> np.ndarray:
-        """Per dataset: whether filling its slots with whole groups is still tried."""
-        return _worth(self.packing)
 
     def _count_shortfalls(self, stream: dict[str, np.ndarray], accepted: np.ndarray) -> None:
         wanting, cause = shortfalls(stream, accepted, self.settings.hard_negatives)
