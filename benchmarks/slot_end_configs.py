@@ -3,7 +3,8 @@
 For each configuration (a pairs dataset whose row i designates rows i+1 .. i+d; M, k, slots,
 steps) and seed: anchors wanting negatives, anchors short of min(k, designated) while one of
 their designated negatives was not in the batch (counted from the schedule's rows alone, as
-tests/test_schedule_slot_end.py does), and the report's ``slot_end`` count.  Counts, so
+tests/test_schedule_slot_end.py does:
+``vis_embed.sampling.audit``), and the report's ``slot_end`` count.  Counts, so
 deterministic per seed; no timing.
 
     .venv/bin/python benchmarks/slot_end_configs.py [--seeds 0 1 2]
@@ -16,7 +17,7 @@ import argparse
 import numpy as np
 
 from vis_embed.sampling import ScheduleSettings, SubDataset, plan_schedule
-from vis_embed.sampling.types import ROLE_ANCHOR
+from vis_embed.sampling.audit import short_beside_a_free_negative
 
 # (rows, designated d, M, k, slots, steps)
 CONFIGS = [(120, 6, 18, 5, 4, 30), (90, 6, 18, 5, 3, 30), (200, 5, 12, 3, 4, 30),
@@ -26,24 +27,6 @@ CONFIGS = [(120, 6, 18, 5, 4, 30), (90, 6, 18, 5, 3, 30), (200, 5, 12, 3, 4, 30)
 def edits(rows: int, designated: int) -> SubDataset:
     return SubDataset(name="edits", kind="pairs", ids=[f"e{i}" for i in range(rows)], identities=np.arange(rows),
                       hard_negatives=[[(i + j) % rows for j in range(1, designated + 1)] for i in range(rows)])
-
-
-def short_beside_a_free_negative(schedule, dataset: SubDataset, k: int, batch: int) -> tuple[int, int]:
-    offsets, negatives = dataset.hard_negative_csr()
-    is_anchor = schedule.role == ROLE_ANCHOR
-    anchors = np.flatnonzero(is_anchor)
-    ends = np.r_[anchors[1:], len(is_anchor)]
-    wanting = missed = 0
-    for row, end in zip(anchors, ends):
-        query = int(schedule.query_row[row])
-        designated = set(negatives[offsets[query]:offsets[query + 1]].tolist())
-        if not designated:
-            continue
-        wanting += 1
-        step = row // batch
-        in_batch = set(schedule.query_row[step * batch:(step + 1) * batch].tolist())
-        missed += end - row - 1 < min(k, len(designated)) and bool(designated - in_batch)
-    return wanting, missed
 
 
 def main() -> int:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from vis_embed.sampling import ScheduleSettings, SubDataset, plan_schedule
-from vis_embed.sampling.types import ROLE_ANCHOR
+from vis_embed.sampling.audit import short_beside_a_free_negative
 
 ROWS, DESIGNATED, M, K, BATCH, STEPS = 120, 6, 18, 5, 72, 30
 
@@ -26,27 +26,6 @@ ROWS, DESIGNATED, M, K, BATCH, STEPS = 120, 6, 18, 5, 72, 30
 def _edits() -> SubDataset:
     return SubDataset(name="edits", kind="pairs", ids=[f"e{i}" for i in range(ROWS)], identities=np.arange(ROWS),
                       hard_negatives=[[(i + j) % ROWS for j in range(1, DESIGNATED + 1)] for i in range(ROWS)])
-
-
-def short_with_a_free_negative(schedule, dataset: SubDataset) -> tuple[int, int]:
-    """(anchors wanting negatives, anchors short of min(k, designated) while one of their
-    designated negatives was not in the batch), counted from the schedule's rows alone."""
-    offsets, negatives = dataset.hard_negative_csr()
-    is_anchor = schedule.role == ROLE_ANCHOR
-    anchors = np.flatnonzero(is_anchor)
-    ends = np.r_[anchors[1:], len(is_anchor)]
-    wanting = missed = 0
-    for row, end in zip(anchors, ends):
-        query = int(schedule.query_row[row])
-        designated = set(negatives[offsets[query]:offsets[query + 1]].tolist())
-        if not designated:
-            continue
-        wanting += 1
-        step = row // BATCH
-        in_batch = set(schedule.query_row[step * BATCH:(step + 1) * BATCH].tolist())
-        if end - row - 1 < min(K, len(designated)) and designated - in_batch:
-            missed += 1
-    return wanting, missed
 
 
 def _schedule(seed: int):
@@ -59,7 +38,7 @@ def _schedule(seed: int):
 @pytest.mark.parametrize("seed", range(3))
 def test_every_anchor_short_beside_a_free_negative_is_a_reported_slot_end_cut(seed: int) -> None:
     dataset, schedule = _schedule(seed)
-    wanting, missed = short_with_a_free_negative(schedule, dataset)
+    wanting, missed = short_beside_a_free_negative(schedule, dataset, K, BATCH)
     assert wanting >= 300
     # the report counts a negative free when the anchor was placed (a later slot may still take
     # it), so it counts at least the anchors short beside a negative the batch never took
@@ -69,5 +48,5 @@ def test_every_anchor_short_beside_a_free_negative_is_a_reported_slot_end_cut(se
 @pytest.mark.parametrize("seed", range(3))
 def test_no_anchor_is_short_while_a_negative_is_free_in_its_batch(seed: int) -> None:
     dataset, schedule = _schedule(seed)
-    wanting, missed = short_with_a_free_negative(schedule, dataset)
+    wanting, missed = short_beside_a_free_negative(schedule, dataset, K, BATCH)
     assert missed == 0, f"{missed} of {wanting} anchors short while a negative was free"
