@@ -19,7 +19,7 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ import yaml
 
 from data_prep.synth import render
 from data_prep.synth.dense import DenseLayout, plan_dense_training
+from data_prep.synth.modalities import DEFAULT_MODALITIES, check_modalities, plan_modalities, render_special
 from data_prep.synth.sampling import (
     Params, context_meta, stream_rng, apply_edit, contrary_edit, make_lookalike, sample_context, sample_edit,
     sample_edit_base, sample_identities, sample_lighting, sample_background,
@@ -557,6 +558,8 @@ def caption(params: Params, context: Params) -> str:
 
 def _render_job(job: tuple[str, Params, Params | None, int]) -> tuple[str, bytes, list[list[float]]]:
     path, spec, crop, image_size = job
+    if (special := render_special(spec)) is not None:  # a document page (--modalities)
+        return path, special, []
     image, boxes = render.compose(spec, image_size)
     if crop is not None:
         image = render.crop_to_box(image, boxes[crop["object"]], crop["margin"], image_size)
@@ -611,12 +614,14 @@ def _check_target(out_dir: Path) -> None:
 
 
 def generate(out_dir: str | Path, seed: int = 0, size: str | SynthSize = "small",
-             workers: int | None = None, show_progress: bool = False) -> Path:
+             workers: int | None = None, show_progress: bool = False,
+             modalities: str | Sequence[str] = DEFAULT_MODALITIES) -> Path:
     """Render the synthetic identity benchmark into ``out_dir``; returns ``out_dir``.
 
     Writes ``train.yaml``, ``benchmark.yaml``, ``synth.json`` and the ``train/`` and ``eval/``
     folders.  The output is a function of ``seed`` and ``size`` only (byte-identical reruns,
-    any ``workers``).  An existing output folder is replaced atomically.
+    any ``workers``).  An existing output folder is replaced atomically.  ``modalities``
+    (``image`` plus ``video`` / ``document``) adds the clip and page tasks of docs/synth.md.
     """
     started = time.perf_counter()
     size_name = size if isinstance(size, str) else "custom"
@@ -626,8 +631,11 @@ def generate(out_dir: str | Path, seed: int = 0, size: str | SynthSize = "small"
         size = SIZES[size]
     out_dir = Path(out_dir)
     _check_target(out_dir)
+    modalities = check_modalities(modalities)
     workers = workers if workers is not None else min(4, os.cpu_count() or 1)
-    plan = Planner(seed, size).build()
+    planner = Planner(seed, size)
+    plan = planner.build()
+    modality_settings = plan_modalities(planner, modalities, size_name)
     boxes: dict[str, list[list[float]]] = {}
     with atomic_directory(out_dir) as tmp:
         for path, data, image_boxes in _render_all(plan.jobs, size.image_size, workers, show_progress):
@@ -640,6 +648,7 @@ def generate(out_dir: str | Path, seed: int = 0, size: str | SynthSize = "small"
         settings = dataclasses.asdict(size)
         if settings["dense"] is None:  # absent, so the other presets' synth.json stays as it was
             del settings["dense"]
+        settings.update(modality_settings)
         summary = {
             "generator_version": GENERATOR_VERSION, "seed": seed, "size": size_name,
             "settings": settings, "images": len(plan.jobs),

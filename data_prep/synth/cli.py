@@ -1,4 +1,5 @@
-"""``vis-embed synth OUT_DIR [--seed S] [--size small|full|tiny|small-skewed|small-dense]``
+"""``vis-embed synth OUT_DIR [--seed S] [--size small|full|tiny|small-skewed|small-dense]
+[--modalities image,video,document]``
 (arguments only; the renderer is :mod:`data_prep.synth.build`)."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from data_prep.synth.build import SIZES, generate
+from data_prep.synth.modalities import DEFAULT_MODALITIES, MODALITIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,13 +20,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "small-skewed: small with skewed train identity sizes (most 2 images, 2%% 20-60); "
                              "small-dense: small's evaluation, training in 14 identity sub-datasets of 24 "
                              "identities in look-alike families x 10 images (the dense sampling ablation)")
+    parser.add_argument("--modalities", default=",".join(DEFAULT_MODALITIES), metavar="LIST",
+                        help=f"comma-separated, from {','.join(MODALITIES)}; image (the training data and image tasks) "
+                             "must be in it. video adds "
+                             "clip retrieval and clip classification, document adds text -> page retrieval "
+                             "with graded qrels (docs/synth.md); default: %(default)s")
     parser.add_argument("--workers", type=int, default=None,
                         help="rendering processes (default: min(4, CPU count)); never changes the output")
 
 
 def run(args: argparse.Namespace) -> int:
     out_dir = generate(args.out_dir, seed=args.seed, size=args.size, workers=args.workers,
-                       show_progress=True)
+                       show_progress=True, modalities=args.modalities)
     print(f"training data config: {out_dir / 'train.yaml'}")
     print(f"benchmark manifest:   {out_dir / 'benchmark.yaml'}")
     return 0

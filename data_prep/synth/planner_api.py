@@ -1,0 +1,43 @@
+"""What the opt-in modality planners (:mod:`data_prep.synth.video`, :mod:`data_prep.synth.documents`)
+use of the image planner, and the few steps they share.
+
+Kept apart from :mod:`data_prep.synth.build` so those modules need not import it (build
+imports them through :mod:`data_prep.synth.modalities`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from data_prep.synth.sampling import Params
+
+# Where the evaluation files and images live, relative to the output folder (as for the image tasks).
+EVAL_IMAGE_ROOT = "eval/images"
+
+
+class SynthPlanner(Protocol):
+    """The parts of :class:`data_prep.synth.build.Planner` the modality planners use."""
+
+    seed: int
+    size: Any   # build.SynthSize (its image_size)
+    plan: Any   # build.Plan: jobs, tables, meta, manifest_entries
+
+    def identities(self, stream: str, family: str, prefix: str, count: int,
+                   min_differences: int = 0) -> list[tuple[str, Params]]: ...
+
+
+def schedule(planner: SynthPlanner, image: str, spec: Params, meta: dict[str, Any], meta_set: str) -> None:
+    """Render ``spec`` to ``eval/images/<image>`` and add its metadata row to ``eval/meta/<meta_set>.jsonl``."""
+    planner.plan.jobs.append((f"{EVAL_IMAGE_ROOT}/{image}", spec, None))
+    planner.plan.meta.setdefault(f"eval/meta/{meta_set}.jsonl", []).append({"image": image, **meta})
+
+
+def add_eval_entry(planner: SynthPlanner, name: str, meta_task: str, layout: str,
+                   instructions: tuple[str, str], **files: str) -> None:
+    """A benchmark-manifest entry over ``eval/images``.  No ``benchmark`` key: the manifest
+    infers it from the meta-task (MMEB-V2's meta-tasks once the schema knows them)."""
+    query_instruction, candidate_instruction = instructions
+    planner.plan.manifest_entries.append({
+        "name": name, "meta_task": meta_task, "split": "IND", "layout": layout, **files,
+        "image_root": EVAL_IMAGE_ROOT, "query_instruction": query_instruction,
+        "candidate_instruction": candidate_instruction})
