@@ -4,6 +4,7 @@ Target (issue 4): the ``small`` preset renders in well under a minute on 2 CPU c
 
     .venv/bin/python benchmarks/synth_render_rate.py                 # small, 1 and 2 workers
     .venv/bin/python benchmarks/synth_render_rate.py --full-sample 4000
+    .venv/bin/python benchmarks/synth_render_rate.py --modalities image,video,document --full-sample 0
 
 ``small`` is generated end to end (plan + render + write, the real command).  ``full`` is
 ~67K images at 224 px (several GB): by default only a sample of its render jobs (10
@@ -39,7 +40,8 @@ def cpu_seconds() -> float:
     return total
 
 
-def time_generate(size: str, workers: int, scratch: Path) -> tuple[float, float, int, float]:
+def time_generate(size: str, workers: int, scratch: Path,
+                  modalities: str = "image") -> tuple[float, float, int, float]:
     """(wall seconds, CPU seconds, images, MB on disk) of one `generate` call.
 
     CPU seconds are reported because the sandbox is shared: wall time depends on the other
@@ -47,7 +49,7 @@ def time_generate(size: str, workers: int, scratch: Path) -> tuple[float, float,
     """
     out = scratch / f"{size}-w{workers}"
     started, cpu_started = time.perf_counter(), cpu_seconds()
-    generate(out, seed=0, size=size, workers=workers)
+    generate(out, seed=0, size=size, workers=workers, modalities=modalities)
     seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
     images = sum(1 for _ in out.rglob("*.png"))
     size_mb = folder_size_mb(out)
@@ -78,16 +80,19 @@ def main() -> None:
     parser.add_argument("--full-sample", type=int, default=3000,
                         help="render this many jobs of the full plan and extrapolate (0: skip)")
     parser.add_argument("--full", action="store_true", help="render `full` completely instead")
+    parser.add_argument("--size", default="small", help="the preset timed end to end (tiny: a smoke run)")
+    parser.add_argument("--modalities", default="image",
+                        help="as `vis-embed synth --modalities` (image,video,document: with clips and pages)")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} CPUs visible; load average {os.getloadavg()[0]:.2f} at start")
     with tempfile.TemporaryDirectory(prefix="synth-bench-") as tmp:
         scratch = Path(tmp)
         print("| size | workers | images | wall s | CPU s | images/s (wall) | images per CPU s | on disk |")
         print("|---|---|---|---|---|---|---|---|")
-        sizes = ["small", "full"] if args.full else ["small"]
+        sizes = [args.size, "full"] if args.full else [args.size]
         for size in sizes:
             for workers in args.workers:
-                seconds, cpu, images, size_mb = time_generate(size, workers, scratch)
+                seconds, cpu, images, size_mb = time_generate(size, workers, scratch, args.modalities)
                 print(f"| {size} | {workers} | {images} | {seconds:.1f} | {cpu:.1f} | {images / seconds:.0f} | "
                       f"{images / cpu:.0f} | {size_mb:.0f} MB |", flush=True)
         if not args.full and args.full_sample:
