@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from data_prep.synth import documents, video
 from data_prep.synth.planner_api import SynthPlanner
 from data_prep.synth.sampling import Params
 from vis_embed.config import comma_list
@@ -46,8 +47,6 @@ def preset_of(size_name: str) -> str:
 def plan_modalities(planner: SynthPlanner, modalities: tuple[str, ...], size_name: str) -> dict[str, Any]:
     """Add the opt-in modalities' tasks to ``planner.plan``; returns their settings for
     ``synth.json`` (empty for the default, so its bytes stay as they were)."""
-    from data_prep.synth import documents, video
-
     if modalities == DEFAULT_MODALITIES:
         return {}
     settings: dict[str, Any] = {"modalities": list(modalities)}
@@ -63,7 +62,5 @@ def render_special(spec: Params) -> bytes | None:
     """PNG bytes of a render spec that is not a :func:`data_prep.synth.render.compose` scene
     (a document page), else None."""
     if "page" in spec:
-        from data_prep.synth.documents import page_png
-
-        return page_png(spec["page"])
+        return documents.page_png(spec["page"])
     return None

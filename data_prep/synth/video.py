@@ -47,6 +47,10 @@ class VideoSize:
     frames: int
     candidates_per_query: int   # classification: the true class, the other 3 motions, other shapes
 
+    def __post_init__(self) -> None:
+        if not 2 <= self.clips_per_identity <= len(MOTIONS) or self.frames < 2:
+            raise ValueError(f"a video size needs 2-{len(MOTIONS)} clips per identity and >= 2 frames: {self}")
+
 
 VIDEO_SIZES: dict[str, VideoSize] = {
     "tiny": VideoSize(identities=6, clips_per_identity=3, frames=8, candidates_per_query=6),
