@@ -35,7 +35,8 @@ def schedule(planner: SynthPlanner, image: str, spec: Params, meta: dict[str, An
 def add_eval_entry(planner: SynthPlanner, name: str, meta_task: str, layout: str,
                    instructions: tuple[str, str], **files: str) -> None:
     """A benchmark-manifest entry over ``eval/images``.  No ``benchmark`` key: the manifest
-    infers it from the meta-task (MMEB-V2's meta-tasks once the schema knows them)."""
+    infers it from the meta-task.  ``split`` is IND because this manifest schema requires one;
+    a schema that knows MMEB-V2 (whose tasks have no IND / OOD split) lets it be left out."""
     query_instruction, candidate_instruction = instructions
     planner.plan.manifest_entries.append({
         "name": name, "meta_task": meta_task, "split": "IND", "layout": layout, **files,
