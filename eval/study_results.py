@@ -221,6 +221,20 @@ def provenance_lines(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def fn_share_curve_rows(by_arm: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """Mean false-negative share (%) over the seeds in each tenth of the run, per arm."""
+    lines = ["| arm | " + " | ".join(f"{10 * k}–{10 * (k + 1)}%" for k in range(10)) + " |",
+             "|---|" + "---:|" * 10]
+    for arm, by_seed in by_arm.items():
+        curves = [r["training"].get("fn_share_by_decile") or [] for r in by_seed.values()]
+        cells = []
+        for k in range(10):
+            values = [c[k] for c in curves if len(c) > k and c[k] is not None]
+            cells.append(f"{100 * statistics.mean(values):.2f}" if values else "–")
+        lines.append(f"| `{arm}` | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
