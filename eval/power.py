@@ -77,6 +77,11 @@ class Design:
     sd_b: float = 0.0
     n_b: int = 0
 
+    @property
+    def has_spread(self) -> bool:
+        """Runs that scatter: without spread a t-interval has no width and no power to state."""
+        return self.sd > 0 if self.paired else self.sd ** 2 + self.sd_b ** 2 > 0
+
     def power(self, effect: float, alpha: float = ALPHA) -> float:
         if self.paired:
             return paired_power(effect, self.sd, self.n, alpha)
@@ -109,13 +114,14 @@ def detectable_effect(design: Design, power: float = 0.8, alpha: float = ALPHA) 
 
 
 def power_cell(design: Design, effect: float) -> str:
-    """``0.97``: the power for ``effect``, two decimals (how the pages print it)."""
-    return f"{design.power(effect):.2f}"
+    """``0.97``: the power for ``effect``, two decimals (how the pages print it); "–" without spread."""
+    return f"{design.power(effect):.2f}" if design.has_spread else "–"
 
 
 def detectable_cell(design: Design, power: float = 0.8) -> str:
-    """``±4.1``: the effect resolved with ``power``, one decimal (P@1 points, either sign)."""
-    return f"±{detectable_effect(design, power):.1f}"
+    """``±4.1``: the effect resolved with ``power``, one decimal (P@1 points, either sign); "–"
+    without spread."""
+    return f"±{detectable_effect(design, power):.1f}" if design.has_spread else "–"
 
 
 def _scores(record: dict[str, Any], metric: str) -> float | None:

@@ -49,6 +49,7 @@ def test_the_detectable_effect_inverts_the_power() -> None:
     assert design.power(effect) == pytest.approx(0.8, abs=1e-6)
     assert power.detectable_effect(design.with_runs(20)) < effect  # more runs resolve smaller effects
     assert power.detectable_cell(power.Design(True, 1.0, 10)) == "±1.0"  # d = 1 at n = 10 is ~0.80
+    assert power.detectable_cell(power.Design(True, 0.0, 3)) == "–"  # equal differences: no spread
 
 
 def test_the_design_follows_the_interval_rule() -> None:
