@@ -45,7 +45,9 @@ for combo in $COMBOS; do  # fail before hours of training, not in the middle
   esac
 done
 
-[ -f "$OUT/synth/synth.json" ] || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
+# an older benchmark version is re-rendered, never evaluated under the new one's name (docs/synth.md)
+$PY -c 'import sys; from data_prep.synth import is_current; sys.exit(not is_current(sys.argv[1]))' "$OUT/synth" \
+  || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
 [ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
 [ -f "$OUT/peer/benchmark.yaml" ] || $PY eval/objectives_peers.py "$OUT/synth" "$OUT/peer"
 
