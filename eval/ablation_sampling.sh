@@ -46,8 +46,10 @@ HN=${HN:-$hn}
 VARIANTS=${VARIANTS:-"naive_unmasked naive_masked identity identity_hn"}
 JOBS=${JOBS:-1}
 RESULTS=${RESULTS:-docs/results/$(basename "$TABLE" .md)}   # per-seed result files (docs/experiments.md)
-COMMAND="SIZE=$SIZE OUT=$OUT SEEDS=\"$SEEDS\" SEEDS_OTHER=\"$SEEDS_OTHER\" VARIANTS=\"$VARIANTS\" HN=$HN JOBS=$JOBS \
-${STEPS:+STEPS=$STEPS }bash eval/ablation_sampling.sh"
+# the command that reproduces this study into these folders (every folder spelled out, so
+# running it as printed never writes into another study's OUT, RESULTS or TABLE)
+COMMAND="SIZE=$SIZE OUT=$OUT RESULTS=$RESULTS TABLE=$TABLE RECIPE=$RECIPE SEEDS=\"$SEEDS\" SEEDS_OTHER=\"$SEEDS_OTHER\" \
+VARIANTS=\"$VARIANTS\" HN=$HN JOBS=$JOBS ${STEPS:+STEPS=$STEPS }bash eval/ablation_sampling.sh"
 VIS=${VIS:-.venv/bin/vis-embed}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
