@@ -46,8 +46,10 @@ HN=${HN:-$hn}
 VARIANTS=${VARIANTS:-"naive_unmasked naive_masked identity identity_hn"}
 JOBS=${JOBS:-1}
 RESULTS=${RESULTS:-docs/results/$(basename "$TABLE" .md)}   # per-seed result files (docs/experiments.md)
-COMMAND="SIZE=$SIZE OUT=$OUT SEEDS=\"$SEEDS\" SEEDS_OTHER=\"$SEEDS_OTHER\" VARIANTS=\"$VARIANTS\" HN=$HN JOBS=$JOBS \
-${STEPS:+STEPS=$STEPS }bash eval/ablation_sampling.sh"
+# the command that reproduces this study into these folders (every folder spelled out, so
+# running it as printed never writes into another study's OUT, RESULTS or TABLE)
+COMMAND="SIZE=$SIZE OUT=$OUT RESULTS=$RESULTS TABLE=$TABLE RECIPE=$RECIPE SEEDS=\"$SEEDS\" SEEDS_OTHER=\"$SEEDS_OTHER\" \
+VARIANTS=\"$VARIANTS\" HN=$HN JOBS=$JOBS ${STEPS:+STEPS=$STEPS }bash eval/ablation_sampling.sh"
 VIS=${VIS:-.venv/bin/vis-embed}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -59,7 +61,9 @@ for variant in $VARIANTS; do  # fail before hours of training, not in the middle
   esac
 done
 
-[ -f "$OUT/synth/synth.json" ] || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
+# an older benchmark version is re-rendered, never evaluated under the new one's name (docs/synth.md)
+$PY -c 'import sys; from data_prep.synth import is_current; sys.exit(not is_current(sys.argv[1]))' "$OUT/synth" \
+  || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
 [ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
 
 # One training + evaluation; its output goes to OUT/<variant>-<seed>/log.txt.

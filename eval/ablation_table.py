@@ -22,8 +22,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from intervals import compare, difference_cell, runs_cell, same_batches  # noqa: E402
-from study_results import (identity_repeat_rate, provenance_lines, read_seed_results,  # noqa: E402,F401
-                           result_path, seed_result, write_seed_result)
+from power import design_of, detectable_cell, power_cell  # noqa: E402
+from study_results import (fn_share_curve_rows, identity_repeat_rate, provenance_lines,  # noqa: E402,F401
+                           read_seed_results, result_path, seed_result, write_seed_result)
 
 from vis_embed.io import atomic_write_text  # noqa: E402
 
@@ -37,6 +38,7 @@ VARIANTS = {
 BASELINE = "naive_unmasked"
 COLUMNS = ("ID-Rec", "Re-ID", "ID-Grd", "ID-Edit", "NearID", "MVEB", "MMEB", "overall")
 PAIRED_COLUMNS = ("ID-Rec", "Re-ID", "MVEB", "overall")
+MVEB_EFFECTS = (5.0, 12.0)  # the power table's MVEB effects: 5 points, and the paper's identity-aware gain
 READING_START, READING_END = "<!-- reading -->", "<!-- /reading -->"
 
 @dataclass
@@ -90,8 +92,8 @@ def _share_cell(runs: Any) -> str:
     return f"{100 * statistics.mean(shares):.2f}" if shares else "–"
 
 
-def summarise(runs: dict[str, dict[str, Run]]) -> tuple[str, str]:
-    """The per-variant table and the paired-difference table (Markdown)."""
+def summarise(runs: dict[str, dict[str, Run]]) -> tuple[str, str, str]:
+    """The per-variant table, the difference table and the power of each difference (Markdown)."""
     lines = ["| variant | loss mask | seeds | " + " | ".join(COLUMNS) + " | identity repeats | FN share % |",
              "|---|---|---:|" + "---:|" * len(COLUMNS) + "---:|---:|"]
     for variant, by_seed in runs.items():
@@ -102,6 +104,9 @@ def summarise(runs: dict[str, dict[str, Run]]) -> tuple[str, str]:
                      + " | ".join(cells) + f" | {_rate_cell(rates)} | {_share_cell(by_seed.values())} |")
     paired = ["| variant − `naive_unmasked` | runs | interval | " + " | ".join(PAIRED_COLUMNS) + " |",
               "|---|---:|---|" + "---:|" * len(PAIRED_COLUMNS)]
+    power = ["| variant − `naive_unmasked` | runs | interval | " + " | ".join(PAIRED_COLUMNS) + " | "
+             + " | ".join(f"MVEB {effect:+g}" for effect in MVEB_EFFECTS) + " |",
+             "|---|---:|---|" + "---:|" * (len(PAIRED_COLUMNS) + len(MVEB_EFFECTS))]
     baseline = runs.get(BASELINE, {})
     for variant, by_seed in runs.items():
         if variant == BASELINE or not baseline or not by_seed:
@@ -109,12 +114,16 @@ def summarise(runs: dict[str, dict[str, Run]]) -> tuple[str, str]:
         hashes = ({s: {"schedule_hash": r.schedule_hash} for s, r in by_seed.items()},
                   {s: {"schedule_hash": r.schedule_hash} for s, r in baseline.items()})
         same = same_batches(*hashes)
-        differences = [compare({s: r.groups[c] for s, r in by_seed.items() if c in r.groups},
-                               {s: r.groups[c] for s, r in baseline.items() if c in r.groups}, same)
-                       for c in PAIRED_COLUMNS]
-        paired.append(f"| `{variant}` | {runs_cell(differences[0])} | {'paired' if same else 'Welch'} | "
-                      + " | ".join(difference_cell(d) for d in differences) + " |")
-    return "\n".join(lines), "\n".join(paired)
+        columns = {c: ({s: r.groups[c] for s, r in by_seed.items() if c in r.groups},
+                       {s: r.groups[c] for s, r in baseline.items() if c in r.groups}) for c in PAIRED_COLUMNS}
+        differences = [compare(*columns[c], same) for c in PAIRED_COLUMNS]
+        head = f"| `{variant}` | {runs_cell(differences[0])} | {'paired' if same else 'Welch'} | "
+        paired.append(head + " | ".join(difference_cell(d) for d in differences) + " |")
+        if differences[0].low is not None:  # a power needs a spread: >= 2 runs a side
+            designs = {c: design_of(*columns[c], same) for c in PAIRED_COLUMNS}
+            power.append(head + " | ".join(detectable_cell(designs[c]) for c in PAIRED_COLUMNS) + " | "
+                         + " | ".join(power_cell(designs["MVEB"], effect) for effect in MVEB_EFFECTS) + " |")
+    return "\n".join(lines), "\n".join(paired), "\n".join(power)
 
 
 def kept_reading(markdown: Path) -> str:
@@ -148,14 +157,16 @@ def main() -> None:
     records = read_seed_results(results, args.variants, args.seeds)
     runs = {variant: {seed: run_from_record(record) for seed, record in by_seed.items()}
             for variant, by_seed in records.items()}
-    table, paired = summarise(runs)
-    atomic_write_text(args.markdown, document(args, runs, table, paired, results,
-                                              [r for by_seed in records.values() for r in by_seed.values()]))
+    table, paired, power = summarise(runs)
+    atomic_write_text(args.markdown, document(args, runs, (table, paired, power), results, records))
     print(table + "\n\n" + paired)
 
 
-def document(args: argparse.Namespace, runs: dict[str, dict[str, Run]], table: str, paired: str, results: Path,
-             records: list[dict[str, Any]]) -> str:
+def document(args: argparse.Namespace, runs: dict[str, dict[str, Run]], tables: tuple[str, str, str], results: Path,
+             by_arm: dict[str, dict[str, dict[str, Any]]]) -> str:
+    table, paired, power = tables
+    records = [r for by_seed in by_arm.values() for r in by_seed.values()]
+    naive = {arm: by_seed for arm, by_seed in by_arm.items() if arm.startswith("naive")}
     seeds = sorted({seed for by_seed in runs.values() for seed in by_seed}, key=int)
     return "\n".join([
         "# Sampling ablation in miniature (the paper's Table 2)"
@@ -174,6 +185,15 @@ def document(args: argparse.Namespace, runs: dict[str, dict[str, Run]], table: s
         "difference of means with Welch's unpaired interval over every seed of each (*runs*: variant "
         "vs baseline; eval/intervals.py).", "",
         paired, "",
+        "Power of each comparison (eval/power.py: two-sided 95% t-intervals as above, the per-seed SDs "
+        "taken as the true spread): per column, the difference (either sign, P@1 points) the design "
+        "resolves with probability 0.8; *MVEB +5 / +12*: the probability that the MVEB interval excludes 0 "
+        "when the true difference is 5 or 12 points (12: the paper's identity-aware gain).", "",
+        power, "",
+        *(["False-negative share (%) of the naive arms over training, mean over seeds, per tenth of the run "
+           "(the identity-aware arms have none):", "", *fn_share_curve_rows(naive), ""]
+          if any(r.get("training", {}).get("fn_share_by_decile") for b in naive.values() for r in b.values())
+          else []),
         kept_reading(args.markdown), "",
         f"Built from the per-seed result files in `{results}` (docs/experiments.md) by "
         "`eval/ablation_table.py`; the runs' provenance (commit, machine, date):", "",

@@ -52,7 +52,8 @@ BUDGET_HOURS=${BUDGET_HOURS:-6}
 VIS=${VIS:-.venv/bin/vis-embed}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-COMMAND="MODE=$MODE SIZE=$SIZE BASE_STEPS=$BASE_STEPS BASE_EVERY=$BASE_EVERY STEPS=$STEPS PILOT_STEPS=$PILOT_STEPS \
+# every folder spelled out: the printed command never writes into another study's folders
+COMMAND="MODE=$MODE SIZE=$SIZE OUT=$OUT RESULTS=$RESULTS TABLE=$TABLE BASE_STEPS=$BASE_STEPS BASE_EVERY=$BASE_EVERY STEPS=$STEPS PILOT_STEPS=$PILOT_STEPS \
 SEEDS_PAIR=\"$SEEDS_PAIR\" SEEDS_OTHER=\"$SEEDS_OTHER\" TAUS=\"$TAUS\" LEARN_002=$LEARN_002 JOBS=$JOBS \
 ${BATCH:+BATCH=$BATCH }${INTERLEAVE:+INTERLEAVE=$INTERLEAVE }bash eval/ablation_warm.sh"
 case $MODE in pilot|full) ;; *) echo "MODE must be pilot or full, got '$MODE'" >&2; exit 2 ;; esac
@@ -61,7 +62,9 @@ SHAPE=()
 [ -n "$INTERLEAVE" ] && SHAPE+=(--set sampling.interleave_batch_size="$INTERLEAVE")
 mkdir -p "$OUT" "$RESULTS"
 
-[ -f "$OUT/synth/synth.json" ] || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
+# an older benchmark version is re-rendered, never evaluated under the new one's name (docs/synth.md)
+$PY -c 'import sys; from data_prep.synth import is_current; sys.exit(not is_current(sys.argv[1]))' "$OUT/synth" \
+  || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
 [ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
 
 absolute() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }

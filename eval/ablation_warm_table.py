@@ -25,7 +25,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ablation_table import kept_reading  # noqa: E402
 from intervals import compare, difference_cell, runs_cell, same_batches  # noqa: E402
-from study_results import benchmark_split_means, provenance_lines, read_seed_results  # noqa: E402
+from power import design_of, detectable_cell  # noqa: E402
+from study_results import (benchmark_split_means, fn_share_curve_rows, provenance_lines,  # noqa: E402
+                           read_seed_results)
 
 from vis_embed.io import atomic_write_text  # noqa: E402
 
@@ -118,44 +120,36 @@ def arm_rows(by_arm: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
     return lines
 
 
-def paired_rows(by_arm: dict[str, dict[str, dict[str, Any]]], tau: str) -> list[str]:
+def paired_rows(by_arm: dict[str, dict[str, dict[str, Any]]], tau: str) -> tuple[list[str], list[str]]:
     """Each arm − the baseline: paired by seed where the arm trained on the baseline's batches
-    (same schedule hash for every seed), else Welch over every seed of each (eval/intervals.py)."""
+    (same schedule hash for every seed), else Welch over every seed of each (eval/intervals.py);
+    and the power rows: the difference each column's design resolves with probability 0.8."""
     baseline = by_arm.get(f"{BASELINE}-tau{tau}", {})
     lines = [f"| arm − `{BASELINE}-tau{tau}` | runs | interval | " + " | ".join(COLUMNS) + " | same batches |",
              "|---|---:|---|" + "---:|" * len(COLUMNS) + "---|"]
+    power = [f"| arm − `{BASELINE}-tau{tau}` | runs | interval | " + " | ".join(COLUMNS) + " |",
+             "|---|---:|---|" + "---:|" * len(COLUMNS)]
     for arm, by_seed in by_arm.items():
         seeds = [s for s in by_seed if s in baseline]
         if split_arm(arm)[0] == BASELINE or not baseline:
             continue
         paired = same_batches(by_seed, baseline)
-        cells, differences = [], []
+        cells, differences, resolved = [], [], []
         for column in COLUMNS:
             values = {s: scores(r)[column] for s, r in by_seed.items() if column in scores(r)}
             reference = {s: scores(r)[column] for s, r in baseline.items() if column in scores(r)}
             difference = compare(values, reference, paired) if values and reference else None
             differences.append(difference)
             cells.append(difference_cell(difference) if difference is not None else "–")
+            resolved.append(detectable_cell(design_of(values, reference, paired))
+                            if difference is not None and difference.low is not None else "–")
         same = sum(by_seed[s].get("schedule_hash") is not None
                    and by_seed[s].get("schedule_hash") == baseline[s].get("schedule_hash") for s in seeds)
         first = next((d for d in differences if d is not None), None)
-        lines.append(f"| `{arm}` | {runs_cell(first) if first else '–'} | {'paired' if paired else 'Welch'} | "
-                     + " | ".join(cells) + f" | {same}/{len(seeds)} |")
-    return lines
-
-
-def share_curve_rows(by_arm: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    """Mean false-negative share (%) over the seeds in each tenth of the run, per arm."""
-    lines = ["| arm | " + " | ".join(f"{10 * k}–{10 * (k + 1)}%" for k in range(10)) + " |",
-             "|---|" + "---:|" * 10]
-    for arm, by_seed in by_arm.items():
-        curves = [r["training"].get("fn_share_by_decile") or [] for r in by_seed.values()]
-        cells = []
-        for k in range(10):
-            values = [c[k] for c in curves if len(c) > k and c[k] is not None]
-            cells.append(f"{100 * statistics.mean(values):.2f}" if values else "–")
-        lines.append(f"| `{arm}` | " + " | ".join(cells) + " |")
-    return lines
+        head = f"| `{arm}` | {runs_cell(first) if first else '–'} | {'paired' if paired else 'Welch'} | "
+        lines.append(head + " | ".join(cells) + f" | {same}/{len(seeds)} |")
+        power.append(head + " | ".join(resolved) + " |")
+    return lines, power
 
 
 def base_rows(results: Path) -> list[str]:
@@ -226,15 +220,19 @@ def document(results: Path, markdown: Path, command: str, recipe: Path, base_rec
         parts += ["## Pilot (seed 0, from each base checkpoint)", "", *pilot, ""]
     for tau, by_arm in by_tau.items():
         learnable = {str(r.get("temperature", {}).get("learnable")) for b in by_arm.values() for r in b.values()}
+        differences, power = paired_rows(by_arm, tau)
         parts += [f"## tau {tau} (learnable: {'/'.join(sorted(learnable))})", "", *arm_rows(by_arm), "",
                   "Difference against the baseline: mean [95% interval] in P@1 points; **bold**: the interval "
                   "excludes 0. *paired*: an arm on the baseline's batches (`naive_masked`: same schedule file, "
                   "seed by seed), paired t-interval over the seeds (*runs*: pairs); *Welch*: an arm on other "
                   "batches (identity-aware), difference of means with Welch's unpaired interval over every "
                   "seed of each (*runs*: arm vs baseline); *same batches*: seeds whose schedule files have "
-                  "the same hash.", "", *paired_rows(by_arm, tau), "",
+                  "the same hash.", "", *differences, "",
+                  "Power (eval/power.py: two-sided 95% t-intervals as above, the per-seed SDs taken as the true "
+                  "spread): the difference (either sign, P@1 points) each comparison resolves with probability "
+                  "0.8.", "", *power, "",
                   "False-negative share (%) over training, mean over seeds, per tenth of the run:", "",
-                  *share_curve_rows(by_arm), ""]
+                  *fn_share_curve_rows(by_arm), ""]
     parts += [kept_reading(markdown), "",
               f"Built by `eval/ablation_warm_table.py table` from the per-seed result files in `{results}` "
               "(docs/experiments.md); the runs' provenance (commit, machine, date):", "",

@@ -1,10 +1,13 @@
 """Which candidate wins the synthetic ID-Edit queries (issue 38: why ID-Edit scores below chance).
 
 SynthEdit (data_prep/synth/build.py, ``eval_edit``) lists each query's candidates in a fixed
-order: the right edit (the positive), the unedited source (the query's own image, without the
-instruction), the contrary edit of the same object, the same edit of its look-alike, then right
-edits of other objects.  P@1 below 1 / candidates means some hard candidate wins more often
-than a uniform pick would; this counts, per model, the share of queries each role wins.
+order: the right edit (the positive), the contrary edit of the same object, the same edit of its
+look-alike, then right edits of other objects.  Benchmark version 1 also listed the unedited
+source (the query's own image, without the instruction) second; it is recognised as the
+candidate whose image is the query's, so both versions are read right.  P@1 below
+1 / candidates means some hard candidate wins more often than a uniform pick would; this
+counts, per model, the share of queries each role wins.  The JSON report carries the
+benchmark's version and ``provenance`` (commit, command, machine, date) of the measurement.
 
     .venv/bin/python eval/edit_winners.py --model OUT/model --benchmark OUT/synth/benchmark.yaml \
         --adapter OUT/naive_unmasked-0/run/final OUT/naive_unmasked-1/run/final ... [--json F]
@@ -27,14 +30,25 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from vis_embed.io import atomic_write_json  # noqa: E402
 from vis_embed.model.embedder import Embedder  # noqa: E402
 
 ROLES = ("edit (positive)", "unedited source", "contrary edit", "look-alike's edit")
 OTHER = "another object's edit"
+ORDER = (ROLES[0], ROLES[2], ROLES[3])  # the candidates' order once the source (if listed) is set aside
 
 
-def role_of(position: int) -> str:
-    return ROLES[position] if position < len(ROLES) else OTHER
+def candidate_roles(row: dict[str, Any]) -> list[str]:
+    """Each candidate's role: the query's own image is the unedited source; the others, in order,
+    the positive, the contrary edit, the look-alike's edit, then other objects' edits."""
+    roles, rank = [], 0
+    for candidate in row["candidates"]:
+        if candidate.get("image") == row["query"].get("image"):
+            roles.append(ROLES[1])
+            continue
+        roles.append(ORDER[rank] if rank < len(ORDER) else OTHER)
+        rank += 1
+    return roles
 
 
 def edit_entry(benchmark: Path, name: str) -> dict[str, Any]:
@@ -56,7 +70,7 @@ def winners(embedder: Embedder, rows: list[dict[str, Any]], entry: dict[str, Any
     counts: dict[str, int] = {role: 0 for role in (*ROLES, OTHER)}
     for row, query in zip(rows, queries):
         scores = pool_vectors[[index[candidate["image"]] for candidate in row["candidates"]]] @ query
-        counts[role_of(int(np.argmax(scores)))] += 1
+        counts[candidate_roles(row)[int(np.argmax(scores))]] += 1
     shares = {role: count / len(rows) for role, count in counts.items()}
     return {"queries": len(rows), "candidates": len(rows[0]["candidates"]), "share_won": shares,
             "p_at_1": shares[ROLES[0]]}
@@ -77,7 +91,11 @@ def main() -> int:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     image_root = base / entry.get("image_root", ".")
     runs: list[Path | None] = ([None] if args.untrained or not args.adapter else []) + list(args.adapter)
-    report: dict[str, Any] = {"dataset": str(path), "runs": {}}
+    from vis_embed.provenance import provenance
+
+    manifest = yaml.safe_load(args.benchmark.read_text(encoding="utf-8"))
+    report: dict[str, Any] = {"dataset": str(path), "benchmark_version": manifest.get("version"),
+                              "provenance": provenance(), "runs": {}}
     for adapter in runs:
         embedder = Embedder.from_pretrained(args.model, adapter=adapter, device="cpu")
         result = winners(embedder, rows, entry, image_root)
@@ -92,7 +110,7 @@ def main() -> int:
                                        for j, role in enumerate((*ROLES, OTHER))}
         print("mean over runs: " + ", ".join(f"{role} {share:.1%}" for role, share in report["mean_share_won"].items()))
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
+        atomic_write_json(args.json, report)
     return 0
 
 

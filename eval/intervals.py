@@ -3,8 +3,10 @@
 Two arms trained on the *same batches* (every seed's schedule file has the same hash in both)
 differ only in what the study varies, so their difference is paired by seed (a paired
 t-interval).  Arms on *different batches* (e.g. identity-aware vs naive schedules of one seed)
-share nothing but the model initialisation, and pairing them by seed means nothing: their
-difference of means gets Welch's unpaired interval over every seed of each arm (issue 38).
+share nothing but the model initialisation, and pairing them by seed means nothing unless the
+study was designed so: their difference of means gets Welch's unpaired interval over every seed
+of each arm (issue 38), except in a study that pre-registered pairing by seed (shared LoRA
+initialisation and scheduler seed, recorded as ``recipe_seed``: :func:`paired_design`).
 """
 
 from __future__ import annotations
@@ -85,6 +87,23 @@ def same_batches(arm: Mapping[str, Mapping[str, Any]], baseline: Mapping[str, Ma
     seeds = [seed for seed in arm if seed in baseline]
     return bool(seeds) and all(arm[s].get("schedule_hash") is not None
                                and arm[s].get("schedule_hash") == baseline[s].get("schedule_hash") for s in seeds)
+
+
+def same_seed_design(arm: Mapping[str, Mapping[str, Any]], baseline: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Every seed the two arms share trained with one recorded ``recipe_seed``: the same LoRA
+    initialisation and the same random stream of the scheduler, the batches differing by design
+    (identity-aware vs naive).  Pairing such runs by seed is a *pre-registered* design choice
+    (docs/ablation_plateau.md); it is never inferred for studies that did not declare it."""
+    seeds = [seed for seed in arm if seed in baseline]
+    return bool(seeds) and all(arm[s].get("recipe_seed") is not None
+                               and arm[s].get("recipe_seed") == baseline[s].get("recipe_seed") for s in seeds)
+
+
+def paired_design(arm: Mapping[str, Mapping[str, Any]], baseline: Mapping[str, Mapping[str, Any]],
+                  by_seed: bool = False) -> bool:
+    """The one pairing rule: paired on the same batches; also, where a study pre-registered
+    pairing by seed (``by_seed``), on a shared recipe seed; else Welch."""
+    return same_batches(arm, baseline) or (by_seed and same_seed_design(arm, baseline))
 
 
 def compare(values: Mapping[str, float], baseline: Mapping[str, float], paired: bool) -> Difference:

@@ -32,7 +32,7 @@ HN=${HN:-5}
 COMBOS=${COMBOS:-"infonce_lora two_tier_lora hinge_lora infonce_head"}
 JOBS=${JOBS:-2}
 RESULTS=${RESULTS:-docs/results/$(basename "$TABLE" .md)}   # per-seed result files (docs/experiments.md)
-COMMAND="SIZE=$SIZE OUT=$OUT SEEDS=\"$SEEDS\" COMBOS=\"$COMBOS\" HN=$HN JOBS=$JOBS bash eval/objectives_comparison.sh"
+COMMAND="SIZE=$SIZE OUT=$OUT RESULTS=$RESULTS TABLE=$TABLE SEEDS=\"$SEEDS\" COMBOS=\"$COMBOS\" HN=$HN JOBS=$JOBS bash eval/objectives_comparison.sh"
 VIS=${VIS:-.venv/bin/vis-embed}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -45,7 +45,9 @@ for combo in $COMBOS; do  # fail before hours of training, not in the middle
   esac
 done
 
-[ -f "$OUT/synth/synth.json" ] || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
+# an older benchmark version is re-rendered, never evaluated under the new one's name (docs/synth.md)
+$PY -c 'import sys; from data_prep.synth import is_current; sys.exit(not is_current(sys.argv[1]))' "$OUT/synth" \
+  || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
 [ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
 [ -f "$OUT/peer/benchmark.yaml" ] || $PY eval/objectives_peers.py "$OUT/synth" "$OUT/peer"
 

@@ -3,8 +3,9 @@
 One training + evaluation of a study's arm and seed becomes ``RESULTS/<arm>_seed<N>.json``
 (committed under ``docs/results/<study>/``; docs/experiments.md)::
 
-    {"schema": 1, "study", "arm", "seed",
+    {"schema": 2, "study", "arm", "seed",
      "metrics": {group: P@1 ...}        eval/results.json's groups
+     "benchmark_version"                the evaluated benchmark's version (its manifest's `version`)
      "datasets": {name: {meta_task, split, benchmark, primary, score, metrics}}
      "evaluations": {NAME: datasets like the above}   further evaluations (--extra-eval), e.g. peer
      "loss_kind", "adaptation"
@@ -12,12 +13,17 @@ One training + evaluation of a study's arm and seed becomes ``RESULTS/<arm>_seed
                   fn_share_mean, fn_share_last10pct, fn_query_fraction_mean, fn_logit_gap_mean,
                   fn_own_image_share_mean, fn_logit_gap_other_mean,
                   fn_share_by_decile: [...]}     from run/train_log.jsonl
-     "identity_mask", "temperature": {init, learnable, final}, "init_adapter"   from run/recipe.yaml
+     "identity_mask", "temperature": {init, learnable, final}, "init_adapter",
+     "sampling": {strategy, hard_negatives, interleave_batch_size}, "recipe_seed",
+     "max_steps", "global_batch_size"   from run/recipe.yaml
      "schedule_hash": sha256 of the schedule file, "identity_repeat_rate",
      "provenance": vis_embed.provenance (commit, command, machine, versions, date)}
 
-The drivers (eval/ablation_sampling.sh, eval/ablation_warm.sh) write one right after each
-run, so its provenance is the run's; the table scripts read only these files.
+The drivers (eval/ablation_sampling.sh, eval/ablation_warm.sh, eval/ablation_plateau.sh) write
+one right after each run, so its provenance is the run's; the table scripts read only these
+files, and refuse to mix files of two benchmark versions.  Schema 1 files (written before
+``sampling``, ``recipe_seed`` and ``benchmark_version`` were recorded) lack those keys: their
+strategy and hard-negative count are in ``provenance.command`` and the driver's arm rule.
 
     python eval/study_results.py write --study S --arm A --seed N --run-dir DIR --out RESULTS \\
         [--data train.yaml] [--command "..."]
@@ -39,7 +45,7 @@ from vis_embed.evaluation.harness import PRIMARY_METRIC
 from vis_embed.io import atomic_write_json
 from vis_embed.provenance import provenance
 
-SCHEMA = 1
+SCHEMA = 2
 
 
 def result_path(results: Path, arm: str, seed: int | str) -> Path:
@@ -152,9 +158,11 @@ def seed_result(*, study: str, arm: str, seed: int, run_dir: Path | None, eval_d
     if schedule is None and recipe.get("schedule"):
         schedule = Path(recipe["schedule"])
     has_schedule = schedule is not None and schedule.is_file()
+    sampling = recipe.get("sampling") or {}
     return {
         "schema": SCHEMA, "study": study, "arm": arm, "seed": int(seed),
         "metrics": results["groups"],
+        "benchmark_version": benchmark_version(results, eval_dir / "results.json"),
         "datasets": _dataset_scores(results),
         "evaluations": {name: _dataset_scores(_read_json(Path(directory) / "results.json"))
                         for name, directory in (extra_evals or {}).items()},
@@ -164,12 +172,23 @@ def seed_result(*, study: str, arm: str, seed: int, run_dir: Path | None, eval_d
         "temperature": {"init": temperature.get("init"), "learnable": temperature.get("learnable"),
                         "final": training.get("final_tau")},
         "init_adapter": recipe.get("init_adapter"),
+        "sampling": {key: sampling.get(key) for key in ("strategy", "hard_negatives", "interleave_batch_size")}
+        if run_dir else None,
+        "recipe_seed": recipe.get("seed"),
         "max_steps": recipe.get("max_steps"), "global_batch_size": recipe.get("global_batch_size"),
         "schedule_hash": file_hash(schedule) if has_schedule else None,
         "identity_repeat_rate": identity_repeat_rate(schedule, data) if data is not None and has_schedule else None,
         "provenance": {**(provenance(command=command) if command else provenance()),
                        **({"backfilled": True} if backfilled else {})},
     }
+
+
+def benchmark_version(results: dict[str, Any], path: Path | None = None) -> int | str | None:
+    """The one benchmark version an evaluation's datasets carry (None: an unversioned manifest)."""
+    versions = {entry.get("benchmark_version") for entry in (results.get("datasets") or {}).values()}
+    if len(versions) > 1:
+        raise ValueError(f"{path or 'results'}: datasets of several benchmark versions {sorted(map(str, versions))}")
+    return next(iter(versions), None)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -189,13 +208,22 @@ def write_seed_result(results: Path, record: dict[str, Any]) -> Path:
 
 def read_seed_results(results: Path, arms: list[str] | None = None,
                       seeds: list[str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{arm: {seed: record}}`` from ``RESULTS/*_seed*.json`` (arm order: ``arms``, else sorted)."""
+    """``{arm: {seed: record}}`` from ``RESULTS/*_seed*.json`` (arm order: ``arms``, else sorted).
+    Records evaluated on two versions of the benchmark are refused (ValueError): one table never
+    mixes them; re-run the older ones."""
     found: dict[str, dict[str, dict[str, Any]]] = {}
+    versions: dict[str, list[str]] = {}
     for path in sorted(Path(results).glob("*_seed*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
         arm, seed = record["arm"], str(record["seed"])
         if (arms is None or arm in arms) and (seeds is None or seed in seeds):
             found.setdefault(arm, {})[seed] = record
+            versions.setdefault(str(record.get("benchmark_version")), []).append(path.name)
+    if len(versions) > 1:
+        listing = "; ".join(f"version {version}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+                            for version, names in sorted(versions.items()))
+        raise ValueError(f"{results}: result files of several benchmark versions ({listing}); "
+                         "re-run the older ones, a table never mixes them")
     order = arms if arms is not None else sorted(found)
     return {arm: dict(sorted(found[arm].items(), key=lambda item: int(item[0])))
             for arm in order if arm in found}
@@ -218,6 +246,20 @@ def provenance_lines(records: list[dict[str, Any]]) -> list[str]:
         late = " (result files written later for runs made earlier: the run's own commit is unknown)" \
             if first.get("backfilled") else ""
         lines.append(f"- {len(group)} runs: {describe(first)}{late}")
+    return lines
+
+
+def fn_share_curve_rows(by_arm: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """Mean false-negative share (%) over the seeds in each tenth of the run, per arm."""
+    lines = ["| arm | " + " | ".join(f"{10 * k}–{10 * (k + 1)}%" for k in range(10)) + " |",
+             "|---|" + "---:|" * 10]
+    for arm, by_seed in by_arm.items():
+        curves = [r["training"].get("fn_share_by_decile") or [] for r in by_seed.values()]
+        cells = []
+        for k in range(10):
+            values = [c[k] for c in curves if len(c) > k and c[k] is not None]
+            cells.append(f"{100 * statistics.mean(values):.2f}" if values else "–")
+        lines.append(f"| `{arm}` | " + " | ".join(cells) + " |")
     return lines
 
 

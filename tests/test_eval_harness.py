@@ -259,3 +259,20 @@ def test_peer_protocol_rows_are_validated(tmp_path: Path) -> None:
     write_jsonl(rows, [{"id": "t0", "reference": "red_0.png", "a": "red_1.png", "b": "blue_1.png", "label": 2}])
     with pytest.raises(DataError, match=r"afc.jsonl:1: field 'label'"):
         _run(FakeEncoder(), [spec], tmp_path / "out", pictures=False)
+
+
+def test_a_benchmark_version_is_in_each_result_and_a_new_version_recomputes(tmp_path: Path) -> None:
+    # results of two versions of one benchmark are never mixed: the version is part of every
+    # dataset's result key, so a finished dataset of the older version is scored again
+    files = make_identity_benchmark(tmp_path / "data")
+    out = tmp_path / "out"
+    unversioned = _run(FakeEncoder(), _specs(files), out, pictures=False)
+    assert all("benchmark_version" not in entry for entry in unversioned["datasets"].values())
+    key = json.loads((out / "datasets" / "Cand.json").read_text())["key"]
+    versioned = [dataclasses.replace(spec, benchmark_version=2) for spec in _specs(files)]
+    results = _run(FakeEncoder(), versioned, out, pictures=False)
+    assert {entry["benchmark_version"] for entry in results["datasets"].values()} == {2}
+    assert json.loads((out / "datasets" / "Cand.json").read_text())["key"] != key
+    again = FakeEncoder()
+    assert _run(again, versioned, out, pictures=False) == results  # the same version: reused
+    assert json.loads((out / "datasets" / "Cand.json").read_text())["result"]["benchmark_version"] == 2

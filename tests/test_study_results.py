@@ -118,6 +118,37 @@ def test_a_seed_result_holds_metrics_loss_schedule_hash_and_provenance(tmp_path)
     assert "written later for runs made earlier" in study.provenance_lines([late])[0]
 
 
+def test_a_seed_result_records_strategy_hard_negatives_seed_and_benchmark_version(tmp_path) -> None:
+    run = _fake_run(tmp_path / "r", groups={"MVEB": 30.0}, mask=True, losses=[1.0] * 10, shares=[None] * 10)
+    recipe = yaml.safe_load((run / "run" / "recipe.yaml").read_text())
+    recipe.update(seed=7, sampling={"strategy": "identity_aware", "hard_negatives": 3, "interleave_batch_size": 16})
+    (run / "run" / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    results = json.loads((run / "eval" / "results.json").read_text())
+    for entry in results["datasets"].values():
+        entry["benchmark_version"] = 2
+    (run / "eval" / "results.json").write_text(json.dumps(results))
+    record = study.seed_result(study="plateau", arm="identity", seed=7, run_dir=run / "run", command="bash x.sh")
+    assert record["schema"] == 2 and record["recipe_seed"] == 7 and record["benchmark_version"] == 2
+    assert record["sampling"] == {"strategy": "identity_aware", "hard_negatives": 3, "interleave_batch_size": 16}
+    assert record["max_steps"] == 10 and record["training"]["steps"] == 10
+    assert record["temperature"]["init"] == 0.02 and record["provenance"]["commit"]
+    # one evaluation holding datasets of two versions is refused
+    results["datasets"]["RecIND"]["benchmark_version"] = 1
+    (run / "eval" / "results.json").write_text(json.dumps(results))
+    with pytest.raises(ValueError, match="several benchmark versions"):
+        study.seed_result(study="plateau", arm="identity", seed=7, run_dir=run / "run")
+
+
+def test_a_table_never_mixes_result_files_of_two_benchmark_versions(tmp_path) -> None:
+    results = tmp_path / "results"
+    for seed, version in ((0, 2), (1, 2), (2, None)):  # seed 2: written before the version was recorded
+        study.write_seed_result(results, {**_record("naive_unmasked", seed, {"MVEB": 30.0}),
+                                          "benchmark_version": version})
+    with pytest.raises(ValueError, match="several benchmark versions"):
+        study.read_seed_results(results)
+    assert set(study.read_seed_results(results, seeds=["0", "1"])["naive_unmasked"]) == {"0", "1"}
+
+
 def _record(arm: str, seed: int, groups: dict[str, float], mask: bool = True) -> dict:
     return {"schema": 1, "study": "ablation", "arm": arm, "seed": seed, "metrics": groups, "identity_mask": mask,
             "identity_repeat_rate": 0.25 if arm.startswith("naive") else 0.0, "training": {},
@@ -325,4 +356,11 @@ def test_the_dense_doc_is_its_result_files_rebuilt_once_they_exist(tmp_path) -> 
                           capture_output=True, text=True, check=False, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert copy.read_text(encoding="utf-8") == text
-    assert reading_figures_missing(text) == []
+    # the reading also quotes the warm study's end-of-run false-negative shares and the ID-Edit
+    # winners of seed 5 (eval/edit_winners.py's files): each checked against its own source here
+    warm_text = (REPO / "docs" / "ablation_warm.md").read_text(encoding="utf-8")
+    assert all(f"/ {share} ±" in warm_text for share in ("19.74", "19.00"))
+    winners = json.loads((REPO / "docs" / "results" / "ablation_dense_edit_winners" / "edit_winners_naive.json")
+                         .read_text(encoding="utf-8"))["runs"]
+    assert winners["ablation_dense_out/naive_unmasked-5/run/final"]["p_at_1"] == 0.175 > 1 / 8
+    assert reading_figures_missing(text, frozenset({"19.74", "19.00", "17.5", "12.5"})) == []

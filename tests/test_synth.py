@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_prep.synth import SIZES, generate
+from data_prep.synth import GENERATOR_VERSION, SIZES, generate, is_current
 from data_prep.synth import build as synth_build
 from data_prep.synth.build import Planner
 from data_prep.synth.dense import DenseLayout
@@ -271,6 +271,35 @@ def test_candidate_lists_put_the_true_positive_first(synth_dir: Path) -> None:
                 assert distractor["context"] == source["context"] != positive["context"]
             else:
                 pytest.fail(f"unchecked candidates task {spec.meta_task}")
+
+
+def test_id_edit_candidates_never_hold_the_query_source(synth_dir: Path) -> None:
+    # benchmark version 1 listed the unedited source (the query's own pixels, its identity) as a
+    # negative: a model that learned identity ranked it first.  CIRR-style, it is no candidate now.
+    spec = load_benchmark(synth_dir / "benchmark.yaml").dataset("SynthEdit")
+    by_image = meta_by_image(synth_dir, "eval")
+    queries = spec.load_candidates()
+    assert queries
+    for query in queries:
+        assert all(candidate["image"] != query.query["image"] for candidate in query.candidates)
+        assert all(_meta_of(c, spec, by_image)["role"] == "edit_target" for c in query.candidates)
+    rows = read_jsonl(synth_dir / "eval" / "edit.jsonl")
+    assert {len(row["candidates"]) for row in rows} == {max(3, SIZES["tiny"].candidates_per_query)}
+
+
+def test_the_benchmark_version_is_recorded_and_an_older_folder_is_not_current(synth_dir: Path,
+                                                                               tmp_path: Path) -> None:
+    assert load_benchmark(synth_dir / "benchmark.yaml").version == GENERATOR_VERSION >= 2
+    assert {spec.benchmark_version for spec in load_benchmark(synth_dir / "benchmark.yaml").datasets} == \
+        {GENERATOR_VERSION}
+    assert json.loads((synth_dir / "synth.json").read_text())["generator_version"] == GENERATOR_VERSION
+    assert is_current(synth_dir)
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / "synth.json").write_text(json.dumps({"generator_version": GENERATOR_VERSION - 1}))
+    assert not is_current(older) and not is_current(tmp_path / "absent")
+    (older / "synth.json").write_text("not json")
+    assert not is_current(older)
 
 
 def test_grounding_rows_crop_a_window_around_their_object(synth_dir: Path) -> None:

@@ -14,6 +14,6 @@ Ret).  See docs/synth.md.
 
 from __future__ import annotations
 
-from data_prep.synth.build import SIZES, SynthSize, generate
+from data_prep.synth.build import GENERATOR_VERSION, SIZES, SynthSize, generate, is_current
 
-__all__ = ["SIZES", "SynthSize", "generate"]
+__all__ = ["GENERATOR_VERSION", "SIZES", "SynthSize", "generate", "is_current"]

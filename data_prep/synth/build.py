@@ -40,7 +40,11 @@ from vis_embed.io import atomic_directory
 
 log = logging.getLogger(__name__)
 
-GENERATOR_VERSION = 1
+# The benchmark's version: written to synth.json and benchmark.yaml (`version`), which the
+# evaluation puts in every dataset's result key and result, so results of two versions are never
+# mixed.  Bump when what an evaluation set measures changes.
+# 2: SynthEdit's candidates no longer hold the query's own (unedited) source image.
+GENERATOR_VERSION = 2
 MARKER_FILE = "synth.json"
 
 
@@ -448,13 +452,15 @@ class Planner:
             cases.append((row, wrong_row, {"positive": {"image": twin_target}}))
         rows = []
         for k, (row, wrong_row, twin_row) in enumerate(cases):
-            # Hard candidates: the unedited source, the wrong edit of the same object, the right
-            # edit of its look-alike; then right edits of other objects.
+            # Hard candidates: the wrong edit of the same object, the right edit of its look-alike;
+            # then right edits of other objects.  The query's own source image is never one: it is
+            # the same identity in the query's own pixels, so a model that learned identity ranks it
+            # first, and it is no valid target of an edit; composed-image retrieval protocols (CIRR)
+            # leave the reference image out of the candidates for the same reason (docs/synth.md).
             others = [cases[int(j)][0]["positive"] for j in rng.permutation(len(cases)) if int(j) != k]
-            candidates = [row["positive"], {"image": row["query"]["image"]}, wrong_row["positive"],
-                          twin_row["positive"], *others]
+            candidates = [row["positive"], wrong_row["positive"], twin_row["positive"], *others]
             rows.append({"id": f"edit-{k:06d}", "query": row["query"],
-                         "candidates": candidates[: max(4, self.size.candidates_per_query)]})
+                         "candidates": candidates[: max(3, self.size.candidates_per_query)]})
         self.plan.tables["eval/edit.jsonl"] = rows
         self.add_eval("SynthEdit", "MVEB", "ID-Edit", "IND", "edit", path="eval/edit.jsonl")
 
@@ -613,6 +619,17 @@ def _check_target(out_dir: Path) -> None:
                           "choose a new or empty output folder")
 
 
+def is_current(out_dir: str | Path) -> bool:
+    """``out_dir`` holds a finished synth output of this generator version (its ``synth.json``):
+    the study drivers reuse such a folder and re-render any other, so an older benchmark is never
+    evaluated under the new one's name."""
+    marker = Path(out_dir) / MARKER_FILE
+    try:
+        return json.loads(marker.read_text(encoding="utf-8")).get("generator_version") == GENERATOR_VERSION
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def generate(out_dir: str | Path, seed: int = 0, size: str | SynthSize = "small",
              workers: int | None = None, show_progress: bool = False,
              modalities: str | Sequence[str] = DEFAULT_MODALITIES) -> Path:
@@ -644,7 +661,8 @@ def generate(out_dir: str | Path, seed: int = 0, size: str | SynthSize = "small"
         for path, rows in {**plan.tables, **plan.meta}.items():
             _write(tmp / path, _jsonl(_resolve_boxes(rows, boxes, size.image_size)))
         _write(tmp / "train.yaml", _yaml({"datasets": plan.train_entries}))
-        _write(tmp / "benchmark.yaml", _yaml({"name": "synth", "datasets": plan.manifest_entries}))
+        _write(tmp / "benchmark.yaml", _yaml({"name": "synth", "version": GENERATOR_VERSION,
+                                              "datasets": plan.manifest_entries}))
         settings = dataclasses.asdict(size)
         if settings["dense"] is None:  # absent, so the other presets' synth.json stays as it was
             del settings["dense"]

@@ -87,6 +87,7 @@ class EvalDatasetSpec:
     options: DatasetOptions = field(default_factory=DatasetOptions)  # a dict is validated into one
     manifest_path: Path | None = None
     line: int | None = None
+    benchmark_version: int | str | None = None  # the manifest's `version` (results of two never mix)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options",
@@ -128,6 +129,7 @@ class Benchmark:
     path: Path
     datasets: list[EvalDatasetSpec]
     description: str | None = None
+    version: int | str | None = None
 
     def fingerprint(self) -> str:
         """SHA-256 over the manifest and every data file it names (not image files)."""
@@ -155,14 +157,15 @@ def load_benchmark(manifest_path: str | Path) -> Benchmark:
     manifest_path = Path(manifest_path).resolve()
     document = load_yaml_with_lines(manifest_path)
     manifest = validate_document(Manifest, document, manifest_path, context={"base": manifest_path.parent})
-    specs = [_spec(entry, manifest_path, line=getattr(raw, "line", None))
+    specs = [_spec(entry, manifest_path, line=getattr(raw, "line", None), version=manifest.version)
              for entry, raw in zip(manifest.datasets, document["datasets"])]
     description = manifest.description
     return Benchmark(name=manifest.name, path=manifest_path, datasets=specs,
-                     description=None if description is None else str(description))
+                     description=None if description is None else str(description), version=manifest.version)
 
 
-def _spec(entry: ManifestEntry, manifest_path: Path, line: int | None) -> EvalDatasetSpec:
+def _spec(entry: ManifestEntry, manifest_path: Path, line: int | None,
+          version: int | str | None = None) -> EvalDatasetSpec:
     """The dataset spec of a validated manifest entry, its files resolved against the manifest's folder."""
     base = manifest_path.parent
     files = {key: entry.resolved(base, key) for key in files_of_layout(entry.layout)}
@@ -172,7 +175,7 @@ def _spec(entry: ManifestEntry, manifest_path: Path, line: int | None) -> EvalDa
         name=entry.name, benchmark=entry.inferred_benchmark, meta_task=entry.meta_task, split=entry.split,
         layout=entry.layout, manifest_path=manifest_path, line=line, image_root=image_root,
         query_instruction=entry.query_instruction, candidate_instruction=entry.candidate_instruction,
-        options=entry.all_options, **files,
+        options=entry.all_options, benchmark_version=version, **files,
     )
 
 

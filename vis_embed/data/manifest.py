@@ -151,6 +151,9 @@ class Manifest(BaseModel):
     name: Name
     datasets: list[ManifestEntry]
     description: Any = None
+    # the benchmark's version (e.g. `vis-embed synth`'s generator version): the evaluation puts it
+    # in every dataset's result and result key, so results of two versions are never mixed
+    version: int | str | None = None
 
     @field_validator("datasets")
     @classmethod

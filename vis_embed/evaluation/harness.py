@@ -172,7 +172,7 @@ class Harness:
     def _dataset_key(self, spec: EvalDatasetSpec, prepared: layouts.PreparedDataset, pools: list[_Pool]) -> str:
         # where the manifest and files live is not what the result depends on (their content is)
         spec_fields = {key: value for key, value in asdict(spec).items()
-                       if key not in ("path", "queries", "gallery", "manifest_path", "line")}
+                       if key not in ("path", "queries", "gallery", "manifest_path", "line", "benchmark_version")}
         spec_fields["options"] = spec.options.as_dict()
         spec_fields["files"] = {role: self.hasher.file(path) for role, path in spec.files.items()}
         spec_fields["image_root"] = None  # content matters, not where it lives
@@ -183,6 +183,8 @@ class Harness:
             "index": self.settings.index, "depth": self.settings.depth,
             **({"dim": self.settings.dim} if self.settings.dim else {}),
             **({"rescore": self.settings.rescore} if self.settings.rescore else {}),
+            # an unversioned manifest keeps the keys its results were saved under
+            **({"benchmark_version": spec.benchmark_version} if spec.benchmark_version is not None else {}),
             "n_examples": self.settings.n_examples, "pictures": self.settings.pictures,
             "tie_policy": self.settings.tie_policy,
             "metrics_version": METRICS_VERSION,
@@ -227,6 +229,7 @@ class Harness:
             "meta_task": spec.meta_task, "split": spec.split, "benchmark": spec.benchmark,
             "layout": spec.layout, "n_queries": outcome.n_queries, "primary": outcome.primary,
             "metrics": outcome.metrics, **outcome.extra, "fingerprint": key,
+            **({"benchmark_version": spec.benchmark_version} if spec.benchmark_version is not None else {}),
         }
         if self.settings.pictures and outcome.examples:
             grid_path = self.out_dir / "grids" / f"{safe_name(spec.name)}.png"
