@@ -1,0 +1,168 @@
+"""``vis-embed prep mmeb-v2``: the 78 MMEB-V2 tasks from their released sources.
+
+Layout (what ``eval/mmeb_v2.yaml`` points at), one folder per task, ``DIR/<modality>/<task>/``:
+
+* ``qrels`` tasks (video retrieval and classification but SmthSmthV2, every visdoc task):
+  ``queries.jsonl``, ``corpus.jsonl`` (``{"id", "text"?, "image"?, "video"?}``) and
+  ``qrels.jsonl`` (``{"query_id", "corpus_id", "score"}``, graded);
+* ``candidates`` tasks (image tasks, video QA, SmthSmthV2, moment retrieval): ``<task>.jsonl``,
+  rows ``{"id", "query", "candidates"}`` with the positive first;
+* ``media/``: the task's images, pages and frame folders (``{"video": "media/<clip>"}``: a
+  folder of JPEGs), paths relative to the task folder (its image_root);
+* ``manifest.json``: layout, files, row counts and the sources read at their revisions.
+  ``DIR/provenance.json`` gathers every converted task's sources.
+
+Each task is written into a temporary folder that replaces ``DIR/<modality>/<task>`` only when
+complete (manifest last), so a task is either complete -- and skipped by a re-run that reads
+the same revisions -- or absent; leftovers of an interrupted run are removed and redone.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from data_prep.hub import load_pinned_split, pinned_config_names, pinned_file, source_location
+from data_prep.mmeb_v2_media import extract_wanted, require_found
+from data_prep.mmeb_v2_sources import FRAMES_REPO, MODALITIES, REVISIONS, TaskSpec, all_tasks
+from data_prep.mmeb_v2_video import CONVERTERS
+from data_prep.mmeb_v2_visdoc import beir_task
+from vis_embed.data.tables import write_table
+from vis_embed.errors import DataError
+from vis_embed.io import atomic_directory, atomic_write_json, read_json_object
+
+log = logging.getLogger(__name__)
+MANIFEST = "manifest.json"
+PROVENANCE = "provenance.json"
+REVISION_NOTE = ("'main' is a branch, not a content hash: the reference names no commits; pin a hash in "
+                 "data_prep/mmeb_v2_sources.py REVISIONS for a reproducible conversion")
+
+
+def select_tasks(modalities: Iterable[str] | None = None, tasks: Iterable[str] | None = None) -> list[TaskSpec]:
+    """The tasks to convert, in the reference's order; unknown names are a DataError."""
+    known = all_tasks()
+    chosen_modalities = list(modalities) if modalities else list(MODALITIES)
+    for modality in chosen_modalities:
+        if modality not in MODALITIES:
+            raise DataError(f"unknown modality {modality!r} (choose from {', '.join(MODALITIES)})",
+                            field="--modality")
+    names = list(tasks) if tasks else None
+    for name in names or ():
+        if name not in known:
+            raise DataError(f"unknown MMEB-V2 task {name!r} (e.g. {', '.join(list(known)[36:39])}; see "
+                            "docs/data.md)", field="--tasks")
+    return [spec for name, spec in known.items()
+            if spec.modality in chosen_modalities and (names is None or name in names)]
+
+
+def _is_complete(task_dir: Path, spec: TaskSpec) -> bool:
+    manifest = read_json_object(task_dir / MANIFEST)
+    return bool(manifest) and manifest.get("complete") is True and manifest.get("sources") == spec.sources()
+
+
+def _remove_leftovers(task_dir: Path) -> None:
+    """Temporary folders of an interrupted run (atomic_directory's ``.<task>.tmp-*`` / ``.old-*``)."""
+    if task_dir.parent.is_dir():
+        for leftover in task_dir.parent.glob(f".{task_dir.name}.*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _source_rows(spec: TaskSpec, source_root: Path | None) -> Iterator[dict[str, Any]]:
+    """The annotation rows; config ``*`` pools every config with its name as ``subset`` (MVBench)."""
+    revision = REVISIONS[spec.repo]
+    if spec.config != "*":
+        yield from load_pinned_split(spec.repo, spec.config, spec.split, revision, source_root)
+        return
+    for config in pinned_config_names(spec.repo, revision, source_root):
+        for row in load_pinned_split(spec.repo, config, spec.split, revision, source_root):
+            yield {**row, "subset": config}
+
+
+def _extractor(spec: TaskSpec, task_dir: Path, source_root: Path | None):  # -> mmeb_v2_video.Extract
+    def extract(wanted: set[str]) -> Path:
+        archives = [pinned_file(FRAMES_REPO, name, REVISIONS[FRAMES_REPO], source_root) for name in spec.archives]
+        media = task_dir / "media"
+        media.mkdir(parents=True, exist_ok=True)
+        require_found(wanted, extract_wanted(archives, spec.prefix, wanted, media), archives, spec.prefix)
+        return media
+    return extract
+
+
+def _image_files(spec: TaskSpec, task_dir: Path, source_root: Path | None) -> tuple[dict[str, list], dict]:
+    """An MMEB image task through today's MMEB-eval row converter, its images out of mmeb_v1.tar.gz."""
+    from data_prep.mmeb import convert_mmeb_eval_rows
+
+    table = load_pinned_split(spec.repo, spec.config, spec.split, REVISIONS[spec.repo], source_root)
+    staged = task_dir / ".source.parquet"
+    table.to_parquet(str(staged))
+    rows, report = convert_mmeb_eval_rows(spec.name, [staged])
+    staged.unlink()
+    wanted = set()
+    for row in rows:
+        for item in (row["query"], *row["candidates"]):
+            if "image" in item:
+                wanted.add(item["image"])
+                item["image"] = f"media/{item['image']}"
+    _extractor(spec, task_dir, source_root)(wanted)
+    return {f"{spec.name}.jsonl": rows}, {"candidates_per_query": report["candidates_per_query"]}
+
+
+def _convert(spec: TaskSpec, task_dir: Path, source_root: Path | None) -> dict[str, Any]:
+    where = source_location(spec.repo, source_root)
+    report: dict[str, Any] = {}
+    if spec.family == "image":
+        files, report = _image_files(spec, task_dir, source_root)
+    elif spec.family == "beir":
+        files, report = beir_task(lambda config: load_pinned_split(
+            spec.repo, config, spec.split, REVISIONS[spec.repo], source_root), task_dir, where)
+    else:
+        files = CONVERTERS[spec.family](spec, _source_rows(spec, source_root),
+                                        _extractor(spec, task_dir, source_root), where)
+    for name, rows in files.items():
+        if not rows:
+            raise DataError("the source has no rows", path=where)
+        write_table(task_dir / name, rows)
+    layout = "qrels" if "qrels.jsonl" in files else "candidates"
+    roles = ({"queries": "queries.jsonl", "corpus": "corpus.jsonl", "qrels": "qrels.jsonl"} if layout == "qrels"
+             else {"data": f"{spec.name}.jsonl"})
+    return {"task": spec.name, "modality": spec.modality, "layout": layout, "files": roles, "image_root": ".",
+            "rows": {name: len(rows) for name, rows in files.items()}, **report,
+            "sources": spec.sources(), "revision_note": REVISION_NOTE, "complete": True}
+
+
+def _write_provenance(out_dir: Path) -> None:
+    """``DIR/provenance.json`` from the manifests of every complete task under ``DIR``."""
+    tasks: dict[str, Any] = {}
+    for spec in all_tasks().values():
+        manifest = read_json_object(out_dir / spec.modality / spec.name / MANIFEST)
+        if manifest and manifest.get("complete") is True:
+            tasks[spec.name] = {"modality": spec.modality, "layout": manifest["layout"],
+                                "sources": manifest["sources"]}
+    repos = sorted({s["repo"] for t in tasks.values() for s in t["sources"]})
+    atomic_write_json(out_dir / PROVENANCE, {"revisions": {r: REVISIONS[r] for r in repos},
+                                             "revision_note": REVISION_NOTE, "tasks": tasks})
+
+
+def convert_mmeb_v2(out_dir: str | Path, *, modalities: Iterable[str] | None = None,
+                    tasks: Iterable[str] | None = None, source_root: str | Path | None = None) -> dict[str, Any]:
+    """Convert the chosen tasks into ``out_dir``; ``source_root``: read every dataset from a local
+    copy in the hub layout (``<root>/<owner>/<name>``) instead of the hub.  Returns a summary."""
+    out_dir = Path(out_dir)
+    root = Path(source_root) if source_root is not None else None
+    converted, skipped = [], []
+    for spec in select_tasks(modalities, tasks):
+        task_dir = out_dir / spec.modality / spec.name
+        if _is_complete(task_dir, spec):
+            skipped.append(spec.name)
+            continue
+        _remove_leftovers(task_dir)
+        log.info("converting %s/%s", spec.modality, spec.name)
+        with atomic_directory(task_dir) as tmp:
+            manifest = _convert(spec, tmp, root)
+            atomic_write_json(tmp / MANIFEST, manifest)
+        converted.append(spec.name)
+    _write_provenance(out_dir)
+    return {"converted": converted, "skipped_complete": skipped, "provenance": str(out_dir / PROVENANCE)}

@@ -1,0 +1,124 @@
+"""Frames and images out of MMEB-V2's tarballs, and page images out of hub tables.
+
+The archives are read as one stream (``tar`` ``r|*``; a multi-part archive such as
+``video_qa.tar.gz-00 .. -04`` is the concatenation of its parts), and only the members under a
+wanted folder (a clip's frame folder) or equal to a wanted file are written, under the same
+relative path below ``dest``.  Hostile members are never written: links, devices, names with
+``..`` or an absolute path, non-image files, and members over :data:`MAX_MEMBER_BYTES`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from vis_embed.errors import DataError
+from vis_embed.io import safe_name
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
+MAX_MEMBER_BYTES = 64 << 20  # one frame or page; anything larger is not a frame
+
+
+class _Concatenated(io.RawIOBase):
+    """The bytes of several files, one after the other (a split archive read as one)."""
+
+    def __init__(self, paths: Iterable[Path]) -> None:
+        self._paths = list(paths)
+        self._current: Any = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while True:
+            if self._current is None:
+                if not self._paths:
+                    return 0
+                self._current = open(self._paths.pop(0), "rb")  # noqa: SIM115  # closed below
+            count = self._current.readinto(buffer)
+            if count:
+                return count
+            self._current.close()
+            self._current = None
+
+    def close(self) -> None:
+        if self._current is not None:
+            self._current.close()
+        super().close()
+
+
+def _relative_member(name: str, prefix: str) -> list[str] | None:
+    """The member's path below ``prefix`` as parts, or None when outside it or unsafe."""
+    name = name.removeprefix("./")
+    if not prefix or not name.startswith(prefix.rstrip("/") + "/"):
+        return None
+    parts = name[len(prefix.rstrip("/")) + 1:].split("/")
+    if any(part in ("", ".", "..") for part in parts) or name.startswith("/"):
+        return None
+    return parts
+
+
+def extract_wanted(archives: list[Path], prefix: str, wanted: set[str], dest: Path) -> Counter[str]:
+    """Write the image members under each wanted folder (or equal to a wanted file) below ``prefix``
+    to ``dest/<same relative path>``; the count of files written per wanted entry."""
+    found: Counter[str] = Counter()
+    if not wanted:
+        return found
+    with _Concatenated(archives) as raw, io.BufferedReader(raw, 1 << 20) as stream:
+        try:
+            with tarfile.open(fileobj=stream, mode="r|*") as archive:
+                for member in archive:
+                    parts = _relative_member(member.name, prefix)
+                    if parts is None or not member.isfile() or not parts[-1].lower().endswith(IMAGE_SUFFIXES):
+                        continue
+                    root = next((r for r in ("/".join(parts[:k]) for k in range(1, len(parts) + 1)) if r in wanted),
+                                None)
+                    if root is None or member.size > MAX_MEMBER_BYTES:
+                        continue
+                    handle = archive.extractfile(member)
+                    if handle is None:
+                        continue
+                    target = dest.joinpath(*parts)  # dest is the task's temporary folder: atomic as a whole
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(handle.read())
+                    found[root] += 1
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise DataError(f"unreadable archive: {exc}", path=archives[0]) from None
+    return found
+
+
+def require_found(wanted: set[str], found: Counter[str], archives: list[Path], prefix: str) -> None:
+    """Every wanted clip must have frames (the reference fails on a missing clip, so do we)."""
+    missing = sorted(w for w in wanted if not found[w])
+    if missing:
+        raise DataError(f"{len(missing)} clip(s)/image(s) not in the archive under {prefix!r}, e.g. "
+                        f"{', '.join(missing[:3])}", path=archives[0])
+
+
+def page_file_name(corpus_id: str, data: bytes, where: str) -> str:
+    """A short, unique, file-system-safe name for a page image: ids may be long file names."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            suffix = "." + (image.format or "png").lower().replace("jpeg", "jpg")
+    except (UnidentifiedImageError, OSError):
+        raise DataError(f"corpus item {corpus_id!r} is not a readable image", path=where, field="image") from None
+    digest = hashlib.md5(corpus_id.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
+    return f"{safe_name(corpus_id)[:50]}_{digest}{suffix}"
+
+
+def image_bytes(value: Any, corpus_id: str, where: str) -> bytes:
+    """The bytes of an undecoded ``datasets.Image`` value ``{"bytes", "path"}``."""
+    data = value.get("bytes") if isinstance(value, dict) else None
+    if not data:
+        raise DataError(f"corpus item {corpus_id!r} has no image bytes", path=where, field="image")
+    if len(data) > MAX_MEMBER_BYTES:
+        raise DataError(f"corpus item {corpus_id!r}: image over {MAX_MEMBER_BYTES >> 20} MiB", path=where,
+                        field="image")
+    return data
