@@ -81,16 +81,20 @@ def source_location(repo: str, source_root: Path | None) -> str:
 
 
 def load_pinned_split(repo: str, config: str | None, split: str, revision: str,
-                      source_root: Path | None = None, decode_images: bool = False):  # -> datasets.Dataset
+                      source_root: Path | None = None, cache_dir: Path | None = None,
+                      decode_images: bool = False):  # -> datasets.Dataset
     """One config/split of ``repo`` through ``datasets.load_dataset`` at ``revision`` (hub) or from
     the local copy under ``source_root`` (same code path, a path instead of an id).  Image columns
-    are left undecoded (``{"bytes", "path"}``): the converter writes the bytes as they are."""
+    are left undecoded (``{"bytes", "path"}``): the converter writes the bytes as they are.
+    ``cache_dir``: datasets' cache (default: the user's); give a local copy a fresh one: datasets
+    keys its cache of local files on their modification times only, which two copies (or an edit
+    within the same tick) can share, and would then serve the other copy's rows."""
     from datasets import Image, load_dataset
 
     location = source_location(repo, source_root)
     pinned = {"revision": revision} if source_root is None else {}
     try:
-        table = load_dataset(location, config, split=split, **pinned)
+        table = load_dataset(location, config, split=split, cache_dir=cache_dir and str(cache_dir), **pinned)
     except (FileNotFoundError, ValueError, ConnectionError, KeyError) as exc:
         what = f"config {config!r} split {split!r}" if config else f"split {split!r}"
         raise DataError(f"cannot load {what}: {exc}", path=location) from None

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
+from dataclasses import dataclass
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -70,32 +72,40 @@ def _remove_leftovers(task_dir: Path) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _source_rows(spec: TaskSpec, source_root: Path | None) -> Iterator[dict[str, Any]]:
-    """The annotation rows; config ``*`` pools every config with its name as ``subset`` (MVBench)."""
-    revision = REVISIONS[spec.repo]
-    if spec.config != "*":
-        yield from load_pinned_split(spec.repo, spec.config, spec.split, revision, source_root)
-        return
-    for config in pinned_config_names(spec.repo, revision, source_root):
-        for row in load_pinned_split(spec.repo, config, spec.split, revision, source_root):
-            yield {**row, "subset": config}
+@dataclass(frozen=True)
+class _Sources:
+    """Where datasets are read from: the hub (``root`` None) or a local copy, and datasets' cache."""
+
+    root: Path | None
+    cache_dir: Path | None
+
+    def table(self, spec: TaskSpec, config: str | None):  # -> datasets.Dataset
+        return load_pinned_split(spec.repo, config, spec.split, REVISIONS[spec.repo], self.root, self.cache_dir)
+
+    def rows(self, spec: TaskSpec) -> Iterator[dict[str, Any]]:
+        """The annotation rows; config ``*`` pools every config with its name as ``subset`` (MVBench)."""
+        if spec.config != "*":
+            yield from self.table(spec, spec.config)
+            return
+        for config in pinned_config_names(spec.repo, REVISIONS[spec.repo], self.root):
+            for row in self.table(spec, config):
+                yield {**row, "subset": config}
+
+    def extractor(self, spec: TaskSpec, task_dir: Path):  # -> mmeb_v2_video.Extract
+        def extract(wanted: set[str]) -> Path:
+            archives = [pinned_file(FRAMES_REPO, name, REVISIONS[FRAMES_REPO], self.root) for name in spec.archives]
+            media = task_dir / "media"
+            media.mkdir(parents=True, exist_ok=True)
+            require_found(wanted, extract_wanted(archives, spec.prefix, wanted, media), archives, spec.prefix)
+            return media
+        return extract
 
 
-def _extractor(spec: TaskSpec, task_dir: Path, source_root: Path | None):  # -> mmeb_v2_video.Extract
-    def extract(wanted: set[str]) -> Path:
-        archives = [pinned_file(FRAMES_REPO, name, REVISIONS[FRAMES_REPO], source_root) for name in spec.archives]
-        media = task_dir / "media"
-        media.mkdir(parents=True, exist_ok=True)
-        require_found(wanted, extract_wanted(archives, spec.prefix, wanted, media), archives, spec.prefix)
-        return media
-    return extract
-
-
-def _image_files(spec: TaskSpec, task_dir: Path, source_root: Path | None) -> tuple[dict[str, list], dict]:
+def _image_files(spec: TaskSpec, task_dir: Path, sources: _Sources) -> tuple[dict[str, list], dict]:
     """An MMEB image task through today's MMEB-eval row converter, its images out of mmeb_v1.tar.gz."""
     from data_prep.mmeb import convert_mmeb_eval_rows
 
-    table = load_pinned_split(spec.repo, spec.config, spec.split, REVISIONS[spec.repo], source_root)
+    table = sources.table(spec, spec.config)
     staged = task_dir / ".source.parquet"
     table.to_parquet(str(staged))
     rows, report = convert_mmeb_eval_rows(spec.name, [staged])
@@ -106,21 +116,19 @@ def _image_files(spec: TaskSpec, task_dir: Path, source_root: Path | None) -> tu
             if "image" in item:
                 wanted.add(item["image"])
                 item["image"] = f"media/{item['image']}"
-    _extractor(spec, task_dir, source_root)(wanted)
+    sources.extractor(spec, task_dir)(wanted)
     return {f"{spec.name}.jsonl": rows}, {"candidates_per_query": report["candidates_per_query"]}
 
 
-def _convert(spec: TaskSpec, task_dir: Path, source_root: Path | None) -> dict[str, Any]:
-    where = source_location(spec.repo, source_root)
+def _convert(spec: TaskSpec, task_dir: Path, sources: _Sources) -> dict[str, Any]:
+    where = source_location(spec.repo, sources.root)
     report: dict[str, Any] = {}
     if spec.family == "image":
-        files, report = _image_files(spec, task_dir, source_root)
+        files, report = _image_files(spec, task_dir, sources)
     elif spec.family == "beir":
-        files, report = beir_task(lambda config: load_pinned_split(
-            spec.repo, config, spec.split, REVISIONS[spec.repo], source_root), task_dir, where)
+        files, report = beir_task(lambda config: sources.table(spec, config), task_dir, where)
     else:
-        files = CONVERTERS[spec.family](spec, _source_rows(spec, source_root),
-                                        _extractor(spec, task_dir, source_root), where)
+        files = CONVERTERS[spec.family](spec, sources.rows(spec), sources.extractor(spec, task_dir), where)
     for name, rows in files.items():
         if not rows:
             raise DataError("the source has no rows", path=where)
@@ -151,18 +159,21 @@ def convert_mmeb_v2(out_dir: str | Path, *, modalities: Iterable[str] | None = N
     """Convert the chosen tasks into ``out_dir``; ``source_root``: read every dataset from a local
     copy in the hub layout (``<root>/<owner>/<name>``) instead of the hub.  Returns a summary."""
     out_dir = Path(out_dir)
-    root = Path(source_root) if source_root is not None else None
     converted, skipped = [], []
-    for spec in select_tasks(modalities, tasks):
-        task_dir = out_dir / spec.modality / spec.name
-        if _is_complete(task_dir, spec):
-            skipped.append(spec.name)
-            continue
-        _remove_leftovers(task_dir)
-        log.info("converting %s/%s", spec.modality, spec.name)
-        with atomic_directory(task_dir) as tmp:
-            manifest = _convert(spec, tmp, root)
-            atomic_write_json(tmp / MANIFEST, manifest)
-        converted.append(spec.name)
+    specs = select_tasks(modalities, tasks)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".datasets-cache-") as cache:
+        # a local copy gets a fresh datasets cache (see load_pinned_split); the hub, the user's
+        sources = _Sources(Path(source_root), Path(cache)) if source_root is not None else _Sources(None, None)
+        for spec in specs:
+            task_dir = out_dir / spec.modality / spec.name
+            if _is_complete(task_dir, spec):
+                skipped.append(spec.name)
+                continue
+            _remove_leftovers(task_dir)
+            log.info("converting %s/%s", spec.modality, spec.name)
+            with atomic_directory(task_dir) as tmp:
+                atomic_write_json(tmp / MANIFEST, _convert(spec, tmp, sources))
+            converted.append(spec.name)
     _write_provenance(out_dir)
     return {"converted": converted, "skipped_complete": skipped, "provenance": str(out_dir / PROVENANCE)}

@@ -17,10 +17,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from data_prep.identities import IMAGE_EXTENSIONS
 from vis_embed.errors import DataError
 from vis_embed.io import safe_name
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
 MAX_MEMBER_BYTES = 64 << 20  # one frame or page; anything larger is not a frame
 
 
@@ -74,7 +74,7 @@ def extract_wanted(archives: list[Path], prefix: str, wanted: set[str], dest: Pa
             with tarfile.open(fileobj=stream, mode="r|*") as archive:
                 for member in archive:
                     parts = _relative_member(member.name, prefix)
-                    if parts is None or not member.isfile() or not parts[-1].lower().endswith(IMAGE_SUFFIXES):
+                    if parts is None or not member.isfile() or Path(parts[-1]).suffix.lower() not in IMAGE_EXTENSIONS:
                         continue
                     root = next((r for r in ("/".join(parts[:k]) for k in range(1, len(parts) + 1)) if r in wanted),
                                 None)
@@ -102,10 +102,12 @@ def require_found(wanted: set[str], found: Counter[str], archives: list[Path], p
 
 def page_file_name(corpus_id: str, data: bytes, where: str) -> str:
     """A short, unique, file-system-safe name for a page image: ids may be long file names."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
+
+    from vis_embed.data.image_guards import open_image
 
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with open_image(io.BytesIO(data)) as image:  # the header only: the one input-format allow-list
             suffix = "." + (image.format or "png").lower().replace("jpeg", "jpg")
     except (UnidentifiedImageError, OSError):
         raise DataError(f"corpus item {corpus_id!r} is not a readable image", path=where, field="image") from None

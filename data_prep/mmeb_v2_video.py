@@ -36,9 +36,11 @@ def video_item(clip: str) -> dict[str, str]:
 def field(row: dict[str, Any], rule: str, where: str, line: int) -> Any:
     """A column value; ``first:COL`` takes a list's first entry, ``stem:COL`` a path's stem."""
     how, _, column = rule.rpartition(":")
-    if column not in row or row[column] is None:
+    if column not in row:
         raise DataError(f"missing column {column!r} (has: {', '.join(sorted(row))})", path=where, line=line,
                         field=column)
+    if row[column] is None:
+        raise DataError("no value", path=where, line=line, field=column)
     value = row[column]
     if how == "first":
         if not isinstance(value, list) or not value:
@@ -144,29 +146,30 @@ def _qa_row(name: str, row: dict[str, Any], where: str, line: int) -> tuple[str,
 
     if name == "Video-MME":
         options = [str(o) for o in get("options")]
-        text = get("question") + "\n" + "\n".join(options)
+        text = str(get("question")) + "\n" + "\n".join(options)
         return str(get("videoID")), text, [_strip_letter(o) for o in options], _answer_index(
             get("answer"), len(options), where, line, "answer")
     if name == "EgoSchema":
         options = [str(o) for o in get("option")]
-        text = get("question") + " ".join(options)
+        text = str(get("question")) + " ".join(options)  # no separator: as the reference writes it
         return str(get("video_idx")), text, [_strip_letter(o) for o in options], _answer_index(
             get("answer"), len(options), where, line, "answer")
-    if name == "NExTQA":
-        text, options = _lettered(get("question"), [str(get(f"a{k}")) for k in range(5)])
+    if name == "NExTQA":  # the question lists lettered options; the candidates are the bare answers
+        options = [str(get(f"a{k}")) for k in range(5)]
+        text, _ = _lettered(str(get("question")), options)
         return str(get("video")), text, options, _answer_index(get("answer"), 5, where, line, "answer")
     if name == "MVBench":
         raw = [str(o) for o in get("candidates")]
         if get("answer") not in raw:
             raise DataError("answer is not among the candidates", path=where, line=line, field="answer")
-        text, options = _lettered(get("question"), raw)
+        text, options = _lettered(str(get("question")), raw)
         return f"{get('subset')}/{get('video')}", text, options, raw.index(get("answer"))
     if name == "ActivityNetQA":
         answer = str(get("answer"))
         if answer not in ("yes", "no"):
             raise DataError(f"answer {answer!r} is not yes/no", path=where, line=line, field="answer")
-        return f"v_{get('video_name')}", get("question") + "? (A) yes; (B) no.", ["yes", "no"], ["yes", "no"].index(
-            answer)
+        options = ["yes", "no"]
+        return f"v_{get('video_name')}", str(get("question")) + "? (A) yes; (B) no.", options, options.index(answer)
     raise DataError(f"no question-answering converter for task {name!r}", path=where)
 
 
