@@ -56,6 +56,9 @@ def select_tasks(modalities: Iterable[str] | None = None, tasks: Iterable[str] |
         if name not in known:
             raise DataError(f"unknown MMEB-V2 task {name!r} (e.g. {', '.join(list(known)[36:39])}; see "
                             "docs/data.md)", field="--tasks")
+        if known[name].modality not in chosen_modalities:
+            raise DataError(f"task {name!r} is a {known[name].modality} task, outside --modality "
+                            f"{','.join(chosen_modalities)}", field="--tasks")
     return [spec for name, spec in known.items()
             if spec.modality in chosen_modalities and (names is None or name in names)]
 

@@ -303,5 +303,7 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "unknown MMEB-V2 task 'NoSuchTask'" in capsys.readouterr().err
     assert cli_main([*args, "--modality", "audio"]) == 2
     assert "unknown modality 'audio'" in capsys.readouterr().err
+    assert cli_main([*args, "--modality", "visdoc", "--tasks", "MSVD"]) == 2  # not silently nothing
+    assert "task 'MSVD' is a video task, outside --modality visdoc" in capsys.readouterr().err
     assert cli_main([*args, "--tasks", "MSR-VTT"]) == 2  # its annotation set is not in the source root
     assert "VLM2Vec/MSR-VTT" in capsys.readouterr().err
