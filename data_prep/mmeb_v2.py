@@ -111,8 +111,13 @@ def _image_files(spec: TaskSpec, task_dir: Path, sources: _Sources) -> tuple[dic
     table = sources.table(spec, spec.config)
     staged = task_dir / ".source.parquet"
     table.to_parquet(str(staged))
-    rows, report = convert_mmeb_eval_rows(spec.name, [staged])
-    staged.unlink()
+    try:
+        rows, report = convert_mmeb_eval_rows(spec.name, [staged])
+    except DataError as exc:  # name the source, not the staged copy
+        where = f"{source_location(spec.repo, sources.root)} [{spec.config}]"
+        raise DataError(exc.reason, path=where, line=exc.line, field=exc.field) from None
+    finally:
+        staged.unlink()
     wanted = set()
     for row in rows:
         for item in (row["query"], *row["candidates"]):

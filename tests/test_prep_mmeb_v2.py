@@ -248,6 +248,9 @@ def test_image_task_through_the_mmeb_eval_converter(tmp_path: Path) -> None:
                          "text": "Represent the given image for classification"}
     assert [c["text"] for c in row.candidates] == ["tench", "goldfish"]
     assert not (task / "media/ImageNet-1K/Query/other.jpg").exists()
+    hub_dataset(src, "TIGER-Lab/MMEB-eval", {"N24News": {"test": [{"qry_text": "x", "qry_img_path": "a.jpg"}]}})
+    with pytest.raises(DataError, match=r"TIGER-Lab/MMEB-eval \[N24News\]:1: field 'tgt_text': missing MMEB column"):
+        convert_mmeb_v2(tmp_path / "out", tasks=["N24News"], source_root=src)
 
 
 # ------------------------------------------------------------------ resumability, bad input, the command
