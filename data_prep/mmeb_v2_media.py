@@ -9,9 +9,11 @@ relative path below ``dest``.  Hostile members are never written: links, devices
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import tarfile
+import zlib
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -69,9 +71,11 @@ def extract_wanted(archives: list[Path], prefix: str, wanted: set[str], dest: Pa
     found: Counter[str] = Counter()
     if not wanted:
         return found
-    with _Concatenated(archives) as raw, io.BufferedReader(raw, 1 << 20) as stream:
+    with _Concatenated(archives) as raw, io.BufferedReader(raw, 1 << 20) as buffered:
         try:
-            with tarfile.open(fileobj=stream, mode="r|*") as archive:
+            # inflate with gzip's reader (tarfile's own stream inflater copies its buffer per member)
+            stream = gzip.GzipFile(fileobj=buffered) if buffered.peek(2)[:2] == b"\x1f\x8b" else buffered
+            with tarfile.open(fileobj=stream, mode="r|") as archive:
                 for member in archive:
                     parts = _relative_member(member.name, prefix)
                     if parts is None or not member.isfile() or Path(parts[-1]).suffix.lower() not in IMAGE_EXTENSIONS:
@@ -87,7 +91,7 @@ def extract_wanted(archives: list[Path], prefix: str, wanted: set[str], dest: Pa
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(handle.read())
                     found[root] += 1
-        except (tarfile.TarError, EOFError, OSError) as exc:
+        except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
             raise DataError(f"unreadable archive: {exc}", path=archives[0]) from None
     return found
 
