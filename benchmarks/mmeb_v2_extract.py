@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from data_prep.mmeb_v2_media import extract_wanted
+from data_prep.mmeb_v2_media import Target, extract_wanted
 
 
 def build_archive(path: Path, clips: int, frames: int, frame_bytes: int) -> None:
@@ -44,7 +44,9 @@ def main() -> None:
         build_archive(archive, args.clips, args.frames, args.frame_bytes)
         wanted = {f"clip{clip:05d}" for clip in range(0, args.clips, args.every)}
         start = time.perf_counter()
-        found = extract_wanted([archive], "K700", wanted, tmp / "media")
+        target = Target("K700", wanted, tmp / "media")
+        extract_wanted([archive], [target])
+        found = target.found
         seconds = time.perf_counter() - start
         size = archive.stat().st_size / 1e6
         print(f"archive {size:.1f} MB, {args.clips * args.frames} members: {sum(found.values())} frames of "

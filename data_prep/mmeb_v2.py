@@ -12,9 +12,11 @@ Layout (what ``eval/mmeb_v2.yaml`` points at), one folder per task, ``DIR/<modal
 * ``manifest.json``: layout, files, row counts and the sources read at their revisions.
   ``DIR/provenance.json`` gathers every converted task's sources.
 
-Each task is written into a temporary folder that replaces ``DIR/<modality>/<task>`` only when
+Each task is built in a staging folder that replaces ``DIR/<modality>/<task>`` only when
 complete (manifest last), so a task is either complete -- and skipped by a re-run that reads
 the same revisions -- or absent; leftovers of an interrupted run are removed and redone.
+Tasks that share an archive (the 36 image tasks, the five of each video archive) are converted
+together so that the archive is read once.
 """
 
 from __future__ import annotations
@@ -22,15 +24,15 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from dataclasses import dataclass
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from data_prep.hub import load_pinned_split, pinned_config_names, pinned_file, source_location
-from data_prep.mmeb_v2_media import extract_wanted, require_found
+from data_prep.mmeb_v2_media import Target, extract_wanted
 from data_prep.mmeb_v2_sources import FRAMES_REPO, MODALITIES, REVISIONS, TaskSpec, all_tasks
-from data_prep.mmeb_v2_video import CONVERTERS
+from data_prep.mmeb_v2_video import CONVERTERS, Planned
 from data_prep.mmeb_v2_visdoc import beir_task
 from vis_embed.data.tables import write_table
 from vis_embed.errors import DataError
@@ -94,59 +96,99 @@ class _Sources:
             for row in self.table(spec, config):
                 yield {**row, "subset": config}
 
-    def extractor(self, spec: TaskSpec, task_dir: Path):  # -> mmeb_v2_video.Extract
-        def extract(wanted: set[str]) -> Path:
-            archives = [pinned_file(FRAMES_REPO, name, REVISIONS[FRAMES_REPO], self.root) for name in spec.archives]
-            media = task_dir / "media"
-            media.mkdir(parents=True, exist_ok=True)
-            require_found(wanted, extract_wanted(archives, spec.prefix, wanted, media), archives, spec.prefix)
-            return media
-        return extract
+    def archives(self, names: tuple[str, ...]) -> list[Path]:
+        return [pinned_file(FRAMES_REPO, name, REVISIONS[FRAMES_REPO], self.root) for name in names]
 
 
-def _image_files(spec: TaskSpec, task_dir: Path, sources: _Sources) -> tuple[dict[str, list], dict]:
+def _image_plan(spec: TaskSpec, staging: Path, sources: _Sources) -> Planned:
     """An MMEB image task through today's MMEB-eval row converter, its images out of mmeb_v1.tar.gz."""
     from data_prep.mmeb import convert_mmeb_eval_rows
 
     table = sources.table(spec, spec.config)
-    staged = task_dir / ".source.parquet"
-    table.to_parquet(str(staged))
+    copy = staging / ".source.parquet"
+    table.to_parquet(str(copy))
     try:
-        rows, report = convert_mmeb_eval_rows(spec.name, [staged])
+        rows, report = convert_mmeb_eval_rows(spec.name, [copy])
     except DataError as exc:  # name the source, not the staged copy
         where = f"{source_location(spec.repo, sources.root)} [{spec.config}]"
         raise DataError(exc.reason, path=where, line=exc.line, field=exc.field) from None
     finally:
-        staged.unlink()
+        copy.unlink()
     wanted = set()
     for row in rows:
         for item in (row["query"], *row["candidates"]):
             if "image" in item:
                 wanted.add(item["image"])
                 item["image"] = f"media/{item['image']}"
-    sources.extractor(spec, task_dir)(wanted)
-    return {f"{spec.name}.jsonl": rows}, {"candidates_per_query": report["candidates_per_query"]}
+    return Planned({f"{spec.name}.jsonl": rows}, wanted,
+                   report={"candidates_per_query": report["candidates_per_query"]})
 
 
-def _convert(spec: TaskSpec, task_dir: Path, sources: _Sources) -> dict[str, Any]:
+def _plan(spec: TaskSpec, staging: Path, sources: _Sources) -> Planned:
     where = source_location(spec.repo, sources.root)
-    report: dict[str, Any] = {}
     if spec.family == "image":
-        files, report = _image_files(spec, task_dir, sources)
-    elif spec.family == "beir":
-        files, report = beir_task(lambda config: sources.table(spec, config), task_dir, where)
-    else:
-        files = CONVERTERS[spec.family](spec, sources.rows(spec), sources.extractor(spec, task_dir), where)
+        return _image_plan(spec, staging, sources)
+    if spec.family == "beir":
+        files, report = beir_task(lambda config: sources.table(spec, config), staging, where)
+        return Planned(files, report=report)
+    return CONVERTERS[spec.family](spec, sources.rows(spec), where)
+
+
+def _write_files(task_dir: Path, files: dict[str, list], where: str) -> dict[str, int]:
     for name, rows in files.items():
         if not rows:
-            raise DataError("the source has no rows", path=where)
+            raise DataError(f"no rows for {name}", path=where)
         write_table(task_dir / name, rows)
-    layout = "qrels" if "qrels.jsonl" in files else "candidates"
+    return {name: len(rows) for name, rows in files.items()}
+
+
+def _manifest(spec: TaskSpec, rows: dict[str, int], report: dict[str, Any]) -> dict[str, Any]:
+    layout = "qrels" if "qrels.jsonl" in rows else "candidates"
     roles = ({"queries": "queries.jsonl", "corpus": "corpus.jsonl", "qrels": "qrels.jsonl"} if layout == "qrels"
              else {"data": f"{spec.name}.jsonl"})
     return {"task": spec.name, "modality": spec.modality, "layout": layout, "files": roles, "image_root": ".",
-            "rows": {name: len(rows) for name, rows in files.items()}, **report,
-            "sources": spec.sources(), "revision_note": REVISION_NOTE, "complete": True}
+            "rows": rows, **report, "sources": spec.sources(), "revision_note": REVISION_NOTE, "complete": True}
+
+
+@dataclass
+class _Staged:
+    spec: TaskSpec
+    folder: Path  # DIR/<modality>/.<task>.staging: built here, moved into place when complete
+    planned: Planned
+    rows: dict[str, int]
+    target: Target
+
+
+def _convert_group(specs: list[TaskSpec], out_dir: Path, sources: _Sources) -> None:
+    """Tasks that share an archive: rows first (each task's files written as soon as converted),
+    then one pass over the archive for all of them, then each task moved into place."""
+    staged: list[_Staged] = []
+    try:
+        for spec in specs:
+            log.info("converting %s/%s", spec.modality, spec.name)
+            folder = out_dir / spec.modality / f".{spec.name}.staging"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            planned = _plan(spec, folder, sources)
+            rows = _write_files(folder, planned.files, source_location(spec.repo, sources.root))
+            planned.files = {}  # written: free the rows before the next task
+            staged.append(_Staged(spec, folder, planned, rows, Target(spec.prefix, planned.wanted, folder / "media")))
+        if specs[0].archives:
+            archives = sources.archives(specs[0].archives)
+            extract_wanted(archives, [s.target for s in staged])
+            for item in staged:
+                item.target.require_all(archives)
+        for item in staged:
+            if item.planned.finish is not None:
+                more = item.planned.finish(item.folder / "media")
+                item.rows.update(_write_files(item.folder, more, source_location(item.spec.repo, sources.root)))
+            with atomic_directory(out_dir / item.spec.modality / item.spec.name) as tmp:
+                for entry in item.folder.iterdir():
+                    entry.replace(tmp / entry.name)
+                atomic_write_json(tmp / MANIFEST, _manifest(item.spec, item.rows, item.planned.report))
+    finally:
+        for item in staged:
+            shutil.rmtree(item.folder, ignore_errors=True)
 
 
 def _write_provenance(out_dir: Path) -> None:
@@ -168,20 +210,21 @@ def convert_mmeb_v2(out_dir: str | Path, *, modalities: Iterable[str] | None = N
     copy in the hub layout (``<root>/<owner>/<name>``) instead of the hub.  Returns a summary."""
     out_dir = Path(out_dir)
     converted, skipped = [], []
-    specs = select_tasks(modalities, tasks)
+    groups: dict[tuple[str, ...], list[TaskSpec]] = {}
+    for spec in select_tasks(modalities, tasks):
+        task_dir = out_dir / spec.modality / spec.name
+        if _is_complete(task_dir, spec):
+            skipped.append(spec.name)
+            continue
+        _remove_leftovers(task_dir)
+        # tasks sharing an archive are converted together (one read of it); the others one by one
+        groups.setdefault(spec.archives or ("", spec.name), []).append(spec)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".datasets-cache-") as cache:
         # a local copy gets a fresh datasets cache (see load_pinned_split); the hub, the user's
         sources = _Sources(Path(source_root), Path(cache)) if source_root is not None else _Sources(None, None)
-        for spec in specs:
-            task_dir = out_dir / spec.modality / spec.name
-            if _is_complete(task_dir, spec):
-                skipped.append(spec.name)
-                continue
-            _remove_leftovers(task_dir)
-            log.info("converting %s/%s", spec.modality, spec.name)
-            with atomic_directory(task_dir) as tmp:
-                atomic_write_json(tmp / MANIFEST, _convert(spec, tmp, sources))
-            converted.append(spec.name)
+        for group in groups.values():
+            _convert_group(group, out_dir, sources)
+            converted.extend(spec.name for spec in group)
     _write_provenance(out_dir)
     return {"converted": converted, "skipped_complete": skipped, "provenance": str(out_dir / PROVENANCE)}

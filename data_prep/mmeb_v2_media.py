@@ -15,6 +15,7 @@ import io
 import tarfile
 import zlib
 from collections import Counter
+from dataclasses import dataclass, field
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -65,43 +66,58 @@ def _relative_member(name: str, prefix: str) -> list[str] | None:
     return parts
 
 
-def extract_wanted(archives: list[Path], prefix: str, wanted: set[str], dest: Path) -> Counter[str]:
-    """Write the image members under each wanted folder (or equal to a wanted file) below ``prefix``
-    to ``dest/<same relative path>``; the count of files written per wanted entry."""
-    found: Counter[str] = Counter()
-    if not wanted:
-        return found
+@dataclass
+class Target:
+    """What one task takes from an archive: the entries ``wanted`` below ``prefix`` (clip folders,
+    or files), written to ``dest/<same relative path>``; ``found`` counts files per entry."""
+
+    prefix: str
+    wanted: set[str]
+    dest: Path
+    found: Counter[str] = field(default_factory=Counter)
+
+    def root_of(self, name: str) -> tuple[str, list[str]] | None:
+        """The wanted entry holding member ``name``, and its path parts below the prefix."""
+        parts = _relative_member(name, self.prefix)
+        if parts is None or Path(parts[-1]).suffix.lower() not in IMAGE_EXTENSIONS:
+            return None
+        root = next((r for r in ("/".join(parts[:k]) for k in range(1, len(parts) + 1)) if r in self.wanted), None)
+        return None if root is None else (root, parts)
+
+    def require_all(self, archives: list[Path]) -> None:
+        """Every wanted clip must have frames (the reference fails on a missing clip, so do we)."""
+        missing = sorted(w for w in self.wanted if not self.found[w])
+        if missing:
+            raise DataError(f"{len(missing)} clip(s)/image(s) not in the archive under {self.prefix!r}, e.g. "
+                            f"{', '.join(missing[:3])}", path=archives[0])
+
+
+def extract_wanted(archives: list[Path], targets: list[Target]) -> None:
+    """One streamed pass over ``archives`` (a split archive's parts in order) serving every target:
+    the tasks that share an archive read it once.  Each target's ``found`` is updated."""
+    targets = [t for t in targets if t.wanted]
+    if not targets:
+        return
     with _Concatenated(archives) as raw, io.BufferedReader(raw, 1 << 20) as buffered:
         try:
             # inflate with gzip's reader (tarfile's own stream inflater copies its buffer per member)
             stream = gzip.GzipFile(fileobj=buffered) if buffered.peek(2)[:2] == b"\x1f\x8b" else buffered
             with tarfile.open(fileobj=stream, mode="r|") as archive:
                 for member in archive:
-                    parts = _relative_member(member.name, prefix)
-                    if parts is None or not member.isfile() or Path(parts[-1]).suffix.lower() not in IMAGE_EXTENSIONS:
+                    if not member.isfile() or member.size > MAX_MEMBER_BYTES:
                         continue
-                    root = next((r for r in ("/".join(parts[:k]) for k in range(1, len(parts) + 1)) if r in wanted),
-                                None)
-                    if root is None or member.size > MAX_MEMBER_BYTES:
-                        continue
-                    handle = archive.extractfile(member)
+                    hits = [(t, hit) for t in targets if (hit := t.root_of(member.name)) is not None]
+                    handle = archive.extractfile(member) if hits else None
                     if handle is None:
                         continue
-                    target = dest.joinpath(*parts)  # dest is the task's temporary folder: atomic as a whole
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(handle.read())
-                    found[root] += 1
+                    data = handle.read()
+                    for target, (root, parts) in hits:
+                        path = target.dest.joinpath(*parts)  # dest is a task's temporary folder
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        path.write_bytes(data)
+                        target.found[root] += 1
         except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
             raise DataError(f"unreadable archive: {exc}", path=archives[0]) from None
-    return found
-
-
-def require_found(wanted: set[str], found: Counter[str], archives: list[Path], prefix: str) -> None:
-    """Every wanted clip must have frames (the reference fails on a missing clip, so do we)."""
-    missing = sorted(w for w in wanted if not found[w])
-    if missing:
-        raise DataError(f"{len(missing)} clip(s)/image(s) not in the archive under {prefix!r}, e.g. "
-                        f"{', '.join(missing[:3])}", path=archives[0])
 
 
 def page_file_name(corpus_id: str, data: bytes, where: str) -> str:

@@ -1,7 +1,9 @@
 """MMEB-V2's 18 video tasks -> vis_embed rows (the annotation sets of ``VLM2Vec/*`` + frame folders).
 
-Each converter reads the task's annotation rows, names the frame folders it needs (``wanted``),
-has them extracted into ``media/`` and returns the files to write:
+Each converter reads the task's annotation rows and returns a :class:`Planned`: the files to
+write, the frame folders it needs (``wanted``: extracted into ``media/`` afterwards, in one pass
+over the archive for every task that shares it) and, where rows depend on the extracted folders
+(moment retrieval), a ``finish`` step that builds them from ``media/``:
 
 * global tasks (retrieval, classification but SmthSmthV2) -> the ``qrels`` layout:
   ``queries.jsonl`` / ``corpus.jsonl`` / ``qrels.jsonl``; the corpus is the task's deduplicated
@@ -17,6 +19,7 @@ instructions belong to the benchmark manifest, not to the rows.  A clip is
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +27,25 @@ from data_prep.mmeb_v2_sources import TaskSpec
 from vis_embed.errors import DataError
 
 Rows = list[dict[str, Any]]
-Extract = Callable[[set[str]], Path]  # extracts the wanted clip folders; returns the media folder
 Files = dict[str, Rows]
 LETTERS = "ABCDEFGHIJ"
+
+
+@dataclass
+class Planned:
+    """A converted task before its media are extracted."""
+
+    files: Files
+    wanted: set[str] = field(default_factory=set)  # entries of the task's archive folder to extract
+    finish: Callable[[Path], Files] | None = None  # more files, built from the extracted media/ folder
+    report: dict[str, Any] = field(default_factory=dict)  # counts for the manifest
 
 
 def video_item(clip: str) -> dict[str, str]:
     return {"video": f"media/{clip}"}
 
 
-def field(row: dict[str, Any], rule: str, where: str, line: int) -> Any:
+def column_value(row: dict[str, Any], rule: str, where: str, line: int) -> Any:
     """A column value; ``first:COL`` takes a list's first entry, ``stem:COL`` a path's stem."""
     how, _, column = rule.rpartition(":")
     if column not in row:
@@ -68,53 +80,52 @@ def _qrels_files(queries: Rows, corpus: dict[str, dict[str, Any]], pairs: list[t
             "qrels.jsonl": [{"query_id": q, "corpus_id": c, "score": 1} for q, c in pairs]}
 
 
-def video_retrieval(spec: TaskSpec, table: Iterable[dict[str, Any]], extract: Extract, where: str) -> Files:
+def video_retrieval(spec: TaskSpec, table: Iterable[dict[str, Any]], where: str) -> Planned:
     """Caption -> clip, over every clip of the task."""
     queries: Rows = []
     corpus: dict[str, dict[str, Any]] = {}
     pairs: list[tuple[str, str]] = []
     for line, row in _rows(table):
-        clip = clip_name(field(row, spec.columns["video_id"], where, line), where, line, spec.columns["video_id"])
-        text = str(field(row, spec.columns["text"], where, line))
+        rule = spec.columns["video_id"]
+        clip = clip_name(column_value(row, rule, where, line), where, line, rule)
+        text = str(column_value(row, spec.columns["text"], where, line))
         query_id = str(line - 1)
         queries.append({"id": query_id, "text": text})
         corpus.setdefault(clip, {"id": clip, **video_item(clip)})
         pairs.append((query_id, clip))
-    extract(set(corpus))
-    return _qrels_files(queries, corpus, pairs)
+    return Planned(_qrels_files(queries, corpus, pairs), set(corpus))
 
 
-def video_classification(spec: TaskSpec, table: Iterable[dict[str, Any]], extract: Extract, where: str) -> Files:
+def video_classification(spec: TaskSpec, table: Iterable[dict[str, Any]], where: str) -> Planned:
     """Clip -> its class label, over every label of the task (those its rows name)."""
     queries: Rows = []
     labels: dict[str, dict[str, Any]] = {}
     pairs: list[tuple[str, str]] = []
     for line, row in _rows(table):
-        clip = clip_name(field(row, "video_id", where, line), where, line, "video_id")
-        label = str(field(row, "pos_text", where, line))
+        clip = clip_name(column_value(row, "video_id", where, line), where, line, "video_id")
+        label = str(column_value(row, "pos_text", where, line))
         queries.append({"id": str(line - 1), **video_item(clip)})
         labels.setdefault(label, {"id": label, "text": label})
         pairs.append((str(line - 1), label))
-    extract({q["video"].removeprefix("media/") for q in queries})
-    return _qrels_files(queries, labels, pairs)
+    return Planned(_qrels_files(queries, labels, pairs), {q["video"].removeprefix("media/") for q in queries},
+                   report={"label_pool": "the labels the task's rows name", "labels": len(labels)})
 
 
 def _positive_first(positive: str, options: list[str]) -> Rows:
     return [{"text": positive}, *({"text": o} for o in options if o != positive)]
 
 
-def ssv2(spec: TaskSpec, table: Iterable[dict[str, Any]], extract: Extract, where: str) -> Files:
+def ssv2(spec: TaskSpec, table: Iterable[dict[str, Any]], where: str) -> Planned:
     """SmthSmthV2: clip -> its label among the row's own candidate labels (``neg_text``)."""
     rows: Rows = []
     for line, row in _rows(table):
-        clip = clip_name(field(row, "video_id", where, line), where, line, "video_id")
-        positive, options = str(field(row, "pos_text", where, line)), field(row, "neg_text", where, line)
+        clip = clip_name(column_value(row, "video_id", where, line), where, line, "video_id")
+        positive, options = str(column_value(row, "pos_text", where, line)), column_value(row, "neg_text", where, line)
         if not isinstance(options, list):
             raise DataError("expected a list of labels", path=where, line=line, field="neg_text")
         rows.append({"id": str(line - 1), "query": video_item(clip),
                      "candidates": _positive_first(positive, [str(o) for o in options])})
-    extract({r["query"]["video"].removeprefix("media/") for r in rows})
-    return {f"{spec.name}.jsonl": rows}
+    return Planned({f"{spec.name}.jsonl": rows}, {r["query"]["video"].removeprefix("media/") for r in rows})
 
 
 # ------------------------------------------------------------------ question answering
@@ -142,7 +153,7 @@ def _answer_index(answer: Any, count: int, where: str, line: int, column: str) -
 def _qa_row(name: str, row: dict[str, Any], where: str, line: int) -> tuple[str, str, list[str], int]:
     """(clip, question text with its options, candidate texts, index of the answer) per task."""
     def get(column: str) -> Any:
-        return field(row, column, where, line)
+        return column_value(row, column, where, line)
 
     if name == "Video-MME":
         options = [str(o) for o in get("options")]
@@ -173,7 +184,7 @@ def _qa_row(name: str, row: dict[str, Any], where: str, line: int) -> tuple[str,
     raise DataError(f"no question-answering converter for task {name!r}", path=where)
 
 
-def video_qa(spec: TaskSpec, table: Iterable[dict[str, Any]], extract: Extract, where: str) -> Files:
+def video_qa(spec: TaskSpec, table: Iterable[dict[str, Any]], where: str) -> Planned:
     """Clip + question -> the right option among the question's own options."""
     rows: Rows = []
     for line, row in _rows(table):
@@ -181,8 +192,7 @@ def video_qa(spec: TaskSpec, table: Iterable[dict[str, Any]], extract: Extract, 
         clip = clip_name(clip, where, line, "video")
         rows.append({"id": str(line - 1), "query": {"text": text, **video_item(clip)},
                      "candidates": _positive_first(options[answer], options)})
-    extract({r["query"]["video"].removeprefix("media/") for r in rows})
-    return {f"{spec.name}.jsonl": rows}
+    return Planned({f"{spec.name}.jsonl": rows}, {r["query"]["video"].removeprefix("media/") for r in rows})
 
 
 # ------------------------------------------------------------------ moment retrieval
@@ -202,21 +212,23 @@ def _with_positives(row: dict[str, Any], count: int) -> dict[str, Any]:
     return {**row, "positives": count} if count > 1 else row
 
 
-def moments(spec: TaskSpec, table: Iterable[dict[str, Any]], extract: Extract, where: str) -> Files:
+def moments(spec: TaskSpec, table: Iterable[dict[str, Any]], where: str) -> Planned:
     """QVHighlight / Charades-STA: text + the whole video -> the right clip among the video's own."""
     pending: list[tuple[int, str, str]] = []
     for line, row in _rows(table):
-        clip = clip_name(field(row, "stem:video_path", where, line), where, line, "video_path")
-        pending.append((line, str(field(row, "query", where, line)), clip))
-    media = extract({clip for _, _, clip in pending})
-    rows: Rows = []
-    for line, text, clip in pending:
-        if not (media / clip / "query").is_dir():
-            raise DataError(f"clip folder {clip!r} has no query sub-folder", path=where, line=line)
-        candidates, count = _clip_candidates(media / clip, clip, where, line)
-        rows.append(_with_positives({"id": str(line - 1), "query": {"text": text, **video_item(f"{clip}/query")},
-                                     "candidates": candidates}, count))
-    return {f"{spec.name}.jsonl": rows}
+        clip = clip_name(column_value(row, "stem:video_path", where, line), where, line, "video_path")
+        pending.append((line, str(column_value(row, "query", where, line)), clip))
+
+    def finish(media: Path) -> Files:
+        rows: Rows = []
+        for line, text, clip in pending:
+            if not (media / clip / "query").is_dir():
+                raise DataError(f"clip folder {clip!r} has no query sub-folder", path=where, line=line)
+            candidates, count = _clip_candidates(media / clip, clip, where, line)
+            rows.append(_with_positives({"id": str(line - 1), "query": {"text": text, **video_item(f"{clip}/query")},
+                                         "candidates": candidates}, count))
+        return {f"{spec.name}.jsonl": rows}
+    return Planned({}, {clip for _, _, clip in pending}, finish)
 
 
 def _seeker_clip(entry: Any, where: str, line: int, column: str) -> str:
@@ -226,29 +238,28 @@ def _seeker_clip(entry: Any, where: str, line: int, column: str) -> str:
     return "video_frames/" + clip_name(path.replace("/", "_").split(".mp4")[0], where, line, column)
 
 
-def momentseeker(spec: TaskSpec, table: Iterable[dict[str, Any]], extract: Extract, where: str) -> Files:
+def momentseeker(spec: TaskSpec, table: Iterable[dict[str, Any]], where: str) -> Planned:
     """MomentSeeker: text (+ an image or a video segment) -> the right clip(s) among the row's own."""
     rows: Rows = []
     wanted: set[str] = set()
     for line, row in _rows(table):
-        query: dict[str, Any] = {"text": str(field(row, "query", where, line))}
+        query: dict[str, Any] = {"text": str(column_value(row, "query", where, line))}
         given = str(row.get("input_frames") or "")
         if given.endswith(".mp4"):
             query.update(video_item(_seeker_clip({"output_path": given}, where, line, "input_frames")))
         elif given.endswith(".jpg"):
             query["image"] = "media/" + clip_name(f"query_{given}", where, line, "input_frames")
-        positives, negatives = ([_seeker_clip(e, where, line, column) for e in field(row, column, where, line)]
+        positives, negatives = ([_seeker_clip(e, where, line, column) for e in column_value(row, column, where, line)]
                                 for column in ("positive_frames", "negative_frames"))
         if not positives:
             raise DataError("no positive clip", path=where, line=line, field="positive_frames")
         wanted.update(positives, negatives, [v.removeprefix("media/") for k, v in query.items() if k != "text"])
         rows.append(_with_positives({"id": str(line - 1), "query": query,
                                      "candidates": [video_item(c) for c in positives + negatives]}, len(positives)))
-    extract(wanted)
-    return {f"{spec.name}.jsonl": rows}
+    return Planned({f"{spec.name}.jsonl": rows}, wanted)
 
 
-CONVERTERS: dict[str, Callable[[TaskSpec, Iterable[dict[str, Any]], Extract, str], Files]] = {
+CONVERTERS: dict[str, Callable[[TaskSpec, Iterable[dict[str, Any]], str], Planned]] = {
     "video-ret": video_retrieval, "video-cls": video_classification, "ssv2": ssv2, "video-qa": video_qa,
     "moments": moments, "momentseeker": momentseeker,
 }

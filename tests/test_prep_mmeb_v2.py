@@ -232,22 +232,41 @@ def test_visrag_long_file_name_ids_and_page_fixed_ood(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ image tasks (today's MMEB-eval converter)
 
-def test_image_task_through_the_mmeb_eval_converter(tmp_path: Path) -> None:
+def test_image_tasks_through_the_mmeb_eval_converter_one_archive_read(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from data_prep import mmeb_v2_media
     from vis_embed.data import load_candidates
 
     src = tmp_path / "src"
-    hub_dataset(src, "TIGER-Lab/MMEB-eval", {"ImageNet-1K": {"test": [
-        {"qry_text": "<|image_1|>\nRepresent the given image for classification\n",
-         "qry_img_path": "ImageNet-1K/Query/q.jpg", "tgt_text": ["tench", "goldfish"], "tgt_img_path": ["", ""]}]}})
+    hub_dataset(src, "TIGER-Lab/MMEB-eval", {
+        "ImageNet-1K": {"test": [
+            {"qry_text": "<|image_1|>\nRepresent the given image for classification\n",
+             "qry_img_path": "ImageNet-1K/Query/q.jpg", "tgt_text": ["tench", "goldfish"], "tgt_img_path": ["", ""]}]},
+        "MSCOCO_t2i": {"test": [{"qry_text": "a dog", "qry_img_path": "", "tgt_text": ["<|image_1|>", "<|image_1|>"],
+                                 "tgt_img_path": ["Shared/dog.jpg", "Shared/cat.jpg"]}]},
+        "MSCOCO_i2t": {"test": [{"qry_text": "<|image_1|>\nCaption it", "qry_img_path": "Shared/dog.jpg",
+                                 "tgt_text": ["a dog"], "tgt_img_path": [""]}]}})
     tarball(src / "TIGER-Lab/MMEB-V2/image-tasks/mmeb_v1.tar.gz",
-            {"MMEB/ImageNet-1K/Query/q.jpg": jpeg(), "MMEB/ImageNet-1K/Query/other.jpg": jpeg()})
-    convert_mmeb_v2(tmp_path / "out", modalities=["image"], tasks=["ImageNet-1K"], source_root=src)
+            {"MMEB/ImageNet-1K/Query/q.jpg": jpeg(), "MMEB/ImageNet-1K/Query/other.jpg": jpeg(),
+             "MMEB/Shared/dog.jpg": jpeg(), "MMEB/Shared/cat.jpg": jpeg()})
+    reads = []
+    opened = mmeb_v2_media._Concatenated.__init__
+    monkeypatch.setattr(mmeb_v2_media._Concatenated, "__init__", lambda self, paths: (reads.append(paths),
+                                                                                       opened(self, paths))[1])
+    convert_mmeb_v2(tmp_path / "out", modalities=["image"], tasks=["ImageNet-1K", "MSCOCO_i2t", "MSCOCO_t2i"],
+                    source_root=src)
+    assert len(reads) == 1  # the tasks that share the archive read it once
     task = tmp_path / "out" / "image" / "ImageNet-1K"
     (row,) = load_candidates(task / "ImageNet-1K.jsonl", task)
     assert row.query == {"image": str(task / "media/ImageNet-1K/Query/q.jpg"),
                          "text": "Represent the given image for classification"}
     assert [c["text"] for c in row.candidates] == ["tench", "goldfish"]
     assert not (task / "media/ImageNet-1K/Query/other.jpg").exists()
+    for name in ("MSCOCO_i2t", "MSCOCO_t2i"):  # an image two tasks name is in both
+        assert (tmp_path / "out" / "image" / name / "media" / "Shared" / "dog.jpg").is_file()
+    t2i = tmp_path / "out" / "image" / "MSCOCO_t2i"
+    assert [c["image"] for c in load_candidates(t2i / "MSCOCO_t2i.jsonl", t2i)[0].candidates] == [
+        str(t2i / "media/Shared/dog.jpg"), str(t2i / "media/Shared/cat.jpg")]
     hub_dataset(src, "TIGER-Lab/MMEB-eval", {"N24News": {"test": [{"qry_text": "x", "qry_img_path": "a.jpg"}]}})
     with pytest.raises(DataError, match=r"TIGER-Lab/MMEB-eval \[N24News\]:1: field 'tgt_text': missing MMEB column"):
         convert_mmeb_v2(tmp_path / "out", tasks=["N24News"], source_root=src)
@@ -285,7 +304,7 @@ def test_bad_input_names_the_file_and_field(tmp_path: Path) -> None:
     _msvd(src, caption_column="text")
     with pytest.raises(DataError, match=r"VLM2Vec/MSVD:1: field 'caption': missing column 'caption'"):
         convert_mmeb_v2(tmp_path / "out", tasks=["MSVD"], source_root=src)
-    assert not (tmp_path / "out" / "video" / "MSVD").exists()  # nothing half-written
+    assert [p.name for p in (tmp_path / "out" / "video").iterdir()] == []  # nothing half-written, no staging left
     _beir(src, "vidore/docvqa_test_subsampled_beir", [{"query-id": 0, "text": "q"}], [1],
           [{"query-id": 0, "corpus-id": 1, "score": 1}])
     with pytest.raises(DataError, match=r"docvqa_test_subsampled_beir \[queries\]: field 'query': missing column"):
