@@ -163,10 +163,12 @@ def _convert_group(specs: list[TaskSpec], out_dir: Path, sources: _Sources) -> N
     """Tasks that share an archive: rows first (each task's files written as soon as converted),
     then one pass over the archive for all of them, then each task moved into place."""
     staged: list[_Staged] = []
+    folders: list[Path] = []
     try:
         for spec in specs:
             log.info("converting %s/%s", spec.modality, spec.name)
             folder = out_dir / spec.modality / f".{spec.name}.staging"
+            folders.append(folder)
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
             planned = _plan(spec, folder, sources)
@@ -187,8 +189,8 @@ def _convert_group(specs: list[TaskSpec], out_dir: Path, sources: _Sources) -> N
                     entry.replace(tmp / entry.name)
                 atomic_write_json(tmp / MANIFEST, _manifest(item.spec, item.rows, item.planned.report))
     finally:
-        for item in staged:
-            shutil.rmtree(item.folder, ignore_errors=True)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _write_provenance(out_dir: Path) -> None:
