@@ -47,10 +47,20 @@ def test_video_retrieval_writes_qrels_over_the_deduplicated_clip_pool(tmp_path: 
         {"video_id": "video7010", "video": "video7010.mp4", "caption": "someone sings"}]}})
     hub_dataset(src, "VLM2Vec/DiDeMo", {None: {"test": [
         {"video": "clips/123_abc.mp4", "caption": "the girl jumps"}]}})
+    hub_dataset(src, "VLM2Vec/MSVD", {None: {"test": [{"video_id": "m1", "video": "m1.avi", "caption": ["c1", "c2"]}]}})
+    hub_dataset(src, "VLM2Vec/VATEX", {None: {"test": [{"videoID": "vx", "enCap": ["first", "second"]}]}})
+    hub_dataset(src, "lmms-lab/YouCook2", {None: {"val": [{"id": "yc_7", "video_path": "v.mp4", "sentence": "stir"}]}})
     frames_archive(src, "video_ret.tar.gz", {**frames("./MSR-VTT/video7010"), **frames("MSR-VTT/video7020", 2),
-                                             **frames("MSR-VTT/unused"), **frames("DiDeMo/123_abc", 1)})
-    summary = convert_mmeb_v2(tmp_path / "out", tasks=["MSR-VTT", "DiDeMo"], source_root=src)
-    assert summary["converted"] == ["DiDeMo", "MSR-VTT"]
+                                             **frames("MSR-VTT/unused"), **frames("DiDeMo/123_abc", 1),
+                                             **frames("MSVD/m1"), **frames("VATEX/vx"), **frames("YouCook2/yc_7")})
+    summary = convert_mmeb_v2(tmp_path / "out", modalities=["video"], source_root=src,
+                              tasks=["MSR-VTT", "DiDeMo", "MSVD", "VATEX", "YouCook2"])
+    assert summary["converted"] == ["DiDeMo", "MSR-VTT", "MSVD", "VATEX", "YouCook2"]  # the table's order
+    for name, text, clip in (("MSVD", "c1", "m1"), ("VATEX", "first", "vx"), ("YouCook2", "stir", "yc_7")):
+        folder = tmp_path / "out" / "video" / name
+        assert _jsonl(folder / "queries.jsonl") == [{"id": "0", "text": text}]
+        assert _jsonl(folder / "corpus.jsonl") == [{"id": clip, "video": f"media/{clip}"}]
+        assert len(_frame_names(folder / "media" / clip)) == 3
     task = tmp_path / "out" / "video" / "MSR-VTT"
     assert _jsonl(task / "queries.jsonl") == [{"id": "0", "text": "a man sings"}, {"id": "1", "text": "a dog runs"},
                                               {"id": "2", "text": "someone sings"}]
@@ -74,12 +84,20 @@ def test_video_classification_global_labels_and_ssv2_local_positive_first(tmp_pa
     hub_dataset(src, "VLM2Vec/HMDB51", {None: {"test": [
         {"video_id": "v1", "pos_text": "ride_bike"}, {"video_id": "v2", "pos_text": "wave"},
         {"video_id": "v3", "pos_text": "ride_bike"}]}})
+    for repo, folder in (("VLM2Vec/UCF101", "UCF101"), ("VLM2Vec/Breakfast", "Breakfast"),
+                         ("VLM2Vec/Kinetics-700", "K700")):
+        hub_dataset(src, repo, {None: {"test": [{"video_id": f"{folder}_clip", "pos_text": f"{folder} label"}]}})
     hub_dataset(src, "VLM2Vec/SmthSmthV2", {None: {"test": [
         {"video_id": 42, "pos_text": "Folding something", "neg_text": ["Opening something", "Folding something",
                                                                        "Closing something"]}]}})
     frames_archive(src, "video_cls.tar.gz", {**frames("HMDB51/v1"), **frames("HMDB51/v2"), **frames("HMDB51/v3"),
-                                             **frames("SSv2/42", 8)})
-    convert_mmeb_v2(tmp_path / "out", tasks=["HMDB51", "SmthSmthV2"], source_root=src)
+                                             **frames("SSv2/42", 8), **frames("UCF101/UCF101_clip"),
+                                             **frames("Breakfast/Breakfast_clip"), **frames("K700/K700_clip")})
+    convert_mmeb_v2(tmp_path / "out", tasks=["HMDB51", "SmthSmthV2", "UCF101", "Breakfast", "K700"], source_root=src)
+    for name, folder in (("UCF101", "UCF101"), ("Breakfast", "Breakfast"), ("K700", "K700")):
+        task = tmp_path / "out" / "video" / name
+        assert _jsonl(task / "queries.jsonl") == [{"id": "0", "video": f"media/{folder}_clip"}]
+        assert _jsonl(task / "corpus.jsonl") == [{"id": f"{folder} label", "text": f"{folder} label"}]
     hmdb = tmp_path / "out" / "video" / "HMDB51"
     assert _jsonl(hmdb / "queries.jsonl")[0] == {"id": "0", "video": "media/v1"}
     assert _jsonl(hmdb / "corpus.jsonl") == [{"id": "ride_bike", "text": "ride_bike"}, {"id": "wave", "text": "wave"}]
@@ -143,6 +161,8 @@ def test_moment_retrieval_clips_positive_first_and_several_positives(tmp_path: P
     src = tmp_path / "src"
     hub_dataset(src, "VLM2Vec/QVHighlight", {None: {"test": [
         {"query": "a man cooks", "video_path": "videos/vid_1.mp4"}]}})
+    hub_dataset(src, "VLM2Vec/Charades-STA", {None: {"test": [
+        {"query": "a person opens a door", "video_path": "AB12.mp4"}]}})
     hub_dataset(src, "VLM2Vec/MomentSeeker", {None: {"test": [
         {"query": "the goal", "input_frames": "",
          "positive_frames": [{"output_path": "m/p1.mp4"}, {"output_path": "m/p2.mp4"}],
@@ -153,9 +173,12 @@ def test_moment_retrieval_clips_positive_first_and_several_positives(tmp_path: P
                **frames("video_mret/QVHighlight/vid_1/positive_4"), **frames("video_mret/QVHighlight/vid_1/negative_1"),
                **{f"video_mret/MomentSeeker/video_frames/m_{c}/f_{k}.jpg": jpeg() for c in ("p1", "p2", "n1")
                   for k in range(2)},
-               "video_mret/MomentSeeker/query_q1.jpg": jpeg()}
+               "video_mret/MomentSeeker/query_q1.jpg": jpeg(),
+               **frames("video_mret/Charades_STA/AB12/query"), **frames("video_mret/Charades_STA/AB12/positive")}
     frames_archive(src, "video_mret.tar.gz", members)
-    convert_mmeb_v2(tmp_path / "out", tasks=["QVHighlight", "MomentSeeker"], source_root=src)
+    convert_mmeb_v2(tmp_path / "out", tasks=["QVHighlight", "MomentSeeker", "Charades-STA"], source_root=src)
+    (charades,) = _jsonl(tmp_path / "out" / "video" / "Charades-STA" / "Charades-STA.jsonl")
+    assert charades["candidates"] == [{"video": "media/AB12/positive"}]
     (row,) = _jsonl(tmp_path / "out" / "video" / "QVHighlight" / "QVHighlight.jsonl")
     assert row["query"] == {"text": "a man cooks", "video": "media/vid_1/query"}
     assert row["candidates"] == [{"video": "media/vid_1/positive_4"}, {"video": "media/vid_1/negative_0"},
@@ -281,7 +304,7 @@ def _msvd(src: Path, caption_column: str = "caption") -> None:
                                              "MSVD/clip_a/notes.txt": b"x"})
 
 
-def test_complete_tasks_are_skipped_and_leftovers_redone(tmp_path: Path) -> None:
+def test_complete_tasks_are_skipped_and_leftovers_redone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src, out = tmp_path / "src", tmp_path / "out"
     _msvd(src)
     assert convert_mmeb_v2(out, tasks=["MSVD"], source_root=src)["converted"] == ["MSVD"]
@@ -297,6 +320,9 @@ def test_complete_tasks_are_skipped_and_leftovers_redone(tmp_path: Path) -> None
     (task / "manifest.json").write_text(json.dumps({**manifest, "complete": False}))  # an unfinished task
     assert convert_mmeb_v2(out, tasks=["MSVD"], source_root=src)["converted"] == ["MSVD"]
     assert not leftover.exists() and json.loads((task / "manifest.json").read_text())["complete"] is True
+    monkeypatch.setitem(REVISIONS, "VLM2Vec/MSVD", "0123abcd")  # another pinned revision: converted again
+    assert convert_mmeb_v2(out, tasks=["MSVD"], source_root=src)["converted"] == ["MSVD"]
+    assert json.loads((out / "provenance.json").read_text())["revisions"]["VLM2Vec/MSVD"] == "0123abcd"
 
 
 def test_bad_input_names_the_file_and_field(tmp_path: Path) -> None:
