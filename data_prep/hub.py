@@ -85,11 +85,12 @@ def load_pinned_split(repo: str, config: str | None, split: str, revision: str,
                       decode_images: bool = False):  # -> datasets.Dataset
     """One config/split of ``repo`` through ``datasets.load_dataset`` at ``revision`` (hub) or from
     the local copy under ``source_root`` (same code path, a path instead of an id).  Image columns
-    are left undecoded (``{"bytes", "path"}``): the converter writes the bytes as they are.
+    and video columns are left undecoded (``{"bytes", "path"}``): the converter writes the bytes
+as they are, or reads the path.
     ``cache_dir``: datasets' cache (default: the user's); give a local copy a fresh one: datasets
     keys its cache of local files on their modification times only, which two copies (or an edit
     within the same tick) can share, and would then serve the other copy's rows."""
-    from datasets import Image, load_dataset
+    from datasets import Image, Video, load_dataset
 
     location = source_location(repo, source_root)
     pinned = {"revision": revision} if source_root is None else {}
@@ -98,10 +99,10 @@ def load_pinned_split(repo: str, config: str | None, split: str, revision: str,
     except (FileNotFoundError, ValueError, ConnectionError, KeyError) as exc:
         what = f"config {config!r} split {split!r}" if config else f"split {split!r}"
         raise DataError(f"cannot load {what}: {exc}", path=location) from None
-    if not decode_images:
+    if not decode_images:  # and never decode a video column: converters want its path
         for name, feature in table.features.items():
-            if isinstance(feature, Image):
-                table = table.cast_column(name, Image(decode=False))
+            if isinstance(feature, (Image, Video)):
+                table = table.cast_column(name, type(feature)(decode=False))
     return table
 
 

@@ -54,6 +54,8 @@ def column_value(row: dict[str, Any], rule: str, where: str, line: int) -> Any:
     if row[column] is None:
         raise DataError("no value", path=where, line=line, field=column)
     value = row[column]
+    if isinstance(value, dict) and isinstance(value.get("path"), str):
+        value = value["path"]  # an undecoded datasets.Video / Image value names its file
     if how == "first":
         if not isinstance(value, list) or not value:
             raise DataError("expected a non-empty list", path=where, line=line, field=column)

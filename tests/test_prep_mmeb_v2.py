@@ -39,6 +39,18 @@ def test_task_table_holds_the_78_tasks() -> None:
 
 # ------------------------------------------------------------------ video
 
+def test_column_rules() -> None:
+    from data_prep.mmeb_v2_video import column_value
+
+    row = {"video": {"bytes": None, "path": "clips/123_abc.mp4"}, "caption": ["first", "second"], "empty": None}
+    assert column_value(row, "stem:video", "src", 1) == "123_abc"  # an undecoded datasets.Video value: its path
+    assert column_value(row, "first:caption", "src", 1) == "first"
+    with pytest.raises(DataError, match=r"src:3: field 'empty': no value"):
+        column_value(row, "empty", "src", 3)
+    with pytest.raises(DataError, match=r"src:3: field 'caption': expected a non-empty list"):
+        column_value({"caption": []}, "first:caption", "src", 3)
+
+
 def test_video_retrieval_writes_qrels_over_the_deduplicated_clip_pool(tmp_path: Path) -> None:
     src = tmp_path / "src"
     hub_dataset(src, "VLM2Vec/MSR-VTT", {"test_1k": {"test": [
