@@ -91,12 +91,14 @@ as they are, or reads the path.
     keys its cache of local files on their modification times only, which two copies (or an edit
     within the same tick) can share, and would then serve the other copy's rows."""
     from datasets import Image, Video, load_dataset
+    from datasets.exceptions import DatasetsError
 
     location = source_location(repo, source_root)
     pinned = {"revision": revision} if source_root is None else {}
+    failures = (FileNotFoundError, ValueError, ConnectionError, KeyError, DatasetsError)  # e.g. shards that disagree
     try:
         table = load_dataset(location, config, split=split, cache_dir=cache_dir and str(cache_dir), **pinned)
-    except (FileNotFoundError, ValueError, ConnectionError, KeyError) as exc:
+    except failures as exc:
         what = f"config {config!r} split {split!r}" if config else f"split {split!r}"
         raise DataError(f"cannot load {what}: {exc}", path=location) from None
     if not decode_images:  # and never decode a video column: converters want its path

@@ -347,6 +347,12 @@ def test_bad_input_names_the_file_and_field(tmp_path: Path) -> None:
           [{"query-id": 0, "corpus-id": 1, "score": 1}])
     with pytest.raises(DataError, match=r"docvqa_test_subsampled_beir \[queries\]: field 'query': missing column"):
         convert_mmeb_v2(tmp_path / "out", tasks=["ViDoRe_docvqa"], source_root=src)
+    shard = src / "VLM2Vec/MSVD/data/test-00000-of-00001.parquet"  # a second shard with other columns
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.Table.from_pylist([{"other": 1}]), shard.with_name("test-00001-of-00002.parquet"))
+    with pytest.raises(DataError, match=r"VLM2Vec/MSVD: cannot load split 'test'"):
+        convert_mmeb_v2(tmp_path / "out", tasks=["MSVD"], source_root=src)
     hub_dataset(src, "VLM2Vec/HMDB51", {None: {"test": [{"video_id": "gone", "pos_text": "wave"}]}})
     frames_archive(src, "video_cls.tar.gz", frames("HMDB51/other"))
     with pytest.raises(DataError, match=r"video_cls.tar.gz: 1 clip.*not in the archive under 'HMDB51', e.g. gone"):
