@@ -71,7 +71,7 @@ def _is_complete(task_dir: Path, spec: TaskSpec) -> bool:
 
 
 def _remove_leftovers(task_dir: Path) -> None:
-    """Temporary folders of an interrupted run (atomic_directory's ``.<task>.tmp-*`` / ``.old-*``)."""
+    """Folders of an interrupted run: ``.<task>.staging`` and atomic_directory's ``.<task>.tmp-*`` / ``.old-*``."""
     if task_dir.parent.is_dir():
         for leftover in task_dir.parent.glob(f".{task_dir.name}.*"):
             shutil.rmtree(leftover, ignore_errors=True)
@@ -222,11 +222,13 @@ def convert_mmeb_v2(out_dir: str | Path, *, modalities: Iterable[str] | None = N
         # tasks sharing an archive are converted together (one read of it); the others one by one
         groups.setdefault(spec.archives or ("", spec.name), []).append(spec)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".datasets-cache-") as cache:
-        # a local copy gets a fresh datasets cache (see load_pinned_split); the hub, the user's
-        sources = _Sources(Path(source_root), Path(cache)) if source_root is not None else _Sources(None, None)
-        for group in groups.values():
-            _convert_group(group, out_dir, sources)
-            converted.extend(spec.name for spec in group)
-    _write_provenance(out_dir)
+    try:
+        with tempfile.TemporaryDirectory(dir=out_dir, prefix=".datasets-cache-") as cache:
+            # a local copy gets a fresh datasets cache (see load_pinned_split); the hub, the user's
+            sources = _Sources(Path(source_root), Path(cache)) if source_root is not None else _Sources(None, None)
+            for group in groups.values():
+                _convert_group(group, out_dir, sources)
+                converted.extend(spec.name for spec in group)
+    finally:  # the tasks completed before an error are recorded too
+        _write_provenance(out_dir)
     return {"converted": converted, "skipped_complete": skipped, "provenance": str(out_dir / PROVENANCE)}

@@ -357,6 +357,11 @@ def test_bad_input_names_the_file_and_field(tmp_path: Path) -> None:
     frames_archive(src, "video_cls.tar.gz", frames("HMDB51/other"))
     with pytest.raises(DataError, match=r"video_cls.tar.gz: 1 clip.*not in the archive under 'HMDB51', e.g. gone"):
         convert_mmeb_v2(tmp_path / "out", tasks=["HMDB51"], source_root=src)
+    shard.with_name("test-00001-of-00002.parquet").unlink()
+    _msvd(src)
+    with pytest.raises(DataError, match="docvqa"):  # MSVD completes before ViDoRe_docvqa fails
+        convert_mmeb_v2(tmp_path / "out", tasks=["MSVD", "ViDoRe_docvqa"], source_root=src)
+    assert list(json.loads((tmp_path / "out" / "provenance.json").read_text())["tasks"]) == ["MSVD"]
 
 
 def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
