@@ -15,10 +15,12 @@ import io
 import tarfile
 import zlib
 from collections import Counter
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from data_prep.identities import IMAGE_EXTENSIONS
 from vis_embed.errors import DataError
@@ -30,9 +32,10 @@ MAX_MEMBER_BYTES = 64 << 20  # one frame or page; anything larger is not a frame
 class _Concatenated(io.RawIOBase):
     """The bytes of several files, one after the other (a split archive read as one)."""
 
-    def __init__(self, paths: Iterable[Path]) -> None:
+    def __init__(self, paths: Iterable[Path], progress: Any = None) -> None:
         self._paths = list(paths)
         self._current: Any = None
+        self._progress = progress  # a tqdm bar counting bytes read, or None
 
     def readable(self) -> bool:
         return True
@@ -45,6 +48,8 @@ class _Concatenated(io.RawIOBase):
                 self._current = open(self._paths.pop(0), "rb")  # noqa: SIM115  # closed below
             count = self._current.readinto(buffer)
             if count:
+                if self._progress is not None:
+                    self._progress.update(count)
                 return count
             self._current.close()
             self._current = None
@@ -98,7 +103,9 @@ def extract_wanted(archives: list[Path], targets: list[Target]) -> None:
     targets = [t for t in targets if t.wanted]
     if not targets:
         return
-    with _Concatenated(archives) as raw, io.BufferedReader(raw, 1 << 20) as buffered:
+    total = sum(path.stat().st_size for path in archives)
+    with tqdm(total=total, unit="B", unit_scale=True, desc=f"extract {archives[0].name}", leave=False,
+              disable=None) as bar, _Concatenated(archives, bar) as raw, io.BufferedReader(raw, 1 << 20) as buffered:
         try:
             # inflate with gzip's reader (tarfile's own stream inflater copies its buffer per member)
             stream = gzip.GzipFile(fileobj=buffered) if buffered.peek(2)[:2] == b"\x1f\x8b" else buffered

@@ -286,8 +286,8 @@ def test_image_tasks_through_the_mmeb_eval_converter_one_archive_read(tmp_path: 
              "MMEB/Shared/dog.jpg": jpeg(), "MMEB/Shared/cat.jpg": jpeg()})
     reads = []
     opened = mmeb_v2_media._Concatenated.__init__
-    monkeypatch.setattr(mmeb_v2_media._Concatenated, "__init__", lambda self, paths: (reads.append(paths),
-                                                                                       opened(self, paths))[1])
+    monkeypatch.setattr(mmeb_v2_media._Concatenated, "__init__",
+                        lambda self, paths, bar: (reads.append(paths), opened(self, paths, bar))[1])
     convert_mmeb_v2(tmp_path / "out", modalities=["image"], tasks=["ImageNet-1K", "MSCOCO_i2t", "MSCOCO_t2i"],
                     source_root=src)
     assert len(reads) == 1  # the tasks that share the archive read it once
