@@ -9,6 +9,7 @@ Sub-commands::
     vis-embed prep resample SRC OUT_DIR [--max-identities 7500 --max-images-per-identity 4]
                                         (alias: split)
     vis-embed prep check train.yaml benchmark.yaml   (validate everything, print a summary)
+    vis-embed prep mmeb-v2 --out DIR [--modality image,video,visdoc] [--tasks T1,T2] [--source-root DIR]
 Each writes a JSON report next to its output and prints a one-line summary.
 """
 
@@ -53,6 +54,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mmeb_eval.add_argument("--eval-split", choices=("IND", "OOD"), default=None,
                            help="for a dataset outside the MMEB-36 taxonomy")
 
+    mmeb_v2 = sub.add_parser("mmeb-v2", help="the 78 MMEB-V2 tasks (image, video, visdoc) from their released "
+                                             "hub sources -> DIR/<modality>/<task>/")
+    mmeb_v2.add_argument("--out", type=Path, required=True, help="output folder (re-runs skip complete tasks)")
+    mmeb_v2.add_argument("--modality", type=_comma_list, default=None,
+                         help="comma-separated modalities to convert: image,video,visdoc (default: all)")
+    mmeb_v2.add_argument("--tasks", type=_comma_list, default=None,
+                         help="comma-separated task names (e.g. MSR-VTT,ViDoRe_arxivqa; default: every task "
+                              "of the chosen modalities)")
+    mmeb_v2.add_argument("--source-root", type=Path, default=None,
+                         help="read every dataset from a local copy in the hub layout, ROOT/<owner>/<name> "
+                              "(e.g. git clones of the dataset repos), instead of downloading")
+
     folder = sub.add_parser("identity-folder", help="ROOT/<identity>/*.jpg -> identity rows")
     folder.add_argument("root", type=Path, help="folder with one sub-folder of images per identity")
     csv_cmd = sub.add_parser("identity-csv", help="CSV (path, identity[, id, text, bbox]) -> identity rows")
@@ -96,6 +109,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               help="folder the rows' image paths are relative to (default: the source's folder)")
         resample.add_argument("--name", default=None, help="dataset name in the written YAMLs (default: source stem)")
         resample.add_argument("--meta-task", default="ID-Rec", help="meta-task of the eval gallery dataset")
+
+
+def _comma_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _add_to_train_config(config_path: Path, entry: dict[str, Any]) -> None:
@@ -172,6 +189,14 @@ def run(args: argparse.Namespace) -> int:
                                        meta_task=args.meta_task, eval_split=args.eval_split, **common)
             print(f"wrote {len(report['datasets'])} candidates dataset(s), "
                   f"{report['missing_images']} missing images -> {args.out / 'benchmark.yaml'}")
+        return 0
+    if command == "mmeb-v2":
+        from data_prep.mmeb_v2 import convert_mmeb_v2
+
+        summary = convert_mmeb_v2(args.out, modalities=args.modality, tasks=args.tasks,
+                                  source_root=args.source_root)
+        print(f"converted {len(summary['converted'])} task(s), skipped {len(summary['skipped_complete'])} "
+              f"complete -> {args.out} (sources: {summary['provenance']})")
         return 0
     if command in ("identity-folder", "identity-csv"):
         from data_prep.identities import convert_identity_csv, convert_identity_folder

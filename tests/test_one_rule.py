@@ -192,6 +192,17 @@ def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
 
 # ------------------------------------------------------------------ the doc's claims are these
 # Each "the one ..." / "the only ..." phrase of docs/architecture.md, and the test above that makes it true.
+def test_one_dataset_revision_table() -> None:
+    """data_prep/mmeb_v2_sources.REVISIONS is the one dataset -> revision table, and hub.py the
+    one reader of hub datasets and files: every pinned load goes through it."""
+    tables = _where(lambda node: (isinstance(node, ast.AnnAssign) and _source(node.target) == "REVISIONS")
+                    or (isinstance(node, ast.Assign) and any(_source(t) == "REVISIONS" for t in node.targets)))
+    assert tables == {"data_prep/mmeb_v2_sources.py"}
+    readers = _where(lambda node: isinstance(node, ast.Call) and _source(node.func).rpartition(".")[2] in
+                     ("load_dataset", "get_dataset_config_names", "hf_hub_download", "snapshot_download"))
+    assert readers == {"data_prep/hub.py"}
+
+
 CLAIMS = {
     "The only place that sets": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
     "the only place that shows": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
@@ -214,6 +225,7 @@ CLAIMS = {
     "the one /proc/cpuinfo reader": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,
     "the one bad-item rule": test_one_bad_item_rule,
     "the one pixel-order and decode-mode check": test_pixel_order_and_decode_modes_are_checked_by_the_config_only,
+    "the one dataset -> revision table": test_one_dataset_revision_table,
 }
 CLAIM = re.compile(r"\bthe (?:one|only|ONE)\b[^,;()]*", re.IGNORECASE)
 
