@@ -43,9 +43,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_encoder(args: argparse.Namespace) -> Any:
+    """The model, with the run's protocol (``args.protocol``, resolved against the manifest's)
+    filling the EmbeddingConfig values no flag gave."""
     from vis_embed.evaluation import api  # torch, transformers: only when the command runs
 
-    return api.load_embedder(args.model, args.adapter, workers=args.workers, **model_settings(args))
+    return api.load_embedder(args.model, args.adapter, workers=args.workers,
+                             **api.protocol_settings(getattr(args, "protocol", None), model_settings(args)))
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -54,7 +57,9 @@ def run_eval(args: argparse.Namespace) -> int:
     from vis_embed.evaluation import api
 
     settings = from_arguments(EvalSettings, args)  # before any model is loaded; errors name the flag
-    specs, benchmark_fingerprint = api.load_specs(args.benchmark)
+    specs, benchmark_fingerprint, manifest_protocol = api.load_benchmark_specs(args.benchmark)
+    settings = settings.model_copy(update={"protocol": settings.protocol or manifest_protocol})  # the flag wins
+    args.protocol = settings.protocol
     cache_stats = CacheStats()
     with torchrun_group():  # under torchrun: every rank encodes a share, rank 0 scores
         encoder = _load_encoder(args)
