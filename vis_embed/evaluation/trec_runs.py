@@ -52,7 +52,8 @@ class TrecRun:
 
 
 def run_text(run: TrecRun, tag: str = RUN_TAG) -> str:
-    return "".join(f"{trec_id(qid)} Q0 {trec_id(doc)} {rank} {score:.8g} {tag}\n"
+    # repr: the shortest text that reads back as the same float, so no tie appears in the file that was not one
+    return "".join(f"{trec_id(qid)} Q0 {trec_id(doc)} {rank} {float(score)!r} {tag}\n"
                    for qid, ranked in run.rankings for rank, (doc, score) in enumerate(ranked, start=1))
 
 
