@@ -114,6 +114,9 @@ class ManifestEntry(BaseModel):
         return DatasetOptions.model_validate({**(self.model_extra or {}), **self.options.as_dict()})
 
     def _check_options(self) -> None:
+        if self.options.primary is not None and self.layout != "qrels":
+            raise invalid(f"a primary score is chosen for layout 'qrels' only, not {self.layout!r}", "options",
+                          "primary")
         extras = self.model_extra or {}
         if self.layout not in PEER_LAYOUTS:
             for key in extras:

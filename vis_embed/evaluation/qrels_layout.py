@@ -5,7 +5,8 @@ Rows are read and cross-checked by :func:`vis_embed.data.qrels.load_qrels_datase
 is the gallery layout's (:class:`~vis_embed.evaluation.gallery_ranking.GlobalRanking`: the
 run's index kind, the whole corpus up to 10k documents, else the top 1000, ties at the cut-off
 resolved).  The primary score is ``ndcg_linear@5`` (MMEB-V2's visual-document score: gain = the
-qrel's grade); hit@1 (= P@1), recall@k, MRR, ndcg_linear@10 beside it.  Queries without a
+qrel's grade), or the dataset's ``options.primary`` (``hit@1``: MMEB-V2's video tasks); hit@1
+(= P@1), recall@k, MRR, ndcg_linear@10 beside it.  Queries without a
 relevant document are left out of every mean and counted (``n_queries_without_relevant``).
 """
 
@@ -14,13 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from vis_embed.data.benchmark import EvalDatasetSpec
+from vis_embed.data.eval_options import QRELS_PRIMARIES
 from vis_embed.data.qrels import load_qrels_dataset
 from vis_embed.evaluation import metrics
 from vis_embed.evaluation.gallery_ranking import GlobalRanking
 from vis_embed.evaluation.layout_base import Example, Outcome, PreparedDataset, ScoringOptions, clean, tie_policy_of
 from vis_embed.evaluation.trec_runs import TrecRun
-
-QRELS_PRIMARY = "ndcg_linear@5"
 
 
 def prepare_qrels(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
@@ -56,7 +56,8 @@ def prepare_qrels(spec: EvalDatasetSpec, max_queries: int | None, options: Scori
             if len(examples) < options.n_examples:
                 examples.append(Example(queries[q], [(corpus[ids[j]], float(scores[j]), bool(gains[ids[j]] > 0))
                                                      for j in order[:5]]))
-        return Outcome(metrics.summarize(per_query), QRELS_PRIMARY, len(per_query), examples,
+        primary = spec.options.primary or QRELS_PRIMARIES[0]
+        return Outcome(metrics.summarize(per_query), primary, len(per_query), examples,
                        {**ranking.extras(index_kind, options.rescore, corpus_emb.shape[1]),
                         "n_queries_without_relevant": data.n_unjudged, "tie_policy": tie_policy,
                         "n_unresolved_boundary_ties": unresolved_ties}, run)

@@ -27,6 +27,7 @@ from vis_embed.errors import DataError
 from vis_embed.data.taxonomy import (BENCHMARK_SPLIT_KEYS, GROUP_KEYS, MMEB_DATASETS, MMEB_META_TASKS,
                                      MVEB_META_TASKS, POOLED_SPLIT_KEYS, SPLITS, group_means, mmeb_entry)
 from vis_embed.evaluation.mmeb_scores import read_score_folder
+from vis_embed.evaluation.mmeb_v2_scores import mmeb_v2_summary
 from vis_embed.io import atomic_write_text
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; annotations only
@@ -58,17 +59,29 @@ def vlm2vec_groups(scores: dict[str, Any], path: str | Path = "<scores>") -> dic
     return group_means(rows)
 
 
-def load_groups(path: str | Path | Traversable) -> dict[str, float]:
-    """Group means (percent) of one results.json or VLM2Vec score file (a path or a packaged file)."""
-    path = Path(path) if isinstance(path, str) else path
+def _read_scores(path: Path | Traversable) -> Any:
     if isinstance(path, Path) and path.is_dir():  # a folder of VLM2Vec per-dataset score files
-        return vlm2vec_groups(read_score_folder(path), path)
+        return read_score_folder(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DataError("file not found", path=path) from None
     except json.JSONDecodeError as exc:
         raise DataError(f"malformed JSON ({exc.msg} at line {exc.lineno})", path=path) from None
+
+
+def load_mmeb_v2(path: str | Path | Traversable) -> dict[str, Any] | None:
+    """The MMEB-V2 summary (:func:`vis_embed.evaluation.mmeb_v2_scores.mmeb_v2_summary`) of one
+    results.json or VLM2Vec score file; None when it holds no video or visdoc task."""
+    path = Path(path) if isinstance(path, str) else path
+    data = _read_scores(path)
+    return mmeb_v2_summary(data, path) if isinstance(data, dict) else None
+
+
+def load_groups(path: str | Path | Traversable) -> dict[str, float]:
+    """Group means (percent) of one results.json or VLM2Vec score file (a path or a packaged file)."""
+    path = Path(path) if isinstance(path, str) else path
+    data = _read_scores(path)
     if isinstance(data, dict) and isinstance(data.get("groups"), dict) and "datasets" in data:
         return {key: float(value) for key, value in data["groups"].items()}
     return vlm2vec_groups(data, path)
