@@ -23,7 +23,7 @@ from typing import Any
 from vis_embed.config import add_model_arguments, from_arguments
 from vis_embed.errors import ConfigError
 from vis_embed import resources
-from vis_embed.evaluation.mmeb_v2_scores import mmeb_v2_table
+from vis_embed.evaluation.mmeb_v2_scores import mmeb_v2_notes, with_mmeb_v2
 from vis_embed.evaluation.report import (find_reference, load_groups, load_mmeb_v2, load_models, models_table,
                                          read_reference)
 from vis_embed.evaluation.settings import EvalSettings
@@ -99,13 +99,12 @@ def run_report(args: argparse.Namespace) -> int:
     reference_rows = [] if args.no_reference else read_reference(find_reference(args.reference))
     if not (models or peers or reference_rows):
         raise ConfigError("nothing to report: give result files, --peers, or drop --no-reference")
-    print(models_table(models, reference_rows, peers=peers))
-    # MMEB-V2 (image, video, visdoc) for every file that holds video or visdoc tasks
+    # MMEB-V2 (image, video, visdoc) of every file that holds video or visdoc tasks: extra columns
     sources = {**peer_files, **dict(zip(models, args.files))}
     mmeb_v2 = {name: summary for name, source in sources.items() if (summary := load_mmeb_v2(source)) is not None}
+    print(models_table(with_mmeb_v2(models, mmeb_v2), reference_rows, peers=with_mmeb_v2(peers, mmeb_v2)))
     if mmeb_v2:
-        print("\n## MMEB-V2 (hit@1 for image and video, ndcg_linear@5 for visdoc; %)\n")
-        print(mmeb_v2_table(mmeb_v2))
+        print("\n" + mmeb_v2_notes(mmeb_v2))
     if args.json is not None:
         atomic_write_json(args.json, {"models": {**peers, **models}, **({"mmeb_v2": mmeb_v2} if mmeb_v2 else {})})
     return 0

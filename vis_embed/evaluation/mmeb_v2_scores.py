@@ -98,12 +98,21 @@ def mmeb_v2_summary(data: dict[str, Any], path: str | Path = "<scores>") -> dict
             "data_version": data_version(data), "left_out": left_out}
 
 
-def mmeb_v2_table(summaries: dict[str, dict[str, Any]]) -> str:
-    """Markdown: one row per model with its MMEB-V2 columns (percent), tasks covered, data version."""
-    columns = [key for key in MMEB_V2_GROUP_KEYS if any(key in s["groups"] for s in summaries.values())]
-    lines = ["| Model | " + " | ".join(columns) + " | tasks | data |", "|" + "---|" * (len(columns) + 3)]
+Groups = dict[str, float]
+
+
+def with_mmeb_v2(rows: dict[str, Groups], summaries: dict[str, dict[str, Any]]) -> dict[str, Groups]:
+    """Each row's groups with its MMEB-V2 columns added (the ones it does not already have)."""
+    return {name: {**{key: value for key, value in summaries.get(name, {}).get("groups", {}).items()
+                      if key not in groups}, **groups} for name, groups in rows.items()}
+
+
+def mmeb_v2_notes(summaries: dict[str, dict[str, Any]]) -> str:
+    """One line per MMEB-V2 row: the tasks each column covers and the data version."""
+    lines = ["MMEB-V2 columns (hit@1 for image and video, ndcg_linear@5 for visdoc; means over tasks):"]
     for name, summary in summaries.items():
-        cells = [f"{summary['groups'][key]:.1f}" if key in summary["groups"] else "–" for key in columns]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {summary['counts'].get(MMEB_V2, '–')} | "
-                     f"{summary.get('data_version') or '–'} |")
+        counts = summary["counts"]
+        covered = ", ".join(f"{key} {counts[key]}" for key in ("Image", "Video", "VisDoc", MMEB_V2) if key in counts)
+        left_out = f"; left out: {', '.join(summary['left_out'])}" if summary.get("left_out") else ""
+        lines.append(f"- {name}: tasks {covered}; data: {summary.get('data_version') or 'unknown'}{left_out}")
     return "\n".join(lines)
