@@ -118,3 +118,28 @@ def test_data_version_comes_from_the_file() -> None:
     assert summary["counts"]["VisDoc"] == 24  # the fixed set stands in for the task it replaces
     assert data_version({**scores, "metadata": {"data_version": "v2.2"}}) == "v2.2"
     assert mmeb_v2_summary({"metrics": {"image": scores["metrics"]["image"]}}) is None  # image only: MMEB
+
+
+def test_eval_writes_vlm2vec_score_files_for_visdoc_tasks_and_report_reads_them(tmp_path: Path, capsys) -> None:
+    from eval_fakes import FakeEncoder, make_qrels_benchmark
+
+    from vis_embed.data import EvalDatasetSpec
+    from vis_embed.evaluation.harness import Harness
+    from vis_embed.evaluation.settings import EvalSettings
+
+    files = make_qrels_benchmark(tmp_path / "data")
+    spec = EvalDatasetSpec("ViDoRe_arxivqa", "qrels", "VDRv1", None, "MMEB-V2", modality="visdoc",
+                           image_root=tmp_path / "data", query_instruction="Find a document image that matches the given query:", **files)
+    results = Harness(FakeEncoder(), tmp_path / "out", EvalSettings(show_progress=False, pictures=False)).run([spec])
+    entry = results["datasets"]["ViDoRe_arxivqa"]
+    score = json.loads((tmp_path / "out" / "mmeb_scores" / "visdoc" / "ViDoRe_arxivqa_score.json").read_text())
+    assert score["ndcg_linear@5"] == pytest.approx(entry["metrics"]["ndcg_linear@5"] / 100)
+    assert score["hit@1"] == pytest.approx(entry["metrics"]["hit@1"] / 100) and score["num_pred"] == 6
+    combined = tmp_path / "out" / "mmeb_scores" / "fake-model.json"
+    out = tmp_path / "table.json"
+    assert main(["report", str(combined), str(tmp_path / "out" / "results.json"), "--no-reference",
+                 "--json", str(out)]) == 0
+    written = json.loads(out.read_text())["mmeb_v2"]
+    for name in ("fake-model", "results"):
+        assert written[name]["groups"]["VisDoc"] == pytest.approx(entry["metrics"]["ndcg_linear@5"])
+        assert written[name]["counts"]["MMEB-V2"] == 1

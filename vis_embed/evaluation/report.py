@@ -42,6 +42,9 @@ REFERENCE_ENV = "VIS_EMBED_REFERENCE"
 
 def vlm2vec_groups(scores: dict[str, Any], path: str | Path = "<scores>") -> dict[str, float]:
     """Group means (percent) of a VLM2Vec score file's image datasets, by hit@1."""
+    metrics = scores.get("metrics") if isinstance(scores, dict) else None
+    if isinstance(metrics, dict) and "image" not in metrics and (metrics.get("video") or metrics.get("visdoc")):
+        return {}  # MMEB-V2 video / visdoc only: no MMEB (image) groups; its MMEB-V2 columns are mmeb_v2_summary's
     try:
         per_dataset = scores["metrics"]["image"]
     except (KeyError, TypeError):
