@@ -129,7 +129,7 @@ def test_eval_writes_vlm2vec_score_files_for_visdoc_tasks_and_report_reads_them(
 
     files = make_qrels_benchmark(tmp_path / "data")
     spec = EvalDatasetSpec("ViDoRe_arxivqa", "qrels", "VDRv1", None, "MMEB-V2", modality="visdoc",
-                           image_root=tmp_path / "data", query_instruction="Find a document image that matches the given query:", **files)
+                           image_root=tmp_path / "data", query_instruction="Find a document image:", **files)
     results = Harness(FakeEncoder(), tmp_path / "out", EvalSettings(show_progress=False, pictures=False)).run([spec])
     entry = results["datasets"]["ViDoRe_arxivqa"]
     score = json.loads((tmp_path / "out" / "mmeb_scores" / "visdoc" / "ViDoRe_arxivqa_score.json").read_text())
