@@ -180,3 +180,30 @@ def test_every_retrieval_layout_agrees_with_ir_measures(tiny_checkpoint, tmp_pat
         ours = results["datasets"][name]["metrics"]
         assert ours["hit@1"] == pytest.approx(100 * theirs[Success @ 1], abs=1e-9), name
         assert ours["ndcg_linear@5"] == pytest.approx(100 * theirs[nDCG @ 5], abs=1e-9), name
+
+
+def test_mteb_scores_a_qrels_dataset_as_vis_embed_eval_does(tiny_checkpoint, tmp_path: Path) -> None:
+    pytest.importorskip("mteb")
+    make_qrels_benchmark(tmp_path / "qrels")
+    manifest = _manifest(tmp_path, [QRELS_ENTRY])
+    common = ["--model", str(tiny_checkpoint("qwen2-vl")), "--device", "cpu", "--batch-size", "8", "--quiet",
+              "--benchmark", str(manifest)]
+    assert main(["eval", *common, "--out", str(tmp_path / "eval"), "--no-pictures"]) == 0
+    assert main(["mteb", *common, "--out", str(tmp_path / "mteb")]) == 0
+    ours = json.loads((tmp_path / "eval" / "results.json").read_text())["datasets"]["Pages"]["metrics"]
+    result = next(path for path in (tmp_path / "mteb").rglob("Pages.json"))
+    theirs = json.loads(result.read_text())["scores"]["test"][0]
+    assert theirs["ndcg_at_5"] == pytest.approx(round(ours["ndcg_linear@5"] / 100, 5), abs=1e-5)
+    assert theirs["precision_at_1"] == pytest.approx(round(ours["hit@1"] / 100, 5), abs=1e-5)
+
+
+def test_prep_check_reads_every_qrels_row(tmp_path: Path, capsys) -> None:
+    files = make_qrels_benchmark(tmp_path / "qrels")
+    manifest = _manifest(tmp_path, [QRELS_ENTRY])
+    assert main(["prep", "check", str(manifest)]) == 0
+    assert "Pages: MMEB-V2/VDRv1 qrels: 6 queries (1 without a relevant document), 12 documents, " \
+           "13 judgements" in capsys.readouterr().out
+    with files["qrels"].open("a") as handle:
+        handle.write(json.dumps({"query_id": "t-red", "corpus_id": "nope", "score": 1}) + "\n")
+    assert main(["prep", "check", str(manifest)]) == 2
+    assert "qrels.jsonl:14: field 'corpus_id': unknown corpus id 'nope'" in capsys.readouterr().err
