@@ -26,7 +26,7 @@ from vis_embed.errors import DataError
 from vis_embed.evaluation import metrics
 from vis_embed.evaluation.harness import Harness
 from vis_embed.evaluation.settings import EvalSettings
-from vis_embed.evaluation.trec_runs import TrecRun, run_text, trec_id
+from vis_embed.evaluation.trec_runs import RUN_DEPTH, TrecRun, trec_id, write_run_files
 
 
 def _manifest(root: Path, datasets: list[dict], **top) -> Path:
@@ -134,9 +134,24 @@ def test_trec_ids_escape_whitespace_reversibly() -> None:
         encoded = trec_id(value)
         assert not any(ch.isspace() for ch in encoded) and unquote(encoded) == value
     assert trec_id("plain-id_1") == "plain-id_1"
-    run = TrecRun()
-    run.add("q 1", [("d 1", 0.5), ("d2", 0.25)], [("d 1", 2)])
-    assert run_text(run) == "q%201 Q0 d%201 1 0.5 vis_embed\nq%201 Q0 d2 2 0.25 vis_embed\n"
+    run = TrecRun(["d2", "d 1"])
+    run.add("q 1", np.array([1, 0]), np.array([0.5, 0.25]), [("d 1", 2)])
+    assert "".join(run.run_lines()) == "q%201 Q0 d%201 1 0.5 vis_embed\nq%201 Q0 d2 2 0.25 vis_embed\n"
+    assert "".join(run.qrels_lines()) == "q%201 0 d%201 2\n"
+
+
+def test_run_files_keep_the_first_run_depth_results_in_full_precision(tmp_path: Path) -> None:
+    documents = [f"d{k}" for k in range(RUN_DEPTH + 5)]
+    run = TrecRun(documents)
+    scores = np.linspace(1.0, 0.0, len(documents))
+    scores[1] = scores[0] - 1e-15  # a gap %.8g would have printed as a tie
+    run.add("q", np.arange(len(documents)), scores, [("d0", 1)])
+    run_path, qrels_path = write_run_files(run, tmp_path, "a/b")
+    assert run_path == tmp_path / "runs" / "a_b.trec" and qrels_path.read_text() == "q 0 d0 1\n"
+    lines = run_path.read_text().splitlines()
+    assert len(lines) == RUN_DEPTH and float(lines[0].split()[4]) > float(lines[1].split()[4])
+    assert lines[-1].split()[2:4] == [f"d{RUN_DEPTH - 1}", str(RUN_DEPTH)]
+    assert not list((tmp_path / "runs").glob(".*"))  # no temporary left behind
 
 
 def test_runs_are_written_only_with_save_runs(tmp_path: Path) -> None:

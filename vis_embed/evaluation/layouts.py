@@ -79,15 +79,16 @@ def prepare_candidates(spec: EvalDatasetSpec, max_queries: int | None, options: 
     def score(embeddings: dict[str, np.ndarray]) -> Outcome:
         query_emb, pool_emb = embeddings["query"], embeddings["candidate"]
         per_query, examples = [], []
-        run = TrecRun() if options.save_runs else None
+        longest = max(len(row.candidates) for row in rows)
+        run = TrecRun([f"c{k}" for k in range(longest)]) if options.save_runs else None
         for i, indices in enumerate(lists):
             scores = pool_emb[indices] @ query_emb[i]
             mask = np.zeros(len(indices), dtype=bool)
             mask[0] = True  # the positive is first
-            per_query.append(metrics.query_metrics(metrics.ranked_relevance(scores, mask, tie_policy)))
             order = metrics.tie_order(scores, mask, tie_policy)
+            per_query.append(metrics.query_metrics(mask[order]))  # = ranked_relevance
             if run is not None:
-                run.add(rows[i].id, [(f"c{listed[i][j]}", float(scores[j])) for j in order], [("c0", 1)])
+                run.add(rows[i].id, np.asarray(listed[i])[order], scores[order], [("c0", 1)])
             if i < options.n_examples:
                 examples.append(Example(queries[i], [(pool[indices[j]], float(scores[j]), bool(mask[j]))
                                                      for j in order[:5]]))
@@ -124,7 +125,7 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
         query_emb, gallery_emb = embeddings["query"], embeddings["gallery"]
         ranking = GlobalRanking.build(gallery_emb, index_kind, options.rescore, spec.options.depth or options.depth)
         per_query, examples, skipped, unresolved_ties = [], [], 0, 0
-        run = TrecRun() if options.save_runs else None
+        run = TrecRun([row.id for row in data.gallery]) if options.save_runs else None
         for q, ids, scores, complete in ranking.results(query_emb, excluded):
             is_positive = gallery_codes == query_codes[q]
             is_positive[excluded[q]] = False
@@ -139,7 +140,8 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
                 continue
             order = metrics.tie_order(scores, is_positive[ids], tie_policy)
             if run is not None:
-                run.add(query_rows[q].id, [(data.gallery[ids[j]].id, float(scores[j])) for j in order[:ranking.depth]],
+                top = order[:ranking.depth]
+                run.add(query_rows[q].id, ids[top], scores[top],
                         [(data.gallery[g].id, 1) for g in np.flatnonzero(is_positive)])
             if len(examples) < options.n_examples:
                 examples.append(Example(queries[q], [(gallery[ids[j]], float(scores[j]),

@@ -37,25 +37,26 @@ def prepare_qrels(spec: EvalDatasetSpec, max_queries: int | None, options: Scori
         query_emb, corpus_emb = embeddings["query"], embeddings["corpus"]
         ranking = GlobalRanking.build(corpus_emb, index_kind, options.rescore, spec.options.depth or options.depth)
         per_query, examples, unresolved_ties = [], [], 0
-        run = TrecRun() if options.save_runs else None
+        run = TrecRun([row.id for row in data.corpus]) if options.save_runs else None
+        gains = np.zeros(len(corpus))  # the current query's grade of every document (reset after it)
         for q, ids, scores, complete in ranking.results(query_emb):
             judged = data.judgements[query_rows[q].id]
-            gains = np.zeros(len(corpus))
-            for doc, grade in judged.items():
-                gains[position[doc]] = max(grade, 0)
+            judged_at = np.fromiter((position[doc] for doc in judged), dtype=np.int64, count=len(judged))
+            gains[judged_at] = np.maximum(np.fromiter(judged.values(), dtype=np.float64, count=len(judged)), 0)
             relevant = [grade for grade in judged.values() if grade > 0]
             ranked = metrics.truncated_relevance(scores, gains[ids], ranking.depth, complete, tie_policy)
             unresolved_ties += metrics.boundary_tie_unresolved(scores, ranking.depth, complete)
             per_query.append(metrics.query_metrics(ranked, n_positives=len(relevant), ideal_gains=relevant))
-            if run is None and len(examples) >= options.n_examples:
-                continue
-            order = metrics.tie_order(scores, gains[ids], tie_policy)
-            if run is not None:
-                run.add(query_rows[q].id, [(data.corpus[ids[j]].id, float(scores[j])) for j in order[:ranking.depth]],
-                        [(doc, grade) for doc, grade in judged.items() if grade > 0])
-            if len(examples) < options.n_examples:
-                examples.append(Example(queries[q], [(corpus[ids[j]], float(scores[j]), bool(gains[ids[j]] > 0))
-                                                     for j in order[:5]]))
+            if run is not None or len(examples) < options.n_examples:
+                order = metrics.tie_order(scores, gains[ids], tie_policy)
+                if run is not None:
+                    top = order[:ranking.depth]
+                    run.add(query_rows[q].id, ids[top], scores[top],
+                            [(doc, grade) for doc, grade in judged.items() if grade > 0])
+                if len(examples) < options.n_examples:
+                    examples.append(Example(queries[q], [(corpus[ids[j]], float(scores[j]), bool(gains[ids[j]] > 0))
+                                                         for j in order[:5]]))
+            gains[judged_at] = 0.0
         primary = spec.options.primary or QRELS_PRIMARIES[0]
         return Outcome(metrics.summarize(per_query), primary, len(per_query), examples,
                        {**ranking.extras(index_kind, options.rescore, corpus_emb.shape[1]),
