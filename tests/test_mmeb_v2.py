@@ -137,9 +137,9 @@ def test_eval_writes_vlm2vec_score_files_for_visdoc_tasks_and_report_reads_them(
     assert score["hit@1"] == pytest.approx(entry["metrics"]["hit@1"] / 100) and score["num_pred"] == 6
     combined = tmp_path / "out" / "mmeb_scores" / "fake-model.json"
     out = tmp_path / "table.json"
-    assert main(["report", str(combined), str(tmp_path / "out" / "results.json"), "--no-reference",
-                 "--json", str(out)]) == 0
+    assert main(["report", str(combined), str(tmp_path / "out" / "results.json"), str(combined.parent),
+                 "--no-reference", "--json", str(out)]) == 0
     written = json.loads(out.read_text())["mmeb_v2"]
-    for name in ("fake-model", "results"):
+    for name in ("fake-model", "results", "mmeb_scores"):  # the combined file, ours, the folder of score files
         assert written[name]["groups"]["VisDoc"] == pytest.approx(entry["metrics"]["ndcg_linear@5"])
         assert written[name]["counts"]["MMEB-V2"] == 1

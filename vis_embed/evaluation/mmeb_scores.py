@@ -88,20 +88,28 @@ def write_mmeb_score_files(results: dict[str, Any], out_dir: str | Path) -> list
     return written
 
 
-def read_score_folder(folder: str | Path) -> dict[str, Any]:
-    """A folder of per-dataset ``<DATASET>_score.json`` files (``folder`` or ``folder/image``)
-    as the combined ``{"metrics": {"image": {...}}}`` form."""
-    folder = Path(folder)
-    image = folder / "image" if (folder / "image").is_dir() else folder
+def _read_folder(folder: Path) -> dict[str, Any]:
     per_dataset: dict[str, Any] = {}
-    for path in sorted(image.glob(f"*{SCORE_SUFFIX}")):
+    for path in sorted(folder.glob(f"*{SCORE_SUFFIX}")):
         try:
             per_dataset[path.name.removesuffix(SCORE_SUFFIX)] = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise DataError(f"malformed JSON ({exc.msg} at line {exc.lineno})", path=path) from None
-    if not per_dataset:
+    return per_dataset
+
+
+def read_score_folder(folder: str | Path) -> dict[str, Any]:
+    """A folder of per-dataset ``<DATASET>_score.json`` files (``folder`` or ``folder/image``, and
+    MMEB-V2's ``folder/video``, ``folder/visdoc``) as the combined ``{"metrics": {...}}`` form."""
+    folder = Path(folder)
+    image = folder / "image" if (folder / "image").is_dir() else folder
+    metrics = {"image": _read_folder(image),
+               **{modality: _read_folder(folder / modality) for modality in ("video", "visdoc")
+                  if (folder / modality).is_dir()}}
+    metrics = {modality: scores for modality, scores in metrics.items() if scores}
+    if not metrics:
         raise DataError(f"no *{SCORE_SUFFIX} files (VLM2Vec per-dataset scores)", path=image)
-    for values in per_dataset.values():
+    for values in metrics.get("image", {}).values():
         if isinstance(values, dict) and "hit@1" not in values and "acc" in values:
             values["hit@1"] = values["acc"]  # VLM2Vec v1 files name the same quantity acc
-    return {"metrics": {"image": per_dataset}}
+    return {"metrics": metrics}
