@@ -222,3 +222,11 @@ def test_prep_check_reads_every_qrels_row(tmp_path: Path, capsys) -> None:
         handle.write(json.dumps({"query_id": "t-red", "corpus_id": "nope", "score": 1}) + "\n")
     assert main(["prep", "check", str(manifest)]) == 2
     assert "qrels.jsonl:14: field 'corpus_id': unknown corpus id 'nope'" in capsys.readouterr().err
+
+
+def test_qrels_datasets_get_bar_charts_and_grids(tmp_path: Path) -> None:
+    make_qrels_benchmark(tmp_path / "qrels")
+    specs = load_benchmark(_manifest(tmp_path, [QRELS_ENTRY])).datasets
+    results = Harness(FakeEncoder(), tmp_path / "out", EvalSettings(show_progress=False)).run(specs)
+    assert (tmp_path / "out" / "plots" / "VDRv1.png").is_file()
+    assert (tmp_path / "out" / results["datasets"]["Pages"]["grid"]).is_file()

@@ -36,6 +36,7 @@ from vis_embed.distributed import broadcast_object, is_main_process
 from vis_embed.embedding_cache import CacheStats, ContentHasher, EmbeddingCache
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation import layouts
+from vis_embed.evaluation.metrics import RANKING_PRIMARIES
 from vis_embed.evaluation.mmeb_scores import write_mmeb_score_files
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
 from vis_embed.evaluation.protocol_runs import apply_protocol, protocol_record
@@ -56,9 +57,7 @@ log = logging.getLogger(__name__)
 # 4: ndcg_linear@k beside NDCG@k; qrels datasets (primary ndcg_linear@5) join the group means.
 METRICS_VERSION = 4
 PRIMARY_METRIC = "P@1"
-# the primary metrics the group means aggregate: P@1 (= hit@1; candidates, gallery) and
-# ndcg_linear@5 (qrels: MMEB-V2's visual-document score); the peer protocols' are left out
-RANKING_PRIMARIES: frozenset[str] = frozenset({"P@1", "hit@1", "ndcg_linear@5"})
+
 
 
 def describe_encoder(encoder: Encoder, name: str | None = None, adapter: str | None = None) -> dict[str, Any]:

@@ -37,6 +37,10 @@ import numpy as np
 from vis_embed.evaluation.settings import DEFAULT_TIE_POLICY, TIE_POLICIES, check_tie_policy  # noqa: F401
 
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10)
+# The primary metrics of the ranking layouts, the ones group means aggregate: P@1 (= hit@1;
+# candidates, gallery) and ndcg_linear@5 (qrels: MMEB-V2's visual-document score); the peer
+# protocols' primaries (2AFC, SSR, AP, ...) are other quantities, never mixed into a group.
+RANKING_PRIMARIES: frozenset[str] = frozenset({"P@1", "hit@1", "ndcg_linear@5"})
 NDCG_KS: tuple[int, ...] = (5, 10)
 
 
