@@ -167,6 +167,9 @@ def test_runs_are_written_only_with_save_runs(tmp_path: Path) -> None:
     assert saved["groups"]["VDRv1"] == saved["groups"]["VisDoc"] == saved["groups"]["MMEB-V2"] \
         == entry["metrics"]["ndcg_linear@5"]
     assert saved["counts"]["MMEB-V2"] == 1
+    markdown = (tmp_path / "saved" / "results.md").read_text()
+    assert "| VDRv1 (1) | VisDoc (1) | MMEB-V2 (1) |" in markdown
+    assert "| Pages | VDRv1 | – | 6 | ndcg_linear@5 |" in markdown
     lines = (tmp_path / "saved" / "runs" / "Pages.trec").read_text().splitlines()
     assert len(lines) == 6 * 12 and lines[0].split()[1] == "Q0" and files["corpus"].exists()
 

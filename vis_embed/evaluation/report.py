@@ -27,7 +27,7 @@ from vis_embed.errors import DataError
 from vis_embed.data.taxonomy import (BENCHMARK_SPLIT_KEYS, GROUP_KEYS, MMEB_DATASETS, MMEB_META_TASKS,
                                      MVEB_META_TASKS, POOLED_SPLIT_KEYS, SPLITS, group_means, mmeb_entry)
 from vis_embed.evaluation.mmeb_scores import read_score_folder
-from vis_embed.evaluation.mmeb_v2_scores import mmeb_v2_summary
+from vis_embed.evaluation.mmeb_v2_scores import MMEB_V2_GROUP_KEYS, mmeb_v2_summary
 from vis_embed.io import atomic_write_text
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; annotations only
@@ -178,6 +178,14 @@ def markdown(results: dict[str, Any], reference_rows: Sequence[dict[str, str]] =
     if splits:
         lines += ["| " + " | ".join(splits) + " |", "|" + "---|" * len(splits),
                   "| " + " | ".join(_cell(groups[k]) for k in splits) + " |", ""]
+    v2_keys = [key for key in MMEB_V2_GROUP_KEYS if key in groups]
+    if v2_keys:  # MMEB-V2: its groups with the number of tasks each covers
+        counts = results.get("counts", {})
+        lines += ["## MMEB-V2 (hit@1 for image and video, ndcg_linear@5 for visdoc; %)", "",
+                  "| " + " | ".join(f"{key} ({counts[key]})" if key in counts else key for key in v2_keys) + " |",
+                  "|" + "---|" * len(v2_keys), "| " + " | ".join(_cell(groups[key]) for key in v2_keys) + " |", ""]
+        if results.get("protocol"):
+            lines += [f"Protocol: {results['protocol']['name']} ({results['protocol']['description']}).", ""]
     lines += ["## Datasets", "", "| Dataset | Meta-task | Split | Queries | Primary | Score |",
               "|---|---|---|---|---|---|"]
     for name, entry in results["datasets"].items():
