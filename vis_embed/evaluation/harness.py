@@ -59,7 +59,6 @@ METRICS_VERSION = 4
 PRIMARY_METRIC = "P@1"
 
 
-
 def describe_encoder(encoder: Encoder, name: str | None = None, adapter: str | None = None) -> dict[str, Any]:
     """The ``model`` block of results.json: name, adapter, prompt format, pixels, fingerprints,
     and ``embedding_config``: every effective setting (EmbeddingConfig) when the encoder has one."""

@@ -8,8 +8,10 @@ whatever side or row it appears in.
 Layouts (row formats are documented in docs/evaluation.md):
 ``candidates`` (MMEB: each query ranks its own candidate list, positive first),
 ``gallery`` (identity retrieval over a shared gallery with faiss), ``qrels`` (BEIR: queries
-ranked over a corpus, graded judgements; :mod:`vis_embed.evaluation.qrels_layout`), and the peer protocols
-``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``, ``human_corr``.
+ranked over a corpus, graded judgements; :mod:`vis_embed.evaluation.qrels_layout`), and the
+peer protocols ``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``, ``human_corr``.  The
+retrieval layouts keep their rankings for TREC run files when asked (``ScoringOptions.save_runs``,
+:mod:`vis_embed.evaluation.trec_runs`).
 
 Every layout's ``score`` sees embeddings that passed one boundary (:func:`prepare`): a NaN or
 infinite vector is a :class:`DataError` naming the dataset, file, row and field of its item
@@ -37,7 +39,6 @@ from vis_embed.evaluation.peer_layouts import (prepare_2afc, prepare_asym_recall
                                                prepare_nearid, prepare_pair_ap)
 
 __all__ = ["Example", "Outcome", "PreparedDataset", "ScoringOptions", "normalise_item", "prepare"]
-
 
 
 # ---------------------------------------------------------------- candidates
