@@ -68,6 +68,14 @@ def test_bad_qrels_rows_name_file_line_field(tmp_path: Path, row: dict, message:
         load_qrels_dataset(files["queries"], files["corpus"], files["qrels"])
 
 
+def test_a_dataset_without_any_relevant_document_is_an_error(tmp_path: Path) -> None:
+    files = make_qrels_benchmark(tmp_path)
+    write_jsonl(files["qrels"], [{"query_id": "t-red", "corpus_id": "doc red-0", "score": 0},
+                                 {"query_id": "t-blue", "corpus_id": "doc red-1", "score": -1}])
+    with pytest.raises(DataError, match=r"qrels.jsonl: no query has a relevant document"):
+        load_qrels_dataset(files["queries"], files["corpus"], files["qrels"])
+
+
 def test_duplicate_ids_and_bad_tsv_header_are_errors(tmp_path: Path) -> None:
     files = make_qrels_benchmark(tmp_path)
     corpus = [json.loads(line) for line in files["corpus"].read_text().splitlines()]
