@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.data.images import resolve_image
-from vis_embed.data.items import Item, ResolvedItem, check_item
+from vis_embed.data.items import ITEM_KEYS, Item, ResolvedItem, check_item
 from vis_embed.data.records import ImageChecker, RowContext, require_str
 
 
@@ -20,7 +20,7 @@ def resolved_item(raw: Any, image_root: Path, field_name: str | None, ctx: RowCo
             known = shared.get(ResolvedItem.unchecked(raw))
         except TypeError:  # an unhashable (hence invalid) value: check_item names it below
             known = None
-        if known is not None and raw.keys() <= {"image", "text", "bbox"}:
+        if known is not None and raw.keys() <= set(ITEM_KEYS):
             return known  # an identical item was already validated
     item = check_item(raw, field_name, path=ctx.path, line=ctx.line)
     prefix = "" if field_name is None else f"{field_name}."  # None: the row itself is the item
