@@ -35,14 +35,18 @@ def _mean(values: list[float]) -> float:
 
 
 def _materialised(tmp_path: Path) -> Path:
-    """The manifest beside empty placeholder data files, so load_benchmark validates all of it."""
+    """The manifest in ``tmp_path/eval`` with empty placeholder data files where its paths point
+    (``tmp_path/data/mmeb_v2/...``, as the converter writes them), so load_benchmark validates all of it."""
     document = yaml.safe_load(MANIFEST.read_text())
+    (tmp_path / "eval").mkdir()
     for entry in document["datasets"]:
         for key in ("path", "queries", "corpus", "qrels"):
             if key in entry:
-                (tmp_path / entry[key]).parent.mkdir(parents=True, exist_ok=True)
-                (tmp_path / entry[key]).touch()
-    return Path(shutil.copy(MANIFEST, tmp_path / "mmeb_v2.yaml"))
+                target = (tmp_path / "eval" / entry[key]).resolve()
+                assert target.is_relative_to(tmp_path / "data" / "mmeb_v2"), entry[key]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.touch()
+    return Path(shutil.copy(MANIFEST, tmp_path / "eval" / "mmeb_v2.yaml"))
 
 
 def test_manifest_has_the_78_tasks_of_the_peers_score_files(tmp_path: Path) -> None:
@@ -63,7 +67,8 @@ def test_manifest_has_the_78_tasks_of_the_peers_score_files(tmp_path: Path) -> N
     assert specs["MSR-VTT"].layout == "qrels" and specs["MSR-VTT"].options.primary == "hit@1"
     assert specs["SmthSmthV2"].layout == specs["NExTQA"].layout == specs["QVHighlight"].layout == "candidates"
     assert specs["ViDoRe_arxivqa"].layout == "qrels" and specs["ViDoRe_arxivqa"].options.primary is None
-    assert specs["ViDoRe_arxivqa"].qrels == tmp_path / "mmeb-v2" / "visdoc" / "ViDoRe_arxivqa" / "qrels.jsonl"
+    assert specs["ViDoRe_arxivqa"].qrels == tmp_path / "data" / "mmeb_v2" / "visdoc" / "ViDoRe_arxivqa" / "qrels.jsonl"
+    assert specs["ImageNet-1K"].path == tmp_path / "data" / "mmeb_v2" / "image" / "ImageNet-1K" / "ImageNet-1K.jsonl"
     assert specs["MSR-VTT"].query_instruction == "Find a video that contains the following visual content:"
     assert specs["K700"].candidate_instruction is None  # class labels are plain text
 
