@@ -154,9 +154,14 @@ def _check(yaml_path: Path, check_images: bool) -> None:
             elif spec.layout == "gallery":
                 data = spec.load_gallery(check_images=check_images)
                 detail = f"{len(data.queries)} queries, {len(data.gallery)} gallery rows"
+            elif spec.layout == "qrels":
+                qrels = spec.load_qrels(check_images=check_images)
+                detail = (f"{len(qrels.queries)} queries ({qrels.n_unjudged} without a relevant document), "
+                          f"{len(qrels.corpus)} documents, {sum(map(len, qrels.judgements.values()))} judgements")
             else:
                 detail = "manifest entry valid (rows are parsed by the evaluation protocol)"
-            print(f"  {spec.name}: {spec.benchmark}/{spec.meta_task}/{spec.split} {spec.layout}: {detail}")
+            place = "/".join(part for part in (spec.benchmark, spec.meta_task, spec.split) if part)  # MMEB-V2: no split
+            print(f"  {spec.name}: {place} {spec.layout}: {detail}")
         return
     cfg = load_train_config(yaml_path, check_images=check_images)
     print(f"{yaml_path}: {len(cfg.datasets)} training dataset(s), fingerprint {cfg.fingerprint()[:12]}")

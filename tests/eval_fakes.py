@@ -116,3 +116,33 @@ def make_identity_benchmark(root: Path, n_views: int = 3) -> dict[str, Path]:
         "gallery": write_jsonl(root / "gallery.jsonl", gallery_rows),
         "images": root / "images",
     }
+
+
+def make_qrels_benchmark(root: Path, tsv: bool = False) -> dict[str, Path]:
+    """A BEIR-shaped ``qrels`` dataset: page images (``pages/<colour>_<v>.png``, some with text) as
+    the corpus, text and image queries, graded judgements (2: the page of the query's colour in
+    view 0, 1: view 1) and one query judged with grade 0 only (left out of the scores)."""
+    names = list(COLOURS)
+    for name in names:
+        for view in range(2):
+            write_image(root / "pages" / f"{name}_{view}.png", COLOURS[name], jitter=view * 5)
+    corpus = [{"id": f"doc {name}-{v}", "image": f"pages/{name}_{v}.png",
+               **({"text": f"page about {name}"} if v == 1 else {})} for name in names for v in range(2)]
+    queries = [{"id": f"t-{name}", "text": f"which page is {name}?"} for name in names[:3]]
+    queries += [{"id": f"i-{name}", "image": f"pages/{name}_1.png", "text": "find this page"} for name in names[3:]]
+    judgements = []
+    for query in queries:
+        name = query["id"].split("-", 1)[1]
+        judgements += [(query["id"], f"doc {name}-0", 2), (query["id"], f"doc {name}-1", 1)]
+    queries.append({"id": "t-none", "text": "a query nobody judged relevant"})
+    judgements.append(("t-none", "doc red-0", 0))
+    files = {"queries": write_jsonl(root / "queries.jsonl", queries),
+             "corpus": write_jsonl(root / "corpus.jsonl", corpus)}
+    if tsv:
+        text = "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, d, g in judgements)
+        (root / "qrels.tsv").write_text(text)
+        files["qrels"] = root / "qrels.tsv"
+    else:
+        files["qrels"] = write_jsonl(root / "qrels.jsonl", [{"query_id": q, "corpus_id": d, "score": g}
+                                                             for q, d, g in judgements])
+    return files

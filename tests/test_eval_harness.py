@@ -39,7 +39,9 @@ def test_results_json_layout_groups_and_single_encoding(tmp_path: Path) -> None:
     results = _run(encoder, _specs(files), tmp_path / "out", pictures=False)
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved == json.loads(json.dumps(results))
-    assert set(saved) == {"model", "tie_policy", "dim", "datasets", "groups"}
+    assert set(saved) == {"model", "tie_policy", "dim", "datasets", "groups", "counts"}
+    assert saved["counts"] == {"ID-Rec": 1, "Re-ID": 1, "MVEB-IND": 1, "MVEB-OOD": 1, "IND": 1, "OOD": 1,
+                               "MVEB": 2, "overall": 2}
     assert saved["tie_policy"] == "pessimistic"
     assert {"name", "adapter", "prompt_format", "pixels", "fingerprints"} <= set(saved["model"])
     assert saved["model"]["fingerprints"]["model"] == encoder.fingerprint()

@@ -183,6 +183,15 @@ def test_one_attention_rule() -> None:
     assert _where(_call_of("resolve_attn_implementation")) == {"vis_embed/model/embedding_model.py"}
 
 
+def test_one_global_ranking_and_one_group_membership_rule() -> None:
+    """The gallery and qrels layouts rank through GlobalRanking: only it builds a search index and
+    resolves ties at the cut-off; group_means and group_counts share one membership rule."""
+    assert _where(_call_of("build_index")) == {"vis_embed/evaluation/gallery_ranking.py"}
+    assert _where(_call_of("results_past_ties")) == {"vis_embed/evaluation/gallery_ranking.py"}
+    assert _where(_call_of("_group_keys")) == {"vis_embed/data/taxonomy.py"}
+    assert _where(_definition("_group_keys")) == {"vis_embed/data/taxonomy.py"}
+
+
 def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
     """The scanner is not blind: a module restating the same-label rule is found."""
     copy = ast.parse("same = (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0)\n")
@@ -204,6 +213,8 @@ def test_one_dataset_revision_table() -> None:
 
 
 CLAIMS = {
+    "the one global ranking": test_one_global_ranking_and_one_group_membership_rule,
+    "the one membership rule": test_one_global_ranking_and_one_group_membership_rule,
     "The only place that sets": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
     "the only place that shows": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
     "the ONE declaration of the settings": test_the_embedding_settings_are_declared_once,

@@ -4,7 +4,7 @@ Formats are documented in docs/data.md.  Entry points::
 
     from vis_embed.data import load_train_config, load_benchmark
     cfg = load_train_config("train.yaml")   # TrainDataConfig, every row validated
-    bench = load_benchmark("benchmark.yaml")  # Benchmark; spec.load_candidates() / load_gallery()
+    bench = load_benchmark("benchmark.yaml")  # Benchmark; spec.load_candidates() / load_gallery() / load_qrels()
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from vis_embed.data.image_geometry import crop_to_bbox
 from vis_embed.data.images import is_url, load_image, resolve_image
 from vis_embed.data.items import ITEM_KEYS, Item, ResolvedItem, check_bbox, check_item
 from vis_embed.data.manifest import FILE_ROLES, LAYOUTS
+from vis_embed.data.qrels import QrelsData, QrelsRow, load_qrels_dataset
 from vis_embed.data.tables import read_table, write_table
 from vis_embed.data.train_config import KINDS
 from vis_embed.data.train import (
@@ -35,8 +36,9 @@ from vis_embed.data.train import (
 
 __all__ = [
     "FILE_ROLES", "ITEM_KEYS", "KINDS", "LAYOUTS", "Benchmark", "CandidateQuery", "DatasetArrays",
-    "EvalDatasetSpec", "GalleryData", "GalleryRow", "Item", "ResolvedItem", "TrainDataConfig", "TrainDataset",
-    "check_bbox", "check_item", "crop_to_bbox", "factorize", "is_url", "load_benchmark",
-    "load_candidates", "load_gallery", "load_image", "load_train_config", "read_table",
+    "EvalDatasetSpec", "GalleryData", "GalleryRow", "Item", "QrelsData", "QrelsRow", "ResolvedItem",
+    "TrainDataConfig", "TrainDataset", "check_bbox", "check_item", "crop_to_bbox", "factorize", "is_url",
+    "load_benchmark", "load_candidates", "load_gallery", "load_image", "load_qrels_dataset", "load_train_config",
+    "read_table",
     "resolve_image", "write_table",
 ]

@@ -1,10 +1,11 @@
-"""Evaluation data: the benchmark manifest YAML and the ``candidates`` / ``gallery`` layouts.
+"""Evaluation data: the benchmark manifest YAML and the ``candidates`` / ``gallery`` / ``qrels`` layouts.
 
 ``load_benchmark`` validates the manifest (the pydantic schema in
 :mod:`vis_embed.data.manifest`: keys, vocabularies, that files exist) without reading the data
-files; ``EvalDatasetSpec.load_candidates()`` / ``.load_gallery()`` read and validate the rows
-of the two layouts this package owns. The peer-protocol layouts (2afc, nearid, pair_ap,
-asym_recall, human_corr) are parsed by vis_embed.evaluation; their extra manifest keys are kept
+files; ``EvalDatasetSpec.load_candidates()`` / ``.load_gallery()`` / ``.load_qrels()`` read and
+validate the rows of the three layouts this package owns (qrels: :mod:`vis_embed.data.qrels`).
+The peer-protocol layouts (2afc, nearid, pair_ap, asym_recall, human_corr) are parsed by
+vis_embed.evaluation; their extra manifest keys are kept
 in ``EvalDatasetSpec.options``.
 """
 
@@ -13,14 +14,15 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from vis_embed.config import validate_document
 from vis_embed.data.eval_options import DatasetOptions
 from vis_embed.data.images import resolve_image
-from vis_embed.data.items import Item, ResolvedItem, check_item
+from vis_embed.data.items import Item, ResolvedItem
 from vis_embed.data.manifest import LAYOUTS  # noqa: F401  (re-exported with the spec it describes)
 from vis_embed.data.manifest import FILE_ROLES, Manifest, ManifestEntry, files_of_layout
+from vis_embed.data.qrels import QrelsData, load_qrels_dataset
+from vis_embed.data.eval_rows import resolved_item, unique_id
 from vis_embed.data.records import ImageChecker, RowContext, require_str
 from vis_embed.data.tables import read_table
 from vis_embed.data.yaml_lines import load_yaml_with_lines
@@ -81,6 +83,9 @@ class EvalDatasetSpec:
     path: Path | None = None
     queries: Path | None = None
     gallery: Path | None = None
+    corpus: Path | None = None
+    qrels: Path | None = None
+    modality: str | None = None  # MMEB-V2: image | video | visdoc
     image_root: Path | None = None
     query_instruction: str | None = None
     candidate_instruction: str | None = None
@@ -99,7 +104,7 @@ class EvalDatasetSpec:
         return {role: Path(getattr(self, role)) for role in FILE_ROLES if getattr(self, role) is not None}
 
     def file(self, role: str) -> Path:
-        """The data file in ``role`` (``path`` | ``queries`` | ``gallery``) of this layout."""
+        """The data file in ``role`` (``path`` | ``queries`` | ``gallery`` | ``corpus`` | ``qrels``)."""
         value = getattr(self, role) if role in FILE_ROLES else None
         if value is None:
             raise DataError(f"dataset {self.name!r} (layout {self.layout}) needs '{role}'",
@@ -122,6 +127,13 @@ class EvalDatasetSpec:
                             path=self.manifest_path, line=self.line, field="layout")
         return load_gallery(self.queries, self.gallery, self.image_root, check_images=check_images)
 
+    def load_qrels(self, *, check_images: bool = True) -> QrelsData:
+        if self.layout != "qrels":
+            raise DataError(f"dataset {self.name!r} has layout {self.layout!r}, not 'qrels'",
+                            path=self.manifest_path, line=self.line, field="layout")
+        return load_qrels_dataset(self.file("queries"), self.file("corpus"), self.file("qrels"),
+                                  self.root_for("queries"), check_images=check_images)
+
 
 @dataclass(frozen=True)
 class Benchmark:
@@ -130,15 +142,15 @@ class Benchmark:
     datasets: list[EvalDatasetSpec]
     description: str | None = None
     version: int | str | None = None
+    protocol: str | None = None  # the manifest's evaluation protocol (None: the run's default)
 
     def fingerprint(self) -> str:
         """SHA-256 over the manifest and every data file it names (not image files)."""
         files = [self.path]
         for spec in self.datasets:
-            for data_path in (spec.path, spec.queries, spec.gallery):
-                if data_path is not None:
-                    files.extend(sorted(p for p in data_path.rglob("*") if p.is_file())
-                                 if data_path.is_dir() else [data_path])
+            for data_path in spec.files.values():
+                files.extend(sorted(p for p in data_path.rglob("*") if p.is_file())
+                             if data_path.is_dir() else [data_path])
         return fingerprint_json([fingerprint_files([f]) for f in files])
 
     def dataset(self, name: str) -> EvalDatasetSpec:
@@ -161,7 +173,8 @@ def load_benchmark(manifest_path: str | Path) -> Benchmark:
              for entry, raw in zip(manifest.datasets, document["datasets"])]
     description = manifest.description
     return Benchmark(name=manifest.name, path=manifest_path, datasets=specs,
-                     description=None if description is None else str(description), version=manifest.version)
+                     description=None if description is None else str(description), version=manifest.version,
+                     protocol=manifest.protocol)
 
 
 def _spec(entry: ManifestEntry, manifest_path: Path, line: int | None,
@@ -174,38 +187,14 @@ def _spec(entry: ManifestEntry, manifest_path: Path, line: int | None,
     return EvalDatasetSpec(
         name=entry.name, benchmark=entry.inferred_benchmark, meta_task=entry.meta_task, split=entry.split,
         layout=entry.layout, manifest_path=manifest_path, line=line, image_root=image_root,
+        modality=entry.inferred_modality,
         query_instruction=entry.query_instruction, candidate_instruction=entry.candidate_instruction,
         options=entry.all_options, benchmark_version=version, **files,
     )
 
 
 # ---------------------------------------------------------------------------------------------
-# Rows of the two layouts
-
-
-def _resolved_item(raw: Any, image_root: Path, field_name: str, ctx: RowContext,
-                   checker: ImageChecker, shared: dict[ResolvedItem, Item] | None = None) -> Item:
-    """The validated item with its image resolved; equal items share one dict via ``shared``
-    (keyed on the item as written: a repeat skips validation and resolution)."""
-    if shared is not None and isinstance(raw, dict):
-        try:
-            known = shared.get(ResolvedItem.unchecked(raw))
-        except TypeError:  # an unhashable (hence invalid) value: check_item names it below
-            known = None
-        if known is not None and raw.keys() <= {"image", "text", "bbox"}:
-            return known  # an identical item was already validated
-    item = check_item(raw, field_name, path=ctx.path, line=ctx.line)
-    key = ResolvedItem.unchecked(item)
-    resolved = {"image": item.get("image"), "text": item.get("text")}
-    if resolved["image"] is not None:
-        resolved["image"] = resolve_image(resolved["image"], image_root)
-        checker.check(resolved["image"], f"{field_name}.image", ctx)
-    if "bbox" in item:
-        resolved["bbox"] = item["bbox"]
-        checker.check_bbox(resolved["image"], item["bbox"], f"{field_name}.bbox", ctx)  # header only
-    if shared is not None:
-        shared[key] = resolved
-    return resolved
+# Rows of the candidates and gallery layouts
 
 
 def load_candidates(path: str | Path, image_root: str | Path | None = None, *,
@@ -223,16 +212,16 @@ def load_candidates(path: str | Path, image_root: str | Path | None = None, *,
     shared: dict[ResolvedItem, Item] = {}
     for line, row in read_table(path):
         ctx = RowContext(path, line)
-        query_id = _unique_id(row, ctx, seen)
+        query_id = unique_id(row, ctx, seen)
         if "query" not in row:
             raise ctx.error("query", "missing required field")
-        query = _resolved_item(row["query"], image_root, "query", ctx, checker)
+        query = resolved_item(row["query"], image_root, "query", ctx, checker)
         candidates = row.get("candidates")
         if "candidates" not in row:
             raise ctx.error("candidates", "missing required field")
         if not isinstance(candidates, list) or not candidates:
             raise ctx.error("candidates", "expected a non-empty list of items (positive first)")
-        items = [_resolved_item(candidate, image_root, f"candidates[{k}]", ctx, checker, shared)
+        items = [resolved_item(candidate, image_root, f"candidates[{k}]", ctx, checker, shared)
                  for k, candidate in enumerate(candidates)]
         queries.append(CandidateQuery(id=query_id, query=query, candidates=items, line=line))
     if not queries:
@@ -240,20 +229,12 @@ def load_candidates(path: str | Path, image_root: str | Path | None = None, *,
     return queries
 
 
-def _unique_id(row: dict[str, Any], ctx: RowContext, seen: dict[str, int]) -> str:
-    row_id = require_str(row, "id", ctx)
-    if row_id in seen:
-        raise ctx.error("id", f"duplicate id {row_id!r} (first on line {seen[row_id]})")
-    seen[row_id] = ctx.line
-    return row_id  # type: ignore[return-value]
-
-
 def _read_gallery_rows(path: Path, image_root: Path, checker: ImageChecker) -> list[GalleryRow]:
     rows: list[GalleryRow] = []
     seen: dict[str, int] = {}
     for line, row in read_table(path):
         ctx = RowContext(path, line)
-        row_id = _unique_id(row, ctx, seen)
+        row_id = unique_id(row, ctx, seen)
         image = resolve_image(require_str(row, "image", ctx), image_root)  # type: ignore[arg-type]
         checker.check(image, "image", ctx)
         identity = require_str(row, "identity", ctx)

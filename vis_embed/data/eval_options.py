@@ -3,7 +3,9 @@ spec built in code) is loaded -- not again where they are used.
 
 Manifest ``options:`` (any layout) and a peer layout's extra keys: ``index`` (gallery search
 backend), ``tie_policy`` (how tied scores rank), ``depth`` (gallery ranking depth), ``seed``
-(2AFC bootstrap), ``ks`` (asymmetric recall cut-offs).  Other keys are kept for the peer
+(2AFC bootstrap), ``ks`` (asymmetric recall cut-offs), ``primary`` (the qrels layout's aggregated
+score: ``ndcg_linear@5``, its default, or ``hit@1``, what MMEB-V2 reports for a video task ranked
+over a global pool).  Other keys are kept for the peer
 protocols that read them.  The vocabularies live here, below :mod:`vis_embed.evaluation`
 (which re-exports them), so the manifest's schema can check them; no torch.
 """
@@ -27,6 +29,8 @@ DEFAULT_INDEX = "auto"
 # pessimistic = negatives before positives; first = listed order, as VLM2Vec's argmax.
 TIE_POLICIES: tuple[str, ...] = ("pessimistic", "first")
 DEFAULT_TIE_POLICY = "pessimistic"
+# The scores a qrels dataset may aggregate by (the first is the default).
+QRELS_PRIMARIES: tuple[str, ...] = ("ndcg_linear@5", "hit@1")
 
 
 def check_index_kind(kind: Any, field: str = "index") -> str:
@@ -49,6 +53,12 @@ class DatasetOptions(BaseModel):
     depth: PositiveInt | None = None
     seed: int | None = None
     ks: tuple[PositiveInt, ...] | None = None
+    primary: str | None = None
+
+    @field_validator("primary")
+    @classmethod
+    def _known_primary(cls, primary: str | None) -> str | None:
+        return primary if primary is None else one_of(primary, QRELS_PRIMARIES, "primary score")
 
     @field_validator("index")
     @classmethod

@@ -14,7 +14,9 @@ from vis_embed.data import EvalDatasetSpec, load_benchmark
 from vis_embed.distributed import local_device, torchrun_group
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.evaluation.harness import Encoder, EvalSettings, Harness, describe_encoder
+from vis_embed.evaluation.protocol_runs import protocol_embedding_values
 from vis_embed.model.embedder import Embedder
+from vis_embed.model.embedding_config import EmbeddingConfig
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +27,20 @@ def load_specs(manifest: Path) -> tuple[list[EvalDatasetSpec], str]:
     Parsing and validation, dataset options included, belong to ``vis_embed.data.load_benchmark``
     (errors name the file, line and key).
     """
+    specs, fingerprint, _protocol = load_benchmark_specs(manifest)
+    return specs, fingerprint
+
+
+def load_benchmark_specs(manifest: Path) -> tuple[list[EvalDatasetSpec], str, str | None]:
+    """:func:`load_specs` and the manifest's ``protocol`` (None when it names none)."""
     benchmark = load_benchmark(manifest)
-    return list(benchmark.datasets), benchmark.fingerprint()
+    return list(benchmark.datasets), benchmark.fingerprint(), benchmark.protocol
+
+
+def protocol_settings(protocol: str | None, given: dict[str, Any]) -> dict[str, Any]:
+    """``Embedder.from_pretrained``'s keywords: the flags given, then the protocol's EmbeddingConfig
+    values (:func:`vis_embed.evaluation.protocol_runs.protocol_embedding_values`)."""
+    return protocol_embedding_values(protocol, given, EmbeddingConfig.model_fields)
 
 
 def load_embedder(model: str | Path, adapter: str | Path | None = None, **overrides: Any) -> Embedder:
@@ -85,8 +99,10 @@ def evaluate_model(model: str | Path, benchmark: str | Path, out: str | Path, *,
     Launched by torchrun, the ranks share the encoding and rank 0 returns the results (the
     others None).
     """
-    specs, benchmark_fingerprint = load_specs(Path(benchmark))
+    specs, benchmark_fingerprint, manifest_protocol = load_benchmark_specs(Path(benchmark))
+    eval_settings = EvalSettings(show_progress=show_progress, **settings)
+    eval_settings = eval_settings.model_copy(update={"protocol": eval_settings.protocol or manifest_protocol})
     with torchrun_group():
-        encoder = load_embedder(model, adapter)
-        return evaluate_encoder(encoder, specs, benchmark_fingerprint, out, EvalSettings(
-            show_progress=show_progress, **settings), model_name=str(model), adapter=adapter)
+        encoder = load_embedder(model, adapter, **protocol_settings(eval_settings.protocol, {}))
+        return evaluate_encoder(encoder, specs, benchmark_fingerprint, out, eval_settings,
+                                model_name=str(model), adapter=adapter)

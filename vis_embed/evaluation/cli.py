@@ -23,7 +23,9 @@ from typing import Any
 from vis_embed.config import add_model_arguments, from_arguments
 from vis_embed.errors import ConfigError
 from vis_embed import resources
-from vis_embed.evaluation.report import find_reference, load_groups, load_models, models_table, read_reference
+from vis_embed.evaluation.mmeb_v2_scores import mmeb_v2_notes, with_mmeb_v2
+from vis_embed.evaluation.report import (find_reference, load_groups, load_mmeb_v2, load_models, models_table,
+                                         read_reference)
 from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.io import atomic_write_json
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
@@ -43,9 +45,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_encoder(args: argparse.Namespace) -> Any:
+    """The model, with the run's protocol (``args.protocol``, resolved against the manifest's)
+    filling the EmbeddingConfig values no flag gave."""
     from vis_embed.evaluation import api  # torch, transformers: only when the command runs
 
-    return api.load_embedder(args.model, args.adapter, workers=args.workers, **model_settings(args))
+    return api.load_embedder(args.model, args.adapter, workers=args.workers,
+                             **api.protocol_settings(getattr(args, "protocol", None), model_settings(args)))
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -54,7 +59,9 @@ def run_eval(args: argparse.Namespace) -> int:
     from vis_embed.evaluation import api
 
     settings = from_arguments(EvalSettings, args)  # before any model is loaded; errors name the flag
-    specs, benchmark_fingerprint = api.load_specs(args.benchmark)
+    specs, benchmark_fingerprint, manifest_protocol = api.load_benchmark_specs(args.benchmark)
+    settings = settings.model_copy(update={"protocol": settings.protocol or manifest_protocol})  # the flag wins
+    args.protocol = settings.protocol
     cache_stats = CacheStats()
     with torchrun_group():  # under torchrun: every rank encodes a share, rank 0 scores
         encoder = _load_encoder(args)
@@ -79,17 +86,25 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="published table CSV (default: the paper's Table 1, shipped with vis_embed)")
     parser.add_argument("--no-reference", action="store_true", help="leave the published rows out")
     parser.add_argument("--json", type=Path, default=None,
-                        help="write {models: {FILE_STEM: {GROUP: mean}}} (the files and the --peers)")
+                        help="write {models: {FILE_STEM: {GROUP: mean}}, mmeb_v2: {FILE_STEM: {groups, counts, "
+                             "data_version}}} (the files and the --peers; mmeb_v2 for those holding video or "
+                             "visdoc tasks)")
 
 
 def run_report(args: argparse.Namespace) -> int:
     models = load_models(args.files)
-    peers = ({entry.name.removesuffix(".json"): load_groups(entry) for entry in resources.mmeb_score_files()}
-             if args.peers else {})
+    peer_files = {entry.name.removesuffix(".json"): entry for entry in resources.mmeb_score_files()} \
+        if args.peers else {}
+    peers = {name: load_groups(entry) for name, entry in peer_files.items()}
     reference_rows = [] if args.no_reference else read_reference(find_reference(args.reference))
     if not (models or peers or reference_rows):
         raise ConfigError("nothing to report: give result files, --peers, or drop --no-reference")
-    print(models_table(models, reference_rows, peers=peers))
+    # MMEB-V2 (image, video, visdoc) of every file that holds video or visdoc tasks: extra columns
+    sources = {**peer_files, **dict(zip(models, args.files))}
+    mmeb_v2 = {name: summary for name, source in sources.items() if (summary := load_mmeb_v2(source)) is not None}
+    print(models_table(with_mmeb_v2(models, mmeb_v2), reference_rows, peers=with_mmeb_v2(peers, mmeb_v2)))
+    if mmeb_v2:
+        print("\n" + mmeb_v2_notes(mmeb_v2))
     if args.json is not None:
-        atomic_write_json(args.json, {"models": {**peers, **models}})
+        atomic_write_json(args.json, {"models": {**peers, **models}, **({"mmeb_v2": mmeb_v2} if mmeb_v2 else {})})
     return 0

@@ -4,15 +4,20 @@ A top-``depth`` search cuts the ranking; for P@1 and recall@k (k <= depth) to eq
 full-ranking values, the cut must not split a group of tied scores whose order the tie
 policy decides (:func:`vis_embed.evaluation.metrics.truncated_relevance`).  The harness
 fetches one result past the cut-off; when that still ties, the query is searched again.
+:class:`GlobalRanking` is the one global ranking of the layouts that search a shared gallery or
+corpus (``gallery``, ``qrels``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from vis_embed.evaluation import metrics, search
+from vis_embed.gallery.quantized_index import QUANTIZED_KINDS
 
 # A score tie at the ranking's cut-off is resolved by fetching further results, up to this many:
 # past it (a near-collapsed model on a huge gallery) the tied positives count as missed.
@@ -43,3 +48,57 @@ def results_past_ties(index: Any, query: np.ndarray, ids: np.ndarray, scores: np
         more_scores, more_ids = search.search(index, query[None, :], fetched)
         ids, scores = gallery_order(more_ids[0], more_scores[0], excluded)
     return ids, scores, len(ids) >= eligible
+
+
+# galleries / corpora up to this size are ranked completely; larger ones to GALLERY_DEFAULT_DEPTH
+GALLERY_FULL_RANKING_LIMIT = 10_000
+GALLERY_DEFAULT_DEPTH = 1_000
+
+
+def ranking_depth(depth: int | None, n_gallery: int) -> int:
+    """The depth a global ranking is cut at: ``depth`` when set, else the whole gallery up to
+    GALLERY_FULL_RANKING_LIMIT, else GALLERY_DEFAULT_DEPTH (mAP@1000 etc.)."""
+    if depth:
+        return int(depth)
+    return n_gallery if n_gallery <= GALLERY_FULL_RANKING_LIMIT else GALLERY_DEFAULT_DEPTH
+
+
+@dataclass
+class GlobalRanking:
+    """Every query ranked over one shared gallery or corpus (gallery and qrels layouts): the index
+    the run chose, and for each query its results past ties at the cut-off (:func:`results_past_ties`)."""
+
+    index: Any
+    choice: Any  # search.IndexChoice: the kind built and why
+    depth: int
+    n_gallery: int
+
+    @classmethod
+    def build(cls, gallery: np.ndarray, index_kind: str, rescore: int, depth: int | None) -> GlobalRanking:
+        choice = search.resolve_index(index_kind, gallery.shape[1])  # "auto": this machine's fastest
+        index = search.build_index(gallery, kind=choice.kind, rescore=rescore)
+        return cls(index, choice, ranking_depth(depth, len(gallery)), len(gallery))
+
+    def results(self, queries: np.ndarray, excluded: Sequence[np.ndarray] | None = None,
+                chunk: int = 1024) -> Iterator[tuple[int, np.ndarray, np.ndarray, bool]]:
+        """``(query number, ids, scores, complete)`` per query, ids in gallery order; ``excluded[q]``
+        are gallery rows query q never sees (none by default)."""
+        none = np.zeros(0, dtype=np.int64)
+        widest = max((len(e) for e in excluded), default=0) if excluded is not None else 0
+        # one result past the cut-off shows whether a score tie crosses it
+        k_search = min(self.n_gallery, self.depth + 1 + widest)
+        for start in range(0, len(queries), chunk):  # bounds the (chunk x k_search) result matrices
+            top_scores, top_ids = search.search(self.index, queries[start:start + chunk], k_search)
+            for offset in range(top_ids.shape[0]):
+                q = start + offset
+                skip = excluded[q] if excluded is not None else none
+                ids, scores, complete = results_past_ties(self.index, queries[q], top_ids[offset],
+                                                          top_scores[offset], skip, self.depth, self.n_gallery)
+                yield q, ids, scores, complete
+
+    def extras(self, index_kind: str, rescore: int, dim: int) -> dict[str, Any]:
+        """What results.json records about the ranking (depth, index kind and why, sizes)."""
+        return {"depth": self.depth, "n_gallery": self.n_gallery, "index": self.choice.kind,
+                "index_requested": index_kind, "index_reason": self.choice.reason, "dim": int(dim),
+                "bytes_per_vector": search.index_bytes_per_vector(self.index, dim),
+                **({"rescore": rescore} if self.choice.kind in QUANTIZED_KINDS else {})}

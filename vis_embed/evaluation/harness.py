@@ -30,13 +30,17 @@ from tqdm.auto import tqdm
 
 from vis_embed.data.benchmark import EvalDatasetSpec
 from vis_embed.data.items import ResolvedItem
-from vis_embed.data.taxonomy import group_means
+from vis_embed.data.manifest import FILE_ROLES
+from vis_embed.data.taxonomy import group_counts, group_means
 from vis_embed.distributed import broadcast_object, is_main_process
 from vis_embed.embedding_cache import CacheStats, ContentHasher, EmbeddingCache
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation import layouts
+from vis_embed.evaluation.metrics import RANKING_PRIMARIES
 from vis_embed.evaluation.mmeb_scores import write_mmeb_score_files
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
+from vis_embed.evaluation.protocol_runs import apply_protocol, protocol_record
+from vis_embed.evaluation.trec_runs import write_run_files
 from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.gallery.stored_form import warn_if_not_matryoshka
@@ -50,7 +54,8 @@ log = logging.getLogger(__name__)
 # 2: zero NearID margins are exactly 0; gallery cut-offs no longer miss the item at rank depth.
 # 3: embeddings L2-normalised at the scoring boundary; a duplicate of the positive is a hit; AP
 #    ties at their expectation (AP_pessimistic beside it); constant groups detected by range.
-METRICS_VERSION = 3
+# 4: ndcg_linear@k beside NDCG@k; qrels datasets (primary ndcg_linear@5) join the group means.
+METRICS_VERSION = 4
 PRIMARY_METRIC = "P@1"
 
 
@@ -153,7 +158,7 @@ class Harness:
         if isinstance(width, int):
             warn_if_not_matryoshka(self.settings.dim, width,
                                    getattr(getattr(self.encoder, "embedding_config", None), "matryoshka_dims", None))
-        selected = self.select(specs)
+        selected = apply_protocol(self.select(specs), self.settings.protocol)
         datasets: dict[str, dict[str, Any]] = {}
         progress = tqdm(selected, desc="datasets", unit="ds", disable=not self._show_progress())
         for spec in progress:
@@ -163,7 +168,9 @@ class Harness:
             return None
         results = {"model": dict(self.model_info), "tie_policy": self.settings.tie_policy,
                    "dim": self.settings.dim or getattr(self.encoder, "embedding_dim", None),
-                   "datasets": datasets, "groups": aggregate(datasets)}
+                   **({"protocol": protocol_record(self.settings.protocol, self.model_info.get("embedding_config"))}
+                      if self.settings.protocol else {}),
+                   "datasets": datasets, "groups": aggregate(datasets), "counts": aggregate_counts(datasets)}
         if benchmark_fingerprint:
             results["model"].setdefault("fingerprints", {})["benchmark"] = benchmark_fingerprint
         self.write_outputs(results)
@@ -172,7 +179,7 @@ class Harness:
     def _dataset_key(self, spec: EvalDatasetSpec, prepared: layouts.PreparedDataset, pools: list[_Pool]) -> str:
         # where the manifest and files live is not what the result depends on (their content is)
         spec_fields = {key: value for key, value in asdict(spec).items()
-                       if key not in ("path", "queries", "gallery", "manifest_path", "line", "benchmark_version")}
+                       if key not in (*FILE_ROLES, "manifest_path", "line", "benchmark_version")}
         spec_fields["options"] = spec.options.as_dict()
         spec_fields["files"] = {role: self.hasher.file(path) for role, path in spec.files.items()}
         spec_fields["image_root"] = None  # content matters, not where it lives
@@ -187,6 +194,7 @@ class Harness:
             **({"benchmark_version": spec.benchmark_version} if spec.benchmark_version is not None else {}),
             "n_examples": self.settings.n_examples, "pictures": self.settings.pictures,
             "tie_policy": self.settings.tie_policy,
+            **({"save_runs": True} if self.settings.save_runs else {}),  # a run written later is recomputed
             "metrics_version": METRICS_VERSION,
         })
 
@@ -211,7 +219,8 @@ class Harness:
         """The dataset's result (rank 0; None on the other ranks of a torchrun launch)."""
         options = layouts.ScoringOptions(index=self.settings.index, rescore=self.settings.rescore,
                                          depth=self.settings.depth,
-                                         n_examples=self.settings.n_examples, tie_policy=self.settings.tie_policy)
+                                         n_examples=self.settings.n_examples, tie_policy=self.settings.tie_policy,
+                                         save_runs=self.settings.save_runs)
         prepared = layouts.prepare(spec, self.settings.max_queries, options)
         pools, side_rows = _build_pools(prepared, self.sign, self.encoder_fingerprint)
         key = self._dataset_key(spec, prepared, pools)
@@ -227,10 +236,15 @@ class Harness:
         outcome = prepared.score(embeddings)
         result = {
             "meta_task": spec.meta_task, "split": spec.split, "benchmark": spec.benchmark,
+            **({"modality": spec.modality} if spec.modality else {}),
             "layout": spec.layout, "n_queries": outcome.n_queries, "primary": outcome.primary,
             "metrics": outcome.metrics, **outcome.extra, "fingerprint": key,
             **({"benchmark_version": spec.benchmark_version} if spec.benchmark_version is not None else {}),
         }
+        if outcome.run is not None:  # before the result file: a finished dataset has its runs
+            run_path, qrels_path = write_run_files(outcome.run, self.out_dir, spec.name)
+            result["runs"] = {"run": str(run_path.relative_to(self.out_dir)),
+                              "qrels": str(qrels_path.relative_to(self.out_dir))}
         if self.settings.pictures and outcome.examples:
             grid_path = self.out_dir / "grids" / f"{safe_name(spec.name)}.png"
             retrieval_grid(outcome.examples, grid_path, title=f"{spec.name} ({spec.meta_task})",
@@ -261,13 +275,21 @@ class Harness:
             meta_task_bars(results, self.out_dir / "plots")
 
 
-def aggregate(datasets: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """Group means (percent) over the datasets whose primary metric is P@1.
+def _group_rows(datasets: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per dataset scored by a ranking primary (RANKING_PRIMARIES), with its primary score.
 
     Peer-protocol datasets (2AFC, SSR, AP, ...) report other quantities and are not mixed
-    into the meta-task / IND / OOD / overall means.
-    """
-    rows = [{"meta_task": d["meta_task"], "split": d.get("split"), "benchmark": d.get("benchmark"),
-             "score": d["metrics"][PRIMARY_METRIC]}
-            for d in datasets.values() if d.get("primary", PRIMARY_METRIC) == PRIMARY_METRIC]
-    return group_means(rows)
+    into the meta-task / IND / OOD / overall means."""
+    return [{"meta_task": d["meta_task"], "split": d.get("split"), "benchmark": d.get("benchmark"),
+             "modality": d.get("modality"), "score": d["metrics"][d.get("primary", PRIMARY_METRIC)]}
+            for d in datasets.values() if d.get("primary", PRIMARY_METRIC) in RANKING_PRIMARIES]
+
+
+def aggregate(datasets: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Group means (percent) of the datasets' primary scores (P@1; ndcg_linear@5 for qrels)."""
+    return group_means(_group_rows(datasets))
+
+
+def aggregate_counts(datasets: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """How many datasets each group of :func:`aggregate` covers."""
+    return group_counts(_group_rows(datasets))

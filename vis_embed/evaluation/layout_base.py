@@ -24,6 +24,7 @@ from vis_embed.data.tables import read_table
 from vis_embed.errors import DataError
 from vis_embed.evaluation import metrics, protocols
 from vis_embed.evaluation.settings import DEFAULT_INDEX
+from vis_embed.evaluation.trec_runs import TrecRun
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Outcome:
     n_queries: int
     examples: list[Example] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    run: TrecRun | None = None     # the rankings and judgements, when ScoringOptions.save_runs
 
 
 # Where an item of a side comes from, for errors: (file, [(line, field) of each item]).
@@ -62,6 +64,7 @@ class ScoringOptions:
     depth: int | None = None
     n_examples: int = 3
     tie_policy: str = metrics.DEFAULT_TIE_POLICY  # candidates and gallery rankings
+    save_runs: bool = False  # retrieval layouts keep their rankings for TREC run files
 
 
 # ---------------------------------------------------------------- item helpers

@@ -7,8 +7,11 @@ whatever side or row it appears in.
 
 Layouts (row formats are documented in docs/evaluation.md):
 ``candidates`` (MMEB: each query ranks its own candidate list, positive first),
-``gallery`` (identity retrieval over a shared gallery with faiss), and the peer protocols
-``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``, ``human_corr``.
+``gallery`` (identity retrieval over a shared gallery with faiss), ``qrels`` (BEIR: queries
+ranked over a corpus, graded judgements; :mod:`vis_embed.evaluation.qrels_layout`), and the
+peer protocols ``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``, ``human_corr``.  The
+retrieval layouts keep their rankings for TREC run files when asked (``ScoringOptions.save_runs``,
+:mod:`vis_embed.evaluation.trec_runs`).
 
 Every layout's ``score`` sees embeddings that passed one boundary (:func:`prepare`): a NaN or
 infinite vector is a :class:`DataError` naming the dataset, file, row and field of its item
@@ -26,17 +29,16 @@ from vis_embed.data.benchmark import LAYOUTS, EvalDatasetSpec, load_candidates, 
 from vis_embed.data.factorize import factorize
 from vis_embed.data.items import Item, ResolvedItem
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.evaluation import gallery_ranking, metrics, search
-from vis_embed.gallery.quantized_index import QUANTIZED_KINDS
+from vis_embed.evaluation import metrics
+from vis_embed.evaluation.gallery_ranking import GlobalRanking
+from vis_embed.evaluation.qrels_layout import prepare_qrels
+from vis_embed.evaluation.trec_runs import TrecRun
 from vis_embed.evaluation.layout_base import (Example, Outcome, PreparedDataset, ScoringOptions, clean,
                                               normalise_item, scored_at_the_boundary, tie_policy_of)
 from vis_embed.evaluation.peer_layouts import (prepare_2afc, prepare_asym_recall, prepare_human_corr,
                                                prepare_nearid, prepare_pair_ap)
 
 __all__ = ["Example", "Outcome", "PreparedDataset", "ScoringOptions", "normalise_item", "prepare"]
-
-GALLERY_FULL_RANKING_LIMIT = 10_000  # galleries up to this size are ranked completely
-GALLERY_DEFAULT_DEPTH = 1_000        # otherwise the top-1000 are ranked (mAP@1000 etc.)
 
 
 # ---------------------------------------------------------------- candidates
@@ -53,9 +55,11 @@ def prepare_candidates(spec: EvalDatasetSpec, max_queries: int | None, options: 
     pool_index: dict[ResolvedItem, int] = {}
     pool_places: list[tuple[int, str]] = []
     lists: list[np.ndarray] = []
+    listed: list[list[int]] = []  # each kept candidate's place in its row (the run files' c<k> ids)
     duplicates = 0
     for row in rows:
         indices: list[int] = []
+        places: list[int] = []
         for k, raw in enumerate(row.candidates):
             item = clean(raw)
             key = ResolvedItem.unchecked(item)  # the loader resolved and checked it
@@ -69,22 +73,28 @@ def prepare_candidates(spec: EvalDatasetSpec, max_queries: int | None, options: 
                 duplicates += 1
                 continue
             indices.append(pool_index[key])
+            places.append(k)
         lists.append(np.asarray(indices))
+        listed.append(places)
 
     def score(embeddings: dict[str, np.ndarray]) -> Outcome:
         query_emb, pool_emb = embeddings["query"], embeddings["candidate"]
         per_query, examples = [], []
+        longest = max(len(row.candidates) for row in rows)
+        run = TrecRun([f"c{k}" for k in range(longest)]) if options.save_runs else None
         for i, indices in enumerate(lists):
             scores = pool_emb[indices] @ query_emb[i]
             mask = np.zeros(len(indices), dtype=bool)
             mask[0] = True  # the positive is first
-            per_query.append(metrics.query_metrics(metrics.ranked_relevance(scores, mask, tie_policy)))
+            order = metrics.tie_order(scores, mask, tie_policy)
+            per_query.append(metrics.query_metrics(mask[order]))  # = ranked_relevance
+            if run is not None:
+                run.add(rows[i].id, np.asarray(listed[i])[order], scores[order], [("c0", 1)])
             if i < options.n_examples:
-                order = metrics.tie_order(scores, mask, tie_policy)[:5]
                 examples.append(Example(queries[i], [(pool[indices[j]], float(scores[j]), bool(mask[j]))
-                                                     for j in order]))
+                                                     for j in order[:5]]))
         return Outcome(metrics.summarize(per_query), "P@1", len(per_query), examples,
-                       {"tie_policy": tie_policy, "n_duplicate_positives": duplicates})
+                       {"tie_policy": tie_policy, "n_duplicate_positives": duplicates}, run)
 
     path = spec.file("path")
     return PreparedDataset({"query": (spec.query_instruction, queries),
@@ -109,50 +119,40 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
     gallery = [clean(row.item()) for row in data.gallery]
     codes, _identities = factorize([r.identity for r in data.gallery] + [r.identity for r in query_rows])
     gallery_codes, query_codes = codes[:len(data.gallery)], codes[len(data.gallery):]
-    depth_option = spec.options.depth or options.depth
     tie_policy = tie_policy_of(spec, options)
     index_kind = spec.options.index or options.index
 
     def score(embeddings: dict[str, np.ndarray]) -> Outcome:
         query_emb, gallery_emb = embeddings["query"], embeddings["gallery"]
-        n_gallery = len(gallery)
-        depth = int(depth_option) if depth_option else (
-            n_gallery if n_gallery <= GALLERY_FULL_RANKING_LIMIT else GALLERY_DEFAULT_DEPTH)
-        choice = search.resolve_index(index_kind, gallery_emb.shape[1])  # "auto": this machine's fastest
-        index = search.build_index(gallery_emb, kind=choice.kind, rescore=options.rescore)
-        # one result past the cut-off shows whether a score tie crosses it
-        k_search = min(n_gallery, depth + 1 + max((len(e) for e in excluded), default=0))
+        ranking = GlobalRanking.build(gallery_emb, index_kind, options.rescore, spec.options.depth or options.depth)
         per_query, examples, skipped, unresolved_ties = [], [], 0, 0
-        chunk = 1024  # bounds the (chunk x k_search) result matrices
-        for start in range(0, len(queries), chunk):
-            top_scores, top_ids = search.search(index, query_emb[start:start + chunk], k_search)
-            for offset in range(top_ids.shape[0]):
-                q = start + offset
-                is_positive = gallery_codes == query_codes[q]
-                is_positive[excluded[q]] = False
-                n_positives = int(is_positive.sum())
-                if n_positives == 0:  # load_gallery rejects these; kept for direct callers
-                    skipped += 1
-                    continue
-                ids, scores, complete = gallery_ranking.results_past_ties(
-                    index, query_emb[q], top_ids[offset], top_scores[offset], excluded[q], depth, n_gallery)
-                relevance = metrics.truncated_relevance(scores, is_positive[ids], depth, complete, tie_policy)
-                unresolved_ties += metrics.boundary_tie_unresolved(scores, depth, complete)
-                per_query.append(metrics.query_metrics(relevance, n_positives=n_positives))
-                if len(examples) < options.n_examples:
-                    order = metrics.tie_order(scores, is_positive[ids], tie_policy)[:5]
-                    examples.append(Example(queries[q], [(gallery[ids[j]], float(scores[j]),
-                                                          bool(is_positive[ids[j]])) for j in order]))
+        run = TrecRun([row.id for row in data.gallery]) if options.save_runs else None
+        for q, ids, scores, complete in ranking.results(query_emb, excluded):
+            is_positive = gallery_codes == query_codes[q]
+            is_positive[excluded[q]] = False
+            n_positives = int(is_positive.sum())
+            if n_positives == 0:  # load_gallery rejects these; kept for direct callers
+                skipped += 1
+                continue
+            relevance = metrics.truncated_relevance(scores, is_positive[ids], ranking.depth, complete, tie_policy)
+            unresolved_ties += metrics.boundary_tie_unresolved(scores, ranking.depth, complete)
+            per_query.append(metrics.query_metrics(relevance, n_positives=n_positives))
+            if run is None and len(examples) >= options.n_examples:
+                continue
+            order = metrics.tie_order(scores, is_positive[ids], tie_policy)
+            if run is not None:
+                top = order[:ranking.depth]
+                run.add(query_rows[q].id, ids[top], scores[top],
+                        [(data.gallery[g].id, 1) for g in np.flatnonzero(is_positive)])
+            if len(examples) < options.n_examples:
+                examples.append(Example(queries[q], [(gallery[ids[j]], float(scores[j]),
+                                                      bool(is_positive[ids[j]])) for j in order[:5]]))
         if not per_query:
             raise DataError("no query has a positive in the gallery", path=spec.file("queries"))
         return Outcome(metrics.summarize(per_query), "P@1", len(per_query), examples,
-                       {"n_skipped_queries": skipped, "depth": depth, "n_gallery": n_gallery,
-                        "index": choice.kind, "index_requested": index_kind, "index_reason": choice.reason,
-                        "dim": int(gallery_emb.shape[1]),
-                        "bytes_per_vector": search.index_bytes_per_vector(index, gallery_emb.shape[1]),
-                        **({"rescore": options.rescore} if choice.kind in QUANTIZED_KINDS else {}),
-                        "tie_policy": tie_policy,
-                        "n_unresolved_boundary_ties": unresolved_ties})
+                       {"n_skipped_queries": skipped,
+                        **ranking.extras(index_kind, options.rescore, gallery_emb.shape[1]),
+                        "tie_policy": tie_policy, "n_unresolved_boundary_ties": unresolved_ties}, run)
 
     return PreparedDataset({"query": (spec.query_instruction, queries),
                             "gallery": (spec.candidate_instruction, gallery)}, score,
@@ -162,7 +162,7 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
 
 
 PREPARERS: dict[str, Callable[[EvalDatasetSpec, int | None, ScoringOptions], PreparedDataset]] = {
-    "candidates": prepare_candidates, "gallery": prepare_gallery, "2afc": prepare_2afc,
+    "candidates": prepare_candidates, "gallery": prepare_gallery, "qrels": prepare_qrels, "2afc": prepare_2afc,
     "nearid": prepare_nearid, "asym_recall": prepare_asym_recall, "pair_ap": prepare_pair_ap,
     "human_corr": prepare_human_corr,
 }

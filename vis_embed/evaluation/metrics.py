@@ -1,4 +1,16 @@
-"""Ranking metrics for retrieval-style evaluation (Precision@1, hit/recall@k, MRR, mAP, NDCG@k).
+"""Ranking metrics for retrieval-style evaluation (Precision@1, hit/recall@k, MRR, mAP, NDCG@k,
+ndcg_linear@k).
+
+Relevance is a boolean per result, or a graded gain (a qrels grade; boolean = gain 1).  With
+``rel_i`` the gain of the result at rank ``i`` and ``R`` the query's relevant documents (gain > 0):
+
+- ``P@1`` = ``hit@1`` = [rel_1 > 0];  ``hit@k`` = [some rel_i > 0, i <= k];
+  ``recall@k`` = |relevant in the top k| / |R|;  ``MRR`` = 1 / (rank of the first relevant);
+- ``NDCG@k``: binary gains (every relevant document gains 1);
+- ``ndcg_linear@k`` = DCG@k / IDCG@k, DCG@k = sum_{i<=k} rel_i / log2(i + 1), IDCG@k the DCG of
+  the query's judged gains sorted best first (from the qrels, not from the ranking): linear
+  gains, as VLM2Vec's ``ndcg_linear`` (MMEB-V2's visdoc score) and trec_eval / ir_measures'
+  ``nDCG@k``.  With binary relevance it equals ``NDCG@k``.
 
 Tie policies (how candidates with exactly the same score are ordered):
 
@@ -25,13 +37,20 @@ import numpy as np
 from vis_embed.evaluation.settings import DEFAULT_TIE_POLICY, TIE_POLICIES, check_tie_policy  # noqa: F401
 
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10)
+# The primary metrics of the ranking layouts, the ones group means aggregate: P@1 (= hit@1;
+# candidates, gallery) and ndcg_linear@5 (qrels: MMEB-V2's visual-document score); the peer
+# protocols' primaries (2AFC, SSR, AP, ...) are other quantities, never mixed into a group.
+RANKING_PRIMARIES: frozenset[str] = frozenset({"P@1", "hit@1", "ndcg_linear@5"})
 NDCG_KS: tuple[int, ...] = (5, 10)
 
 
 def tie_order(scores: np.ndarray, is_positive: np.ndarray, tie_policy: str = DEFAULT_TIE_POLICY) -> np.ndarray:
-    """Indices sorting candidates by score (descending), ties ordered by ``tie_policy``."""
+    """Indices sorting candidates by score (descending), ties ordered by ``tie_policy``.
+
+    ``is_positive`` may hold graded gains: ``pessimistic`` then puts the lower gain first."""
     scores = np.asarray(scores, dtype=np.float64)
-    is_positive = np.asarray(is_positive, dtype=bool)
+    is_positive = np.asarray(is_positive)
+    is_positive = is_positive.astype(np.float64 if is_positive.dtype.kind == "f" else bool)
     check_tie_policy(tie_policy)
     if scores.shape != is_positive.shape or scores.ndim != 1:
         raise ValueError(f"scores {scores.shape} and is_positive {is_positive.shape} must be equal 1-D shapes")
@@ -41,7 +60,7 @@ def tie_order(scores: np.ndarray, is_positive: np.ndarray, tie_policy: str = DEF
     if tie_policy == "first":
         return np.argsort(-scores, kind="stable")
     # lexsort: the LAST key is the primary one.
-    return np.lexsort((is_positive.astype(np.int8), -scores))
+    return np.lexsort((is_positive.astype(np.float64), -scores))
 
 
 def pessimistic_order(scores: np.ndarray, is_positive: np.ndarray) -> np.ndarray:
@@ -51,22 +70,36 @@ def pessimistic_order(scores: np.ndarray, is_positive: np.ndarray) -> np.ndarray
 
 def ranked_relevance(scores: np.ndarray, is_positive: np.ndarray,
                      tie_policy: str = DEFAULT_TIE_POLICY) -> np.ndarray:
-    """Boolean relevance of the ranked list (rank 1 first) under ``tie_policy``."""
+    """Relevance of the ranked list (rank 1 first) under ``tie_policy``: boolean, or the
+    gains when ``is_positive`` holds floats."""
     if len(scores) == 0:
         raise ValueError("empty candidate list / gallery: nothing to rank")
-    is_positive = np.asarray(is_positive, dtype=bool)
+    is_positive = np.asarray(is_positive)
+    if is_positive.dtype.kind != "f":
+        is_positive = is_positive.astype(bool)
     return is_positive[tie_order(scores, is_positive, tie_policy)]
 
 
+def dcg(gains: np.ndarray, k: int) -> float:
+    """sum_{i<=k} gain_i / log2(i + 1) of a ranked list of gains (linear gains)."""
+    top = np.asarray(gains, dtype=np.float64)[:k]
+    return float((top / np.log2(np.arange(2, len(top) + 2))).sum())
+
+
 def query_metrics(relevance: np.ndarray, n_positives: int | None = None,
-                  ks: Sequence[int] = DEFAULT_KS, ndcg_ks: Sequence[int] = NDCG_KS) -> dict[str, float]:
+                  ks: Sequence[int] = DEFAULT_KS, ndcg_ks: Sequence[int] = NDCG_KS,
+                  ideal_gains: Sequence[float] | None = None) -> dict[str, float]:
     """Metrics of one query from its ranked relevance list (fractions).
 
+    ``relevance`` is boolean or the ranked results' gains (qrels grades; > 0 is relevant).
     ``n_positives`` is the number of relevant items in the whole collection; it defaults to
     the positives present in ``relevance`` and must be given when the list is truncated
     (recall, mAP and NDCG normalise by it, so missed positives count against the model).
+    ``ideal_gains`` are the query's judged gains (> 0) for ``ndcg_linear@k``'s ideal DCG;
+    default: ``n_positives`` gains of 1.
     """
-    relevance = np.asarray(relevance, dtype=bool)
+    ranked_gains = np.asarray(relevance, dtype=np.float64)
+    relevance = ranked_gains > 0
     found = int(relevance.sum())
     total = found if n_positives is None else int(n_positives)
     if total <= 0:
@@ -83,9 +116,10 @@ def query_metrics(relevance: np.ndarray, n_positives: int | None = None,
     out["MRR"] = float(1.0 / ranks[0]) if found else 0.0
     out["mAP"] = float((cumulative_hits / ranks).sum() / total)
     for k in ndcg_ks:
-        gains = 1.0 / np.log2(ranks[ranks <= k] + 1.0)
-        ideal = 1.0 / np.log2(np.arange(1, min(k, total) + 1) + 1.0)
-        out[f"NDCG@{k}"] = float(gains.sum() / ideal.sum())
+        out[f"NDCG@{k}"] = dcg(relevance, k) / dcg(np.ones(total), k)
+    ideal = np.sort(np.asarray(ideal_gains if ideal_gains is not None else np.ones(total), dtype=np.float64))[::-1]
+    for k in ndcg_ks:
+        out[f"ndcg_linear@{k}"] = dcg(ranked_gains, k) / dcg(ideal, k)
     return out
 
 
@@ -127,13 +161,15 @@ def truncated_relevance(scores: np.ndarray, is_positive: np.ndarray, depth: int,
     if depth <= 0:
         raise ValueError(f"depth must be positive, got {depth}")
     scores = np.asarray(scores, dtype=np.float64)
-    is_positive = np.asarray(is_positive, dtype=bool)
+    is_positive = np.asarray(is_positive)
+    if is_positive.dtype.kind != "f":  # booleans stay booleans; gains (floats) stay gains
+        is_positive = is_positive.astype(bool)
     if len(scores) == 0:
-        return np.zeros(0, dtype=bool)
+        return np.zeros(0, dtype=is_positive.dtype)
     order = tie_order(scores, is_positive, tie_policy)[:depth]
     relevance = is_positive[order].copy()
     if not complete:
-        relevance &= scores[order] > scores.min()
+        relevance = np.where(scores[order] > scores.min(), relevance, 0).astype(is_positive.dtype)
     return relevance
 
 

@@ -9,7 +9,11 @@
 
 The per-dataset files are what VLM2Vec's ``eval.py`` writes (``acc`` / ``num_correct`` /
 ``num_pred``; fractions, not percent) with ``hit@1`` added, the key its MMEB-V2 report script
-(``experiments/report_score_v2.py``) reads from ``<path>/image/*_score.json``; the combined
+(``experiments/report_score_v2.py``) reads from ``<path>/image/*_score.json``.  MMEB-V2's video
+and visdoc tasks (benchmark ``MMEB-V2``, names of ``MMEB_V2_TASKS``) go to
+``OUT/mmeb_scores/{video,visdoc}/<TASK>_score.json`` with ``hit@1``, ``ndcg_linear@5`` /
+``@10``, ``recall@k``, ``mrr`` (fractions; report_score_v2 reads hit@1 for video and
+ndcg_linear@5 for visdoc) and ``num_pred``; the combined
 file is that script's output, the leaderboard's submission format, and what ``vis-embed
 report`` and the peer files in :mod:`vis_embed.resources` use.  ``hit@1`` is our P@1 (under
 the run's tie policy; ``first`` reproduces VLM2Vec's argmax).  Datasets that are not among
@@ -22,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vis_embed.data.taxonomy import MMEB_DATASETS
+from vis_embed.data.taxonomy import MMEB_DATASETS, MMEB_V2, MMEB_V2_TASKS
 from vis_embed.errors import DataError
 from vis_embed.io import atomic_write_json, safe_name
 
@@ -44,39 +48,68 @@ def mmeb_scores(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if name in MMEB_DATASETS and entry.get("primary", "P@1") == "P@1"}
 
 
+def ranking_score(entry: dict[str, Any]) -> dict[str, Any]:
+    """A video / visdoc task's results.json entry as VLM2Vec's score dict (fractions)."""
+    ours = entry["metrics"]
+    names = {"hit@1": "hit@1", "hit@5": "hit@5", "hit@10": "hit@10", "ndcg_linear@5": "ndcg_linear@5",
+             "ndcg_linear@10": "ndcg_linear@10", "recall@1": "recall@1", "recall@5": "recall@5",
+             "recall@10": "recall@10", "mrr": "MRR"}
+    return {**{theirs: float(ours[key]) / 100.0 for theirs, key in names.items() if key in ours},
+            "num_pred": int(entry["n_queries"])}
+
+
+def mmeb_v2_scores(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{"video" | "visdoc": {task: score dict}}`` of the MMEB-V2 video and visdoc tasks in ``results``."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, entry in results["datasets"].items():
+        modality = entry.get("modality")
+        if entry.get("benchmark") == MMEB_V2 and modality in ("video", "visdoc") and name in MMEB_V2_TASKS[modality]:
+            out.setdefault(modality, {})[name] = ranking_score(entry)
+    return out
+
+
 def write_mmeb_score_files(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
     """Write the per-dataset and combined files under ``OUT/mmeb_scores``; [] if no MMEB dataset."""
-    scores = mmeb_scores(results)
-    if not scores:
+    by_modality = {"image": mmeb_scores(results), **mmeb_v2_scores(results)}
+    by_modality = {modality: scores for modality, scores in by_modality.items() if scores}
+    if not by_modality:
         return []
     folder = Path(out_dir) / SCORE_DIR
-    written = [atomic_write_json(folder / "image" / f"{name}{SCORE_SUFFIX}", score)
-               for name, score in scores.items()]
+    written = [atomic_write_json(folder / modality / f"{name}{SCORE_SUFFIX}", score)
+               for modality, scores in by_modality.items() for name, score in scores.items()]
     model = results.get("model", {})
     model_name = model.get("name") or "model"
     if model.get("adapter"):
         model_name = f"{model_name} + {model['adapter']}"
     combined = {"metadata": {"model_name": model_name, "data_source": "Self-Reported",
                              "tie_policy": results.get("tie_policy", "pessimistic")},
-                "metrics": {"image": scores}}
+                "metrics": by_modality}
     written.append(atomic_write_json(folder / f"{safe_name(Path(str(model_name)).name)}.json", combined))
     return written
 
 
-def read_score_folder(folder: str | Path) -> dict[str, Any]:
-    """A folder of per-dataset ``<DATASET>_score.json`` files (``folder`` or ``folder/image``)
-    as the combined ``{"metrics": {"image": {...}}}`` form."""
-    folder = Path(folder)
-    image = folder / "image" if (folder / "image").is_dir() else folder
+def _read_folder(folder: Path) -> dict[str, Any]:
     per_dataset: dict[str, Any] = {}
-    for path in sorted(image.glob(f"*{SCORE_SUFFIX}")):
+    for path in sorted(folder.glob(f"*{SCORE_SUFFIX}")):
         try:
             per_dataset[path.name.removesuffix(SCORE_SUFFIX)] = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise DataError(f"malformed JSON ({exc.msg} at line {exc.lineno})", path=path) from None
-    if not per_dataset:
+    return per_dataset
+
+
+def read_score_folder(folder: str | Path) -> dict[str, Any]:
+    """A folder of per-dataset ``<DATASET>_score.json`` files (``folder`` or ``folder/image``, and
+    MMEB-V2's ``folder/video``, ``folder/visdoc``) as the combined ``{"metrics": {...}}`` form."""
+    folder = Path(folder)
+    image = folder / "image" if (folder / "image").is_dir() else folder
+    metrics = {"image": _read_folder(image),
+               **{modality: _read_folder(folder / modality) for modality in ("video", "visdoc")
+                  if (folder / modality).is_dir()}}
+    metrics = {modality: scores for modality, scores in metrics.items() if scores}
+    if not metrics:
         raise DataError(f"no *{SCORE_SUFFIX} files (VLM2Vec per-dataset scores)", path=image)
-    for values in per_dataset.values():
+    for values in metrics.get("image", {}).values():
         if isinstance(values, dict) and "hit@1" not in values and "acc" in values:
             values["hit@1"] = values["acc"]  # VLM2Vec v1 files name the same quantity acc
-    return {"metrics": {"image": per_dataset}}
+    return {"metrics": metrics}

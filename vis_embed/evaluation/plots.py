@@ -19,6 +19,7 @@ from PIL import Image, ImageDraw, ImageOps
 from vis_embed.data.image_guards import open_image
 from vis_embed.data.images import is_url
 from vis_embed.evaluation.layouts import Example
+from vis_embed.evaluation.metrics import RANKING_PRIMARIES
 from vis_embed.evaluation.report import model_label
 from vis_embed.io import atomic_path, safe_name
 
@@ -85,7 +86,8 @@ def retrieval_grid(examples: Sequence[Example], path: str | Path, title: str = "
 
 
 def meta_task_bars(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
-    """One PNG per meta-task: P@1 of each of its datasets, with the meta-task mean as a line.
+    """One PNG per meta-task: the primary score (P@1; ndcg_linear@5 for qrels) of each of its
+    datasets, with the meta-task mean as a line.
 
     The title names the model *and* the adapter, so the charts of a base model and of its
     trained adapter (e.g. the quickstart's before/after) cannot be mistaken for each other."""
@@ -95,9 +97,12 @@ def meta_task_bars(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     by_task: dict[str, list[tuple[str, float]]] = {}
+    primaries: dict[str, set[str]] = {}
     for name, entry in results["datasets"].items():
-        if entry.get("primary", "P@1") == "P@1":
-            by_task.setdefault(entry["meta_task"], []).append((name, entry["metrics"]["P@1"]))
+        primary = entry.get("primary", "P@1")
+        if primary in RANKING_PRIMARIES:  # the scores the meta-task means are made of
+            by_task.setdefault(entry["meta_task"], []).append((name, entry["metrics"][primary]))
+            primaries.setdefault(entry["meta_task"], set()).add(primary)
     written = []
     for task, rows in by_task.items():
         figure, axes = plt.subplots(figsize=BAR_FIGSIZE, dpi=BAR_DPI)
@@ -108,7 +113,8 @@ def meta_task_bars(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
         axes.axhline(mean, color="black", linestyle="--", linewidth=1, label=f"{task} mean {mean:.1f}")
         axes.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
         axes.set_ylim(0, 100)
-        axes.set_ylabel("Precision@1 (%)")
+        metric = "Precision@1" if primaries[task] == {"P@1"} else " / ".join(sorted(primaries[task]))
+        axes.set_ylabel(f"{metric} (%)")
         axes.set_title(f"{task}: {model_label(results.get('model', {}))} (teal IND, orange OOD)", fontsize=9)
         axes.legend(loc="upper right", fontsize=7)
         figure.tight_layout()

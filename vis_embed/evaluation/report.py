@@ -27,6 +27,7 @@ from vis_embed.errors import DataError
 from vis_embed.data.taxonomy import (BENCHMARK_SPLIT_KEYS, GROUP_KEYS, MMEB_DATASETS, MMEB_META_TASKS,
                                      MVEB_META_TASKS, POOLED_SPLIT_KEYS, SPLITS, group_means, mmeb_entry)
 from vis_embed.evaluation.mmeb_scores import read_score_folder
+from vis_embed.evaluation.mmeb_v2_scores import MMEB_V2_GROUP_KEYS, mmeb_v2_summary
 from vis_embed.io import atomic_write_text
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; annotations only
@@ -41,6 +42,9 @@ REFERENCE_ENV = "VIS_EMBED_REFERENCE"
 
 def vlm2vec_groups(scores: dict[str, Any], path: str | Path = "<scores>") -> dict[str, float]:
     """Group means (percent) of a VLM2Vec score file's image datasets, by hit@1."""
+    metrics = scores.get("metrics") if isinstance(scores, dict) else None
+    if isinstance(metrics, dict) and "image" not in metrics and (metrics.get("video") or metrics.get("visdoc")):
+        return {}  # MMEB-V2 video / visdoc only: no MMEB (image) groups; its MMEB-V2 columns are mmeb_v2_summary's
     try:
         per_dataset = scores["metrics"]["image"]
     except (KeyError, TypeError):
@@ -58,17 +62,29 @@ def vlm2vec_groups(scores: dict[str, Any], path: str | Path = "<scores>") -> dic
     return group_means(rows)
 
 
-def load_groups(path: str | Path | Traversable) -> dict[str, float]:
-    """Group means (percent) of one results.json or VLM2Vec score file (a path or a packaged file)."""
-    path = Path(path) if isinstance(path, str) else path
+def _read_scores(path: Path | Traversable) -> Any:
     if isinstance(path, Path) and path.is_dir():  # a folder of VLM2Vec per-dataset score files
-        return vlm2vec_groups(read_score_folder(path), path)
+        return read_score_folder(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DataError("file not found", path=path) from None
     except json.JSONDecodeError as exc:
         raise DataError(f"malformed JSON ({exc.msg} at line {exc.lineno})", path=path) from None
+
+
+def load_mmeb_v2(path: str | Path | Traversable) -> dict[str, Any] | None:
+    """The MMEB-V2 summary (:func:`vis_embed.evaluation.mmeb_v2_scores.mmeb_v2_summary`) of one
+    results.json or VLM2Vec score file; None when it holds no video or visdoc task."""
+    path = Path(path) if isinstance(path, str) else path
+    data = _read_scores(path)
+    return mmeb_v2_summary(data, path) if isinstance(data, dict) else None
+
+
+def load_groups(path: str | Path | Traversable) -> dict[str, float]:
+    """Group means (percent) of one results.json or VLM2Vec score file (a path or a packaged file)."""
+    path = Path(path) if isinstance(path, str) else path
+    data = _read_scores(path)
     if isinstance(data, dict) and isinstance(data.get("groups"), dict) and "datasets" in data:
         return {key: float(value) for key, value in data["groups"].items()}
     return vlm2vec_groups(data, path)
@@ -162,6 +178,14 @@ def markdown(results: dict[str, Any], reference_rows: Sequence[dict[str, str]] =
     if splits:
         lines += ["| " + " | ".join(splits) + " |", "|" + "---|" * len(splits),
                   "| " + " | ".join(_cell(groups[k]) for k in splits) + " |", ""]
+    v2_keys = [key for key in MMEB_V2_GROUP_KEYS if key in groups]
+    if v2_keys:  # MMEB-V2: its groups with the number of tasks each covers
+        counts = results.get("counts", {})
+        lines += ["## MMEB-V2 (hit@1 for image and video, ndcg_linear@5 for visdoc; %)", "",
+                  "| " + " | ".join(f"{key} ({counts[key]})" if key in counts else key for key in v2_keys) + " |",
+                  "|" + "---|" * len(v2_keys), "| " + " | ".join(_cell(groups[key]) for key in v2_keys) + " |", ""]
+        if results.get("protocol"):
+            lines += [f"Protocol: {results['protocol']['name']} ({results['protocol']['description']}).", ""]
     lines += ["## Datasets", "", "| Dataset | Meta-task | Split | Queries | Primary | Score |",
               "|---|---|---|---|---|---|"]
     for name, entry in results["datasets"].items():

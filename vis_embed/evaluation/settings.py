@@ -21,6 +21,7 @@ from vis_embed.config import one_of, reported
 
 # The vocabularies (and their one check) live beside the manifest's schema, which uses them too.
 from vis_embed.gallery.options import DIM_HELP, check_rescore
+from vis_embed.data.eval_protocols import PROTOCOL_NAMES
 from vis_embed.data.eval_options import (  # noqa: F401  (re-exported)
     DEFAULT_INDEX,
     DEFAULT_TIE_POLICY,
@@ -64,6 +65,14 @@ class EvalSettings(BaseModel):
         "negative tied with a positive ranks first, so a collapsed model scores 0) or first (listed order, as "
         "argmax in VLM2Vec's scorer: reproduces published MMEB numbers)",
         json_schema_extra=_flag("--tie-policy", choices=TIE_POLICIES))
+    save_runs: bool = Field(False, description="write each retrieval dataset's rankings as a TREC run "
+                            "(OUT/runs/DATASET.trec) and its judgements (OUT/runs/DATASET.qrels), the files "
+                            "ir_measures / pytrec_eval / ranx read", json_schema_extra=_flag("--save-runs"))
+    protocol: str | None = Field(None, description="evaluation protocol: vlm2vec (the manifest's instructions, 8 "
+                                 "frames) or qwen3-vl-embedding (instruction in the system turn, none on "
+                                 "candidates, 64 frames); unset: the manifest's `protocol`, else none (the "
+                                 "manifest and the model as they are); recorded in results.json",
+                                 json_schema_extra=_flag("--protocol", choices=PROTOCOL_NAMES))
     cache_dir: Path | None = Field(None, description="embedding cache (unset: OUT/cache)",
                                    json_schema_extra=_flag("--cache-dir"))
     shard_size: int = Field(1024, gt=0)  # items per embedding-cache shard (no flag)
@@ -82,6 +91,11 @@ class EvalSettings(BaseModel):
     @classmethod
     def _known_index(cls, kind: str) -> str:
         return one_of(kind, INDEX_KINDS, "index kind")
+
+    @field_validator("protocol")
+    @classmethod
+    def _known_protocol(cls, protocol: str | None) -> str | None:
+        return protocol if protocol is None else one_of(protocol, PROTOCOL_NAMES, "protocol")
 
     @field_validator("tie_policy")
     @classmethod

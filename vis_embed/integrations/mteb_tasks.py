@@ -13,12 +13,17 @@ same queries against the same candidates:
   ranking (mteb's ``ignore_identical_ids``); when some query also shares an image file with a
   differently named gallery row, each query gets the gallery minus its excluded rows as
   ``top_ranked`` instead, the exclusion rule of ``GalleryData.excluded``.
+* ``qrels`` (BEIR): queries, corpus and graded judgements as they are (mteb's own form);
+  judgements of grade 0 or below and queries without a relevant document are left out, as
+  ``vis-embed eval`` does.
 
 The queries and the corpus carry mteb's ``text`` / ``image`` columns plus a ``vis_embed_item``
 column with the exact item (resolved image path, text, bbox) that
 :class:`vis_embed.integrations.mteb.VisEmbedMtebModel` encodes, with the manifest's
 ``query_instruction`` / ``candidate_instruction`` as the task's query / document prompt.
-The task's main score is ``precision_at_1``, the primary metric of both layouts in vis_embed.
+The task's main score is ``precision_at_1`` (vis_embed's P@1); ``ndcg_at_5`` is beside it in
+mteb's scores (trec_eval's linear-gain nDCG: vis_embed's ``ndcg_linear@5``, a qrels dataset's
+primary score).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.data.benchmark import EvalDatasetSpec, load_benchmark, load_candidates, load_gallery
+from vis_embed.data.qrels import load_qrels_dataset
 from vis_embed.data.items import Item, ResolvedItem
 from vis_embed.data.manifest import RETRIEVAL_LAYOUTS
 from vis_embed.errors import ConfigError
@@ -55,7 +61,7 @@ class ManifestRetrievalTask(AbsTaskRetrieval):
     def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
         if self.data_loaded:
             return
-        builder = _candidates_split if self.spec.layout == "candidates" else _gallery_split
+        builder = {"candidates": _candidates_split, "qrels": _qrels_split}.get(self.spec.layout, _gallery_split)
         split, self.ignore_identical_ids = builder(self.spec)
         self.dataset = {"default": {SPLIT: split}}
         self.data_loaded = True
@@ -77,7 +83,7 @@ def manifest_tasks(manifest: str | Path, names: Sequence[str] | None = None) -> 
             raise ConfigError(f"{benchmark.path}: no dataset named {name!r} (have: {', '.join(by_name)})")
         if spec.layout not in RETRIEVAL_LAYOUTS:
             raise ConfigError(f"{benchmark.path}: dataset {name!r} has layout {spec.layout!r}; mteb retrieval "
-                              f"tasks are built from {' and '.join(RETRIEVAL_LAYOUTS)} layouts")
+                              f"tasks are built from {', '.join(RETRIEVAL_LAYOUTS)} layouts")
         tasks.append(manifest_task(spec))
     return tasks
 
@@ -102,7 +108,7 @@ def manifest_task(spec: EvalDatasetSpec) -> ManifestRetrievalTask:
     return task_class()
 
 
-# ---------------------------------------------------------------- the two layouts
+# ---------------------------------------------------------------- the three layouts
 
 def _candidates_split(spec: EvalDatasetSpec) -> tuple[RetrievalSplitData, bool]:
     rows = load_candidates(spec.file("path"), spec.root_for("path"))
@@ -143,6 +149,20 @@ def _gallery_split(spec: EvalDatasetSpec) -> tuple[RetrievalSplitData, bool]:
     return RetrievalSplitData(queries=queries, corpus=corpus, relevant_docs=relevant, top_ranked=top_ranked), True
 
 
+def _qrels_split(spec: EvalDatasetSpec) -> tuple[RetrievalSplitData, bool]:
+    data = _qrels_data(spec)
+    relevant = {query.id: {doc: grade for doc, grade in data.judgements[query.id].items() if grade > 0}
+                for query in data.queries}
+    queries = _side_dataset([row.id for row in data.queries], [_clean(row.item) for row in data.queries])
+    corpus = _side_dataset([row.id for row in data.corpus], [_clean(row.item) for row in data.corpus])
+    return RetrievalSplitData(queries=queries, corpus=corpus, relevant_docs=relevant, top_ranked=None), False
+
+
+def _qrels_data(spec: EvalDatasetSpec, check_images: bool = True) -> Any:
+    return load_qrels_dataset(spec.file("queries"), spec.file("corpus"), spec.file("qrels"), spec.root_for("queries"),
+                              check_images=check_images)
+
+
 # ---------------------------------------------------------------- rows -> datasets
 
 def _clean(item: Item) -> Item:
@@ -166,6 +186,9 @@ def _side_modalities(spec: EvalDatasetSpec) -> tuple[str, str]:
         rows = load_candidates(spec.file("path"), spec.root_for("path"), check_images=False)
         queries = [row.query for row in rows]
         documents = [item for row in rows for item in row.candidates]
+    elif spec.layout == "qrels":
+        qrels = _qrels_data(spec, check_images=False)
+        queries, documents = [row.item for row in qrels.queries], [row.item for row in qrels.corpus]
     else:
         data = load_gallery(spec.file("queries"), spec.file("gallery"), spec.root_for("queries"), check_images=False)
         queries = [row.item() for row in data.queries]

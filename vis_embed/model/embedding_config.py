@@ -54,7 +54,8 @@ class EmbeddingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     prompt_format: Literal[PROMPT_FORMATS] = Field(  # type: ignore[valid-type]
-        "chat", description="prompt template: chat (Qwen chat messages) or vlm2vec",
+        "chat", description="prompt template: chat (Qwen chat messages), chat-system (the instruction as the "
+        "system turn, as Qwen3-VL-Embedding) or vlm2vec",
         json_schema_extra=_flag(LOADING))
     min_pixels: int = Field(DEFAULT_MIN_PIXELS, gt=0, description="smallest image area in pixels",
                             json_schema_extra=_flag(LOADING, "N"))

@@ -7,6 +7,10 @@ One implementation, used by training, encoding and evaluation alike (via Embeddi
     any) followed by the text ``"<instruction> <text>"``, with the generation prompt
     (``<|im_start|>assistant\\n``) appended.  The last real token is the final token of that
     generation prompt, so the embedding is read where the model would start answering.
+``chat-system``
+    The chat template with the instruction as the system turn and the item (image, text)
+    alone in the user turn, as Qwen3-VL-Embedding is prompted (without an instruction the
+    system turn says ``Represent the user's input.``, its default).
 ``vlm2vec``
     VLM2Vec's raw format, no template: ``"<|image_pad|> " + instruction + " " + text``
     (parts that are absent are left out together with their separating space), so that
@@ -22,7 +26,8 @@ from typing import Any
 
 from vis_embed.errors import ConfigError
 
-PROMPT_FORMATS = ("chat", "vlm2vec")
+PROMPT_FORMATS = ("chat", "chat-system", "vlm2vec")
+DEFAULT_SYSTEM_INSTRUCTION = "Represent the user's input."  # chat-system without an instruction
 
 
 def join_instruction(instruction: str | None, text: str | None) -> str:
@@ -39,11 +44,11 @@ def check_prompt_format(prompt_format: str) -> str:
 def build_prompt(processor: Any, has_image: bool, instruction: str | None, text: str | None,
                  prompt_format: str = "chat") -> str:
     """The prompt text for one item, with ONE (unexpanded) image placeholder if ``has_image``."""
-    body = join_instruction(instruction, text)
+    body = join_instruction(None if prompt_format == "chat-system" else instruction, text)
     if prompt_format == "vlm2vec":
         image_token = getattr(processor, "image_token", "<|image_pad|>")
         return " ".join(part for part in ((image_token if has_image else ""), body) if part)
-    if prompt_format != "chat":
+    if prompt_format not in ("chat", "chat-system"):
         check_prompt_format(prompt_format)
     if getattr(processor, "chat_template", None) is None:
         raise ConfigError("the model's processor has no chat template; "
@@ -54,4 +59,7 @@ def build_prompt(processor: Any, has_image: bool, instruction: str | None, text:
     if body:
         content.append({"type": "text", "text": body})
     messages = [{"role": "user", "content": content}]
+    if prompt_format == "chat-system":  # the instruction is the system turn, the user turn the item alone
+        system = instruction.strip() if instruction and instruction.strip() else DEFAULT_SYSTEM_INSTRUCTION
+        messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system}]})
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -1,0 +1,150 @@
+"""MMEB-V2: the benchmark manifest, the group keys, and the peers' columns recomputed from the
+shipped per-task score files (expected values computed here, independently of the library)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vis_embed import resources
+from vis_embed.cli import main
+from vis_embed.data import load_benchmark
+from vis_embed.data.taxonomy import group_counts, group_means
+from vis_embed.evaluation.mmeb_v2_scores import data_version, mmeb_v2_summary
+
+MANIFEST = Path(__file__).resolve().parents[1] / "eval" / "mmeb_v2.yaml"
+# VLM2Vec's experiments/report_score_v2.py: the 18 video tasks (the score files also hold
+# MomentSeeker_1k8, which is not one of them)
+VIDEO_18 = ["DiDeMo", "MSR-VTT", "MSVD", "VATEX", "YouCook2", "QVHighlight", "Charades-STA", "MomentSeeker",
+            "K700", "SmthSmthV2", "HMDB51", "UCF101", "Breakfast", "MVBench", "Video-MME", "NExTQA", "EgoSchema",
+            "ActivityNetQA"]
+VIDEO_RET = ["DiDeMo", "MSR-VTT", "MSVD", "VATEX", "YouCook2"]
+PAGE_SETS = ["ViDoSeek-page", "ViDoSeek-doc", "MMLongBench-page", "MMLongBench-doc"]
+
+
+def _peer_files() -> dict[str, dict]:
+    return {entry.name.removesuffix(".json"): json.loads(entry.read_text()) for entry in resources.mmeb_score_files()}
+
+
+def _mean(values: list[float]) -> float:
+    return 100.0 * sum(values) / len(values)
+
+
+def _materialised(tmp_path: Path) -> Path:
+    """The manifest in ``tmp_path/eval`` with empty placeholder data files where its paths point
+    (``tmp_path/data/mmeb_v2/...``, as the converter writes them), so load_benchmark validates all of it."""
+    document = yaml.safe_load(MANIFEST.read_text())
+    (tmp_path / "eval").mkdir()
+    for entry in document["datasets"]:
+        for key in ("path", "queries", "corpus", "qrels"):
+            if key in entry:
+                target = (tmp_path / "eval" / entry[key]).resolve()
+                assert target.is_relative_to(tmp_path / "data" / "mmeb_v2"), entry[key]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.touch()
+    return Path(shutil.copy(MANIFEST, tmp_path / "eval" / "mmeb_v2.yaml"))
+
+
+def test_manifest_has_the_78_tasks_of_the_peers_score_files(tmp_path: Path) -> None:
+    bench = load_benchmark(_materialised(tmp_path))
+    assert bench.protocol == "vlm2vec" and len(bench.datasets) == 78
+    by_modality: dict[str, list[str]] = {}
+    for spec in bench.datasets:
+        by_modality.setdefault(spec.modality, []).append(spec.name)
+        assert spec.benchmark == "MMEB-V2"
+    assert {m: len(names) for m, names in by_modality.items()} == {"image": 36, "video": 18, "visdoc": 24}
+    for name, scores in _peer_files().items():
+        metrics = scores["metrics"]
+        assert set(by_modality["image"]) == set(metrics["image"]), name
+        assert set(by_modality["video"]) == set(metrics["video"]) - {"MomentSeeker_1k8"} == set(VIDEO_18), name
+        assert set(by_modality["visdoc"]) == set(metrics["visdoc"]), name
+    specs = {spec.name: spec for spec in bench.datasets}
+    # global pools are qrels datasets (video scored by hit@1), local lists candidates
+    assert specs["MSR-VTT"].layout == "qrels" and specs["MSR-VTT"].options.primary == "hit@1"
+    assert specs["SmthSmthV2"].layout == specs["NExTQA"].layout == specs["QVHighlight"].layout == "candidates"
+    assert specs["ViDoRe_arxivqa"].layout == "qrels" and specs["ViDoRe_arxivqa"].options.primary is None
+    assert specs["ViDoRe_arxivqa"].qrels == tmp_path / "data" / "mmeb_v2" / "visdoc" / "ViDoRe_arxivqa" / "qrels.jsonl"
+    assert specs["ImageNet-1K"].path == tmp_path / "data" / "mmeb_v2" / "image" / "ImageNet-1K" / "ImageNet-1K.jsonl"
+    assert specs["MSR-VTT"].query_instruction == "Find a video that contains the following visual content:"
+    assert specs["K700"].candidate_instruction is None  # class labels are plain text
+
+
+def test_mmeb_v2_groups_and_counts() -> None:
+    rows = [{"meta_task": "Cls", "benchmark": "MMEB-V2", "split": "IND", "score": 60.0},
+            {"meta_task": "V-RET", "benchmark": "MMEB-V2", "score": 30.0},
+            {"meta_task": "V-QA", "score": 40.0},  # benchmark and modality implied by the meta-task
+            {"meta_task": "VDRv1", "score": 80.0},
+            {"meta_task": "Cls", "benchmark": "MMEB", "split": "IND", "score": 10.0}]  # MMEB (v1) stays as it was
+    groups, counts = group_means(rows), group_counts(rows)
+    assert groups["Image"] == 60.0 and groups["Video"] == 35.0 and groups["VisDoc"] == 80.0
+    assert groups["MMEB-V2"] == pytest.approx((60 + 30 + 40 + 80) / 4) and counts["MMEB-V2"] == 4
+    assert groups["MMEB"] == groups["MMEB-IND"] == 10.0 and counts["MMEB"] == 1
+    assert "MMEB-V2-IND" not in groups and counts["Cls"] == 2 and counts["Video"] == 2
+
+
+def test_report_peers_json_has_the_mmeb_v2_columns_of_the_shipped_files(tmp_path: Path) -> None:
+    out = tmp_path / "peers.json"
+    assert main(["report", "--peers", "--no-reference", "--json", str(out)]) == 0
+    written = json.loads(out.read_text())["mmeb_v2"]
+    peers = _peer_files()
+    assert set(written) == set(peers)
+    for name, scores in peers.items():
+        metrics = scores["metrics"]
+        image = [v["hit@1"] for v in metrics["image"].values()]
+        video = [metrics["video"][task]["hit@1"] for task in VIDEO_18]
+        visdoc = [v["ndcg_linear@5"] for v in metrics["visdoc"].values()]
+        row = written[name]
+        assert row["counts"]["Image"] == 36 and row["counts"]["Video"] == 18 and row["counts"]["VisDoc"] == 24
+        assert row["counts"]["MMEB-V2"] == 78 and row["left_out"] == ["video/MomentSeeker_1k8"]
+        assert row["groups"]["Image"] == pytest.approx(_mean(image), abs=0.01), name
+        assert row["groups"]["Video"] == pytest.approx(_mean(video), abs=0.01), name
+        assert row["groups"]["VisDoc"] == pytest.approx(_mean(visdoc), abs=0.01), name
+        assert row["groups"]["MMEB-V2"] == pytest.approx(_mean(image + video + visdoc), abs=0.01), name
+        assert row["groups"]["V-RET"] == pytest.approx(_mean([metrics["video"][t]["hit@1"] for t in VIDEO_RET]),
+                                                       abs=0.01)
+        assert row["groups"]["VD-OOD"] == pytest.approx(
+            _mean([metrics["visdoc"][t]["ndcg_linear@5"] for t in PAGE_SETS]), abs=0.01)
+        assert row["data_version"] == "original"
+    assert written["VLM2Vec-V2.0-Qwen2VL-2B"]["groups"]["Video"] == pytest.approx(34.7, abs=0.05)  # the paper's
+
+
+def test_data_version_comes_from_the_file() -> None:
+    scores = _peer_files()["VLM2Vec-V2.0-Qwen2VL-2B"]
+    assert data_version(scores) == "original"
+    visdoc = dict(scores["metrics"]["visdoc"])
+    visdoc["ViDoSeek-page-fixed"] = visdoc.pop("ViDoSeek-page")
+    fixed = {**scores, "metrics": {**scores["metrics"], "visdoc": visdoc}}
+    assert data_version(fixed) == "page-fixed"
+    summary = mmeb_v2_summary(fixed)
+    assert summary["counts"]["VisDoc"] == 24  # the fixed set stands in for the task it replaces
+    assert data_version({**scores, "metadata": {"data_version": "v2.2"}}) == "v2.2"
+    assert mmeb_v2_summary({"metrics": {"image": scores["metrics"]["image"]}}) is None  # image only: MMEB
+
+
+def test_eval_writes_vlm2vec_score_files_for_visdoc_tasks_and_report_reads_them(tmp_path: Path, capsys) -> None:
+    from eval_fakes import FakeEncoder, make_qrels_benchmark
+
+    from vis_embed.data import EvalDatasetSpec
+    from vis_embed.evaluation.harness import Harness
+    from vis_embed.evaluation.settings import EvalSettings
+
+    files = make_qrels_benchmark(tmp_path / "data")
+    spec = EvalDatasetSpec("ViDoRe_arxivqa", "qrels", "VDRv1", None, "MMEB-V2", modality="visdoc",
+                           image_root=tmp_path / "data", query_instruction="Find a document image:", **files)
+    results = Harness(FakeEncoder(), tmp_path / "out", EvalSettings(show_progress=False, pictures=False)).run([spec])
+    entry = results["datasets"]["ViDoRe_arxivqa"]
+    score = json.loads((tmp_path / "out" / "mmeb_scores" / "visdoc" / "ViDoRe_arxivqa_score.json").read_text())
+    assert score["ndcg_linear@5"] == pytest.approx(entry["metrics"]["ndcg_linear@5"] / 100)
+    assert score["hit@1"] == pytest.approx(entry["metrics"]["hit@1"] / 100) and score["num_pred"] == 6
+    combined = tmp_path / "out" / "mmeb_scores" / "fake-model.json"
+    out = tmp_path / "table.json"
+    assert main(["report", str(combined), str(tmp_path / "out" / "results.json"), str(combined.parent),
+                 "--no-reference", "--json", str(out)]) == 0
+    written = json.loads(out.read_text())["mmeb_v2"]
+    for name in ("fake-model", "results", "mmeb_scores"):  # the combined file, ours, the folder of score files
+        assert written[name]["groups"]["VisDoc"] == pytest.approx(entry["metrics"]["ndcg_linear@5"])
+        assert written[name]["counts"]["MMEB-V2"] == 1

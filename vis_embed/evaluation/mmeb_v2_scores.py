@@ -1,0 +1,118 @@
+"""MMEB-V2 rows of VLM2Vec score files and of results.json: the image, video and visdoc columns.
+
+A VLM2Vec score file (``experiments/public/all_scores``, the peers shipped in
+:mod:`vis_embed.resources`) holds ``metrics.image`` / ``metrics.video`` / ``metrics.visdoc``,
+one dict of metrics (fractions) per task.  As VLM2Vec's ``report_score_v2.py``: image and video
+tasks score ``hit@1``, visdoc tasks ``ndcg_linear@5``; a modality is the mean of its tasks and
+MMEB-V2 the mean over every task present (78 when complete: 36 + 18 + 24), each with the number
+of tasks it covers.  Only the 78 names of :data:`vis_embed.data.taxonomy.MMEB_V2_TASKS` count
+(the files also hold e.g. ``MomentSeeker_1k8``, not one of the 78: left out and named in the log).
+
+Data version: VLM2Vec re-released the ViDoSeek-page and MMLongBench-page sets ("page-fixed",
+``VLM2Vec/*-page-fixed``), which changed visdoc numbers.  A file says which it holds by
+``metadata.data_version``, or by task names ending in ``-page-fixed``; a file with the original
+names and no such field is taken to be the first release (the shipped peers are: their
+ViDoSeek-page scores are those of the original set).  A page-fixed file that kept the old names
+and says nothing cannot be told apart by its names.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from vis_embed.data.taxonomy import (MMEB_META_TASKS, MMEB_V2, MMEB_V2_TASKS, VIDEO_META_TASKS, VISDOC_META_TASKS,
+                                     group_counts, group_means)
+from vis_embed.errors import DataError
+
+log = logging.getLogger(__name__)
+
+PRIMARY_BY_MODALITY: dict[str, str] = {"image": "hit@1", "video": "hit@1", "visdoc": "ndcg_linear@5"}
+# the paper's column order: each modality's meta-tasks, then the modality, then the overall
+MMEB_V2_GROUP_KEYS: tuple[str, ...] = (*MMEB_META_TASKS, "Image", *VIDEO_META_TASKS, "Video",
+                                       *VISDOC_META_TASKS, "VisDoc", MMEB_V2)
+PAGE_FIXED_SUFFIX = "-page-fixed"
+PAGE_FIXED = "page-fixed"
+ORIGINAL = "original"  # ViDoSeek-page / MMLongBench-page as first released
+
+
+def data_version(scores: dict[str, Any]) -> str | None:
+    """Which visdoc data a score file's numbers come from (None: it holds no visdoc task)."""
+    declared = (scores.get("metadata") or {}).get("data_version")
+    if declared:
+        return str(declared)
+    visdoc = (scores.get("metrics") or {}).get("visdoc") or {}
+    if any(name.endswith(PAGE_FIXED_SUFFIX) for name in visdoc):
+        return PAGE_FIXED
+    return ORIGINAL if visdoc else None
+
+
+def _task_name(name: str) -> str:
+    """A page-fixed set's task (``ViDoSeek-page-fixed``) is the task it replaces."""
+    return name.removesuffix("-fixed") if name.endswith(PAGE_FIXED_SUFFIX) else name
+
+
+def mmeb_v2_rows(scores: dict[str, Any], path: str | Path = "<scores>",
+                 left_out: list[str] | None = None) -> list[dict[str, Any]]:
+    """One group_means row (benchmark MMEB-V2, score in percent) per MMEB-V2 task the file holds;
+    the names of other tasks are appended to ``left_out``."""
+    metrics = scores.get("metrics") if isinstance(scores, dict) else None
+    if not isinstance(metrics, dict):
+        raise DataError("not a VLM2Vec score file (no metrics)", path=path)
+    rows = []
+    for modality, tasks in MMEB_V2_TASKS.items():
+        for name, values in (metrics.get(modality) or {}).items():
+            task = _task_name(name)
+            if task not in tasks:
+                log.debug("%s: %s task %r is not one of MMEB-V2's 78, left out", path, modality, name)
+                if left_out is not None:
+                    left_out.append(f"{modality}/{name}")
+                continue
+            metric = PRIMARY_BY_MODALITY[modality]
+            if not isinstance(values, dict) or not isinstance(values.get(metric), (int, float)):
+                raise DataError(f"missing {metric!r}", path=path, field=f"metrics.{modality}.{name}")
+            rows.append({"meta_task": tasks[task], "modality": modality, "benchmark": MMEB_V2,
+                         "score": 100.0 * float(values[metric])})
+    return rows
+
+
+def mmeb_v2_summary(data: dict[str, Any], path: str | Path = "<scores>") -> dict[str, Any] | None:
+    """``{"groups", "counts", "data_version", "left_out"}`` (MMEB-V2 keys only; left_out: the file's
+    tasks that are not among the 78) of a score file or results.json;
+    None when it holds no video or visdoc task (an image-only file is an MMEB row, not MMEB-V2)."""
+    if isinstance(data.get("groups"), dict) and "datasets" in data:  # our results.json
+        groups = {key: float(value) for key, value in data["groups"].items() if key in MMEB_V2_GROUP_KEYS}
+        if MMEB_V2 not in groups:
+            return None
+        counts = {key: int(value) for key, value in (data.get("counts") or {}).items() if key in groups}
+        return {"groups": groups, "counts": counts, "data_version": data.get("data_version"), "left_out": []}
+    metrics = data.get("metrics") or {}
+    if not (metrics.get("video") or metrics.get("visdoc")):
+        return None
+    left_out: list[str] = []
+    rows = mmeb_v2_rows(data, path, left_out)
+    means, counts = group_means(rows), group_counts(rows)  # "overall" (= MMEB-V2 here) left out
+    return {"groups": {key: means[key] for key in MMEB_V2_GROUP_KEYS if key in means},
+            "counts": {key: counts[key] for key in MMEB_V2_GROUP_KEYS if key in counts},
+            "data_version": data_version(data), "left_out": left_out}
+
+
+Groups = dict[str, float]
+
+
+def with_mmeb_v2(rows: dict[str, Groups], summaries: dict[str, dict[str, Any]]) -> dict[str, Groups]:
+    """Each row's groups with its MMEB-V2 columns added (the ones it does not already have)."""
+    return {name: {**{key: value for key, value in summaries.get(name, {}).get("groups", {}).items()
+                      if key not in groups}, **groups} for name, groups in rows.items()}
+
+
+def mmeb_v2_notes(summaries: dict[str, dict[str, Any]]) -> str:
+    """One line per MMEB-V2 row: the tasks each column covers and the data version."""
+    lines = ["MMEB-V2 columns (hit@1 for image and video, ndcg_linear@5 for visdoc; means over tasks):"]
+    for name, summary in summaries.items():
+        counts = summary["counts"]
+        covered = ", ".join(f"{key} {counts[key]}" for key in ("Image", "Video", "VisDoc", MMEB_V2) if key in counts)
+        left_out = f"; left out: {', '.join(summary['left_out'])}" if summary.get("left_out") else ""
+        lines.append(f"- {name}: tasks {covered}; data: {summary.get('data_version') or 'unknown'}{left_out}")
+    return "\n".join(lines)
