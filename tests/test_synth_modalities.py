@@ -207,11 +207,10 @@ def test_manifest_entries_use_mmeb_v2_meta_tasks_and_validate(out: Path) -> None
     doc = found["SynthDocRet"]
     assert doc["layout"] == "qrels" and {"queries", "corpus", "qrels"} <= set(doc)
     assert all((out / doc[key]).is_file() for key in ("queries", "corpus", "qrels"))
-    # Today's schema knows the gallery and candidates layouts (their rows' video items come
-    # with the video branch); the qrels layout is checked at the file level above.
-    for name in ("SynthVideoRet", "SynthVideoCls"):
-        ManifestEntry.model_validate(found[name], context={"base": out})
-        assert "benchmark" not in found[name]
+    for name in ("SynthVideoRet", "SynthVideoCls", "SynthDocRet"):
+        entry = ManifestEntry.model_validate(found[name], context={"base": out})
+        # MMEB-V2's tasks have no IND / OOD split: these never join the image tasks' split means
+        assert entry.inferred_benchmark == "MMEB-V2" and "split" not in found[name]
 
 
 def test_default_output_is_unchanged_and_the_image_part_is_shared(out: Path, tmp_path: Path) -> None:

@@ -34,11 +34,11 @@ def schedule(planner: SynthPlanner, image: str, spec: Params, meta: dict[str, An
 
 def add_eval_entry(planner: SynthPlanner, name: str, meta_task: str, layout: str,
                    instructions: tuple[str, str], **files: str) -> None:
-    """A benchmark-manifest entry over ``eval/images``.  No ``benchmark`` key: the manifest
-    infers it from the meta-task.  ``split`` is IND because this manifest schema requires one;
-    a schema that knows MMEB-V2 (whose tasks have no IND / OOD split) lets it be left out."""
+    """A benchmark-manifest entry over ``eval/images``: ``benchmark: MMEB-V2`` (the meta-tasks are
+    MMEB-V2's) and no ``split`` (MMEB-V2's tasks have none, so these never join the manifest's
+    IND / OOD means of the image identity tasks)."""
     query_instruction, candidate_instruction = instructions
     planner.plan.manifest_entries.append({
-        "name": name, "meta_task": meta_task, "split": "IND", "layout": layout, **files,
+        "name": name, "benchmark": "MMEB-V2", "meta_task": meta_task, "layout": layout, **files,
         "image_root": EVAL_IMAGE_ROOT, "query_instruction": query_instruction,
         "candidate_instruction": candidate_instruction})
