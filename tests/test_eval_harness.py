@@ -278,3 +278,28 @@ def test_a_benchmark_version_is_in_each_result_and_a_new_version_recomputes(tmp_
     again = FakeEncoder()
     assert _run(again, versioned, out, pictures=False) == results  # the same version: reused
     assert json.loads((out / "datasets" / "Cand.json").read_text())["result"]["benchmark_version"] == 2
+
+
+def test_candidates_with_several_positives_count_a_hit_on_any(tmp_path: Path) -> None:
+    # MomentSeeker rows name several correct clips ("positives": N, the first N candidates):
+    # a query closest to the second positive is a hit at rank 1, as VLM2Vec scores it.
+    images = tmp_path / "images"
+    for name, colour in {"red_q": (220, 30, 30), "red_far": (120, 70, 70), "red_near": (215, 35, 30),
+                         "blue": (30, 40, 220), "green": (40, 220, 40)}.items():
+        write_image(images / f"{name}.png", colour)
+    rows = [{"id": "q", "query": {"image": "red_q.png"}, "positives": 2,
+             "candidates": [{"image": "red_far.png"}, {"image": "red_near.png"}, {"image": "blue.png"},
+                            {"image": "green.png"}]}]
+    path = write_jsonl(tmp_path / "c.jsonl", rows)
+    spec = DatasetSpec("C", "candidates", "V-MRET", None, "MMEB-V2", path=path, image_root=images)
+    one = _run(FakeEncoder(), [spec], tmp_path / "out2", pictures=False, save_runs=True)
+    assert one["datasets"]["C"]["metrics"]["P@1"] == 100.0  # percent, as every result
+    qrels = (tmp_path / "out2" / "runs" / "C.qrels").read_text().split("\n")
+    assert sorted(line.split()[2] for line in qrels if line) == ["c0", "c1"]
+    # the same row read with one positive: the nearest candidate is a negative
+    path.write_text(json.dumps({**rows[0], "positives": 1}) + "\n")
+    assert _run(FakeEncoder(), [spec], tmp_path / "out1", pictures=False)["datasets"]["C"]["metrics"]["P@1"] == 0.0
+    for bad in (0, 5, "2", True):
+        path.write_text(json.dumps({**rows[0], "positives": bad}) + "\n")
+        with pytest.raises(DataError, match="positives"):
+            _run(FakeEncoder(), [spec], tmp_path / f"bad{bad}", pictures=False)

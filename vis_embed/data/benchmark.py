@@ -32,12 +32,15 @@ from vis_embed.io import fingerprint_files, fingerprint_json
 
 @dataclass(frozen=True)
 class CandidateQuery:
-    """One query of a ``candidates`` dataset; ``candidates[0]`` is the positive."""
+    """One query of a ``candidates`` dataset; ``candidates[:positives]`` are the positives
+    (one, ``candidates[0]``, unless the row says ``"positives": N``: MomentSeeker's queries have
+    several correct clips, and a hit on any of them counts, as in VLM2Vec)."""
 
     id: str
     query: Item
     candidates: list[Item]
     line: int
+    positives: int = 1
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,11 @@ def load_candidates(path: str | Path, image_root: str | Path | None = None, *,
             raise ctx.error("candidates", "expected a non-empty list of items (positive first)")
         items = [resolved_item(candidate, image_root, f"candidates[{k}]", ctx, checker, shared)
                  for k, candidate in enumerate(candidates)]
-        queries.append(CandidateQuery(id=query_id, query=query, candidates=items, line=line))
+        positives = row.get("positives", 1)
+        if type(positives) is not int or not 1 <= positives <= len(items):
+            raise ctx.error("positives", f"expected an integer from 1 to the number of candidates "
+                                         f"({len(items)}), got {positives!r:.40}")
+        queries.append(CandidateQuery(id=query_id, query=query, candidates=items, line=line, positives=positives))
     if not queries:
         raise DataError("data file has no rows", path=path)
     return queries

@@ -56,6 +56,7 @@ def prepare_candidates(spec: EvalDatasetSpec, max_queries: int | None, options: 
     pool_places: list[tuple[int, str]] = []
     lists: list[np.ndarray] = []
     listed: list[list[int]] = []  # each kept candidate's place in its row (the run files' c<k> ids)
+    kept_positives: list[int] = []  # how many of a row's kept candidates (its first ones) are positives
     duplicates = 0
     for row in rows:
         indices: list[int] = []
@@ -67,8 +68,8 @@ def prepare_candidates(spec: EvalDatasetSpec, max_queries: int | None, options: 
                 pool_index[key] = len(pool)
                 pool.append(item)
                 pool_places.append((row.line, f"candidates[{k}]"))
-            if indices and pool_index[key] == indices[0]:
-                # the positive listed again: the same item, so the same candidate (VLM2Vec
+            if pool_index[key] in indices[: min(k, row.positives)]:
+                # a positive listed again: the same item, so the same candidate (VLM2Vec
                 # scores by name: a hit); kept once so it cannot tie with itself as a negative
                 duplicates += 1
                 continue
@@ -76,6 +77,7 @@ def prepare_candidates(spec: EvalDatasetSpec, max_queries: int | None, options: 
             places.append(k)
         lists.append(np.asarray(indices))
         listed.append(places)
+        kept_positives.append(sum(place < row.positives for place in places))
 
     def score(embeddings: dict[str, np.ndarray]) -> Outcome:
         query_emb, pool_emb = embeddings["query"], embeddings["candidate"]
@@ -85,11 +87,12 @@ def prepare_candidates(spec: EvalDatasetSpec, max_queries: int | None, options: 
         for i, indices in enumerate(lists):
             scores = pool_emb[indices] @ query_emb[i]
             mask = np.zeros(len(indices), dtype=bool)
-            mask[0] = True  # the positive is first
+            mask[: kept_positives[i]] = True  # the positives come first
             order = metrics.tie_order(scores, mask, tie_policy)
             per_query.append(metrics.query_metrics(mask[order]))  # = ranked_relevance
             if run is not None:
-                run.add(rows[i].id, np.asarray(listed[i])[order], scores[order], [("c0", 1)])
+                judged = [(f"c{place}", 1) for place in listed[i][: kept_positives[i]]]
+                run.add(rows[i].id, np.asarray(listed[i])[order], scores[order], judged)
             if i < options.n_examples:
                 examples.append(Example(queries[i], [(pool[indices[j]], float(scores[j]), bool(mask[j]))
                                                      for j in order[:5]]))
