@@ -18,11 +18,12 @@ from typing import Any
 from vis_embed.config import validate_document
 from vis_embed.data.eval_options import DatasetOptions
 from vis_embed.data.images import resolve_image
-from vis_embed.data.items import Item, ResolvedItem, check_item
+from vis_embed.data.items import ITEM_KEYS, Item, ResolvedItem, check_item
 from vis_embed.data.manifest import LAYOUTS  # noqa: F401  (re-exported with the spec it describes)
 from vis_embed.data.manifest import FILE_ROLES, Manifest, ManifestEntry, files_of_layout
 from vis_embed.data.records import ImageChecker, RowContext, require_str
 from vis_embed.data.tables import read_table
+from vis_embed.data.video import check_video_value, resolve_video
 from vis_embed.data.yaml_lines import load_yaml_with_lines
 from vis_embed.errors import DataError
 from vis_embed.io import fingerprint_files, fingerprint_json
@@ -41,13 +42,20 @@ class CandidateQuery:
 @dataclass(frozen=True)
 class GalleryRow:
     id: str
-    image: str           # absolute path or URL
+    image: str | None    # absolute path or URL; None for a video row
     identity: str
     text: str | None
     line: int
+    video: str | tuple[str, ...] | None = None  # resolved (data/video.resolve_video)
 
     def item(self) -> Item:
+        if self.video is not None:
+            return {"video": list(self.video) if isinstance(self.video, tuple) else self.video, "text": self.text}
         return {"image": self.image, "text": self.text}
+
+    def visual(self) -> str | tuple[str, ...] | None:
+        """The row's resolved image or video (what "the same file as the query" compares)."""
+        return self.image if self.video is None else self.video
 
 
 @dataclass(frozen=True)
@@ -58,13 +66,13 @@ class GalleryData:
     gallery: list[GalleryRow]
 
     def excluded(self) -> list[list[int]]:
-        """For each query, the gallery positions to skip: same id or same resolved image file."""
+        """For each query, the gallery positions to skip: same id or same resolved image (or video)."""
         by_id: dict[str, list[int]] = defaultdict(list)
-        by_image: dict[str, list[int]] = defaultdict(list)
+        by_image: dict[Any, list[int]] = defaultdict(list)
         for position, row in enumerate(self.gallery):
             by_id[row.id].append(position)
-            by_image[row.image].append(position)
-        return [sorted(set(by_id.get(q.id, ())) | set(by_image.get(q.image, ())))
+            by_image[row.visual()].append(position)
+        return [sorted(set(by_id.get(q.id, ())) | set(by_image.get(q.visual(), ())))
                 for q in self.queries]
 
 
@@ -189,7 +197,7 @@ def _resolved_item(raw: Any, image_root: Path, field_name: str, ctx: RowContext,
             known = shared.get(ResolvedItem.unchecked(raw))
         except TypeError:  # an unhashable (hence invalid) value: check_item names it below
             known = None
-        if known is not None and raw.keys() <= {"image", "text", "bbox"}:
+        if known is not None and raw.keys() <= set(ITEM_KEYS):
             return known  # an identical item was already validated
     item = check_item(raw, field_name, path=ctx.path, line=ctx.line)
     key = ResolvedItem.unchecked(item)
@@ -197,12 +205,22 @@ def _resolved_item(raw: Any, image_root: Path, field_name: str, ctx: RowContext,
     if resolved["image"] is not None:
         resolved["image"] = resolve_image(resolved["image"], image_root)
         checker.check(resolved["image"], f"{field_name}.image", ctx)
+    if "video" in item:
+        resolved["video"] = _resolved_video(item["video"], image_root, f"{field_name}.video", ctx, checker)
     if "bbox" in item:
         resolved["bbox"] = item["bbox"]
         checker.check_bbox(resolved["image"], item["bbox"], f"{field_name}.bbox", ctx)  # header only
     if shared is not None:
         shared[key] = resolved
     return resolved
+
+
+def _resolved_video(video: Any, image_root: Path, field: str, ctx: RowContext,
+                    checker: ImageChecker) -> str | list[str]:
+    """An item's video resolved against ``image_root`` like an image, and checked to exist."""
+    resolved = resolve_video(video, image_root)
+    checker.check_video(resolved, field, ctx)
+    return list(resolved) if isinstance(resolved, tuple) else resolved
 
 
 def load_candidates(path: str | Path, image_root: str | Path | None = None, *,
@@ -251,11 +269,21 @@ def _read_gallery_rows(path: Path, image_root: Path, checker: ImageChecker) -> l
     for line, row in read_table(path):
         ctx = RowContext(path, line)
         row_id = _unique_id(row, ctx, seen)
-        image = resolve_image(require_str(row, "image", ctx), image_root)  # type: ignore[arg-type]
-        checker.check(image, "image", ctx)
+        image, video = None, None
+        if row.get("video") is not None:  # a clip row: {"id", "video", "identity", "text"?}
+            problem = check_video_value(row["video"])
+            if problem:
+                raise ctx.error("video", problem)
+            if row.get("image") is not None:
+                raise ctx.error("video", "a row has an image or a video, not both")
+            video = _resolved_video(row["video"], image_root, "video", ctx, checker)
+        else:
+            image = resolve_image(require_str(row, "image", ctx), image_root)  # type: ignore[arg-type]
+            checker.check(image, "image", ctx)
         identity = require_str(row, "identity", ctx)
         text = require_str(row, "text", ctx, optional=True)
-        rows.append(GalleryRow(id=row_id, image=image, identity=identity, text=text, line=line))  # type: ignore[arg-type]
+        rows.append(GalleryRow(id=row_id, image=image, identity=identity, text=text, line=line,  # type: ignore[arg-type]
+                               video=tuple(video) if isinstance(video, list) else video))
     if not rows:
         raise DataError("data file has no rows", path=path)
     return rows
