@@ -110,8 +110,8 @@ def check_item(value: Any, field: str | None = None, *, path: str | Path | None 
         if isinstance(video, tuple):
             item["video"] = list(video)
     if image is None and video is None and (text is None or not text.strip()):
-        raise fail("image", "item has neither an image, a video nor a text (it needs a non-empty 'image', "
-                            "'video' or 'text')")
+        raise fail("image", "item has neither an image nor a text, nor a video (it needs a non-empty 'image', "
+                            "'text' or 'video')")
     if "bbox" in item:
         if image is None:
             raise fail("bbox", "a bbox crops the item's image, but the item has no image")

@@ -33,7 +33,8 @@ from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_
 from vis_embed.model.patch_embedding import use_matmul_patch_embedding
 from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
-from vis_embed.model.preparer import VISUAL_FIELDS, PreparedItem, Preparer, PreparesItems, token_limit
+from vis_embed.model.preparer import (VIDEO_EXTRA_FIELDS, VISUAL_FIELDS, PreparedItem, Preparer, PreparesItems,
+                                     token_limit)
 from vis_embed.model.references import looks_like_path, peft_adapter_config
 
 # Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
@@ -321,6 +322,10 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
             else:
                 batch[patches_name] = torch.cat(patches)
             batch[grid_name] = torch.cat([getattr(p, grid_name) for p in with_visual])
+        with_videos = [p for p in prepared if p.pixel_values_videos is not None]
+        for name in VIDEO_EXTRA_FIELDS:
+            if with_videos and all(getattr(p, name) is not None for p in with_videos):
+                batch[name] = torch.cat([getattr(p, name) for p in with_videos])
         return batch
 
     # ------------------------------------------------------------------ forward

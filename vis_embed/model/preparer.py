@@ -51,13 +51,14 @@ class PreparedItem:
     truncated: bool = False  # the item's text was cut to the token limit
     pixel_values_videos: torch.Tensor | None = None  # a video item's patches (every frame pair)
     video_grid_thw: torch.Tensor | None = None  # (1, 3): (frame pairs, h, w), like image_grid_thw
+    second_per_grid_ts: torch.Tensor | None = None  # (1,): Qwen2.5-VL's seconds per frame pair (temporal RoPE)
 
     @property
     def length(self) -> int:
         return int(self.input_ids.shape[0])
 
     _TENSORS = ("input_ids", "mm_token_type_ids", "pixel_values", "image_grid_thw", "pixel_values_videos",
-                "video_grid_thw")
+                "video_grid_thw", "second_per_grid_ts")
 
     def to_numpy(self) -> dict[str, Any]:
         """The fields as numpy arrays (what a worker process sends; no torch pickling).  numpy has
@@ -87,9 +88,13 @@ class PreparedItem:
 
 # The processor's outputs of each kind of visual input: patches and their (t, h, w) grid rows.
 VISUAL_FIELDS = (("pixel_values", "image_grid_thw"), ("pixel_values_videos", "video_grid_thw"))
-# Timestamps Qwen3-VL writes into a clip's prompt need a frame rate; frames given as images have
-# none, and this is the rate transformers itself assumes for pre-sampled frames.
-FRAMES_FPS = 24.0
+# Per-video fields besides the patches and grid (Qwen2.5-VL's temporal RoPE spacing), collated alike.
+VIDEO_EXTRA_FIELDS = ("second_per_grid_ts",)
+# The frame rate of a clip given as frames (a folder, a list), which record none: qwen-vl-utils'
+# FPS for frame lists.  Qwen2.5-VL spaces frame pairs by it (2 frames at 2 fps: 1 s, transformers'
+# own default when no rate is known) and Qwen3-VL writes timestamps from it.  A video file's
+# frames carry the file's rate and their source positions instead.
+FRAMES_FPS = 2.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -214,7 +219,8 @@ class Preparer:
             patches = {name: None if value is None else value.to(getattr(torch, self.pixel_dtype))
                        for name, value in patches.items()}
         return PreparedItem(input_ids=input_ids, mm_token_type_ids=mm_types, **patches,
-                            image_grid_thw=outputs.get("image_grid_thw"), video_grid_thw=outputs.get("video_grid_thw"))
+                            image_grid_thw=outputs.get("image_grid_thw"), video_grid_thw=outputs.get("video_grid_thw"),
+                            second_per_grid_ts=outputs.get("second_per_grid_ts"))
 
 
 class PreparesItems:
