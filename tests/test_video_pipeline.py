@@ -1,0 +1,206 @@
+"""Video items everywhere an image item goes: `vis-embed encode` (+ --dry-run, --workers),
+eval's candidates and gallery layouts, training rows, the server (refused with a 400)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vis_embed import Embedder
+from vis_embed.cli import main
+from vis_embed.errors import DataError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _clip(folder: Path, count: int, seed: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for index in range(count):
+        Image.fromarray(rng.integers(0, 256, (56, 84, 3), dtype=np.uint8)).save(folder / f"frame_{index}.jpg")
+    return folder
+
+
+def _write(path: Path, rows: list) -> Path:
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture()
+def clips(tmp_path: Path) -> Path:
+    for seed, name in enumerate(("a", "b", "c")):
+        _clip(tmp_path / "clips" / name, 4 + 3 * seed, seed)
+    (tmp_path / "clips" / "empty").mkdir()
+    (tmp_path / "clips" / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42 but nothing after")
+    (tmp_path / "clips" / "notes.txt").write_text("not a video")
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def embedder(tiny_checkpoint: Callable[..., Path]) -> Embedder:
+    return Embedder.from_pretrained(tiny_checkpoint(), device="cpu", dtype="float32")
+
+
+ROWS = [{"id": "a", "video": "clips/a", "text": "first"},
+        {"id": "b", "video": ["clips/b/frame_0.jpg", "clips/b/frame_6.jpg"]},
+        {"id": "c", "text": "just text"},
+        {"id": "d", "video": "clips/c"}]
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_encode_takes_video_rows_relative_to_the_input(clips: Path, tiny_checkpoint: Callable[..., Path],
+                                                       embedder: Embedder, workers: str) -> None:
+    items = _write(clips / "items.jsonl", ROWS)
+    output = clips / "out" / "emb.npy"
+    code = main(["encode", "--model", str(tiny_checkpoint()), "--input", str(items), "--output", str(output),
+                 "--instruction", "Represent it.", "--workers", workers, "--no-progress"])
+    assert code == 0
+    expected = embedder.encode([{key: value for key, value in row.items() if key != "id"} for row in ROWS],
+                               "Represent it.", base_dir=clips)
+    np.testing.assert_allclose(np.load(output), expected, atol=1e-6)
+
+
+def test_encode_video_frames_flag_changes_the_vectors(clips: Path, tiny_checkpoint: Callable[..., Path]) -> None:
+    items = _write(clips / "items.jsonl", [ROWS[3]])  # 10 frames: 8 of them, or 4
+    outputs = []
+    for frames in ("8", "4"):
+        output = clips / f"emb{frames}.npy"
+        assert main(["encode", "--model", str(tiny_checkpoint()), "--input", str(items), "--output", str(output),
+                     "--video-frames", frames, "--workers", "0", "--no-progress"]) == 0
+        outputs.append(np.load(output)[0])
+    assert float(outputs[0] @ outputs[1]) < 0.9999
+
+
+def test_dry_run_counts_every_frame_of_a_clip(clips: Path, tiny_checkpoint: Callable[..., Path],
+                                              embedder: Embedder, capsys: pytest.CaptureFixture[str]) -> None:
+    items = _write(clips / "items.jsonl", [ROWS[0]])
+    code = main(["encode", "--model", str(tiny_checkpoint()), "--input", str(items), "--output",
+                 str(clips / "dry.npy"), "--dry-run", "--workers", "0", "--no-progress"])
+    assert code == 0
+    report = capsys.readouterr().out
+    length = embedder.model.prepare_one({"video": str(clips / "clips" / "a"), "text": "first"}).length
+    assert str(length) in report and not (clips / "dry.npy").exists()
+
+
+@pytest.mark.parametrize(("video", "message"), [
+    ("clips/empty", "no frame files"),
+    ("clips/broken.mp4", "cannot read video file"),
+    ("clips/notes.txt", "cannot read video file"),
+    ("clips/missing", "video not found"),
+    (["clips/a/frame_0.jpg", "clips/a/nope.jpg"], "not found"),
+])
+def test_a_bad_video_exits_2_naming_the_item(clips: Path, tiny_checkpoint: Callable[..., Path],
+                                             capsys: pytest.CaptureFixture[str], video: object, message: str) -> None:
+    items = _write(clips / "items.jsonl", [ROWS[2], {"id": "bad", "video": video}])
+    code = main(["encode", "--model", str(tiny_checkpoint()), "--input", str(items), "--output",
+                 str(clips / "emb.npy"), "--workers", "0", "--no-progress"])
+    error = capsys.readouterr().err
+    assert code == 2 and f"{items}:2" in error and message in error and "'video'" in error, error
+    assert not (clips / "emb.npy").exists()
+
+
+def test_a_clip_of_too_many_pixels_is_refused(clips: Path, embedder: Embedder,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_video_items import _write_video
+
+    from vis_embed.data import video
+
+    _write_video(clips / "big.mp4", [Image.new("RGB", (96, 64), (i * 20, 0, 0)) for i in range(4)])
+    monkeypatch.setattr(video, "DEFAULT_MAX_IMAGE_PIXELS", 96 * 64 - 1)  # the bomb limit, scaled down
+    with pytest.raises(DataError, match="decompression-bomb") as error:
+        embedder.encode([{"text": "fine"}, {"video": str(clips / "big.mp4")}])
+    assert error.value.field == "video" and getattr(error.value, "item_index", 1) == 1
+
+
+def test_eval_layouts_take_video_queries_candidates_and_gallery_rows(clips: Path, tiny_checkpoint: Callable[..., Path],
+                                                                    embedder: Embedder) -> None:
+    from vis_embed.data import load_benchmark
+
+    (clips / "eval").mkdir()
+    _write(clips / "eval" / "cands.jsonl", [
+        {"id": "q1", "query": {"video": "a", "text": "what happens?"},
+         "candidates": [{"text": "first"}, {"text": "second"}]},
+        {"id": "q2", "query": {"text": "second clip"}, "candidates": [{"video": "b"}, {"video": ["c/frame_0.jpg"]}]},
+    ])
+    _write(clips / "eval" / "gallery.jsonl", [
+        {"id": "g1", "video": "a", "identity": "x"}, {"id": "g2", "video": "b", "identity": "x"},
+        {"id": "g3", "video": ["c/frame_1.jpg", "c/frame_2.jpg"], "identity": "y"},
+        {"id": "g4", "video": "c", "identity": "y"},
+    ])
+    manifest = clips / "eval" / "bench.yaml"
+    manifest.write_text(
+        "name: videos\ndatasets:\n"
+        "  - {name: VCands, benchmark: other, meta_task: V-QA, split: OOD, layout: candidates, path: cands.jsonl,"
+        " image_root: ../clips}\n"
+        "  - {name: VGallery, benchmark: other, meta_task: V-RET, split: OOD, layout: gallery, queries: gallery.jsonl,"
+        " gallery: gallery.jsonl, image_root: ../clips}\n")
+    benchmark = load_benchmark(manifest)
+    candidates = benchmark.datasets[0].load_candidates()
+    assert candidates[0].query["video"] == str(clips / "clips" / "a")
+    assert candidates[1].candidates[1]["video"] == [str(clips / "clips" / "c" / "frame_0.jpg")]
+    gallery = benchmark.datasets[1].load_gallery()
+    assert gallery.gallery[2].item()["video"] == [str(clips / "clips" / "c" / f"frame_{i}.jpg") for i in (1, 2)]
+    assert gallery.excluded()[0] == [0]  # the query's own clip (same id, same folder)
+
+    out = clips / "results"
+    assert main(["eval", "--model", str(tiny_checkpoint()), "--benchmark", str(manifest), "--out", str(out),
+                 "--quiet", "--no-pictures", "--workers", "0"]) == 0
+    datasets = json.loads((out / "results.json").read_text())["datasets"]
+    metrics = {name: data["metrics"] for name, data in datasets.items()}
+    # hit@1 recomputed from the Embedder's own vectors of the loaded items
+    hits = []
+    for row in candidates:
+        scores = embedder.encode(row.candidates) @ embedder.encode([row.query])[0]
+        hits.append(scores[0] > scores[1:].max())
+    assert metrics["VCands"]["hit@1"] == pytest.approx(100 * np.mean(hits))
+    vectors = embedder.encode([row.item() for row in gallery.gallery])
+    similarity = vectors @ vectors.T
+    np.fill_diagonal(similarity, -np.inf)  # each row is its own query: left out
+    identities = [row.identity for row in gallery.gallery]
+    gallery_hits = [identities[int(np.argmax(scores))] == identities[i] for i, scores in enumerate(similarity)]
+    assert metrics["VGallery"]["hit@1"] == pytest.approx(100 * np.mean(gallery_hits))
+
+
+def test_training_rows_take_videos_resolved_against_the_image_root(clips: Path) -> None:
+    from vis_embed.data import load_train_config
+
+    data = clips / "train"
+    data.mkdir()
+    _write(data / "pairs.jsonl", [
+        {"id": "p1", "query": {"text": "first clip"}, "positive": {"video": "a"}},
+        {"id": "p2", "query": {"video": ["b/frame_0.jpg", "b/frame_1.jpg"]}, "positive": {"video": "b"}},
+        {"id": "p3", "query": {"text": "third"}, "positive": {"video": "c"}},
+    ])
+    _write(data / "ids.jsonl", [{"id": "i1", "video": "a", "identity": "x"},
+                                {"id": "i2", "video": "b", "identity": "x"}])
+    (data / "train.yaml").write_text(
+        "datasets:\n"
+        "  - {name: vpairs, kind: pairs, path: pairs.jsonl, image_root: ../clips}\n"
+        "  - {name: vids, kind: identity, path: ids.jsonl, image_root: ../clips}\n")
+    config = load_train_config(data / "train.yaml")
+    pairs, identities = config.datasets
+    assert pairs.positive_item(pairs.get("p1"))["video"] == str(clips / "clips" / "a")
+    assert pairs.query_item(pairs.get("p2"))["video"] == [str(clips / "clips" / "b" / f"frame_{i}.jpg")
+                                                           for i in (0, 1)]
+    assert len(set(pairs.labels.tolist())) == 3  # three different clips: three loss labels
+    assert identities.query_item(identities.get("i2")) == {"video": str(clips / "clips" / "b"), "text": None}
+
+    _write(data / "pairs.jsonl", [{"id": "p1", "query": {"text": "x"}, "positive": {"video": "missing"}}])
+    with pytest.raises(DataError, match="video not found") as error:
+        load_train_config(data / "train.yaml")
+    assert error.value.line == 1 and error.value.field == "positive.video"
+
+
+def test_the_server_refuses_a_video_item_with_a_400_naming_it() -> None:
+    from vis_embed.serving.errors import RequestError
+    from vis_embed.serving.schemas import parse_items
+
+    with pytest.raises(RequestError) as error:
+        parse_items(["fine", {"video": ["data:image/png;base64,AAAA"]}], max_items=8)
+    assert error.value.status == 400 and error.value.param == "input[1].video"
+    assert "not served" in str(error.value)
