@@ -204,3 +204,43 @@ def test_the_server_refuses_a_video_item_with_a_400_naming_it() -> None:
         parse_items(["fine", {"video": ["data:image/png;base64,AAAA"]}], max_items=8)
     assert error.value.status == 400 and error.value.param == "input[1].video"
     assert "not served" in str(error.value)
+
+
+def _gradcache_step(checkpoint: Path, queries: list, candidates: list, chunk_size: int):
+    import torch
+
+    from vis_embed.model.embedding_model import EmbeddingModel
+    from vis_embed.training.backends import TorchBackend
+    from vis_embed.training.gradcache import contrastive_step
+    from vis_embed.training.losses import Temperature, info_nce_loss
+    from vis_embed.training.lr_schedule import lr_lambda
+
+    torch.manual_seed(0)
+    model = EmbeddingModel.from_pretrained(checkpoint, device="cpu", dtype=torch.float32)
+    model.add_lora(r=4, alpha=8, dropout=0.0, vision=True)  # the vision tower trains on the clips too
+    model.train()
+    tau = Temperature(0.05)
+    backend = TorchBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, max_grad_norm=0.0,
+                           lr_schedule=lr_lambda(0, 10))
+    prepared_q = model.prepare(queries, instruction="Find the clip.")
+    prepared_c = model.prepare(candidates, instruction="Represent the clip.")
+    result = contrastive_step(backend, model.collate, prepared_q, prepared_c,
+                              lambda q, c: info_nce_loss(q, c, tau()), chunk_size=chunk_size,
+                              query_lengths=[p.length for p in prepared_q],
+                              candidate_lengths=[p.length for p in prepared_c])
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None and p.grad.norm() > 0}
+    return result.loss, grads, [p.length for p in prepared_q]
+
+
+def test_gradcache_over_video_items_equals_the_plain_step(clips: Path, tiny_checkpoint: Callable[..., Path]) -> None:
+    root = clips / "clips"
+    queries = [{"video": str(root / "a")}, {"video": str(root / "b"), "text": "second"},
+               {"video": [str(root / "c" / "frame_0.jpg")] * 3}, {"text": "a text query"}]
+    candidates = [{"text": "first"}, {"image": str(root / "b" / "frame_2.jpg")}, {"video": str(root / "c")},
+                  {"text": "fourth"}]
+    loss, grads, _ = _gradcache_step(tiny_checkpoint(), queries, candidates, chunk_size=0)
+    chunked_loss, chunked, _ = _gradcache_step(tiny_checkpoint(), queries, candidates, chunk_size=2)
+    assert chunked_loss == pytest.approx(loss, rel=1e-5)
+    assert set(chunked) == set(grads) and any(".visual." in name for name in grads)
+    for name, reference in grads.items():
+        assert float((chunked[name] - reference).norm() / reference.norm()) <= 1e-4, name
