@@ -196,14 +196,52 @@ def test_training_rows_take_videos_resolved_against_the_image_root(clips: Path) 
     assert error.value.line == 1 and error.value.field == "positive.video"
 
 
-def test_the_server_refuses_a_video_item_with_a_400_naming_it() -> None:
-    from vis_embed.serving.errors import RequestError
-    from vis_embed.serving.schemas import parse_items
+def _data_uri(path: Path) -> str:
+    import base64
 
-    with pytest.raises(RequestError) as error:
-        parse_items(["fine", {"video": ["data:image/png;base64,AAAA"]}], max_items=8)
-    assert error.value.status == 400 and error.value.param == "input[1].video"
-    assert "not served" in str(error.value)
+    return "data:image/jpeg;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def test_the_server_embeds_a_clip_of_data_uri_frames_like_encode(clips: Path, embedder: Embedder) -> None:
+    import httpx
+    from _serve_fixtures import RunningServer
+
+    from vis_embed.serving.app import ServerSettings, create_app
+
+    frames = sorted((clips / "clips" / "c").iterdir(), key=lambda path: int(path.stem.split("_")[1]))  # 10
+    picked = set(np.linspace(0, len(frames) - 1, 8, dtype=int).tolist())
+    # frames the model will not see are never read: a broken one there changes nothing
+    sources = [_data_uri(frame) if index in picked else "data:image/png;base64,broken"
+               for index, frame in enumerate(frames)]
+    settings = ServerSettings(model_name="m", max_batch_size=8, max_wait_ms=10, max_request_bytes=2_000_000,
+                              max_request_pixels=8 * 84 * 56 + 84 * 56)
+    running = RunningServer(create_app(embedder, settings))
+    try:
+        def post(items: list) -> httpx.Response:
+            return httpx.post(f"{running.url}/v1/embeddings", json={"model": "m", "input": items,
+                                                                    "instruction": "Represent it."}, timeout=60)
+
+        response = post([{"video": sources, "text": "the clip"}, "a text"])
+        assert response.status_code == 200, response.text
+        served = np.array([row["embedding"] for row in response.json()["data"]])
+        expected = embedder.encode([{"video": str(clips / "clips" / "c"), "text": "the clip"}, {"text": "a text"}],
+                                   "Represent it.")
+        np.testing.assert_allclose(served, expected, atol=1e-5)
+        # every picked frame counts in the request's pixels: 8 frames + 1 image fit, 8 frames + 2 do not
+        image = _data_uri(frames[0])
+        assert post([{"video": sources}, {"image": image}]).status_code == 200
+        too_many = post([{"video": sources}, {"image": image}, {"image": image}])
+        assert too_many.status_code == 413 and too_many.json()["error"]["param"] == "input[2].image"
+        bad_frame = list(sources)
+        bad_frame[0] = "data:image/png;base64,AAAA"
+        answer = post([{"video": bad_frame}])
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "input[0].video[0]"
+        for video in (str(clips / "clips" / "c"), ["/etc/hostname"]):  # no folder; no local frame by default
+            answer = post([{"video": video}])
+            assert answer.status_code == 400 and answer.json()["error"]["param"].startswith("input[0].video"), \
+                answer.text
+    finally:
+        running.stop()
 
 
 def _gradcache_step(checkpoint: Path, queries: list, candidates: list, chunk_size: int):

@@ -145,8 +145,9 @@ class ResolvedItem(NamedTuple):
            path: str | Path | None = None, line: int | None = None) -> ResolvedItem:
         """The checked (:func:`check_item`) item ``value`` with its image resolved against ``base_dir``."""
         item = check_item(value, field, path=path, line=line)
-        image = item.get("image")
-        if image is not None and not isinstance(image, (str, os.PathLike)):
+        image, frames = item.get("image"), item.get("video")
+        in_memory = [image] + (frames if isinstance(frames, list) else [])
+        if any(value is not None and not isinstance(value, (str, os.PathLike)) for value in in_memory):
             raise DataError("an in-memory (PIL) image has no location to resolve; save it to a file",
                             path=path, line=line, field=field)
         video = item.get("video")

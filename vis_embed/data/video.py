@@ -5,7 +5,8 @@ An item's ``video`` is one of
 * a folder of frame images (the released MMEB-V2 form: pre-extracted JPEGs); its frames are
   the regular files with an image suffix (:data:`FRAME_SUFFIXES`), hidden files left out,
   **naturally sorted** (``frame_2`` before ``frame_10``);
-* a list of frame sources, in order: each one anything an ``image`` may be (path, URL, data URI);
+* a list of frame sources, in order: each one anything an ``image`` may be (path, URL, data URI;
+  in the Python API also a PIL image: the server hands decoded frames this way);
 * a video file (any suffix that is not a folder), decoded with PyAV (the optional extra
   ``video``: ``pip install 'vis_embed[video]'``).
 
@@ -87,8 +88,8 @@ def resolve_video(video: Any, base_dir: str | Path | None = None) -> str | tuple
     ``base_dir``: the data file's folder or ``image_root``), or a tuple of resolved frames."""
     from vis_embed.data.images import resolve_image
 
-    if is_frame_list(video):
-        return tuple(resolve_image(frame, base_dir) for frame in video)
+    if is_frame_list(video):  # a decoded (PIL) frame stays as it is
+        return tuple(frame if hasattr(frame, "convert") else resolve_image(frame, base_dir) for frame in video)
     return resolve_image(video, base_dir)
 
 
@@ -151,13 +152,12 @@ def load_video(video: Any, base_dir: str | Path | None = None, num_frames: int =
     return Clip([loaded[index] for index in picked], picked)
 
 
-def first_frame_size(video: Any, base_dir: str | Path | None = None, num_frames: int = 8) -> tuple[int, int] | None:
-    """(width, height) of the clip's first picked frame from headers only (no decoding), or
-    None when unknown (a URL frame, an unreadable file): a length estimate's hint."""
+def first_frame_size(sources: list[Any] | str) -> tuple[int, int] | None:
+    """(width, height) of a clip's first frame (always a picked one) from headers only, given its
+    :func:`video_sources`; None when unknown (a URL frame, an unreadable file): a length hint."""
     from vis_embed.data.images import image_size
 
     try:
-        sources = video_sources(video, base_dir)
         if isinstance(sources, str):
             with _open_container(sources) as container:
                 stream = _video_stream(container, sources)
@@ -267,15 +267,15 @@ def check_video_value(video: Any) -> str | None:
         if len(video) > MAX_LIST_FRAMES:
             return f"more than {MAX_LIST_FRAMES} frames in the list"
         for position, frame in enumerate(video):
-            problem = _path_problem(frame)
+            problem = _path_problem(frame, frame=True)
             if problem:
                 return f"frame [{position}] {problem}"
         return None
     return _path_problem(video)
 
 
-def _path_problem(value: Any) -> str | None:
-    if isinstance(value, os.PathLike):
+def _path_problem(value: Any, frame: bool = False) -> str | None:
+    if isinstance(value, os.PathLike) or (frame and hasattr(value, "convert")):  # a PIL frame: the Python API
         return None
     if not isinstance(value, str):
         return f"must be a path (a folder of frames or a video file) or a list of frame paths, " \

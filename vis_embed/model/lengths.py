@@ -86,11 +86,11 @@ def video_tokens(model: Any, video: Any, base_dir: str | Path | None = None) -> 
     temporal = int(getattr(video_processor, "temporal_patch_size", 2))
     try:
         sources = video_sources(video, base_dir)
-        count = len(sources) if isinstance(sources, list) else config.video_frames  # a file's count: no decode
     except DataError:
-        count = config.video_frames
+        sources = None
+    count = len(sources) if isinstance(sources, list) else config.video_frames  # a file's count: no decode
     pairs = len(frame_indices(count, config.video_frames, temporal)) // temporal
-    size = first_frame_size(video, base_dir, config.video_frames)
+    size = None if sources is None else first_frame_size(sources)
     if size is None or min(size) < 1:
         return pairs * math.ceil(config.video_max_pixels / factor ** 2)
     width, height = processor_size(video_processor, config.min_pixels, config.video_max_pixels, *size)

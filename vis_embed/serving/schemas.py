@@ -168,14 +168,13 @@ def _item(value: Any, param: str, field_of_text: str | None = None) -> dict[str,
     except DataError as exc:
         field = field_of_text or exc.field  # a string input is its own text: "input[2]"
         raise RequestError(400, f"{field}: {exc.reason}", param=field) from None
-    if "video" in item:
-        # A clip is many images: each frame would need its fetch, its decode deadline and its
-        # share of the pixel budget reserved from headers before decoding (serving/images.py,
-        # budget.py work per image), and a video file a bounded decoder in the decode pool.
-        # Until the server does that, a clip is refused whole rather than served unbounded.
-        raise RequestError(400, f"{param}.video: video items are not served by this server (the per-frame "
-                                "pixel and decode budgets are not implemented); encode clips with "
-                                "`vis-embed encode` or Embedder.encode", param=f"{param}.video")
+    if "video" in item and not isinstance(item["video"], list):
+        # A clip is its frames, each one an image to the server's fetch, decode and pixel budgets
+        # (serving/images.py).  A folder or a video file would be read and decoded by the model's
+        # preparation, outside those budgets: not served.
+        raise RequestError(400, f"{param}.video: send a clip as a list of frames (data: URIs, or URLs with "
+                                "--allow-urls); a folder or a video file is not read by this server",
+                           param=f"{param}.video")
     if "image" in item and not isinstance(item["image"], str):  # JSON: always a string, but be sure
         raise RequestError(400, f"{param}.image: must be a string", param=f"{param}.image")
     return item
