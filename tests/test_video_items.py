@@ -290,3 +290,20 @@ def test_the_pooled_vector_is_the_final_post_norm_hidden_state(embedder_of_arch:
     torch.testing.assert_close(pooled, torch.nn.functional.normalize(final[rows, last].float(), dim=-1))
     pre_norm = torch.nn.functional.normalize(captured["pre_norm"][rows, last].float(), dim=-1)
     assert (pooled - pre_norm).abs().max() > 1e-3  # what pooling a pre-norm state would give instead
+
+
+def test_a_video_file_is_decoded_with_bounded_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vis_embed.data import video
+
+    for name in ("clip.mkv", "clip.mp4"):  # no frame count in the container (packets counted); a recorded one
+        clip = tmp_path / name
+        _write_video(clip, [_frame(index, (96, 64)) for index in range(11)])
+        assert video.decode_video_file(str(clip), 8).indices == np.linspace(0, 10, 8, dtype=int).tolist()
+    with pytest.raises(DataError, match="took too long"):
+        video.decode_video_file(str(clip), 8, max_decode_s=0.0)
+    monkeypatch.setattr(video, "MAX_VIDEO_FRAMES", 10)
+    with pytest.raises(DataError, match="more than 10 frames"):
+        video.decode_video_file(str(clip), 8)
+    (tmp_path / "empty.mp4").write_bytes(b"")
+    with pytest.raises(DataError, match="cannot read video file"):
+        video.decode_video_file(str(tmp_path / "empty.mp4"), 8)

@@ -19,9 +19,10 @@ on every architecture.
 
 Frame images go through :func:`vis_embed.data.images.load_image` (its format allow-list,
 decompression-bomb limit, regular files only, fast decode).  A video file is decoded with
-bounded work: at most :data:`MAX_VIDEO_FRAMES` frames counted or decoded, frames above the
-decompression-bomb limit refused from the stream header, one deadline for the whole decode
-(:data:`MAX_VIDEO_DECODE_S`), and decoding stops after the last picked frame.  Resizing the
+bounded work: a video of more than :data:`MAX_VIDEO_FRAMES` frames is refused (from the
+container's count, or its packets counted without decoding), frames above the
+decompression-bomb limit are refused from the stream header, one deadline bounds the whole
+decode (:data:`MAX_VIDEO_DECODE_S`), and decoding stops after the last picked frame.  Resizing the
 frames to the model's per-frame budget is the model layer's job (``model/preparer.py``).
 """
 
@@ -46,7 +47,7 @@ from vis_embed.errors import ConfigError, DataError
 FRAME_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".ppm")
 MAX_FOLDER_FRAMES = 100_000  # a folder listing is refused beyond this many frame files
 MAX_LIST_FRAMES = 10_000  # an item's list of frames
-MAX_VIDEO_FRAMES = 36_000  # frames counted / decoded in a video file (20 minutes at 30 fps)
+MAX_VIDEO_FRAMES = 36_000  # a video file with more frames is refused (20 minutes at 30 fps)
 MAX_VIDEO_DECODE_S = 120.0  # one video file's whole decode
 TEMPORAL_PATCH = 2  # Qwen2/2.5/3-VL merge frame pairs: an odd clip repeats its last frame
 VIDEO_EXTRA = "pip install 'vis_embed[video]'"
@@ -199,19 +200,23 @@ def _video_stream(container: Any, path: str) -> Any:
 
 def _frame_count(path: str, deadline: float) -> int:
     """The video stream's frame count: the container's when it records one, else its packets
-    counted without decoding (bounded by :data:`MAX_VIDEO_FRAMES` and the deadline)."""
+    counted without decoding; a DataError past :data:`MAX_VIDEO_FRAMES` or the deadline."""
     with _open_container(path) as container:
         stream = _video_stream(container, path)
-        if stream.frames and stream.frames > 0:
-            return min(int(stream.frames), MAX_VIDEO_FRAMES)
-        count = 0
-        try:
-            for packet in container.demux(stream):
-                count += packet.size > 0  # the flushing packet at the end carries no data
-                if count >= MAX_VIDEO_FRAMES or time.monotonic() > deadline:
-                    break
-        except Exception as exc:  # noqa: BLE001
-            raise DataError(f"cannot read video file (corrupt: {type(exc).__name__})", path=path) from None
+        count = int(stream.frames or 0)
+        if count <= 0:
+            try:
+                for packet in container.demux(stream):
+                    count += packet.size > 0  # the flushing packet at the end carries no data
+                    if count > MAX_VIDEO_FRAMES or time.monotonic() > deadline:
+                        break
+            except Exception as exc:  # noqa: BLE001
+                raise DataError(f"cannot read video file (corrupt: {type(exc).__name__})", path=path) from None
+        if time.monotonic() > deadline:
+            raise DataError("refused: reading the video took too long", path=path)
+        if count > MAX_VIDEO_FRAMES:
+            raise DataError(f"refused: the video has more than {MAX_VIDEO_FRAMES} frames (extract the frames "
+                            "to a folder and give that)", path=path)
         return count
 
 
@@ -249,7 +254,7 @@ def _decode_picked(path: str, wanted: set[int], deadline: float) -> tuple[dict[i
                                     f"decompression-bomb limit", path=path)
                 if position in wanted:
                     frames[position] = frame.to_image()  # RGB
-                if position >= last or decoded >= MAX_VIDEO_FRAMES:
+                if position >= last or decoded >= MAX_VIDEO_FRAMES:  # a recount can be no larger
                     break
         except DataError:
             raise
