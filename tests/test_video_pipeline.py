@@ -282,3 +282,18 @@ def test_gradcache_over_video_items_equals_the_plain_step(clips: Path, tiny_chec
     assert set(chunked) == set(grads) and any(".visual." in name for name in grads)
     for name, reference in grads.items():
         assert float((chunked[name] - reference).norm() / reference.norm()) <= 1e-4, name
+
+
+def test_gallery_and_peer_protocol_rows_check_their_videos(clips: Path) -> None:
+    from vis_embed.data.benchmark import load_gallery
+    from vis_embed.evaluation.layout_base import normalise_item
+
+    both = {"id": "g2", "video": "clips/b", "image": "clips/b/frame_0.jpg", "identity": "x"}
+    rows = _write(clips / "g.jsonl", [{"id": "g1", "video": "clips/a", "identity": "x"}, both])
+    with pytest.raises(DataError, match="not both") as error:
+        load_gallery(rows, rows, clips)
+    assert (error.value.line, error.value.field) == (2, "video")
+    item = normalise_item({"video": ["a/frame_0.jpg"]}, clips / "clips", rows, 1, "left")
+    assert item["video"] == [str(clips / "clips" / "a" / "frame_0.jpg")]
+    with pytest.raises(DataError, match="video not found"):
+        normalise_item({"video": "nowhere"}, clips / "clips", rows, 1, "left")

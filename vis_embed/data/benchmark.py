@@ -23,7 +23,7 @@ from vis_embed.data.manifest import LAYOUTS  # noqa: F401  (re-exported with the
 from vis_embed.data.manifest import FILE_ROLES, Manifest, ManifestEntry, files_of_layout
 from vis_embed.data.records import ImageChecker, RowContext, require_str
 from vis_embed.data.tables import read_table
-from vis_embed.data.video import check_video_value, resolve_video
+from vis_embed.data.video import resolve_video
 from vis_embed.data.yaml_lines import load_yaml_with_lines
 from vis_embed.errors import DataError
 from vis_embed.io import fingerprint_files, fingerprint_json
@@ -271,12 +271,8 @@ def _read_gallery_rows(path: Path, image_root: Path, checker: ImageChecker) -> l
         row_id = _unique_id(row, ctx, seen)
         image, video = None, None
         if row.get("video") is not None:  # a clip row: {"id", "video", "identity", "text"?}
-            problem = check_video_value(row["video"])
-            if problem:
-                raise ctx.error("video", problem)
-            if row.get("image") is not None:
-                raise ctx.error("video", "a row has an image or a video, not both")
-            video = _resolved_video(row["video"], image_root, "video", ctx, checker)
+            checked = check_item({"video": row["video"], "image": row.get("image")}, path=path, line=line)
+            video = _resolved_video(checked["video"], image_root, "video", ctx, checker)
         else:
             image = resolve_image(require_str(row, "image", ctx), image_root)  # type: ignore[arg-type]
             checker.check(image, "image", ctx)
@@ -291,7 +287,7 @@ def _read_gallery_rows(path: Path, image_root: Path, checker: ImageChecker) -> l
 
 def load_gallery(queries_path: str | Path, gallery_path: str | Path,
                  image_root: str | Path | None = None, *, check_images: bool = True) -> GalleryData:
-    """Rows ``{"id", "image", "identity", "text"?}`` in both files.
+    """Rows ``{"id", "image", "identity", "text"?}`` (or ``"video"`` in place of ``"image"``) in both files.
 
     Every query must have at least one gallery row of its identity that is not excluded
     (same id / same image file), otherwise its P@1 would be 0 whatever the model does.

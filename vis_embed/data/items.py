@@ -11,11 +11,12 @@ An item is a mapping with the keys
   resolved like an image's (:mod:`vis_embed.data.video`: which frames the model sees).
 
 An item needs an image, a video or a non-blank text (an image and a video together are
-refused: one visual input per item, as the prompt has one placeholder); ``null`` means "absent".  Any other key is an
-error naming it: a typo such as ``"img"`` would otherwise turn an image item into a silent
-text-only (or empty) one.  :func:`check_item` is the one validator, used by the training
-data config (pairs rows), the benchmark manifest's rows, ``vis-embed encode`` and
-``Embedder.encode`` / ``EmbeddingModel`` -- so one item gets one decision everywhere.
+refused: one visual input per item, as the prompt has one placeholder); ``null`` means
+"absent".  Any other key is an error naming it: a typo such as ``"img"`` would otherwise
+turn an image item into a silent text-only (or empty) one.  :func:`check_item` is the one
+validator, used by the training data config (pairs rows), the benchmark manifest's rows,
+``vis-embed encode`` and ``Embedder.encode`` / ``EmbeddingModel`` -- so one item gets one
+decision everywhere.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from vis_embed.data.images import is_data_uri, is_url, resolve_image
-from vis_embed.data.video import check_video_value, resolve_video
+from vis_embed.data.video import check_video_value, frame_files, resolve_video
 from vis_embed.errors import DataError
 
 Item = dict[str, Any]
@@ -51,6 +52,13 @@ def _is_encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def decoded_items(items: Any) -> int:
+    """How many of ``items`` (dicts) have an image or a video to decode: what sizes the worker
+    pool (``--workers auto``: none for a few such items)."""
+    return sum(1 for item in items if isinstance(item, dict)
+               and (item.get("image") is not None or item.get("video") is not None))
 
 
 def check_bbox(value: Any, field: str = "bbox", *, path: str | Path | None = None,
@@ -150,9 +158,8 @@ class ResolvedItem(NamedTuple):
         if any(value is not None and not isinstance(value, (str, os.PathLike)) for value in in_memory):
             raise DataError("an in-memory (PIL) image has no location to resolve; save it to a file",
                             path=path, line=line, field=field)
-        video = item.get("video")
         return cls.unchecked({**item, "image": None if image is None else resolve_image(image, base_dir),
-                              "video": None if video is None else resolve_video(video, base_dir)})
+                              "video": None if frames is None else resolve_video(frames, base_dir)})
 
     @classmethod
     def unchecked(cls, item: Item) -> ResolvedItem:
@@ -164,7 +171,7 @@ class ResolvedItem(NamedTuple):
                    video=tuple(video) if isinstance(video, (list, tuple)) else video)
 
     def as_dict(self) -> Item:
-        """The plain item (``image``/``text``, ``bbox`` when set), what the model layer takes."""
+        """The plain item (``image``/``text``, ``bbox`` and ``video`` when set), what the model layer takes."""
         item: Item = {"image": self.image, "text": self.text}
         if self.bbox is not None:
             item["bbox"] = list(self.bbox)
@@ -199,8 +206,6 @@ def _signed_video(video: str | tuple[str, ...], file_digest: Callable[[str], str
     if isinstance(video, tuple):
         return [_signed(frame, file_digest) for frame in video]
     if file_digest is not None and os.path.isdir(video):
-        from vis_embed.data.video import frame_files
-
         try:
             return [video, [_signed(frame, file_digest) for frame in frame_files(video)]]
         except DataError:  # no frames: the encode reports it; the signature stays the folder
