@@ -307,3 +307,19 @@ def test_a_video_file_is_decoded_with_bounded_work(tmp_path: Path, monkeypatch: 
     (tmp_path / "empty.mp4").write_bytes(b"")
     with pytest.raises(DataError, match="cannot read video file"):
         video.decode_video_file(str(tmp_path / "empty.mp4"), 8)
+
+
+@pytest.mark.parametrize("name", ["clip.mp4", "clip.mkv"])
+def test_far_apart_frames_are_reached_by_seeking_to_the_same_pixels(tmp_path: Path, name: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from vis_embed.data import video
+
+    clip = tmp_path / name
+    _write_video(clip, [_frame(index, (96, 64)) for index in range(40)])
+    in_order = video.decode_video_file(str(clip), 8)
+    monkeypatch.setattr(video, "SEEK_GAP", 0)
+    monkeypatch.setattr(video, "_decode_picked", lambda *args: pytest.fail("decoded in order, not sought"))
+    sought = video.decode_video_file(str(clip), 8)
+    assert sought.indices == in_order.indices == np.linspace(0, 39, 8, dtype=int).tolist()
+    for ours, reference in zip(sought.frames, in_order.frames):
+        assert np.array_equal(np.asarray(ours), np.asarray(reference))

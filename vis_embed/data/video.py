@@ -22,7 +22,8 @@ decompression-bomb limit, regular files only, fast decode).  A video file is dec
 bounded work: a video of more than :data:`MAX_VIDEO_FRAMES` frames is refused (from the
 container's count, or its packets counted without decoding), frames above the
 decompression-bomb limit are refused from the stream header, one deadline bounds the whole
-decode (:data:`MAX_VIDEO_DECODE_S`), and decoding stops after the last picked frame.  Resizing the
+decode (:data:`MAX_VIDEO_DECODE_S`); picked frames far apart are reached by seeking
+(:data:`SEEK_GAP`), else decoding stops after the last picked frame.  Resizing the
 frames to the model's per-frame budget is the model layer's job (``model/preparer.py``).
 """
 
@@ -50,6 +51,9 @@ MAX_LIST_FRAMES = 10_000  # an item's list of frames
 MAX_VIDEO_FRAMES = 36_000  # a video file with more frames is refused (20 minutes at 30 fps)
 MAX_VIDEO_DECODE_S = 120.0  # one video file's whole decode
 TEMPORAL_PATCH = 2  # Qwen2/2.5/3-VL merge frame pairs: an odd clip repeats its last frame
+# Picked frames of a video file further apart than this are reached by seeking (the keyframe
+# before each, then decoding forward to it) instead of decoding every frame between them.
+SEEK_GAP = 240
 VIDEO_EXTRA = "pip install 'vis_embed[video]'"
 
 
@@ -222,18 +226,63 @@ def _frame_count(path: str, deadline: float) -> int:
 
 def decode_video_file(path: str, num_frames: int, *, multiple: int = TEMPORAL_PATCH,
                       max_decode_s: float = MAX_VIDEO_DECODE_S) -> Clip:
-    """The picked frames of a video file (PyAV), decoded in order up to the last picked one."""
+    """The picked frames of a video file (PyAV): reached by seeking when they lie more than
+    :data:`SEEK_GAP` frames apart in a constant-rate stream, else decoded in order up to the last."""
     deadline = time.monotonic() + max_decode_s
     count = _frame_count(path, deadline)
     for _ in range(2):  # a recorded count can be too high: once more with the frames really decoded
         if count < 1:
             raise DataError("the video has no frames", path=path)
         picked = frame_indices(count, num_frames, multiple)
+        unique = sorted(set(picked))
+        if len(unique) > 1 and min(b - a for a, b in zip(unique, unique[1:])) > SEEK_GAP:
+            sought = _seek_picked(path, unique, deadline)
+            if sought is not None:
+                return Clip([sought[0][index] for index in picked], picked, sought[1])
         frames, decoded, fps = _decode_picked(path, set(picked), deadline)
         if all(index in frames for index in picked):
             return Clip([frames[index] for index in picked], picked, fps)
         count = decoded
     raise DataError("the video's frames could not all be decoded", path=path)
+
+
+def _seek_picked(path: str, wanted: list[int], deadline: float) -> tuple[dict[int, Image.Image], float] | None:
+    """Frames at ``wanted`` positions, each reached by a seek to the keyframe before it and a
+    decode forward; None (decode in order instead) unless every frame lands where a constant
+    frame rate puts it (a variable-rate stream's positions are not its timestamps)."""
+    with _open_container(path) as container:
+        stream = _video_stream(container, path)
+        if not stream.average_rate or not stream.time_base:
+            return None
+        step = 1 / (stream.average_rate * stream.time_base)  # timestamp units per frame
+        start = stream.start_time or 0
+        frames: dict[int, Image.Image] = {}
+        try:
+            for index in wanted:
+                target = start + index * step
+                container.seek(int(target), stream=stream, backward=True, any_frame=False)
+                for frame in container.decode(stream):
+                    _check_frame(frame, path, deadline)
+                    if frame.pts is None or frame.pts > target + step / 2:
+                        return None  # no timestamps, or past the frame: not where the rate says
+                    if frame.pts >= target - step / 2:
+                        frames[index] = frame.to_image()
+                        break
+                else:
+                    return None
+        except DataError:
+            raise
+        except Exception:  # noqa: BLE001  (a failed seek: the in-order decode decides)
+            return None
+    return frames, float(stream.average_rate)
+
+
+def _check_frame(frame: Any, path: str, deadline: float) -> None:
+    if time.monotonic() > deadline:
+        raise DataError("refused: decoding the video took too long", path=path)
+    if frame.width * frame.height > DEFAULT_MAX_IMAGE_PIXELS:
+        raise DataError(f"refused: a {frame.width}x{frame.height} frame exceeds the decompression-bomb limit",
+                        path=path)
 
 
 def _decode_picked(path: str, wanted: set[int], deadline: float) -> tuple[dict[int, Image.Image], int, float | None]:
@@ -247,11 +296,7 @@ def _decode_picked(path: str, wanted: set[int], deadline: float) -> tuple[dict[i
         try:
             for position, frame in enumerate(container.decode(stream)):
                 decoded = position + 1
-                if time.monotonic() > deadline:
-                    raise DataError("refused: decoding the video took too long", path=path)
-                if frame.width * frame.height > DEFAULT_MAX_IMAGE_PIXELS:
-                    raise DataError(f"refused: a {frame.width}x{frame.height} frame exceeds the "
-                                    f"decompression-bomb limit", path=path)
+                _check_frame(frame, path, deadline)
                 if position in wanted:
                     frames[position] = frame.to_image()  # RGB
                 if position >= last or decoded >= MAX_VIDEO_FRAMES:  # a recount can be no larger
