@@ -236,6 +236,17 @@ def _mixed_items(root: Path) -> list[dict]:
             {"video": [str(folder / "frame_0.png"), str(folder / "frame_3.png")], "text": "the clip"}]
 
 
+def test_the_length_estimate_is_exact_for_clips_of_frames(embedder_of_arch: Embedder, tmp_path: Path) -> None:
+    from vis_embed.model.lengths import estimated_lengths
+
+    folder = _folder(tmp_path, 12)
+    items = [{"video": str(folder), "text": "a clip"}, {"video": [str(folder / "frame_3.png")] * 3},
+             {"video": str(folder)}]
+    model = embedder_of_arch.model
+    prepared = [model.prepare_one(item, "Represent the video.") for item in items]
+    assert estimated_lengths(model, items, "Represent the video.") == [p.length for p in prepared]
+
+
 def test_a_batch_mixing_images_videos_and_texts_gives_each_items_own_vector(embedder_of_arch: Embedder,
                                                                            tmp_path: Path) -> None:
     items = _mixed_items(tmp_path)

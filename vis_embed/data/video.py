@@ -55,6 +55,11 @@ TEMPORAL_PATCH = 2  # Qwen2/2.5/3-VL merge frame pairs: an odd clip repeats its 
 # before each, then decoding forward to it) instead of decoding every frame between them.
 SEEK_GAP = 240
 VIDEO_EXTRA = "pip install 'vis_embed[video]'"
+# The frame rate of a clip given as frames (a folder, a list), which record none: qwen-vl-utils'
+# FPS for frame lists.  Qwen2.5-VL spaces frame pairs by it (2 frames at 2 fps: 1 s, transformers'
+# own default when no rate is known) and Qwen3-VL writes timestamps from it.  A video file's
+# frames carry the file's rate and their source positions instead.
+FRAMES_FPS = 2.0
 
 
 @dataclass
@@ -63,7 +68,7 @@ class Clip:
 
     frames: list[Image.Image]
     indices: list[int]  # the source frame of each picked frame (repeats included)
-    fps: float | None = None  # a video file's frame rate; None for frames
+    fps: float = FRAMES_FPS  # a video file's frame rate; FRAMES_FPS for frames
 
 
 def natural_key(name: str) -> list[Any]:
@@ -238,10 +243,10 @@ def decode_video_file(path: str, num_frames: int, *, multiple: int = TEMPORAL_PA
         if len(unique) > 1 and min(b - a for a, b in zip(unique, unique[1:])) > SEEK_GAP:
             sought = _seek_picked(path, unique, deadline)
             if sought is not None:
-                return Clip([sought[0][index] for index in picked], picked, sought[1])
+                return Clip([sought[0][index] for index in picked], picked, sought[1] or FRAMES_FPS)
         frames, decoded, fps = _decode_picked(path, set(picked), deadline)
         if all(index in frames for index in picked):
-            return Clip([frames[index] for index in picked], picked, fps)
+            return Clip([frames[index] for index in picked], picked, fps or FRAMES_FPS)
         count = decoded
     raise DataError("the video's frames could not all be decoded", path=path)
 

@@ -75,9 +75,10 @@ def visual_tokens(model: Any, item: Any, base_dir: str | Path | None = None) -> 
 
 
 def video_tokens(model: Any, video: Any, base_dir: str | Path | None = None) -> int:
-    """Merged visual tokens of a clip: frame pairs x tokens of one frame at the size its first
-    frame is resized to (header only; a video file's stream header).  Unknown (unreadable,
-    URL frames): the per-frame budget is assumed.  Qwen3-VL's frame timestamps are not counted."""
+    """Tokens a clip's placeholder becomes: frame pairs x merged tokens of one frame at the size
+    its first frame is resized to (header only; a video file's stream header), plus Qwen3-VL's
+    timestamp text around each pair.  Unknown (unreadable, URL frames): the per-frame budget is
+    assumed; a video file's frame count (not read here) as ``video_frames`` at least."""
     from vis_embed.data.video import first_frame_size, frame_indices, video_sources
 
     config = model.embedding_config
@@ -89,12 +90,28 @@ def video_tokens(model: Any, video: Any, base_dir: str | Path | None = None) -> 
     except DataError:
         sources = None
     count = len(sources) if isinstance(sources, list) else config.video_frames  # a file's count: no decode
-    pairs = len(frame_indices(count, config.video_frames, temporal)) // temporal
+    indices = frame_indices(count, config.video_frames, temporal)
+    pairs = len(indices) // temporal
     size = None if sources is None else first_frame_size(sources)
     if size is None or min(size) < 1:
-        return pairs * math.ceil(config.video_max_pixels / factor ** 2)
-    width, height = processor_size(video_processor, config.min_pixels, config.video_max_pixels, *size)
-    return pairs * (height // factor) * (width // factor)
+        per_pair = math.ceil(config.video_max_pixels / factor ** 2)
+    else:
+        width, height = processor_size(video_processor, config.min_pixels, config.video_max_pixels, *size)
+        per_pair = (height // factor) * (width // factor)
+    return pairs * per_pair + _timestamp_tokens(model.processor, indices, temporal)
+
+
+def _timestamp_tokens(processor: Any, indices: list[int], temporal: int) -> int:
+    """Qwen3-VL's text around each frame pair (``<1.2 seconds>`` + vision start and end tokens),
+    as its processor writes it for a clip of frames (data/video.FRAMES_FPS); 0 for processors
+    that write none."""
+    timestamps = getattr(processor, "_calculate_timestamps", None)  # Qwen3-VL's processor: its own rule
+    if timestamps is None:
+        return 0
+    from vis_embed.data.video import FRAMES_FPS
+
+    texts = [f"<{seconds:.1f} seconds>" for seconds in timestamps(list(indices), FRAMES_FPS, temporal)]
+    return sum(len(ids) + 2 for ids in processor.tokenizer(texts, add_special_tokens=False)["input_ids"])
 
 
 def processor_size(image_processor: Any, min_pixels: int, max_pixels: int, width: int, height: int) -> tuple[int, int]:

@@ -90,11 +90,7 @@ class PreparedItem:
 VISUAL_FIELDS = (("pixel_values", "image_grid_thw"), ("pixel_values_videos", "video_grid_thw"))
 # Per-video fields besides the patches and grid (Qwen2.5-VL's temporal RoPE spacing), collated alike.
 VIDEO_EXTRA_FIELDS = ("second_per_grid_ts",)
-# The frame rate of a clip given as frames (a folder, a list), which record none: qwen-vl-utils'
-# FPS for frame lists.  Qwen2.5-VL spaces frame pairs by it (2 frames at 2 fps: 1 s, transformers'
-# own default when no rate is known) and Qwen3-VL writes timestamps from it.  A video file's
-# frames carry the file's rate and their source positions instead.
-FRAMES_FPS = 2.0
+
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,7 +200,7 @@ class Preparer:
             kwargs["videos"] = [visual.frames]
             kwargs["videos_kwargs"] = {
                 "do_resize": False, "do_sample_frames": False, "cap_pixels_per_frame": False,
-                "video_metadata": [{"fps": visual.fps or FRAMES_FPS, "frames_indices": visual.indices,
+                "video_metadata": [{"fps": visual.fps, "frames_indices": visual.indices,
                                     "total_num_frames": max(visual.indices) + 1}]}
         elif visual is not None:
             kwargs["images"] = [visual]
