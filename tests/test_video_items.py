@@ -334,3 +334,21 @@ def test_far_apart_frames_are_reached_by_seeking_to_the_same_pixels(tmp_path: Pa
     assert sought.indices == in_order.indices == np.linspace(0, 39, 8, dtype=int).tolist()
     for ours, reference in zip(sought.frames, in_order.frames):
         assert np.array_equal(np.asarray(ours), np.asarray(reference))
+
+
+def test_both_prompt_formats_give_a_clip_one_video_placeholder(tiny_checkpoint: Callable[..., Path],
+                                                               tmp_path: Path) -> None:
+    from vis_embed.model.prompts import build_prompt
+    from vis_embed.model.tiny import build_processor
+
+    processor = build_processor("qwen2-vl")
+    assert build_prompt(processor, "video", "Find it.", "a clip", "vlm2vec") == "<|video_pad|> Find it. a clip"
+    chat = build_prompt(processor, "video", "Find it.", None, "chat")
+    assert chat.count("<|video_pad|>") == 1 and "<|image_pad|>" not in chat
+    folder = _folder(tmp_path, 4)
+    embedder = Embedder.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cpu", prompt_format="vlm2vec")
+    prepared = embedder.model.prepare_one({"video": str(folder)}, "Find it.")
+    video_pad = processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    pads = int((prepared.input_ids == video_pad).sum())
+    assert pads == int(prepared.video_grid_thw.prod()) // 4 and prepared.input_ids[0] == video_pad
+    assert prepared.pixel_values is None and int((prepared.mm_token_type_ids == 2).sum()) == pads
