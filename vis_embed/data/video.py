@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from vis_embed.data.images import DEFAULT_MAX_IMAGE_PIXELS, check_regular_file, is_data_uri, is_url, load_image
+from vis_embed.data.images import (DEFAULT_MAX_IMAGE_PIXELS, check_regular_file, image_size, is_data_uri, is_url,
+                                   load_image, resolve_image)
 from vis_embed.errors import ConfigError, DataError
 
 # A folder's frames: image files by suffix (VLM2Vec reads .jpg/.jpeg/.png; the other formats of
@@ -96,8 +97,6 @@ def is_frame_list(video: Any) -> bool:
 def resolve_video(video: Any, base_dir: str | Path | None = None) -> str | tuple[str, ...]:
     """The video's location(s): a folder or file path resolved like an image path (against
     ``base_dir``: the data file's folder or ``image_root``), or a tuple of resolved frames."""
-    from vis_embed.data.images import resolve_image
-
     if is_frame_list(video):  # a decoded (PIL) frame stays as it is
         return tuple(frame if hasattr(frame, "convert") else resolve_image(frame, base_dir) for frame in video)
     return resolve_image(video, base_dir)
@@ -165,8 +164,6 @@ def load_video(video: Any, base_dir: str | Path | None = None, num_frames: int =
 def first_frame_size(sources: list[Any] | str) -> tuple[int, int] | None:
     """(width, height) of a clip's first frame (always a picked one) from headers only, given its
     :func:`video_sources`; None when unknown (a URL frame, an unreadable file): a length hint."""
-    from vis_embed.data.images import image_size
-
     try:
         if isinstance(sources, str):
             with _open_container(sources) as container:
