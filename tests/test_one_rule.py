@@ -192,6 +192,14 @@ def test_one_global_ranking_and_one_group_membership_rule() -> None:
     assert _where(_definition("_group_keys")) == {"vis_embed/data/taxonomy.py"}
 
 
+def test_one_frame_rule() -> None:
+    """Which frames of a clip the model sees is data/video.frame_indices: the library's only
+    linspace, which load_video and the length estimate both call."""
+    linspaces = _where(lambda node: isinstance(node, ast.Call) and _source(node.func).endswith("linspace"))
+    assert {path for path in linspaces if path.startswith("vis_embed/")} == {"vis_embed/data/video.py"}
+    assert {"vis_embed/data/video.py", "vis_embed/model/lengths.py"} <= _where(_call_of("frame_indices"))
+
+
 def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
     """The scanner is not blind: a module restating the same-label rule is found."""
     copy = ast.parse("same = (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0)\n")
@@ -237,6 +245,7 @@ CLAIMS = {
     "the one bad-item rule": test_one_bad_item_rule,
     "the one pixel-order and decode-mode check": test_pixel_order_and_decode_modes_are_checked_by_the_config_only,
     "the one dataset -> revision table": test_one_dataset_revision_table,
+    "the ONE frame rule": test_one_frame_rule,
 }
 CLAIM = re.compile(r"\bthe (?:one|only|ONE)\b[^,;()]*", re.IGNORECASE)
 

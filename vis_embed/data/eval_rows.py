@@ -9,6 +9,7 @@ from typing import Any
 from vis_embed.data.images import resolve_image
 from vis_embed.data.items import ITEM_KEYS, Item, ResolvedItem, check_item
 from vis_embed.data.records import ImageChecker, RowContext, require_str
+from vis_embed.data.video import resolve_video
 
 
 def resolved_item(raw: Any, image_root: Path, field_name: str | None, ctx: RowContext,
@@ -29,12 +30,22 @@ def resolved_item(raw: Any, image_root: Path, field_name: str | None, ctx: RowCo
     if resolved["image"] is not None:
         resolved["image"] = resolve_image(resolved["image"], image_root)
         checker.check(resolved["image"], f"{prefix}image", ctx)
+    if "video" in item:
+        resolved["video"] = resolved_video(item["video"], image_root, f"{prefix}video", ctx, checker)
     if "bbox" in item:
         resolved["bbox"] = item["bbox"]
         checker.check_bbox(resolved["image"], item["bbox"], f"{prefix}bbox", ctx)  # header only
     if shared is not None:
         shared[key] = resolved
     return resolved
+
+
+def resolved_video(video: Any, image_root: Path, field: str, ctx: RowContext,
+                   checker: ImageChecker) -> str | list[str]:
+    """An item's video resolved against ``image_root`` like an image, and checked to exist."""
+    resolved = resolve_video(video, image_root)
+    checker.check_video(resolved, field, ctx)
+    return list(resolved) if isinstance(resolved, tuple) else resolved
 
 
 def unique_id(row: dict[str, Any], ctx: RowContext, seen: dict[str, int]) -> str:

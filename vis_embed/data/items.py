@@ -6,13 +6,17 @@ An item is a mapping with the keys
   http(s) URL, or -- in the Python API -- an ``os.PathLike`` or a PIL image;
 * ``text``: a string;
 * ``bbox`` (optional): ``[x0, y0, x1, y1]`` in pixels of the image *as displayed* (after EXIF
-  orientation); the image is cropped to it before the model sees it.
+  orientation); the image is cropped to it before the model sees it;
+* ``video``: a folder of frame images, a list of frame paths, or a video file, relative paths
+  resolved like an image's (:mod:`vis_embed.data.video`: which frames the model sees).
 
-An item needs an image or a non-blank text; ``null`` means "absent".  Any other key is an
-error naming it: a typo such as ``"img"`` would otherwise turn an image item into a silent
-text-only (or empty) one.  :func:`check_item` is the one validator, used by the training
-data config (pairs rows), the benchmark manifest's rows, ``vis-embed encode`` and
-``Embedder.encode`` / ``EmbeddingModel`` -- so one item gets one decision everywhere.
+An item needs an image, a video or a non-blank text (an image and a video together are
+refused: one visual input per item, as the prompt has one placeholder); ``null`` means
+"absent".  Any other key is an error naming it: a typo such as ``"img"`` would otherwise
+turn an image item into a silent text-only (or empty) one.  :func:`check_item` is the one
+validator, used by the training data config (pairs rows), the benchmark manifest's rows,
+``vis-embed encode`` and ``Embedder.encode`` / ``EmbeddingModel`` -- so one item gets one
+decision everywhere.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from vis_embed.data.images import is_data_uri, is_url, resolve_image
+from vis_embed.data.video import check_video_value, frame_files, resolve_video
 from vis_embed.errors import DataError
 
 Item = dict[str, Any]
-ITEM_KEYS: tuple[str, ...] = ("image", "text", "bbox")
+ITEM_KEYS: tuple[str, ...] = ("image", "text", "bbox", "video")
 
 
 def _type_name(value: Any) -> str:
@@ -47,6 +52,13 @@ def _is_encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def decoded_items(items: Any) -> int:
+    """How many of ``items`` (dicts) have an image or a video to decode: what sizes the worker
+    pool (``--workers auto``: none for a few such items)."""
+    return sum(1 for item in items if isinstance(item, dict)
+               and (item.get("image") is not None or item.get("video") is not None))
 
 
 def check_bbox(value: Any, field: str = "bbox", *, path: str | Path | None = None,
@@ -96,8 +108,18 @@ def check_item(value: Any, field: str | None = None, *, path: str | Path | None 
     for key, string in (("image", image), ("text", text)):
         if isinstance(string, str) and not _is_encodable(string):
             raise fail(key, "is not valid Unicode (it holds a lone surrogate such as \\ud800)")
-    if image is None and (text is None or not text.strip()):
-        raise fail("image", "item has neither an image nor a text (it needs a non-empty 'image' or 'text')")
+    video = item.get("video")
+    if video is not None:
+        problem = check_video_value(video)
+        if problem:
+            raise fail("video", problem)
+        if image is not None:
+            raise fail("video", "an item has an image or a video, not both")
+        if isinstance(video, tuple):
+            item["video"] = list(video)
+    if image is None and video is None and (text is None or not text.strip()):
+        raise fail("image", "item has neither an image nor a text, nor a video (it needs a non-empty 'image', "
+                            "'text' or 'video')")
     if "bbox" in item:
         if image is None:
             raise fail("bbox", "a bbox crops the item's image, but the item has no image")
@@ -112,8 +134,10 @@ class ResolvedItem(NamedTuple):
     encoded, and a tuple is several times cheaper to build.
 
     ``image`` is the resolved location (``resolve_image``: a normalised path, a URL or a data
-    URI) or None; ``bbox`` a tuple, as written.  Two items are equal when they name the same
-    resolved image, box and text (``[0, 0, 8, 8]`` equals ``[0.0, 0.0, 8.0, 8.0]``).
+    URI) or None; ``bbox`` a tuple, as written; ``video`` the resolved folder or file, or a
+    tuple of resolved frames (:func:`vis_embed.data.video.resolve_video`), or None.  Two items
+    are equal when they name the same resolved image (or video), box and text (``[0, 0, 8, 8]``
+    equals ``[0.0, 0.0, 8.0, 8.0]``).
     :meth:`signature` is the one content signature (the evaluation cache, encode shards):
     with ``file_digest`` (e.g. ``ContentHasher.file``) a local image stands for its bytes, so
     an image changed in place is never served stale.
@@ -122,40 +146,68 @@ class ResolvedItem(NamedTuple):
     image: str | None
     text: str | None
     bbox: tuple[float, ...] | None = None  # as written (ints stay ints)
+    video: str | tuple[str, ...] | None = None
 
     @classmethod
     def of(cls, value: Any, base_dir: str | Path | None = None, *, field: str | None = None,
            path: str | Path | None = None, line: int | None = None) -> ResolvedItem:
         """The checked (:func:`check_item`) item ``value`` with its image resolved against ``base_dir``."""
         item = check_item(value, field, path=path, line=line)
-        image = item.get("image")
-        if image is not None and not isinstance(image, (str, os.PathLike)):
+        image, frames = item.get("image"), item.get("video")
+        in_memory = [image] + (frames if isinstance(frames, list) else [])
+        if any(value is not None and not isinstance(value, (str, os.PathLike)) for value in in_memory):
             raise DataError("an in-memory (PIL) image has no location to resolve; save it to a file",
                             path=path, line=line, field=field)
-        return cls.unchecked({**item, "image": None if image is None else resolve_image(image, base_dir)})
+        return cls.unchecked({**item, "image": None if image is None else resolve_image(image, base_dir),
+                              "video": None if frames is None else resolve_video(frames, base_dir)})
 
     @classmethod
     def unchecked(cls, item: Item) -> ResolvedItem:
         """An item that is already checked and resolved (no validation: the caller's promise).
         ``TypeError`` for a ``bbox`` that is not a sequence."""
-        bbox = item.get("bbox")
+        bbox, video = item.get("bbox"), item.get("video")
         return cls(image=item.get("image"), text=item.get("text"),
-                   bbox=None if bbox is None else tuple(bbox))
+                   bbox=None if bbox is None else tuple(bbox),
+                   video=tuple(video) if isinstance(video, (list, tuple)) else video)
 
     def as_dict(self) -> Item:
-        """The plain item (``image``/``text``, ``bbox`` when set), what the model layer takes."""
+        """The plain item (``image``/``text``, ``bbox`` and ``video`` when set), what the model layer takes."""
         item: Item = {"image": self.image, "text": self.text}
         if self.bbox is not None:
             item["bbox"] = list(self.bbox)
+        if self.video is not None:
+            item["video"] = list(self.video) if isinstance(self.video, tuple) else self.video
         return item
 
     def signature(self, file_digest: Callable[[str], str | None] | None = None) -> str:
-        """One string per distinct item: image, text and box.  The image is its location, or
-        with ``file_digest`` (local files only; it returns None for one it cannot read)
-        ``"sha256:" + file_digest(path)``."""
-        image = self.image
-        if file_digest is not None and image is not None and not (is_url(image) or is_data_uri(image)):
-            digest = file_digest(image)
-            image = image if digest is None else "sha256:" + digest
+        """One string per distinct item: image, text, box and video.  An image (or a video file,
+        or each frame) is its location, or with ``file_digest`` (local files only; it returns None
+        for one it cannot read) ``"sha256:" + file_digest(path)``; a video folder is the list of
+        its frame files so signed.  The video joins the signature only when set, so an image
+        item's signature (and the caches keyed on it) is the same as before videos existed."""
+        image = _signed(self.image, file_digest)
         box = None if self.bbox is None else list(self.bbox)
-        return json.dumps([image, self.text, box], ensure_ascii=False)
+        parts: list[Any] = [image, self.text, box]
+        if self.video is not None:
+            parts.append(_signed_video(self.video, file_digest))
+        return json.dumps(parts, ensure_ascii=False)
+
+
+def _signed(location: str | None, file_digest: Callable[[str], str | None] | None) -> str | None:
+    """A location, or ``"sha256:..."`` of the local file it names (with ``file_digest``)."""
+    if file_digest is None or location is None or is_url(location) or is_data_uri(location):
+        return location
+    digest = file_digest(location)
+    return location if digest is None else "sha256:" + digest
+
+
+def _signed_video(video: str | tuple[str, ...], file_digest: Callable[[str], str | None] | None) -> Any:
+    """A video's part of the signature: its frames (a list, a folder's listing) or its file, each signed."""
+    if isinstance(video, tuple):
+        return [_signed(frame, file_digest) for frame in video]
+    if file_digest is not None and os.path.isdir(video):
+        try:
+            return [video, [_signed(frame, file_digest) for frame in frame_files(video)]]
+        except DataError:  # no frames: the encode reports it; the signature stays the folder
+            return video
+    return _signed(video, file_digest)

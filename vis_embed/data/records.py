@@ -71,6 +71,17 @@ class ImageChecker:
             raise ctx.error(field, f"image file not found: {resolved}")
         self._seen.add(resolved)
 
+    def check_video(self, resolved: str | tuple[str, ...], field: str, ctx: RowContext) -> None:
+        """A resolved video (data/video.resolve_video) found: each frame of a list, else the
+        folder of frames or the video file (its frames are listed and decoded when encoded)."""
+        if isinstance(resolved, tuple):
+            for position, frame in enumerate(resolved):
+                self.check(frame, f"{field}[{position}]", ctx)
+        elif self.enabled and resolved not in self._seen:
+            if not os.path.exists(resolved):
+                raise ctx.error(field, f"video not found (a folder of frames or a video file): {resolved}")
+            self._seen.add(resolved)
+
     def check_bbox(self, resolved: str, bbox: list[float], field: str, ctx: RowContext) -> None:
         """A box reaching past the image is an error at load time, naming the row, not mid-run."""
         if not self.enabled or is_url(resolved) or is_data_uri(resolved):

@@ -19,6 +19,7 @@ from vis_embed.data.items import Item, ResolvedItem, check_bbox, check_item
 from vis_embed.data.records import ImageChecker, RowContext, check_id_list, require_str
 from vis_embed.config import validate_document
 from vis_embed.data.tables import read_table
+from vis_embed.data.video import resolve_video
 from vis_embed.data.train_config import IDENTITY_SEPARATOR, TrainDataDocument, TrainDataEntry
 from vis_embed.data.yaml_lines import load_yaml_with_lines
 from vis_embed.errors import DataError
@@ -97,6 +98,8 @@ class TrainDataset:
         """Query side. Identity rows: the image (with its ``bbox``: the model crops) + text."""
         if self.kind == "pairs":
             return self._item(rec["query"])
+        if rec.get("video") is not None:  # an identity row of a clip
+            return {"video": self._video(rec["video"]), "text": rec.get("text")}
         item: Item = {"image": self.resolve_image(rec["image"]), "text": rec.get("text")}
         if "bbox" in rec:
             item["bbox"] = rec["bbox"]
@@ -106,7 +109,14 @@ class TrainDataset:
         """Candidate side. Identity rows: the full image of the row (no crop, no text)."""
         if self.kind == "pairs":
             return self._item(rec["positive"])
+        if rec.get("video") is not None:
+            return {"video": self._video(rec["video"]), "text": None}
         return {"image": self.resolve_image(rec["image"]), "text": None}
+
+    def _video(self, video: Any) -> str | list[str]:
+        """A row's video resolved against ``image_root`` like an image (a frame list stays a list)."""
+        resolved = resolve_video(video, self.image_root)
+        return list(resolved) if isinstance(resolved, tuple) else resolved
 
     def negative_items(self, rec: dict[str, Any]) -> list[Item]:
         """A pairs row's explicit negative candidates (``negatives``; e.g. MMEB-train's ``neg_*``
@@ -130,9 +140,10 @@ class TrainDataset:
         if key is not None:
             return key
         positive = rec["positive"]  # validated when the row was loaded
-        image, bbox = positive.get("image"), positive.get("bbox")
+        image, bbox, video = positive.get("image"), positive.get("bbox"), positive.get("video")
         return (self.namespace, ResolvedItem(None if image is None else self.resolve_image(image),
-                                             positive.get("text"), None if bbox is None else tuple(bbox)))
+                                             positive.get("text"), None if bbox is None else tuple(bbox),
+                                             None if video is None else resolve_video(video, self.image_root)))
 
     def _line(self, rec: dict[str, Any]) -> int | None:
         position = self.index.get(rec.get("id"))  # type: ignore[arg-type]
@@ -250,6 +261,13 @@ def _load_rows(dataset: TrainDataset, checker: ImageChecker) -> None:
 
 def _validate_identity_row(row: dict[str, Any], ctx: RowContext, dataset: TrainDataset,
                            checker: ImageChecker) -> None:
+    if row.get("video") is not None:  # a clip: {id, video, identity, text?}
+        require_str(row, "identity", ctx)
+        require_str(row, "text", ctx, optional=True)
+        item = check_item({"video": row["video"], "image": row.get("image"), "bbox": row.get("bbox")}, None,
+                          path=ctx.path, line=ctx.line)
+        checker.check_video(resolve_video(item["video"], dataset.image_root), "video", ctx)
+        return
     image = require_str(row, "image", ctx)
     require_str(row, "identity", ctx)
     require_str(row, "text", ctx, optional=True)
@@ -284,6 +302,8 @@ def _check_pairs_item(value: Any, field: str, ctx: RowContext, dataset: TrainDat
         checker.check(resolved, f"{field}.image", ctx)
         if "bbox" in item:
             checker.check_bbox(resolved, item["bbox"], f"{field}.bbox", ctx)
+    if "video" in item:
+        checker.check_video(resolve_video(item["video"], dataset.image_root), f"{field}.video", ctx)
 
 
 def _check_hard_negatives(dataset: TrainDataset) -> None:

@@ -21,6 +21,7 @@ from vis_embed.data.images import resolve_image
 from vis_embed.data.items import Item, check_item
 from vis_embed.data.records import ImageChecker, RowContext
 from vis_embed.data.tables import read_table
+from vis_embed.data.video import resolve_video
 from vis_embed.errors import DataError
 from vis_embed.evaluation import metrics, protocols
 from vis_embed.evaluation.settings import DEFAULT_INDEX
@@ -70,14 +71,18 @@ class ScoringOptions:
 # ---------------------------------------------------------------- item helpers
 
 def normalise_item(value: Any, root: Path, path: Path, line: int, field_name: str) -> Item:
-    """The row's item (:func:`vis_embed.data.items.check_item`) with its image resolved
-    against ``root`` and checked to exist; errors name the row."""
+    """The row's item (:func:`vis_embed.data.items.check_item`) with its image (or video)
+    resolved against ``root`` and checked to exist; errors name the row."""
     if isinstance(value, str):  # a bare string is an image path: convenient for peer protocols
         value = {"image": value}
     item = check_item(value, field_name, path=path, line=line)
     if "image" in item:
         item["image"] = resolve_image(item["image"], root)
         ImageChecker().check(item["image"], f"{field_name}.image", RowContext(path, line))
+    if "video" in item:  # resolved against the root like an image
+        resolved = resolve_video(item["video"], root)
+        ImageChecker().check_video(resolved, f"{field_name}.video", RowContext(path, line))
+        item["video"] = list(resolved) if isinstance(resolved, tuple) else resolved
     return item
 
 

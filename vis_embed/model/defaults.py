@@ -12,6 +12,14 @@ from typing import Any
 DEFAULT_MIN_PIXELS = 56 * 56
 DEFAULT_MAX_PIXELS = 200704  # 256 merged visual tokens of 28x28 pixels
 
+# Video items (data/video.py): frames a clip gives the model (VLM2Vec-V2's MMEB-V2 protocol: 8)
+# and the pixel budget of each frame.  768 * 28 * 28 is the per-frame cap of Qwen's own video
+# tooling (qwen-vl-utils' VIDEO_MAX_PIXELS, transformers' Qwen2VLVideoProcessor longest_edge):
+# what VLM2Vec gets from the processor; 768 merged tokens per frame pair on Qwen2/2.5-VL, so an
+# 8-frame clip costs at most 4 x 768 = 3072 visual tokens.
+DEFAULT_VIDEO_FRAMES = 8
+DEFAULT_VIDEO_MAX_PIXELS = 768 * 28 * 28
+
 # LoRA targets by default: every linear layer of the Qwen-VL decoder (names shared by
 # Qwen2/2.5/3-VL); the vision tower's names are in embedding_model.VISION_LORA_MODULES.
 TEXT_LORA_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -141,4 +141,6 @@ def dry_run_jsonl(model: str | Path, input_path: Path, *, adapter: str | Path | 
 def _workers_used(embedder: Any, items: list[dict[str, Any]]) -> int:
     from vis_embed.model.prepare_pool import resolve_workers
 
-    return resolve_workers(embedder.workers, sum(1 for item in items if item.get("image") is not None))
+    from vis_embed.data.items import decoded_items
+
+    return resolve_workers(embedder.workers, decoded_items(items))

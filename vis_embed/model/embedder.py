@@ -103,7 +103,8 @@ class Embedder:
         A bad item raises :class:`DataError` (its ``field``, ``path`` for image files, and
         ``item_index``: the position in ``items``).  Items follow the one item contract
         (:mod:`vis_embed.data.items`): an unknown key such as ``"img"`` is an error naming it
-        and the item (``items[3].img``), and a ``bbox`` crops the image.
+        and the item (``items[3].img``), a ``bbox`` crops the image, and a ``video`` (a folder of
+        frames, a list of frames or a video file) is embedded as one clip of ``video_frames`` frames.
         """
         embeddings, _kept, _errors = self.encode_partial(
             items, instruction, batch_size, show_progress, base_dir, on_error="raise")

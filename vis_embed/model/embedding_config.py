@@ -33,7 +33,8 @@ from vis_embed.config import argument_type, validated
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_write_json, fingerprint_json
 from vis_embed.data.images import DECODE_MODES
-from vis_embed.model.defaults import DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES
+from vis_embed.model.defaults import (DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DEFAULT_VIDEO_FRAMES,
+                                      DEFAULT_VIDEO_MAX_PIXELS, DTYPE_NAMES)
 from vis_embed.model.prompts import PROMPT_FORMATS
 
 EMBEDDING_CONFIG_FILE = "embedding_config.json"
@@ -61,6 +62,13 @@ class EmbeddingConfig(BaseModel):
                             json_schema_extra=_flag(LOADING, "N"))
     max_pixels: int = Field(DEFAULT_MAX_PIXELS, gt=0, description="largest image area in pixels before resizing",
                             json_schema_extra=_flag(LOADING, "N"))
+    video_frames: int = Field(
+        DEFAULT_VIDEO_FRAMES, gt=0, le=1024,
+        description="frames a video item gives the model (picked evenly over its frames, VLM2Vec's rule)",
+        json_schema_extra=_flag(LOADING, "N"))
+    video_max_pixels: int = Field(
+        DEFAULT_VIDEO_MAX_PIXELS, gt=0, description="largest area of each video frame in pixels before resizing",
+        json_schema_extra=_flag(LOADING, "N"))
     max_length: int | None = Field(
         None, gt=0, description="most tokens per item; longer texts are cut at the end of the item's text "
                                 "(never the instruction or image); unset: the model's own maximum",
@@ -93,6 +101,8 @@ class EmbeddingConfig(BaseModel):
     def _pixel_budget_ordered(self) -> EmbeddingConfig:
         if self.min_pixels > self.max_pixels:
             raise ValueError(f"min_pixels ({self.min_pixels}) exceeds max_pixels ({self.max_pixels})")
+        if self.min_pixels > self.video_max_pixels:
+            raise ValueError(f"min_pixels ({self.min_pixels}) exceeds video_max_pixels ({self.video_max_pixels})")
         return self
 
     def to_json(self) -> dict[str, Any]:

@@ -33,7 +33,8 @@ from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_
 from vis_embed.model.patch_embedding import use_matmul_patch_embedding
 from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
-from vis_embed.model.preparer import PreparedItem, Preparer, PreparesItems, token_limit
+from vis_embed.model.preparer import (VIDEO_EXTRA_FIELDS, VISUAL_FIELDS, PreparedItem, Preparer, PreparesItems,
+                                     token_limit)
 from vis_embed.model.references import looks_like_path, peft_adapter_config
 
 # Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
@@ -290,7 +291,9 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
 
     def collate(self, prepared: Sequence[PreparedItem], padding_side: str | None = None,
                 pin_memory: bool = False) -> dict[str, torch.Tensor]:
-        """Pad to the longest item of ``prepared``; concatenate image patches in item order.
+        """Pad to the longest item of ``prepared``; concatenate image patches in item order, and
+        video patches (``pixel_values_videos`` / ``video_grid_thw``) likewise: a batch may mix
+        image, video and text items (the model matches each kind's tokens to its patches in order).
         ``pin_memory``: the patches are gathered straight into page-locked memory, which a GPU
         copies from at full bus speed and without holding up the host (forward's copy)."""
         if not prepared:
@@ -307,16 +310,22 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
             mm_token_type_ids[row, span] = item.mm_token_type_ids
         batch = {"input_ids": input_ids, "attention_mask": attention_mask,
                  "mm_token_type_ids": mm_token_type_ids}
-        with_images = [p for p in prepared if p.pixel_values is not None]
-        if with_images:
-            patches = [p.pixel_values for p in with_images]
+        for patches_name, grid_name in VISUAL_FIELDS:  # images, then videos: each kind in item order
+            with_visual = [p for p in prepared if getattr(p, patches_name) is not None]
+            if not with_visual:
+                continue
+            patches = [getattr(p, patches_name) for p in with_visual]
             if pin_memory:
                 gathered = torch.empty((sum(len(p) for p in patches), *patches[0].shape[1:]),
                                        dtype=patches[0].dtype, pin_memory=True)
-                batch["pixel_values"] = torch.cat(patches, out=gathered)
+                batch[patches_name] = torch.cat(patches, out=gathered)
             else:
-                batch["pixel_values"] = torch.cat(patches)
-            batch["image_grid_thw"] = torch.cat([p.image_grid_thw for p in with_images])
+                batch[patches_name] = torch.cat(patches)
+            batch[grid_name] = torch.cat([getattr(p, grid_name) for p in with_visual])
+        with_videos = [p for p in prepared if p.pixel_values_videos is not None]
+        for name in VIDEO_EXTRA_FIELDS:
+            if with_videos and all(getattr(p, name) is not None for p in with_videos):
+                batch[name] = torch.cat([getattr(p, name) for p in with_videos])
         return batch
 
     # ------------------------------------------------------------------ forward
@@ -325,9 +334,10 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         device = self.device
         # Asynchronous on a GPU: from pinned memory (collate) the copy overlaps the host's work.
         inputs = {key: value.to(device, non_blocking=device.type == "cuda") for key, value in batch.items()}
-        if "pixel_values" in inputs:
-            inputs["pixel_values"] = inputs["pixel_values"].to(self.dtype)
-        elif "position_ids" not in inputs:
+        visual = [name for name, _ in VISUAL_FIELDS if name in inputs]
+        for name in visual:
+            inputs[name] = inputs[name].to(self.dtype)
+        if not visual and "position_ids" not in inputs:
             # Text-only batch: transformers would number positions from the first column,
             # offsetting left-padded rows.  RoPE is relative so the offset cancels in exact
             # arithmetic, but counting real tokens keeps each row's positions identical to

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from vis_embed.data.items import check_item
+from vis_embed.data.items import check_item, decoded_items
 from vis_embed.errors import DataError
 from vis_embed.model.preparer import PreparedItem
 from vis_embed.model.prepare_pool import PreparePool, PrepareTask, resolve_workers
@@ -44,7 +44,7 @@ class ItemFeed:
         collated batch (or the list of PreparedItems with ``collate=False``; None if every item
         failed) and the indices it holds.  A bad item raises or joins ``errors`` (on_error),
         in batch order, wherever it was prepared."""
-        images = sum(1 for index, item in enumerate(items) if index not in errors and item.get("image") is not None)
+        images = decoded_items(item for index, item in enumerate(items) if index not in errors)
         workers = resolve_workers(self.workers, images)
         if self._pool_starting is not None and self._pool_starting.is_alive():
             workers = 0  # the workers are still starting (serve): this batch is prepared here

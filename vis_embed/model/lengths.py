@@ -7,7 +7,9 @@ the ones the model will see.  An item's sequence is
     template tokens (chat turn, generation prompt, vision start/end)
     + tokens of "<instruction> <text>"
     + merged visual tokens of its image (size from the header or bbox, resized by the
-      processor's own rule: transformers' smart_resize with its patch and merge sizes).
+      processor's own rule: transformers' smart_resize with its patch and merge sizes),
+      or of its video: every frame pair (the picked frames, padded to pairs: data/video.py) at
+      the size of its first frame under ``video_max_pixels``.
 
 The prompt is built and tokenised exactly as ``prepare_one`` does, only with the image left as
 its one placeholder.  The count is exact but where ``prepare_one`` cuts a text to the token
@@ -35,7 +37,8 @@ def estimated_lengths(model: Any, items: Sequence[Any], instruction: str | None,
     an item that breaks the item contract counts as its text alone."""
     visual = [visual_tokens(model, item, base_dir) for item in items]
     preparer = model.preparer()  # the prompt exactly as the real preparation builds it
-    prompts = [preparer.prompt(count is not None, instruction, _text(item)) for item, count in zip(items, visual)]
+    kinds = [None if count is None else "video" if _has_video(item) else "image" for item, count in zip(items, visual)]
+    prompts = [preparer.prompt(kind, instruction, _text(item)) for item, kind in zip(items, kinds)]
     if not prompts:
         return []
     prompt_ids = model.processor.tokenizer(prompts, add_special_tokens=False)["input_ids"]
@@ -50,6 +53,8 @@ def visual_tokens(model: Any, item: Any, base_dir: str | Path | None = None) -> 
         checked = check_item(item)
     except DataError:
         return None
+    if "video" in checked:
+        return video_tokens(model, checked["video"], base_dir)
     image, bbox = checked.get("image"), checked.get("bbox")
     if image is None:
         return None
@@ -69,6 +74,46 @@ def visual_tokens(model: Any, item: Any, base_dir: str | Path | None = None) -> 
     return (resized_height // factor) * (resized_width // factor)
 
 
+def video_tokens(model: Any, video: Any, base_dir: str | Path | None = None) -> int:
+    """Tokens a clip's placeholder becomes: frame pairs x merged tokens of one frame at the size
+    its first frame is resized to (header only; a video file's stream header), plus Qwen3-VL's
+    timestamp text around each pair.  Unknown (unreadable, URL frames): the per-frame budget is
+    assumed; a video file's frame count (not read here) as ``video_frames`` at least."""
+    from vis_embed.data.video import first_frame_size, frame_indices, video_sources
+
+    config = model.embedding_config
+    video_processor = model.processor.video_processor
+    factor = int(video_processor.patch_size) * int(video_processor.merge_size)
+    temporal = int(getattr(video_processor, "temporal_patch_size", 2))
+    try:
+        sources = video_sources(video, base_dir)
+    except DataError:
+        sources = None
+    count = len(sources) if isinstance(sources, list) else config.video_frames  # a file's count: no decode
+    indices = frame_indices(count, config.video_frames, temporal)
+    pairs = len(indices) // temporal
+    size = None if sources is None else first_frame_size(sources)
+    if size is None or min(size) < 1:
+        per_pair = math.ceil(config.video_max_pixels / factor ** 2)
+    else:
+        width, height = processor_size(video_processor, config.min_pixels, config.video_max_pixels, *size)
+        per_pair = (height // factor) * (width // factor)
+    return pairs * per_pair + _timestamp_tokens(model.processor, indices, temporal)
+
+
+def _timestamp_tokens(processor: Any, indices: list[int], temporal: int) -> int:
+    """Qwen3-VL's text around each frame pair (``<1.2 seconds>`` + vision start and end tokens),
+    as its processor writes it for a clip of frames (data/video.FRAMES_FPS); 0 for processors
+    that write none."""
+    timestamps = getattr(processor, "_calculate_timestamps", None)  # Qwen3-VL's processor: its own rule
+    if timestamps is None:
+        return 0
+    from vis_embed.data.video import FRAMES_FPS
+
+    texts = [f"<{seconds:.1f} seconds>" for seconds in timestamps(list(indices), FRAMES_FPS, temporal)]
+    return sum(len(ids) + 2 for ids in processor.tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+
 def processor_size(image_processor: Any, min_pixels: int, max_pixels: int, width: int, height: int) -> tuple[int, int]:
     """(width, height) the model's processor resizes a ``width`` x ``height`` image to: its own
     rule (transformers' smart_resize on the patch x merge grid, after fit_aspect_ratio's padding;
@@ -80,6 +125,10 @@ def processor_size(image_processor: Any, min_pixels: int, max_pixels: int, width
     factor = int(image_processor.patch_size) * int(image_processor.merge_size)
     resized_height, resized_width = smart_resize(height, width, factor, min_pixels, max_pixels)
     return resized_width, resized_height
+
+
+def _has_video(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("video") is not None
 
 
 def _text(item: Any) -> str | None:

@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 
 from vis_embed.data.image_geometry import crop_to_bbox, fit_aspect_ratio
 from vis_embed.data.images import FAST_DECODE_MARGIN, item_decode_mode, load_image
 from vis_embed.data.items import check_item
+from vis_embed.data.video import Clip, load_video
 from vis_embed.errors import DataError
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.lengths import processor_size
@@ -43,16 +45,20 @@ class PreparedItem:
     """One item after CPU preprocessing: token ids and (optionally) its image patches."""
 
     input_ids: torch.Tensor  # (L,) long
-    mm_token_type_ids: torch.Tensor  # (L,) int; 1 marks image tokens
+    mm_token_type_ids: torch.Tensor  # (L,) int; 1 marks image tokens, 2 video tokens
     pixel_values: torch.Tensor | None = None  # (patches, patch_dim)
     image_grid_thw: torch.Tensor | None = None  # (1, 3)
     truncated: bool = False  # the item's text was cut to the token limit
+    pixel_values_videos: torch.Tensor | None = None  # a video item's patches (every frame pair)
+    video_grid_thw: torch.Tensor | None = None  # (1, 3): (frame pairs, h, w), like image_grid_thw
+    second_per_grid_ts: torch.Tensor | None = None  # (1,): Qwen2.5-VL's seconds per frame pair (temporal RoPE)
 
     @property
     def length(self) -> int:
         return int(self.input_ids.shape[0])
 
-    _TENSORS = ("input_ids", "mm_token_type_ids", "pixel_values", "image_grid_thw")
+    _TENSORS = ("input_ids", "mm_token_type_ids", "pixel_values", "image_grid_thw", "pixel_values_videos",
+                "video_grid_thw", "second_per_grid_ts")
 
     def to_numpy(self) -> dict[str, Any]:
         """The fields as numpy arrays (what a worker process sends; no torch pickling).  numpy has
@@ -75,6 +81,17 @@ class PreparedItem:
             tensors[name] = tensors[name].view(torch.bfloat16)
         return cls(**tensors, truncated=bool(fields["truncated"]))
 
+    def visual_fields(self) -> tuple[tuple[str, str], ...]:
+        """The (patches, grid) field pairs this item fills: images', videos', or none."""
+        return tuple(pair for pair in VISUAL_FIELDS if getattr(self, pair[0]) is not None)
+
+
+# The processor's outputs of each kind of visual input: patches and their (t, h, w) grid rows.
+VISUAL_FIELDS = (("pixel_values", "image_grid_thw"), ("pixel_values_videos", "video_grid_thw"))
+# Per-video fields besides the patches and grid (Qwen2.5-VL's temporal RoPE spacing), collated alike.
+VIDEO_EXTRA_FIELDS = ("second_per_grid_ts",)
+
+
 
 @dataclass(frozen=True, eq=False)
 class Preparer:
@@ -93,14 +110,41 @@ class Preparer:
         """Equal for preparers that prepare every item identically (same processor object)."""
         return (id(self.processor), self.config.fingerprint(), self.token_limit, self.pixel_dtype)
 
-    def prompt(self, has_image: bool, instruction: str | None, text: str | None) -> str:
-        """The item's prompt with one unexpanded image placeholder (also what lengths.py counts)."""
-        return build_prompt(self.processor, has_image, instruction, text, self.config.prompt_format)
+    def prompt(self, visual: bool | str | None, instruction: str | None, text: str | None) -> str:
+        """The item's prompt with one unexpanded placeholder of its visual input ("image" or
+        True, "video", None) -- also what lengths.py counts."""
+        return build_prompt(self.processor, visual, instruction, text, self.config.prompt_format)
 
     def target_size(self, width: int, height: int) -> tuple[int, int]:
         """(width, height) this model's processor resizes such an image to (what fast decoding keeps 2x of)."""
         config = self.config
         return processor_size(self.processor.image_processor, config.min_pixels, config.max_pixels, width, height)
+
+    def video_target_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) every frame of a clip whose first frame is ``width`` x ``height`` is
+        resized to: the processor's size rule with the per-frame budget ``video_max_pixels``."""
+        config = self.config
+        return processor_size(self.processor.video_processor, config.min_pixels, config.video_max_pixels,
+                              width, height)
+
+    def load_video(self, item: dict[str, Any], base_dir: str | Path | None = None) -> Clip:
+        """The checked item's clip as the model will see it: ``video_frames`` frames picked
+        (data/video.py), slivers padded, and every frame resized to the target size of the
+        first (the rule for clips whose frames differ in size: one grid per clip)."""
+        config = self.config
+        multiple = int(getattr(self.processor.video_processor, "temporal_patch_size", 2))
+        try:
+            clip = load_video(item["video"], base_dir, config.video_frames, multiple=multiple,
+                              max_pixels=config.video_max_pixels, decode=config.decode,
+                              target_size=self.video_target_size)
+        except DataError as exc:
+            raise DataError(exc.reason, path=exc.path, line=exc.line, field="video") from None
+        budget = FAST_DECODE_MARGIN ** 2 * config.video_max_pixels
+        frames = [fit_aspect_ratio(frame, max_pixels=budget) for frame in clip.frames]
+        size = self.video_target_size(*frames[0].size)
+        clip.frames = [frame if frame.size == size else frame.resize(size, Image.Resampling.BICUBIC)
+                       for frame in frames]
+        return clip
 
     def load_image(self, item: dict[str, Any], base_dir: str | Path | None = None) -> Any:
         """The checked item's image as the model will see it (RGB, cropped, sliver-padded), or None."""
@@ -123,7 +167,7 @@ class Preparer:
                     base_dir: str | Path | None = None) -> PreparedItem:
         """Validate, load, build the prompt and tokenise one item; an over-long text is cut."""
         item = check_item(item)
-        pil_image = self.load_image(item, base_dir)
+        pil_image = self.load_video(item, base_dir) if "video" in item else self.load_image(item, base_dir)
         text = item.get("text")
         prepared = self.process(pil_image, instruction, text)
         limit = self.token_limit
@@ -138,28 +182,41 @@ class Preparer:
             text = tokenizer.decode(text_ids[:max(len(text_ids) - excess, 0)])
             prepared = self.process(pil_image, instruction, text)
         if prepared.length > limit:
-            raise DataError(f"{prepared.length} tokens without its text (image and instruction), above the "
-                            f"limit of {limit}", field="image" if pil_image is not None else "instruction")
+            visual = "video" if isinstance(pil_image, Clip) else "image"
+            raise DataError(f"{prepared.length} tokens without its text ({visual} and instruction), above the "
+                            f"limit of {limit}", field=visual if pil_image is not None else "instruction")
         prepared.truncated = True
         return prepared
 
-    def process(self, pil_image: Any, instruction: str | None, text: str | None) -> PreparedItem:
-        """Run the processor on one loaded item (resize to the pixel budget, tokenise, expand)."""
-        kwargs: dict[str, Any] = {"text": [self.prompt(pil_image is not None, instruction, text)],
-                                  "return_tensors": "pt"}
-        if pil_image is not None:
-            kwargs["images"] = [pil_image]
+    def process(self, visual: Any, instruction: str | None, text: str | None) -> PreparedItem:
+        """Run the processor on one loaded item (a PIL image, a :class:`Clip` or None): resize an
+        image to the pixel budget, tokenise, expand the placeholder."""
+        is_clip = isinstance(visual, Clip)
+        kind = "video" if is_clip else "image" if visual is not None else None
+        kwargs: dict[str, Any] = {"text": [self.prompt(kind, instruction, text)], "return_tensors": "pt"}
+        if is_clip:
+            # ONE video (frame pairs merged by the vision tower), frames already at their grid size
+            # (load_video); the processor neither resamples frames nor resizes them again.
+            kwargs["videos"] = [visual.frames]
+            kwargs["videos_kwargs"] = {
+                "do_resize": False, "do_sample_frames": False, "cap_pixels_per_frame": False,
+                "video_metadata": [{"fps": visual.fps, "frames_indices": visual.indices,
+                                    "total_num_frames": max(visual.indices) + 1}]}
+        elif visual is not None:
+            kwargs["images"] = [visual]
             kwargs["images_kwargs"] = {"size": {"shortest_edge": self.config.min_pixels,
                                                 "longest_edge": self.config.max_pixels}}
         outputs = self.processor(**kwargs)
         input_ids = outputs["input_ids"][0]
         mm_types = outputs.get("mm_token_type_ids")
         mm_types = torch.zeros_like(input_ids) if mm_types is None else mm_types[0]
-        pixel_values = outputs.get("pixel_values")
-        if pixel_values is not None and self.pixel_dtype is not None:
-            pixel_values = pixel_values.to(getattr(torch, self.pixel_dtype))
-        return PreparedItem(input_ids=input_ids, mm_token_type_ids=mm_types, pixel_values=pixel_values,
-                            image_grid_thw=outputs.get("image_grid_thw"))
+        patches = {name: outputs.get(name) for name in ("pixel_values", "pixel_values_videos")}
+        if self.pixel_dtype is not None:
+            patches = {name: None if value is None else value.to(getattr(torch, self.pixel_dtype))
+                       for name, value in patches.items()}
+        return PreparedItem(input_ids=input_ids, mm_token_type_ids=mm_types, **patches,
+                            image_grid_thw=outputs.get("image_grid_thw"), video_grid_thw=outputs.get("video_grid_thw"),
+                            second_per_grid_ts=outputs.get("second_per_grid_ts"))
 
 
 class PreparesItems:

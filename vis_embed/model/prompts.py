@@ -17,7 +17,9 @@ One implementation, used by training, encoding and evaluation alike (via Embeddi
     checkpoints trained with VLM2Vec can be used as released.
 
 In both formats the single image placeholder is expanded by the processor to the image's
-number of merged visual tokens.
+number of merged visual tokens.  A video item has one *video* placeholder instead (chat: a
+``{"type": "video"}`` part; vlm2vec: ``<|video_pad|>``, VLM2Vec's ``add_video_token``), which the
+processor expands to the clip's tokens (every frame pair; Qwen3-VL adds its frame timestamps).
 """
 
 from __future__ import annotations
@@ -41,21 +43,35 @@ def check_prompt_format(prompt_format: str) -> str:
     return prompt_format
 
 
-def build_prompt(processor: Any, has_image: bool, instruction: str | None, text: str | None,
+def visual_kind(visual: bool | str | None) -> str | None:
+    """``"image"``, ``"video"`` or None from a prompt's visual argument (True means an image)."""
+    if visual is True:
+        return "image"
+    if visual in ("image", "video"):
+        return visual  # type: ignore[return-value]
+    if visual in (None, False):
+        return None
+    raise ValueError(f"unknown visual input {visual!r}; expected 'image', 'video' or None")
+
+
+def build_prompt(processor: Any, visual: bool | str | None, instruction: str | None, text: str | None,
                  prompt_format: str = "chat") -> str:
-    """The prompt text for one item, with ONE (unexpanded) image placeholder if ``has_image``."""
+    """The prompt text for one item, with ONE (unexpanded) placeholder of its ``visual`` input:
+    ``"image"`` (or True), ``"video"``, or None / False for a text-only item."""
+    kind = visual_kind(visual)
     body = join_instruction(None if prompt_format == "chat-system" else instruction, text)
     if prompt_format == "vlm2vec":
-        image_token = getattr(processor, "image_token", "<|image_pad|>")
-        return " ".join(part for part in ((image_token if has_image else ""), body) if part)
+        token = {"image": getattr(processor, "image_token", "<|image_pad|>"),
+                 "video": getattr(processor, "video_token", "<|video_pad|>")}.get(kind or "", "")
+        return " ".join(part for part in (token, body) if part)
     if prompt_format not in ("chat", "chat-system"):
         check_prompt_format(prompt_format)
     if getattr(processor, "chat_template", None) is None:
         raise ConfigError("the model's processor has no chat template; "
                           "use prompt_format='vlm2vec' for raw-prompt checkpoints")
     content: list[dict[str, str]] = []
-    if has_image:
-        content.append({"type": "image"})
+    if kind is not None:
+        content.append({"type": kind})
     if body:
         content.append({"type": "text", "text": body})
     messages = [{"role": "user", "content": content}]

@@ -79,7 +79,13 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
         max_fetched_bytes=settings.max_request_bytes,
         # the pixel budget, decode mode and size rule, as the model's own preparation uses them
         max_pixels=getattr(preparer_config, "max_pixels", None), decode=getattr(preparer_config, "decode", "exact"),
-        target_size=getattr(preparer, "target_size", None))
+        target_size=getattr(preparer, "target_size", None),
+        # a clip's frames: picked and budgeted as the preparer will take them
+        video_frames=getattr(preparer_config, "video_frames", 8),
+        temporal_patch=int(getattr(getattr(getattr(preparer, "processor", None), "video_processor", None),
+                                   "temporal_patch_size", 2)),
+        video_max_pixels=getattr(preparer_config, "video_max_pixels", None),
+        video_target_size=getattr(preparer, "video_target_size", None))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -122,7 +128,7 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
         # The instruction's share of the token budget, before any image is decoded.
         await asyncio.to_thread(limiter.check_instruction_share, len(items), instruction)
         async with pixel_budget.reservation() as reservation:  # the images' pixels, held to the answer
-            if any("image" in item for item in items):
+            if any("image" in item or "video" in item for item in items):
                 items = await decode_request_images(items, image_policy, reservation, deadline)
             items, prompt_tokens = await asyncio.to_thread(limiter.apply, items, instruction)
             try:

@@ -24,6 +24,12 @@ the server's policy (:class:`ImagePolicy`):
 * decoding runs in its own pool of ``--decode-workers`` threads (never the event loop's
   default pool, where text-only requests are prepared), each image within ``--decode-timeout``
   seconds (the decode is stopped between two blocks of input: ``DeadlineBytes``).
+
+A clip (``{"video": [frame, ...]}``) is its frames, each one an image to all of the above: only
+the frames the model will see (``data/video.frame_indices``, the preparer's own pick) are read,
+counted in the pixel budgets from their headers and decoded (to the per-frame budget
+``video_max_pixels``); the item then holds the decoded frames at their places in the list,
+so the preparer picks exactly those and decodes nothing more.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from typing import Any
 from vis_embed.data.fetch import FETCH_FAILED, FetchError, UrlPolicy, fetch_url
 from vis_embed.data.image_geometry import bbox_outside
 from vis_embed.data.image_guards import DeadlineBytes, open_image
+from vis_embed.data.video import TEMPORAL_PATCH, frame_indices
 from vis_embed.data.images import (
     TargetSize,
     image_size,
@@ -81,6 +88,11 @@ class ImagePolicy:
     max_pixels: int | None = None
     decode: str = "exact"
     target_size: TargetSize | None = None  # the processor's size rule (Preparer.target_size)
+    # Clips: frames picked as the preparer picks them, decoded to the per-frame budget.
+    video_frames: int = 8
+    temporal_patch: int = TEMPORAL_PATCH
+    video_max_pixels: int | None = None
+    video_target_size: TargetSize | None = None
 
     def url_policy(self, deadline: float | None = None) -> UrlPolicy:
         """The fetch policy; a fetch ends by ``deadline`` (``time.monotonic()``) at the latest."""
@@ -88,14 +100,30 @@ class ImagePolicy:
         return UrlPolicy(allow_private=self.allow_private_urls, timeout_s=timeout, max_bytes=self.max_image_bytes)
 
 
+@dataclass(frozen=True)
+class _Visual:
+    """One image to read: an item's ``image``, or one picked frame of its ``video`` list."""
+
+    index: int  # the item's position in the request
+    frame: int | None = None  # the frame's position in the item's list; None for an image
+
+    @property
+    def param(self) -> str:
+        return f"input[{self.index}].image" if self.frame is None else f"input[{self.index}].video[{self.frame}]"
+
+    def source(self, items: Sequence[dict[str, Any]]) -> str:
+        item = items[self.index]
+        return item["image"] if self.frame is None else item["video"][self.frame]
+
+
 def decode_images(items: list[dict[str, Any]], policy: ImagePolicy) -> list[dict[str, Any]]:
-    """``items`` with each ``image`` replaced by its decoded RGB PIL image (a 4xx names a bad
-    one), in the caller's thread, one image after the other (library use; the server runs
-    :func:`decode_request_images`)."""
-    positions = _image_positions(items)
-    sources = [_image_source(items[index]["image"], _param(index), policy) for index in positions]
+    """``items`` with each ``image`` replaced by its decoded RGB PIL image, and each clip's
+    picked frames by theirs (a 4xx names a bad one), in the caller's thread, one image after
+    the other (library use; the server runs :func:`decode_request_images`)."""
+    positions = _image_positions(items, policy)
+    sources = [_image_source(visual.source(items), visual.param, policy) for visual in positions]
     _check_request_pixels([_header_pixels(source) for source in sources], positions, policy)
-    images = [_decode(items[index], index, source, policy) for index, source in zip(positions, sources)]
+    images = [_decode(items, visual, source, policy) for visual, source in zip(positions, sources)]
     return _with_images(items, positions, images)
 
 
@@ -106,11 +134,11 @@ async def decode_request_images(items: list[dict[str, Any]], policy: ImagePolicy
     request's pixels reserved in the global budget (``reservation``) before any is decoded.
     Cancelling the caller cancels the fetches and decodes not yet started."""
     loop = asyncio.get_running_loop()
-    positions = _image_positions(items)
+    positions = _image_positions(items, policy)
     fetch_gate, fetched = asyncio.Semaphore(FETCHES_PER_REQUEST), [0]
 
-    async def source(index: int) -> bytes | str:
-        image, param = items[index]["image"], _param(index)
+    async def source(visual: _Visual) -> bytes | str:
+        image, param = visual.source(items), visual.param
         if not is_url(image):
             return await loop.run_in_executor(policy.decode_pool, _image_source, image, param, policy)
         if not policy.allow_urls:
@@ -123,11 +151,11 @@ async def decode_request_images(items: list[dict[str, Any]], policy: ImagePolicy
                                     f"bytes in all (--max-request-bytes); send fewer images", param=param)
         return data
 
-    sources = await _in_order([source(index) for index in positions])
+    sources = await _in_order([source(visual) for visual in positions])
     pixels = await loop.run_in_executor(policy.decode_pool, _request_pixels, sources, positions, policy)
     await reservation.acquire(pixels)
-    images = await _in_order([loop.run_in_executor(policy.decode_pool, _decode, items[index], index, source, policy)
-                              for index, source in zip(positions, sources)])
+    images = await _in_order([loop.run_in_executor(policy.decode_pool, _decode, items, visual, source, policy)
+                              for visual, source in zip(positions, sources)])
     return _with_images(items, positions, images)
 
 
@@ -140,18 +168,28 @@ async def _in_order(steps: Sequence[Awaitable[Any]]) -> list[Any]:
     return results
 
 
-def _image_positions(items: Sequence[dict[str, Any]]) -> list[int]:
-    return [index for index, item in enumerate(items) if "image" in item]
+def _image_positions(items: Sequence[dict[str, Any]], policy: ImagePolicy) -> list[_Visual]:
+    """Every image to read: each item's image, and each clip's frames the model will see."""
+    positions: list[_Visual] = []
+    for index, item in enumerate(items):
+        if "image" in item:
+            positions.append(_Visual(index))
+        elif "video" in item:
+            picked = sorted(set(frame_indices(len(item["video"]), policy.video_frames, policy.temporal_patch)))
+            positions.extend(_Visual(index, frame) for frame in picked)
+    return positions
 
 
-def _param(index: int) -> str:
-    return f"input[{index}].image"
-
-
-def _with_images(items: list[dict[str, Any]], positions: list[int], images: list[Any]) -> list[dict[str, Any]]:
+def _with_images(items: list[dict[str, Any]], positions: list[_Visual], images: list[Any]) -> list[dict[str, Any]]:
     decoded = list(items)
-    for index, image in zip(positions, images):
-        decoded[index] = {**items[index], "image": image}
+    for visual, image in zip(positions, images):
+        item = decoded[visual.index]
+        if visual.frame is None:
+            decoded[visual.index] = {**item, "image": image}
+        else:  # the decoded frame at its place; the frames left out stay sources, never read
+            frames = list(item["video"])
+            frames[visual.frame] = image
+            decoded[visual.index] = {**item, "video": frames}
     return decoded
 
 
@@ -171,19 +209,19 @@ def _image_source(source: str, param: str, policy: ImagePolicy) -> bytes | str:
     return source
 
 
-def _request_pixels(sources: Sequence[bytes | str], positions: Sequence[int], policy: ImagePolicy) -> int:
+def _request_pixels(sources: Sequence[bytes | str], positions: Sequence[_Visual], policy: ImagePolicy) -> int:
     """The request's pixels from its images' headers; 413 above ``--max-request-pixels``."""
     return _check_request_pixels([_header_pixels(source) for source in sources], positions, policy)
 
 
-def _check_request_pixels(pixels: Sequence[int], positions: Sequence[int], policy: ImagePolicy) -> int:
+def _check_request_pixels(pixels: Sequence[int], positions: Sequence[_Visual], policy: ImagePolicy) -> int:
     # Checked on the headers' sizes, before any pixel is decoded: a 14 KB 1-bit PNG can decode
-    # to 265 MB of RGB.
+    # to 265 MB of RGB.  Every picked frame of a clip counts.
     total = 0
-    for count, index in zip(pixels, positions):
+    for count, visual in zip(pixels, positions):
         total += count
         if total > policy.max_request_pixels:
-            param = _param(index)
+            param = visual.param
             raise RequestError(413, f"{param}: the request's images hold more than {policy.max_request_pixels} "
                                     f"pixels in all (--max-request-pixels); send fewer or smaller images",
                                param=param)
@@ -204,19 +242,21 @@ def _header_pixels(source: bytes | str) -> int:
     return 0 if size is None else size[0] * size[1]
 
 
-def _decode(item: dict[str, Any], index: int, source: bytes | str, policy: ImagePolicy) -> Any:
-    """The item's image decoded (RGB), its bbox checked against it; a 400 naming it otherwise."""
-    param = _param(index)
+def _decode(items: Sequence[dict[str, Any]], visual: _Visual, source: bytes | str, policy: ImagePolicy) -> Any:
+    """The item's image (or clip frame) decoded (RGB), a bbox checked against it; a 400 naming it otherwise."""
+    item, param, frame = items[visual.index], visual.param, visual.frame is not None
     try:
-        image = load_image(source, max_pixels=policy.max_pixels, decode=item_decode_mode(item, policy.decode),
-                           target_size=policy.target_size, max_decode_s=policy.max_decode_s)
+        image = load_image(source, max_pixels=policy.video_max_pixels if frame else policy.max_pixels,
+                           decode=item_decode_mode(item, policy.decode),
+                           target_size=policy.video_target_size if frame else policy.target_size,
+                           max_decode_s=policy.max_decode_s)
     except DataError as exc:
-        if is_url(item["image"]):  # fetched, but not an image: said as a failed fetch is
+        if is_url(visual.source(items)):  # fetched, but not an image: said as a failed fetch is
             raise RequestError(400, f"{param}: {FETCH_FAILED}", param=param) from None
         raise RequestError(400, f"{param}: {exc.reason}", param=param) from None
     except Exception as exc:  # noqa: BLE001  (whatever hostile bytes make PIL raise: the client's 400)
         raise RequestError(400, f"{param}: cannot decode image ({type(exc).__name__})", param=param) from None
-    _check_box(item, image, index)
+    _check_box(item, image, visual.index)
     return image
 
 

@@ -168,6 +168,13 @@ def _item(value: Any, param: str, field_of_text: str | None = None) -> dict[str,
     except DataError as exc:
         field = field_of_text or exc.field  # a string input is its own text: "input[2]"
         raise RequestError(400, f"{field}: {exc.reason}", param=field) from None
+    if "video" in item and not isinstance(item["video"], list):
+        # A clip is its frames, each one an image to the server's fetch, decode and pixel budgets
+        # (serving/images.py).  A folder or a video file would be read and decoded by the model's
+        # preparation, outside those budgets: not served.
+        raise RequestError(400, f"{param}.video: send a clip as a list of frames (data: URIs, or URLs with "
+                                "--allow-urls); a folder or a video file is not read by this server",
+                           param=f"{param}.video")
     if "image" in item and not isinstance(item["image"], str):  # JSON: always a string, but be sure
         raise RequestError(400, f"{param}.image: must be a string", param=f"{param}.image")
     return item
