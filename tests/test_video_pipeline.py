@@ -227,6 +227,13 @@ def test_the_server_embeds_a_clip_of_data_uri_frames_like_encode(clips: Path, em
         expected = embedder.encode([{"video": str(clips / "clips" / "c"), "text": "the clip"}, {"text": "a text"}],
                                    "Represent it.")
         np.testing.assert_allclose(served, expected, atol=1e-5)
+        # the typed content-part spelling of the same clip is the same item
+        typed = post([{"type": "video", "frames": sources, "text": "the clip"}, "a text"])
+        assert typed.status_code == 200, typed.text
+        np.testing.assert_allclose([row["embedding"] for row in typed.json()["data"]], served, atol=1e-6)
+        for part in ({"type": "video"}, {"type": "video", "video": sources}):
+            refused = post([part])
+            assert refused.status_code == 400 and refused.json()["error"]["param"].startswith("input[0]"), part
         # every picked frame counts in the request's pixels: 8 frames + 1 image fit, 8 frames + 2 do not
         image = _data_uri(frames[0])
         assert post([{"video": sources}, {"image": image}]).status_code == 200

@@ -163,6 +163,7 @@ def _item(value: Any, param: str, field_of_text: str | None = None) -> dict[str,
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         raise RequestError(400, f"{param}: token-id inputs are not supported; send text or items",
                            param=param)
+    value = _typed_clip(value, param)
     try:
         item = check_item(value, param)
     except DataError as exc:
@@ -178,6 +179,20 @@ def _item(value: Any, param: str, field_of_text: str | None = None) -> dict[str,
     if "image" in item and not isinstance(item["image"], str):  # JSON: always a string, but be sure
         raise RequestError(400, f"{param}.image: must be a string", param=f"{param}.image")
     return item
+
+
+def _typed_clip(value: Any, param: str) -> Any:
+    """``{"type": "video", "frames": [...], "text"?}`` (the typed content-part spelling of a clip,
+    as OpenAI-style multimodal clients send parts) as the item ``{"video": [...], "text"?}``; any
+    other value unchanged.  One spelling in, one item contract after this line."""
+    if not isinstance(value, dict) or value.get("type") != "video":
+        return value
+    if "video" in value:
+        raise RequestError(400, f"{param}: a typed clip gives its frames as 'frames', not 'video'", param=param)
+    if "frames" not in value:
+        raise RequestError(400, f"{param}.frames: required for an item of type 'video'", param=f"{param}.frames")
+    clip = {key: item for key, item in value.items() if key not in ("type", "frames")}
+    return {**clip, "video": value["frames"]}
 
 
 def _type_name(value: Any) -> str:
