@@ -236,13 +236,35 @@ class _RowPlan:
             if ref() is cu_seqlens and version == _version(cu_seqlens) and cached_len == max_len \
                     and cached_device == device:
                 return plan
-        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # the batch's one host read
+        lengths = known_segment_lengths(cu_seqlens)  # given by the collation (model/vision_metadata.py)
+        if lengths is None:
+            lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # the batch's one host read
         plan = cls(lengths, max_len, device)
         with cls._lock:  # threads encoding side by side (the server) share the cache
             if len(cls._cache) >= cls._CACHE_SIZE:
                 cls._cache.pop(next(iter(cls._cache)))
             cls._cache[id(cu_seqlens)] = (weakref.ref(cu_seqlens), _version(cu_seqlens), max_len, device, plan)
         return plan
+
+
+# Host lengths of boundary tensors the collation computed (model/vision_metadata.py), by tensor
+# identity while the tensor lives: the row plan then needs no read-back at all.
+_SEGMENT_LENGTHS: dict[int, tuple[Any, list[int]]] = {}
+_SEGMENT_LENGTHS_SIZE = 16
+
+
+def remember_segment_lengths(cu_seqlens: torch.Tensor, lengths: list[int]) -> None:
+    """Record that ``cu_seqlens`` (on its device) bounds segments of ``lengths`` tokens."""
+    with _RowPlan._lock:
+        if len(_SEGMENT_LENGTHS) >= _SEGMENT_LENGTHS_SIZE:
+            _SEGMENT_LENGTHS.pop(next(iter(_SEGMENT_LENGTHS)))
+        _SEGMENT_LENGTHS[id(cu_seqlens)] = (weakref.ref(cu_seqlens), lengths)
+
+
+def known_segment_lengths(cu_seqlens: torch.Tensor) -> list[int] | None:
+    """The lengths :func:`remember_segment_lengths` recorded for this very tensor, else None."""
+    entry = _SEGMENT_LENGTHS.get(id(cu_seqlens))
+    return entry[1] if entry is not None and entry[0]() is cu_seqlens else None
 
 
 def _version(tensor: torch.Tensor) -> int | None:

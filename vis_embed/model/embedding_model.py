@@ -35,6 +35,7 @@ from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
 from vis_embed.model.preparer import PreparedItem, Preparer, PreparesItems, token_limit
 from vis_embed.model.references import looks_like_path, peft_adapter_config
+from vis_embed.model.vision_metadata import METADATA_KEY, describe_batch, run_base_model
 
 # Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
 # (TEXT_LORA_MODULES) and the pixel budget live in model/defaults.py, read without torch.
@@ -317,6 +318,8 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
             else:
                 batch["pixel_values"] = torch.cat(patches)
             batch["image_grid_thw"] = torch.cat([p.image_grid_thw for p in with_images])
+        # Every number the forward would otherwise read back from the device (model/vision_metadata.py).
+        batch[METADATA_KEY] = describe_batch(self.base_model(), batch)
         return batch
 
     # ------------------------------------------------------------------ forward
@@ -325,9 +328,10 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         device = self.device
         # Asynchronous on a GPU: from pinned memory (collate) the copy overlaps the host's work.
         inputs = {key: value.to(device, non_blocking=device.type == "cuda") for key, value in batch.items()}
+        metadata = inputs.pop(METADATA_KEY, None)
         if "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(self.dtype)
-        elif "position_ids" not in inputs:
+        elif "position_ids" not in inputs and metadata is None:
             # Text-only batch: transformers would number positions from the first column,
             # offsetting left-padded rows.  RoPE is relative so the offset cancels in exact
             # arithmetic, but counting real tokens keeps each row's positions identical to
@@ -337,8 +341,13 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         # A frozen backbone under a head needs no graph: only the head's parameters train.
         backbone_grad = torch.is_grad_enabled() and (self.head is None or self._backbone_trainable())
         with torch.set_grad_enabled(backbone_grad):
-            outputs = self.base_model()(**inputs, use_cache=False, return_dict=True)
-            pooled = F.normalize(last_token_pool(outputs.last_hidden_state, inputs["attention_mask"]).float(), dim=-1)
+            if metadata is None:  # a batch not from collate (e.g. the processor's own): transformers' bookkeeping
+                outputs = self.base_model()(**inputs, use_cache=False, return_dict=True)
+            else:
+                outputs = run_base_model(self.base_model(), inputs, metadata)
+            last_index = None if metadata is None else metadata.last_index
+            pooled = F.normalize(last_token_pool(outputs.last_hidden_state, inputs["attention_mask"], last_index)
+                                 .float(), dim=-1)
         if self.head is not None:
             return F.normalize(self.head(pooled), dim=-1)
         return pooled

@@ -1,0 +1,107 @@
+"""No host reads in the forward: the batch's bookkeeping (vision boundaries and rotary positions,
+Qwen2.5-VL's windows, Qwen3-VL's position-grid resampling, ``max_seqlen``, the decoder's M-RoPE
+index, the padding mask, the pooled token) is computed when the batch is collated
+(model/vision_metadata.py), so one ``EmbeddingModel`` forward reads at most 2 values back from the
+device (on a GPU each read stalls its queue) -- with the same vectors and gradients as
+transformers' own bookkeeping.  The counter is checked to see transformers' reads (~30 a batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.vision_metadata import METADATA_KEY
+
+ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]
+# Tensor methods that copy a value from the device to the host (each a sync on a GPU).
+HOST_READS = frozenset({"tolist", "item", "__bool__", "__index__", "__int__", "__float__"})
+MAX_READS = 2
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+class _CountHostReads(torch.overrides.TorchFunctionMode):
+    """Counts :data:`HOST_READS` calls on tensors while active (Python-level calls: transformers'
+    and ours; the mode is off inside torch's own implementation of an op)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if getattr(func, "__name__", "") in HOST_READS:
+            self.calls.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _image(height: int, width: int, seed: int) -> Image.Image:
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8))
+
+
+def _items() -> list[dict]:
+    """Mixed sizes (several Qwen2.5-VL windows, edge windows), text-only rows, different lengths."""
+    return [{"image": _image(448, 448, 0), "text": "a photo"}, {"text": "only text, a little longer than most"},
+            {"image": _image(224, 336, 1)}, {"image": _image(112, 112, 2), "text": "small"},
+            {"image": _image(336, 196, 3), "text": "object"}]
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def model(request: pytest.FixtureRequest, tiny_checkpoint: Callable[..., Path]) -> EmbeddingModel:
+    return EmbeddingModel.from_pretrained(tiny_checkpoint(request.param), device="cpu", dtype="float32").eval()
+
+
+def _forward(model: EmbeddingModel, batch: dict) -> tuple[torch.Tensor, list[str]]:
+    counter = _CountHostReads()
+    with torch.no_grad(), counter:
+        vectors = model(**batch)
+    return vectors, counter.calls
+
+
+def _plain(batch: dict) -> dict:
+    return {key: value for key, value in batch.items() if key != METADATA_KEY}
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_forward_reads_at_most_two_values_back(model: EmbeddingModel, padding_side: str) -> None:
+    batch = model.collate(model.prepare(_items()), padding_side=padding_side)
+    assert (batch["attention_mask"] == 0).any()  # really padded: the decoder mask is needed
+    vectors, reads = _forward(model, batch)
+    assert len(reads) <= MAX_READS, reads
+    plain, plain_reads = _forward(model, _plain(batch))
+    assert len(plain_reads) > 10  # the counter sees transformers' own bookkeeping reads
+    assert float((vectors * plain).sum(-1).min()) >= 0.99999
+    torch.testing.assert_close(vectors, plain, rtol=0, atol=1e-6)
+
+
+def test_text_only_and_unpadded_batches_read_nothing(model: EmbeddingModel) -> None:
+    texts = model.collate(model.prepare([{"text": "one"}, {"text": "two words"}]))
+    vectors, reads = _forward(model, texts)
+    assert reads == []
+    torch.testing.assert_close(vectors, _forward(model, _plain(texts))[0], rtol=0, atol=1e-6)
+    same_size = model.collate(model.prepare([{"image": _image(224, 224, 5)}, {"image": _image(224, 224, 6)}]))
+    assert bool(same_size["attention_mask"].all())
+    vectors, reads = _forward(model, same_size)
+    assert len(reads) <= 1  # transformers' check that the visual tokens match the features
+    torch.testing.assert_close(vectors, _forward(model, _plain(same_size))[0], rtol=0, atol=1e-6)
+
+
+def test_gradients_equal_transformers_bookkeeping(model: EmbeddingModel) -> None:
+    """Training runs the same forward: the vision tower's and decoder's gradients agree."""
+    batch = model.collate(model.prepare(_items()[:4]), padding_side="left")
+    base = model.base_model()
+    weights = [base.visual.blocks[0].attn.qkv.weight, base.language_model.layers[0].self_attn.q_proj.weight]
+    grads = []
+    for inputs in (batch, _plain(batch)):
+        model.zero_grad()
+        model(**inputs).square().sum().backward()
+        grads.append([weight.grad.clone() for weight in weights])
+    model.zero_grad()
+    for ours, upstream in zip(*grads):
+        torch.testing.assert_close(ours, upstream, rtol=1e-5, atol=1e-7)
