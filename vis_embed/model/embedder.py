@@ -22,6 +22,7 @@ import torch
 
 from vis_embed.errors import DataError
 from vis_embed.model.batching import chunk_order, until_stopped
+from vis_embed.model.aligned_mlp import align_vision_mlps
 from vis_embed.model.compile_blocks import compile_blocks
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.embedding_model import EmbeddingModel
@@ -63,7 +64,8 @@ class Embedder:
                         compile: bool = False, workers: int | str = 0, **settings: Any) -> Embedder:
         """See :meth:`EmbeddingModel.from_pretrained` (settings left at None: the values recorded
         in the adapter's / model's ``embedding_config.json``, else the defaults); eval mode.
-        ``compile=True`` calls :meth:`compile` (fused element-wise kernels; see there).
+        ``compile=True`` calls :meth:`compile` (fused element-wise kernels; see there).  The vision
+        MLPs are swapped for their aligned, gate-and-up-stacked form (:mod:`.aligned_mlp`: exact).
         ``workers``: processes preparing items (0: in this process; ``"auto"``: the cores
         available, at most 8); ``decode`` (a setting): ``"exact"`` or ``"fast"`` (docs/model.md)."""
         embedder = cls(EmbeddingModel.from_pretrained(
@@ -71,6 +73,8 @@ class Embedder:
             attn_implementation=attn_implementation, min_pixels=min_pixels,
             max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length, **settings),
             workers=workers)
+        # Exact (zero padding); for inference only, so done here and not in EmbeddingModel.
+        align_vision_mlps(embedder.model.base_model())
         if compile:
             embedder.compile()
         return embedder
