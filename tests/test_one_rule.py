@@ -191,6 +191,12 @@ def test_batch_bookkeeping_is_computed_in_vision_metadata_only() -> None:
     assert _where(_call_of("describe_batch")) == {"vis_embed/model/embedding_model.py"}
 
 
+def test_one_compile_rule() -> None:
+    """model/compile_blocks.resolve_compile decides whether to compile; only the Embedder asks it."""
+    assert _where(_definition("resolve_compile")) == {"vis_embed/model/compile_blocks.py"}
+    assert _where(_call_of("resolve_compile")) == {"vis_embed/model/embedder.py"}
+
+
 def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
     """The scanner is not blind: a module restating the same-label rule is found."""
     copy = ast.parse("same = (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0)\n")
@@ -215,6 +221,7 @@ CLAIMS = {
     "the ONE image-URL fetcher": test_one_image_url_fetcher,
     "the one same-label rule": test_one_same_label_rule,
     "the one attention rule": test_one_attention_rule,
+    "the one compile rule": test_one_compile_rule,
     "the ONE place where a batch's bookkeeping is computed": test_batch_bookkeeping_is_computed_in_vision_metadata_only,
     "the ONE format allow-list every input image is opened with": test_one_input_image_format_allow_list,
     "the one bbox-inside-image rule": test_one_bbox_inside_image_rule,

@@ -141,11 +141,33 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     q, k, v = (tensor[0].transpose(0, 1) for tensor in (query, key, value))  # (tokens, heads, dim)
     if dropout and module.training:
         raise ConfigError(f"{VISION_ATTENTION} does not implement attention dropout (Qwen-VL's is 0)")
-    if _varlen_kernel_usable(q):
-        out = _varlen(q, k, v, cu_seq_lens_q, int(max_length_q), scaling)
+    if torch.compiler.is_compiling():  # a compiled vision block (model/compile_blocks.py): one opaque op
+        out = torch.ops.vis_embed.packed_attention(q, k, v, cu_seq_lens_q, max_length_q, scaling)
     else:
-        out = _padded(q, k, v, cu_seq_lens_q, int(max_length_q), scaling)
+        out = _packed(q, k, v, cu_seq_lens_q, int(max_length_q), scaling)
     return out.unsqueeze(0), None
+
+
+def _packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
+            scaling: float | None) -> torch.Tensor:
+    if _varlen_kernel_usable(q):
+        return _varlen(q, k, v, cu_seqlens, max_len, scaling)
+    return _padded(q, k, v, cu_seqlens, max_len, scaling)
+
+
+@torch.library.custom_op("vis_embed::packed_attention", mutates_args=())
+def _packed_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
+               scaling: float | None) -> torch.Tensor:
+    """:func:`_packed` as one operator that torch.compile does not trace into: its row plan is
+    host-side Python (a compiled vision block keeps one graph, no break) and both kernels stay
+    as they are.  Inference only: no backward is registered (compile is an inference option)."""
+    return _packed(q, k, v, cu_seqlens, max_len, scaling).contiguous()
+
+
+@_packed_op.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
+      scaling: float | None) -> torch.Tensor:
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 def _varlen_kernel_usable(q: torch.Tensor) -> bool:

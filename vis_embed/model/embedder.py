@@ -23,7 +23,7 @@ import torch
 from vis_embed.errors import DataError
 from vis_embed.model.batching import chunk_order, until_stopped
 from vis_embed.model.aligned_mlp import align_vision_mlps
-from vis_embed.model.compile_blocks import compile_blocks
+from vis_embed.model.compile_blocks import compile_blocks, resolve_compile
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.embedding_model import EmbeddingModel
 from vis_embed.model.fingerprint import model_fingerprint
@@ -61,10 +61,11 @@ class Embedder:
                         attn_implementation: str | None = None,
                         min_pixels: int | None = None, max_pixels: int | None = None,
                         prompt_format: str | None = None, max_length: int | None = None,
-                        compile: bool = False, workers: int | str = 0, **settings: Any) -> Embedder:
+                        compile: bool | None = None, workers: int | str = 0, **settings: Any) -> Embedder:
         """See :meth:`EmbeddingModel.from_pretrained` (settings left at None: the values recorded
         in the adapter's / model's ``embedding_config.json``, else the defaults); eval mode.
-        ``compile=True`` calls :meth:`compile` (fused element-wise kernels; see there).  The vision
+        ``compile``: call :meth:`compile` (fused element-wise kernels; see there); None (the
+        default): on CUDA yes, elsewhere no (:func:`~.compile_blocks.resolve_compile`).  The vision
         MLPs are swapped for their aligned, gate-and-up-stacked form (:mod:`.aligned_mlp`: exact).
         ``workers``: processes preparing items (0: in this process; ``"auto"``: the cores
         available, at most 8); ``decode`` (a setting): ``"exact"`` or ``"fast"`` (docs/model.md)."""
@@ -75,7 +76,7 @@ class Embedder:
             workers=workers)
         # Exact (zero padding); for inference only, so done here and not in EmbeddingModel.
         align_vision_mlps(embedder.model.base_model())
-        if compile:
+        if resolve_compile(compile, embedder.model.device):
             embedder.compile()
         return embedder
 
