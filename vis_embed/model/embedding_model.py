@@ -36,6 +36,7 @@ from vis_embed.model.pooling import last_token_pool
 from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
 from vis_embed.model.preparer import PreparedItem, Preparer, PreparesItems, token_limit
 from vis_embed.model.references import looks_like_path, peft_adapter_config
+from vis_embed.model.rms_norm import use_fused_rms_norm
 from vis_embed.model.vision_metadata import METADATA_KEY, describe_batch, run_base_model
 
 # Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
@@ -88,6 +89,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         self.truncated_items = 0  # items whose text prepare_one cut to fit token_limit
         self.backbone = backbone
         use_matmul_patch_embedding(backbone)  # same numbers, a GEMM instead of oneDNN's conv
+        use_fused_rms_norm(backbone)  # same numbers, torch's fused kernel instead of an element-wise chain
         self.head: ProjectionHead | None = None  # adaptation "head": applied after pooling
         self.processor = processor
         self.name_or_path = name_or_path
