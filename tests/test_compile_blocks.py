@@ -38,7 +38,8 @@ def _items() -> list[dict]:
 def test_compiles_decoder_layers_and_whole_vision_blocks(arch: str, tiny_checkpoint: Callable[..., Path]) -> None:
     """Under the default "varlen" attention a vision block is one call: compiled whole (the
     rotary embedding fused); under transformers' sdpa (a per-image loop) only norms and MLP."""
-    embedder = Embedder.from_pretrained(tiny_checkpoint(arch), device="cpu", compile=True)
+    embedder = Embedder.from_pretrained(tiny_checkpoint(arch), device="cpu", attn_implementation="varlen",
+                                        compile=True)
     base = embedder.model.base_model()
     assert all(is_compiled(layer) for layer in base.language_model.layers)
     assert all(is_compiled(block) for block in base.visual.blocks)
@@ -61,7 +62,7 @@ def test_compile_is_on_by_default_on_cuda_only(tiny_checkpoint: Callable[..., Pa
 def test_blocks_trace_without_graph_breaks(arch: str, tiny_checkpoint: Callable[..., Path]) -> None:
     """A vision block (attention as one opaque operator) and a decoder layer are one graph each:
     no graph break (torch._dynamo.explain traces without compiling)."""
-    embedder = Embedder.from_pretrained(tiny_checkpoint(arch), device="cpu")
+    embedder = Embedder.from_pretrained(tiny_checkpoint(arch), device="cpu", attn_implementation="varlen")
     base = embedder.model.base_model()
     captured: dict = {}
     blocks = (("vision", base.visual.blocks[-1]), ("decoder", base.language_model.layers[0]))
@@ -89,7 +90,7 @@ def test_blocks_trace_without_graph_breaks(arch: str, tiny_checkpoint: Callable[
 def test_compiled_vectors_equal_eager(arch: str, tiny_checkpoint: Callable[..., Path]) -> None:
     """Whole vision blocks (the attention an opaque operator, Qwen2.5-VL's two boundary tensors)
     and decoder layers compiled: the same vectors (~20-90 s of compilation on a 2-core CPU)."""
-    eager = Embedder.from_pretrained(tiny_checkpoint(arch), device="cpu")
+    eager = Embedder.from_pretrained(tiny_checkpoint(arch), device="cpu", attn_implementation="varlen")
     expected = eager.encode(_items(), instruction=INSTRUCTION, batch_size=2)
     torch._dynamo.reset()
     compiled = eager.compile()

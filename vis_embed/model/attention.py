@@ -77,14 +77,16 @@ def require_flash_package(name: str, needed_for: str) -> None:
 
 
 def resolve_attn_implementation(requested: str | None, device: torch.device) -> str:
-    """The one rule for the attention kernel.  None: flash_attention_2 on CUDA when flash-attn 2
-    is really installed, else :data:`VARLEN`.  A flash_attention_2/4 that is not importable here
-    is a ConfigError naming the package; any other name is passed to transformers as given
-    (``sdpa``: transformers' own per-image path, kept for comparison)."""
+    """The one rule for the attention kernel.  None: on CUDA flash_attention_2 when flash-attn 2
+    is really installed, else :data:`VARLEN`; on any other device transformers' ``sdpa`` (by
+    measurement: on a CPU, where torch has no variable-length kernel, one padded call per block
+    encodes mixed image sizes 2-10% slower than sdpa's per-image calls; docs/benchmarks.md,
+    attention_compare).  A flash_attention_2/4 that is not importable here is a ConfigError
+    naming the package; any other name is passed to transformers as given."""
     if requested is None:
-        if device.type == "cuda" and flash_attention_available("flash_attention_2"):
-            return "flash_attention_2"
-        return VARLEN
+        if device.type != "cuda":
+            return "sdpa"
+        return "flash_attention_2" if flash_attention_available("flash_attention_2") else VARLEN
     if requested in FLASH_PACKAGES and not flash_attention_available(requested):
         raise ConfigError(f"attn_implementation {requested!r} needs the {FLASH_PACKAGES[requested]} package and "
                           f"a CUDA device; neither is usable here (leave it unset for {VARLEN!r}: one attention "
