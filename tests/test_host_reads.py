@@ -16,6 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
+from vis_embed.model.attention import VARLEN
 from vis_embed.model.embedding_model import EmbeddingModel
 from vis_embed.model.vision_metadata import METADATA_KEY
 
@@ -54,7 +55,9 @@ def _items() -> list[dict]:
 
 @pytest.fixture(scope="module", params=ARCHS)
 def model(request: pytest.FixtureRequest, tiny_checkpoint: Callable[..., Path]) -> EmbeddingModel:
-    return EmbeddingModel.from_pretrained(tiny_checkpoint(request.param), device="cpu", dtype="float32").eval()
+    # The GPU's default attention ("varlen": one call per vision block), asked for by name on this CPU.
+    return EmbeddingModel.from_pretrained(tiny_checkpoint(request.param), device="cpu", dtype="float32",
+                                          attn_implementation=VARLEN).eval()
 
 
 def _forward(model: EmbeddingModel, batch: dict) -> tuple[torch.Tensor, list[str]]:
@@ -105,3 +108,24 @@ def test_gradients_equal_transformers_bookkeeping(model: EmbeddingModel) -> None
     model.zero_grad()
     for ours, upstream in zip(*grads):
         torch.testing.assert_close(ours, upstream, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a lent GPU)")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_fused_path_reads_little_and_equals_plain(arch: str, tiny_checkpoint: Callable[..., Path]) -> None:
+    """On a GPU in bf16: the Embedder's default path (varlen, metadata, aligned MLPs, compiled
+    blocks) reads at most 2 values back and gives the plain path's vectors (cos >= 0.9999)."""
+    from vis_embed import Embedder
+
+    embedder = Embedder.from_pretrained(tiny_checkpoint(arch), device="cuda")
+    model = embedder.model
+    assert model.current_config().attn_implementation == VARLEN and model.dtype == torch.bfloat16
+    plain = EmbeddingModel.from_pretrained(tiny_checkpoint(arch), device="cuda").eval()
+    batch = model.collate(model.prepare(_items()), padding_side="left", pin_memory=True)
+    with torch.inference_mode():
+        fused = model(**batch)  # compiles
+    with torch.compiler.set_stance("force_eager"):  # the counter sees the Python around the blocks
+        _, reads = _forward(model, batch)
+    assert len(reads) <= MAX_READS, reads
+    expected, _ = _forward(plain, _plain(batch))
+    assert float((fused.float() * expected.float()).sum(-1).min()) >= 0.9999
