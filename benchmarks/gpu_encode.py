@@ -338,6 +338,8 @@ def main() -> int:
 
     def save() -> None:  # after every step: a run cut short still leaves what it measured
         report["elapsed_s"] = time.perf_counter() - began
+        current = getattr(torch.nn.attention, "current_flash_attention_impl", None)
+        report["flash_attention_impl"] = current() if current else None  # "FA4" once activated
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(report, indent=2))

@@ -240,3 +240,33 @@ def test_on_cuda_bf16_the_varlen_kernel_runs_and_equals_sdpa(arch: str, tiny_che
         upstream = embedder.model(**batch)
     assert len(calls) == len(embedder.model.base_model().visual.blocks)
     assert (ours * upstream).sum(-1).min().item() >= 0.9999
+
+
+def test_flash_attention_4_is_activated_through_torch_only_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's activate_flash_attention_impl("FA4") is called once, on a Hopper/Blackwell card with
+    the flash-attn-4 distribution installed; never without the package or on an older card."""
+    from importlib import metadata
+
+    import torch.nn.attention as torch_attention
+
+    calls: list[str] = []
+    monkeypatch.setattr(torch_attention, "activate_flash_attention_impl", calls.append)
+    installed: set[str] = set()
+
+    def distribution(name: str) -> object:
+        if name not in installed:
+            raise metadata.PackageNotFoundError(name)
+        return object()
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    capability = [(9, 0)]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability[0])
+    for package, card, expected in (((), (9, 0), False), (("flash-attn-4",), (8, 0), False),
+                                    (("flash-attn-4",), (9, 0), True)):
+        monkeypatch.setattr(attention, "_FA4_CHECKED", [])
+        installed.clear()
+        installed.update(package)
+        capability[0] = card
+        assert attention.use_flash_attention_4(torch.device("cuda")) is expected
+        assert attention.use_flash_attention_4(torch.device("cuda")) is expected  # once per process
+    assert calls == ["FA4"]

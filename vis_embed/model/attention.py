@@ -182,10 +182,38 @@ def _varlen_kernel_usable(q: torch.Tensor) -> bool:
     return torch.cuda.get_device_capability(q.device) >= (8, 0)
 
 
+_FA4_CHECKED: list[bool] = []  # whether use_flash_attention_4 ran in this process (and its answer)
+
+
+def use_flash_attention_4(device: torch.device) -> bool:
+    """Route torch's flash-attention kernels (the variable-length vision call and the decoder's
+    SDPA) to FlashAttention-4 when the ``flash-attn-4`` distribution is installed and the card is
+    a Hopper or Blackwell (compute capability 9.x / 10.x), through torch's own switch
+    (``torch.nn.attention.activate_flash_attention_impl("FA4")``; process-wide, once).  Without
+    the package, or on another card, nothing changes.  Returns whether FA4 is active."""
+    if _FA4_CHECKED:
+        return _FA4_CHECKED[0]
+    from importlib import metadata
+
+    active = False
+    try:
+        metadata.distribution(FLASH_PACKAGES["flash_attention_4"])
+        if torch.cuda.get_device_capability(device)[0] in (9, 10):
+            from torch.nn.attention import activate_flash_attention_impl
+
+            activate_flash_attention_impl("FA4")
+            active = True
+    except (metadata.PackageNotFoundError, ImportError, RuntimeError, ValueError):
+        active = False  # not installed, no such switch in this torch, or its kernels do not load
+    _FA4_CHECKED.append(active)
+    return active
+
+
 def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
             scaling: float | None) -> torch.Tensor:
     from torch.nn.attention.varlen import varlen_attn
 
+    use_flash_attention_4(q.device)
     cu = cu_seqlens.to(torch.int32)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # the kernel's stride checks (no-op when so)
     # Positional arguments only: varlen_attn's keyword arguments changed between torch 2.10 and
