@@ -110,6 +110,30 @@ def test_gradients_equal_transformers_bookkeeping(model: EmbeddingModel) -> None
         torch.testing.assert_close(ours, upstream, rtol=1e-5, atol=1e-7)
 
 
+def test_video_grids_get_the_same_bookkeeping(model: EmbeddingModel) -> None:
+    """Generic over modalities: a batch of videos (``video_grid_thw``, ``pixel_values_videos``, and
+    Qwen2.5-VL's ``second_per_grid_ts``, as the processor makes it) gets its metadata the same way,
+    and the vectors equal transformers' own forward of that batch."""
+    from vis_embed.model.pooling import last_token_pool
+    from vis_embed.model.vision_metadata import describe_batch
+
+    rng = np.random.default_rng(0)
+    videos = [rng.integers(0, 256, shape, dtype=np.uint8) for shape in ((4, 56, 84, 3), (2, 84, 56, 3))]
+    texts = ["<|vision_start|><|video_pad|><|vision_end|>a clip",
+             "<|vision_start|><|video_pad|><|vision_end|>another clip, with a longer text"]
+    processed = model.processor(text=texts, videos=videos, padding=True, return_tensors="pt",
+                                videos_kwargs={"fps": 2.0})
+    batch = {key: value for key, value in processed.items() if isinstance(value, torch.Tensor)}
+    with torch.no_grad():
+        hidden = model.base_model()(**batch, use_cache=False).last_hidden_state
+        expected = torch.nn.functional.normalize(last_token_pool(hidden, batch["attention_mask"]), dim=-1)
+    batch[METADATA_KEY] = describe_batch(model.base_model(), batch)
+    assert set(batch[METADATA_KEY].vision) == {"video"}
+    vectors, reads = _forward(model, batch)
+    assert len(reads) <= MAX_READS, reads
+    torch.testing.assert_close(vectors, expected, rtol=0, atol=1e-6)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a lent GPU)")
 @pytest.mark.parametrize("arch", ARCHS)
 def test_cuda_fused_path_reads_little_and_equals_plain(arch: str, tiny_checkpoint: Callable[..., Path]) -> None:

@@ -130,7 +130,7 @@ def run_base_model(base_model: Any, inputs: dict[str, torch.Tensor], metadata: B
     inputs = dict(inputs)
     encoded = {}
     for modality, kwargs in metadata.vision.items():
-        pixels = inputs.pop(PIXEL_KEYS[modality])
+        pixels = inputs.pop(PIXEL_KEYS[modality]).type(base_model.visual.dtype)  # as get_*_features casts
         output = base_model.visual(pixels, grid_thw=inputs[f"{modality}_grid_thw"], return_dict=True,
                                    **dict(kwargs))
         output.pooler_output = (output.pooler_output,)
