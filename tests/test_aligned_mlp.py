@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from vis_embed import Embedder
-from vis_embed.model.aligned_mlp import AlignedVisionMLP, align_vision_mlps, padded_size, restore_vision_mlps
+from vis_embed.model.aligned_mlp import AlignedMLP, align_mlps, padded_size, restore_mlps
 from vis_embed.model.embedding_model import EmbeddingModel
 
 ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]
@@ -33,7 +33,7 @@ def test_a_qwen25_sized_mlp_is_padded_and_stacked_exactly() -> None:
     config = Qwen2_5_VLVisionConfig(hidden_size=64, intermediate_size=3420)
     original = Qwen2_5_VLMLP(config, bias=True)
     x = torch.randn(37, 64)
-    aligned = AlignedVisionMLP(original, ("gate_proj", "up_proj"), "down_proj")
+    aligned = AlignedMLP(original, ("gate_proj", "up_proj"), "down_proj")
     assert aligned.padded == padded_size(3420) == 3456
     assert aligned.in_weight.shape == (2 * 3456, 64) and aligned.out_weight.shape == (64, 3456)
     assert not aligned.in_weight[3420:3456].any() and not aligned.out_weight[:, 3420:].any()  # zero padding
@@ -52,7 +52,8 @@ def test_aligned_model_has_same_vectors_state_dict_and_saved_weights(arch: str, 
     plain = EmbeddingModel.from_pretrained(tiny_checkpoint(arch), device="cpu", dtype="float32").eval()
     embedder = Embedder.from_pretrained(tiny_checkpoint(arch), device="cpu", dtype="float32")
     model = embedder.model
-    assert all(isinstance(block.mlp, AlignedVisionMLP) for block in model.base_model().visual.blocks)
+    base = model.base_model()
+    assert all(isinstance(block.mlp, AlignedMLP) for block in [*base.visual.blocks, *base.language_model.layers])
     items = [{"text": "a red car"}, {"image": _photo(112, 168)}, {"image": _photo(56, 84), "text": "dog"}]
     with torch.no_grad():
         assert _cosine(model.embed(items), plain.embed(items)) >= 0.99999
@@ -72,17 +73,23 @@ def test_lora_targets_the_original_linears(tiny_checkpoint: Callable[..., Path])
     model.add_lora(r=2, alpha=4, dropout=0.0, vision=True)
     names = {name for name, _ in model.backbone.named_modules()}
     assert any(name.endswith("visual.blocks.0.mlp.gate_proj.lora_A") for name in names)
-    assert not any(isinstance(module, AlignedVisionMLP) for module in model.backbone.modules())
+    assert any(name.endswith("language_model.layers.0.mlp.up_proj.lora_A") for name in names)
+    assert not any(isinstance(module, AlignedMLP) for module in model.backbone.modules())
 
 
 def test_aligned_only_where_it_changes_something(tiny_checkpoint: Callable[..., Path]) -> None:
-    """An ungated MLP already a multiple of the alignment is left alone; restore is exact."""
+    """An ungated MLP already a multiple of the alignment is left alone (a gated one is stacked);
+    restore is exact."""
     model = EmbeddingModel.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cpu", dtype="float32")
     base = model.base_model()
-    assert align_vision_mlps(base, alignment=64) == 0  # tiny Qwen2-VL: 192 = 3 x 64, fc1/fc2
+    blocks, layers = len(base.visual.blocks), len(base.language_model.layers)
     before = {key: value.clone() for key, value in base.state_dict().items()}
-    assert align_vision_mlps(base) == len(base.visual.blocks)  # 192 -> 256
-    assert restore_vision_mlps(base) == len(base.visual.blocks)
+    # tiny Qwen2-VL: vision fc1/fc2 192 = 3 x 64 (left alone at 64); decoder gate/up (stacked)
+    assert align_mlps(base, alignment=64) == layers
+    assert not any(isinstance(block.mlp, AlignedMLP) for block in base.visual.blocks)
+    assert restore_mlps(base) == layers
+    assert align_mlps(base) == blocks + layers  # vision 192 -> 256
+    assert restore_mlps(base) == blocks + layers
     after = base.state_dict()
     assert after.keys() == before.keys() and all(torch.equal(after[key], before[key]) for key in before)
 

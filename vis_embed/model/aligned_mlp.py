@@ -1,13 +1,14 @@
-"""The vision MLPs with aligned matrices, for inference (``Embedder``).
+"""The MLPs with aligned matrices, for inference (``Embedder``).
 
 Qwen2.5-VL's vision MLP has an intermediate size of 3420 (Qwen3-VL's: 4304), not a multiple of
 128: in bf16 a row of 3420 is 6840 bytes, not 16-byte aligned, so cuBLAS cannot use its Hopper
 kernels for those products (a profile of the 3B forward on an H100 spent 226 ms in Ampere-era
-``cutlass_80_tensorop`` kernels).  :class:`AlignedVisionMLP` holds the same weights padded with
+``cutlass_80_tensorop`` kernels).  :class:`AlignedMLP` holds the same weights padded with
 zeros to the next multiple of 128 -- exact: a padded unit's input weights and bias are zero, its
 activation is act(0) = 0 (SiLU, GELU, QuickGELU), and its output column is zero, so it adds
-exactly nothing -- and, where the MLP is gated (Qwen2.5-VL: gate_proj, up_proj), gate and up
-stacked in one matrix: one product instead of two.
+exactly nothing -- and, where the MLP is gated (Qwen2.5-VL's vision MLP and every decoder MLP:
+gate_proj, up_proj), gate and up stacked in one matrix: one product instead of two.  (The
+decoders' intermediate sizes -- 8960, 11008, 18944 -- are multiples of 128 already.)
 
 The original shapes stay what everything else sees:
 
@@ -15,7 +16,7 @@ The original shapes stay what everything else sees:
   the padding cut off), and ``load_state_dict`` takes them: ``save_pretrained`` writes the
   checkpoint unchanged (tested);
 * the swap is made where a model only embeds (``Embedder``, eval mode), never for training;
-  :func:`restore_vision_mlps` puts the original modules back (exactly: the padding is cut off),
+  :func:`restore_mlps` puts the original modules back (exactly: the padding is cut off),
   and ``EmbeddingModel.add_lora`` calls it, so LoRA targets the original ``gate_proj`` etc.;
 * an MLP whose linears are not plain ``nn.Linear`` (a loaded LoRA adapter's layers) is left as
   it is.
@@ -32,7 +33,8 @@ import torch
 import torch.nn.functional as F
 
 ALIGNMENT = 128  # elements: cuBLAS's fast kernels want 16-byte rows; 128 also fills tensor-core tiles
-# (input linears, output linear) of the vision MLP layouts: Qwen2.5-VL (gated), Qwen3-VL, Qwen2-VL.
+# (input linears, output linear) of the MLP layouts: gated (Qwen2.5-VL's vision, every decoder), Qwen3-VL's
+# vision, Qwen2-VL's vision.
 LAYOUTS = ((("gate_proj", "up_proj"), "down_proj"), (("linear_fc1",), "linear_fc2"), (("fc1",), "fc2"))
 
 
@@ -40,8 +42,8 @@ def padded_size(size: int, alignment: int = ALIGNMENT) -> int:
     return -(-size // alignment) * alignment
 
 
-class AlignedVisionMLP(torch.nn.Module):
-    """A vision MLP with its intermediate size padded to :data:`ALIGNMENT` and its input
+class AlignedMLP(torch.nn.Module):
+    """An MLP with its intermediate size padded to :data:`ALIGNMENT` and its input
     linears (gate and up, or fc1) in one matrix; state dict in the original layout."""
 
     def __init__(self, original: torch.nn.Module, inputs: tuple[str, ...], output: str,
@@ -119,14 +121,14 @@ class AlignedVisionMLP(torch.nn.Module):
         return module
 
 
-def _original_state_dict(module: AlignedVisionMLP, state_dict: dict[str, Any], prefix: str, _metadata: Any) -> None:
+def _original_state_dict(module: AlignedMLP, state_dict: dict[str, Any], prefix: str, _metadata: Any) -> None:
     for key in [key for key in state_dict if key.startswith(prefix) and key[len(prefix):].count(".") == 0]:
         del state_dict[key]
     for name, tensor in module.original_tensors().items():
         state_dict[prefix + name] = tensor.detach().contiguous()
 
 
-def _from_original_state_dict(module: AlignedVisionMLP, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
+def _from_original_state_dict(module: AlignedMLP, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
     """Turn the original keys into the padded ones (a state dict saved by either layout loads)."""
     if f"{prefix}{module.output}.weight" not in state_dict:
         return
@@ -155,12 +157,19 @@ def _layout(module: torch.nn.Module) -> tuple[tuple[str, ...], str] | None:
     return None
 
 
-def align_vision_mlps(base_model: Any, alignment: int = ALIGNMENT) -> int:
-    """Swap each vision block's MLP for an :class:`AlignedVisionMLP` where that changes
-    something (an intermediate size not a multiple of ``alignment``, or gate and up to stack);
-    returns how many were swapped."""
+def _blocks(base_model: Any) -> list[torch.nn.Module]:
+    """The vision blocks and decoder layers (each with an ``mlp``) of a Qwen-VL base model."""
+    vision = getattr(getattr(base_model, "visual", None), "blocks", None) or []
+    decoder = getattr(getattr(base_model, "language_model", None), "layers", None) or []
+    return [block for block in [*vision, *decoder] if hasattr(block, "mlp")]
+
+
+def align_mlps(base_model: Any, alignment: int = ALIGNMENT) -> int:
+    """Swap each vision block's and decoder layer's MLP for an :class:`AlignedMLP` where that
+    changes something (an intermediate size not a multiple of ``alignment``, or gate and up to
+    stack); returns how many were swapped."""
     swapped = 0
-    for block in getattr(getattr(base_model, "visual", None), "blocks", None) or []:
+    for block in _blocks(base_model):
         layout = _layout(block.mlp)
         if layout is None:
             continue
@@ -168,16 +177,16 @@ def align_vision_mlps(base_model: Any, alignment: int = ALIGNMENT) -> int:
         size = getattr(block.mlp, inputs[0]).out_features
         if len(inputs) == 1 and size % alignment == 0:
             continue  # nothing to pad, nothing to stack
-        block.mlp = AlignedVisionMLP(block.mlp, inputs, output, alignment)
+        block.mlp = AlignedMLP(block.mlp, inputs, output, alignment)
         swapped += 1
     return swapped
 
 
-def restore_vision_mlps(base_model: Any) -> int:
-    """Put the original vision MLPs back (before LoRA or training); returns how many."""
+def restore_mlps(base_model: Any) -> int:
+    """Put the original MLPs back (before LoRA or training); returns how many."""
     restored = 0
-    for block in getattr(getattr(base_model, "visual", None), "blocks", None) or []:
-        if isinstance(block.mlp, AlignedVisionMLP):
+    for block in _blocks(base_model):
+        if isinstance(block.mlp, AlignedMLP):
             block.mlp = block.mlp.restored()
             restored += 1
     return restored

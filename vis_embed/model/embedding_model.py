@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from vis_embed.errors import ConfigError
-from vis_embed.model.aligned_mlp import restore_vision_mlps
+from vis_embed.model.aligned_mlp import restore_mlps
 from vis_embed.model.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
                                        set_attention)
 from vis_embed.model.defaults import DTYPE_NAMES, TEXT_LORA_MODULES
@@ -226,7 +226,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
 
         if hasattr(self.backbone, "peft_config"):
             raise ConfigError("the backbone already has a LoRA adapter; merge it first")
-        restore_vision_mlps(self.base_model())  # LoRA targets the original linears (model/aligned_mlp.py)
+        restore_mlps(self.base_model())  # LoRA targets the original linears (model/aligned_mlp.py)
         if isinstance(target_modules, str):
             pattern = target_modules
         else:
