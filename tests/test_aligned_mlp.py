@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from vis_embed import Embedder
-from vis_embed.model.aligned_mlp import AlignedMLP, align_mlps, padded_size, restore_mlps
+from vis_embed.model.aligned_mlp import AlignedMLP, align_mlps, alignment_for, padded_size, restore_mlps
 from vis_embed.model.embedding_model import EmbeddingModel
 
 ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]
@@ -50,10 +50,12 @@ def test_a_qwen25_sized_mlp_is_padded_and_stacked_exactly() -> None:
 def test_aligned_model_has_same_vectors_state_dict_and_saved_weights(arch: str, tmp_path: Path,
                                                                     tiny_checkpoint: Callable[..., Path]) -> None:
     plain = EmbeddingModel.from_pretrained(tiny_checkpoint(arch), device="cpu", dtype="float32").eval()
-    embedder = Embedder.from_pretrained(tiny_checkpoint(arch), device="cpu", dtype="float32")
-    model = embedder.model
+    model = EmbeddingModel.from_pretrained(tiny_checkpoint(arch), device="cpu", dtype="float32").eval()
     base = model.base_model()
-    assert all(isinstance(block.mlp, AlignedMLP) for block in [*base.visual.blocks, *base.language_model.layers])
+    align_mlps(base)  # padded as on CUDA (192 -> 256) and gate/up stacked
+    mlps = [block.mlp for block in [*base.visual.blocks, *base.language_model.layers]]
+    assert all(isinstance(mlp, AlignedMLP) and mlp.padded % 128 == 0 for mlp in mlps)
+    assert any(mlp.padded > mlp.size for mlp in mlps)  # the tiny vision MLPs: 192 -> 256
     items = [{"text": "a red car"}, {"image": _photo(112, 168)}, {"image": _photo(56, 84), "text": "dog"}]
     with torch.no_grad():
         assert _cosine(model.embed(items), plain.embed(items)) >= 0.99999
@@ -66,6 +68,15 @@ def test_aligned_model_has_same_vectors_state_dict_and_saved_weights(arch: str, 
     original = load_file(tiny_checkpoint(arch) / "model.safetensors")
     assert saved.keys() == original.keys()
     assert all(torch.equal(saved[key], original[key]) for key in original)
+
+
+def test_the_embedder_stacks_everywhere_and_pads_on_cuda_only(tiny_checkpoint: Callable[..., Path]) -> None:
+    """On a CPU the padding is only extra work (measured): the Embedder stacks gate and up there
+    and pads nothing; on CUDA it pads to 128 (alignment_for)."""
+    assert alignment_for(torch.device("cuda")) == 128 and alignment_for(torch.device("cpu")) == 1
+    base = Embedder.from_pretrained(tiny_checkpoint("qwen2.5-vl"), device="cpu", dtype="float32").model.base_model()
+    mlps = [block.mlp for block in [*base.visual.blocks, *base.language_model.layers]]
+    assert all(isinstance(mlp, AlignedMLP) and mlp.padded == mlp.size for mlp in mlps)
 
 
 def test_lora_targets_the_original_linears(tiny_checkpoint: Callable[..., Path]) -> None:

@@ -22,7 +22,7 @@ import torch
 
 from vis_embed.errors import DataError
 from vis_embed.model.batching import chunk_order, until_stopped
-from vis_embed.model.aligned_mlp import align_mlps
+from vis_embed.model.aligned_mlp import align_mlps, alignment_for
 from vis_embed.model.compile_blocks import compile_blocks, resolve_compile
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.embedding_model import EmbeddingModel
@@ -75,7 +75,7 @@ class Embedder:
             max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length, **settings),
             workers=workers)
         # Exact (zero padding); for inference only, so done here and not in EmbeddingModel.
-        align_mlps(embedder.model.base_model())
+        align_mlps(embedder.model.base_model(), alignment_for(embedder.model.device))
         if resolve_compile(compile, embedder.model.device):
             embedder.compile()
         return embedder
