@@ -32,7 +32,7 @@ import torch
 from encode_efficiency import synchronize
 from model_rate import device_batch, square_images, timed, useful_flops
 
-from vis_embed.model.aligned_mlp import align_mlps
+from vis_embed.model.aligned_mlp import align_mlps, alignment_for
 from vis_embed.model.attention import VARLEN, set_attention
 from vis_embed.model.compile_blocks import compile_blocks
 from vis_embed.model.embedding_model import EmbeddingModel
@@ -102,7 +102,7 @@ def fused_side_by_side(model: EmbeddingModel, batch_size: int, repeats: int, sid
             vectors["plain"] = model(**plain_batch).float()
             report["plain_reads"] = host_reads(lambda: model(**plain_batch), device)
             seconds["plain"] = timed(lambda: model(**plain_batch), device, repeats)
-        report["aligned_mlps"] = align_mlps(model.base_model())
+        report["aligned_mlps"] = align_mlps(model.base_model(), alignment_for(device))
         report["fused_reads"] = host_reads(lambda: model(**batch), device)
         report["first_call_s"] = None
         if compile:
