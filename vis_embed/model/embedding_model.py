@@ -8,7 +8,8 @@ an item is embedded identically everywhere:
   item (resize to min/max pixels, tokenise, expand the image placeholder).  No padding.
 * ``collate(prepared)`` -- pad to the longest item of THIS list (tokenizer's padding side, or
   the one given) and concatenate the images' patches.  Output = the processor's keys,
-  including ``mm_token_type_ids`` which transformers 5 needs for M-RoPE.
+  including ``mm_token_type_ids`` which transformers 5 needs for M-RoPE, plus the batch's
+  bookkeeping computed on the host (:mod:`vis_embed.model.vision_metadata`).
 * ``forward(**batch)`` -- run the *base* model (``model.model``: vision tower + decoder, not the
   LM head, so no full-vocabulary logits and no per-layer hidden states), pool the final hidden
   state at the last real token (any padding side), L2-normalise, return float32.
