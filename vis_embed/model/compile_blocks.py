@@ -41,8 +41,9 @@ VISION_BLOCK_PARTS = ("norm1", "norm2", "mlp")
 
 
 def resolve_compile(requested: bool | None, device: torch.device) -> bool:
-    """The one compile rule: None (not given) = on for CUDA, off elsewhere (on a CPU it costs a
-    C++ compiler and ~20 s for about 5%: docs/benchmarks.md); True / False as given."""
+    """The one compile rule: None (not given) = on for CUDA, off elsewhere (on a CPU it needs a
+    C++ compiler and its first call costs a minute or more on a small machine for a few percent:
+    docs/model.md); True / False as given."""
     return device.type == "cuda" if requested is None else bool(requested)
 
 
