@@ -141,3 +141,25 @@ def test_compiles_through_an_unmerged_lora_adapter(tiny_checkpoint: Callable[...
     compiled = Embedder.from_pretrained(tiny_checkpoint(), adapter=tmp_path / "adapter", device="cpu", compile=True)
     assert hasattr(compiled.model.backbone, "peft_config")  # the LoRA layers are inside the compiled blocks
     np.testing.assert_allclose(compiled.encode(_items(), instruction=INSTRUCTION, batch_size=2), expected, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_each_block_kind_is_compiled_once_and_reused() -> None:
+    """Regional compilation: twice the vision blocks and decoder layers (Qwen2.5-VL: windowed and
+    full blocks), the same number of graphs -- one per block kind, reused by every block."""
+    from vis_embed.model.attention import VARLEN, set_attention
+    from vis_embed.model.embedding_model import EmbeddingModel
+    from vis_embed.model.tiny import build_random_model
+
+    graphs = []
+    for depth in (2, 4):
+        torch._dynamo.reset()
+        counters.clear()
+        backbone, processor = build_random_model("qwen2.5-vl", num_layers=depth, vision_depth=depth)
+        set_attention(backbone, VARLEN)
+        model = EmbeddingModel(backbone, processor)
+        compile_module.compile_blocks(model.base_model(), torch.device("cpu"))
+        with torch.inference_mode():
+            model.embed(_items()[:3], INSTRUCTION)  # a padded batch with images
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[0] == graphs[1] <= 3, graphs
