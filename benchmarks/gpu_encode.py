@@ -1,11 +1,16 @@
-"""On a GPU at the published model sizes (random weights), in ONE run: transformers' sdpa
-attention against ours ("varlen": one attention call per vision block, torch's variable-length
-kernel; vis_embed/model/attention.py) side by side (issue 35 item 5), a training chunk of the
-2B and 3B recipes, end-to-end ``encode`` with N preparation workers, and ``Embedder.compile``.
-Needs a CUDA GPU; ``--device cpu --quick`` is the smoke run that checks the script on a CPU.
-The report records card, driver, torch, transformers and the bf16 GEMM peak measured first.
+"""On a GPU at the published model sizes (random weights), in ONE run: the forward's fused path
+against its plain path side by side (issue 45: host-computed metadata, fused RMSNorm, aligned
+vision MLPs, regional compilation; benchmarks/fused_rate.py), optionally transformers' sdpa
+attention against ours ("varlen"; issue 35), a training chunk of the 2B and 3B recipes, and
+end-to-end ``encode`` with N preparation workers against the fused forward rate.
+Needs a CUDA GPU; ``--smoke`` (= ``--device cpu --quick``) is the run that checks the script on
+a CPU.  The report records card, driver, torch, transformers and the bf16 GEMM peak measured first.
 
-1. **GPU image rate** (``--rate-models``; benchmarks/model_rate.py): for each of Qwen2-VL-2B,
+0. **Fused vs plain** (``--rate-models``; benchmarks/fused_rate.py): for each model, the plain
+   path (as before issue 45) and the fused path on the same weights: forward images/s, share of
+   the GEMM peak, host reads and CUDA syncs of one forward, the compile's first call
+   (``--skip-compile``: fused without it), and the smallest cosine.
+1. **sdpa vs ours** (only with ``--with-sdpa``; benchmarks/model_rate.py): for each of Qwen2-VL-2B,
    Qwen2.5-VL-3B and Qwen2.5-VL-7B (``vis_embed.model.tiny`` presets with the published
    configs: a test pins their parameter counts), a batch of ``--rate-batch`` 448x448 images
    (exactly 256 visual tokens) with the query instruction is prepared once and kept on the
@@ -29,13 +34,14 @@ The report records card, driver, torch, transformers and the bf16 GEMM peak meas
    must agree with the first row of their decode mode (cosine >= 0.9999 in bf16).
    ``--variants old`` also times the hand-over as it was before commit "prepared batches one
    ahead".
-4. **Compile** (issue 35 item 3): the 2B model under ours, ``compile_blocks`` as
-   ``Embedder.compile`` does it: the first call's cost, the forward rate after, and the cosine.
+   ``Embedder.from_pretrained`` compiles on CUDA by default: the encode runs the fused path, and
+   ``e2e_share_of_forward`` is the best encode rate over the 2B's fused forward rate (target
+   >= 85%).
 
 Steps that would start after ``--budget-s`` are skipped and named in the report.
 
     python benchmarks/gpu_encode.py --json $OUT/gpu_encode.json      # on a GPU machine (one command)
-    .venv/bin/python benchmarks/gpu_encode.py --device cpu --quick   # smoke run of the script
+    .venv/bin/python benchmarks/gpu_encode.py --smoke --skip-compile # smoke run of the script
 """
 
 from __future__ import annotations
@@ -62,8 +68,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode_efficiency import gemm_peak, synchronize  # noqa: E402
 from prepare_throughput import PHOTO_SIZES, photo  # noqa: E402
 
-from model_rate import (QUERY_INSTRUCTION, compiled_rate, describe_rates, describe_training,  # noqa: E402
-                        rates_side_by_side, training_side_by_side)
+from fused_rate import describe_fused, fused_side_by_side  # noqa: E402
+from model_rate import (QUERY_INSTRUCTION, describe_rates, describe_training, rates_side_by_side,  # noqa: E402
+                        training_side_by_side)
 
 from vis_embed.model.attention import (VARLEN, flash_attention_available, resolve_attn_implementation,  # noqa: E402
                                        set_attention)
@@ -240,11 +247,13 @@ def one_encode(embedder: Embedder, gallery: list[dict[str, Any]], base_dir: Path
 
 def end_to_end(checkpoint: Path, gallery: list[dict[str, Any]], base_dir: Path, device: torch.device,
                dtype: torch.dtype, workers_by_decode: dict[str, list[int]], batch_size: int,
-               variants: list[str], attentions: list[str]) -> list[dict[str, Any]]:
+               variants: list[str], attentions: list[str], compile: bool | None = None) -> list[dict[str, Any]]:
     """Rows of encode timings: every worker count under ``attentions[0]``, the others at the
-    last worker count of each decode mode only (the comparison, not the worker sweep)."""
+    last worker count of each decode mode only (the comparison, not the worker sweep).
+    ``compile``: Embedder.from_pretrained's (None: its default, on for CUDA)."""
     decodes = list(workers_by_decode)
-    embedder = Embedder.from_pretrained(checkpoint, device=device, dtype=dtype, max_pixels=MAX_PIXELS)
+    embedder = Embedder.from_pretrained(checkpoint, device=device, dtype=dtype, max_pixels=MAX_PIXELS,
+                                        compile=None if compile else False)
     rows, reference = [], {}
     try:
         for decode in decodes:
@@ -292,18 +301,24 @@ def main() -> int:
     parser.add_argument("--decodes", nargs="+", default=["fast"], choices=["fast", "exact"])
     parser.add_argument("--exact-workers", type=int, nargs="+", default=[14],
                         help="worker counts for --decode exact (slower: fewer of them)")
-    parser.add_argument("--e2e-attention", nargs="+", default=[VARLEN, "sdpa"],
+    parser.add_argument("--with-sdpa", action="store_true",
+                        help="also time transformers' sdpa attention against ours (issue 35's side by side)")
+    parser.add_argument("--e2e-attention", nargs="+", default=[VARLEN],
                         help="attentions end to end: all worker counts for the first, the last count for others")
     parser.add_argument("--batch-size", type=int, default=64, help="encode batch size")
     parser.add_argument("--variants", nargs="+", default=["new"], choices=["new", "old"],
                         help="old: also time the hand-over as it was (see the module notes)")
     parser.add_argument("--skip-training", action="store_true")
-    parser.add_argument("--skip-compile", action="store_true")
+    parser.add_argument("--skip-e2e", action="store_true", help="no end-to-end encode")
+    parser.add_argument("--skip-compile", action="store_true", help="the fused path without torch.compile")
     parser.add_argument("--budget-s", type=float, default=400, help="skip the steps that would start after this")
     parser.add_argument("--quick", action="store_true", help="tiny model, few items (checks the script)")
+    parser.add_argument("--smoke", action="store_true", help="--device cpu --quick")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     began = time.perf_counter()
+    if args.smoke:
+        args.device, args.quick = "cpu", True
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     side, members_per_rank, train_overrides = 448, MEMBERS_PER_RANK, []
@@ -323,6 +338,8 @@ def main() -> int:
 
     def save() -> None:  # after every step: a run cut short still leaves what it measured
         report["elapsed_s"] = time.perf_counter() - began
+        current = getattr(torch.nn.attention, "current_flash_attention_impl", None)
+        report["flash_attention_impl"] = current() if current else None  # "FA4" once activated
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(report, indent=2))
@@ -341,21 +358,27 @@ def main() -> int:
         checkpoints = {name: scratch / name for name in RATE_MODELS}
         names = ["Qwen2-VL-2B"] if args.quick else list(dict.fromkeys(["Qwen2-VL-2B", *args.train_recipes,
                                                                         *args.rate_models]))
-        report["rates"] = {}
-        for name in names:  # the 2B first: end to end and compile need its checkpoint
+        report["rates"], report["fused"] = {}, {}
+        for name in names:  # the 2B first: end to end needs its checkpoint
             if name != names[0] and out_of_time(f"rate {name}"):
                 continue
             arch, preset = QUICK_MODEL if args.quick else RATE_MODELS[name]
             started = time.perf_counter()
             model = build_model(arch, preset, device, dtype)
             built = time.perf_counter() - started
-            rate = rates_side_by_side(model, args.rate_batch, args.rate_repeats, side, peak)
-            rate["build_s"] = built
-            report["rates"][name] = rate
-            print(describe_rates(f"{name} forward (built in {built:.1f} s)", rate), flush=True)
             if name == "Qwen2-VL-2B" or name in args.train_recipes:
                 model.backbone.save_pretrained(checkpoints[name], safe_serialization=True)
                 model.processor.save_pretrained(checkpoints[name])
+            if args.with_sdpa:
+                rate = rates_side_by_side(model, args.rate_batch, args.rate_repeats, side, peak)
+                rate["build_s"] = built
+                report["rates"][name] = rate
+                print(describe_rates(f"{name} forward (built in {built:.1f} s)", rate), flush=True)
+            fused = fused_side_by_side(model, args.rate_batch, args.rate_repeats, side, peak,
+                                       compile=not args.skip_compile)
+            report["fused"][name] = fused
+            print(describe_fused(f"{name} forward, plain vs fused (built in {built:.1f} s)", fused), flush=True)
+            save()
             del model
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -369,21 +392,20 @@ def main() -> int:
             print(describe_training(training), flush=True)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        if not out_of_time("end to end"):
+        if not args.skip_e2e and not out_of_time("end to end"):
             print(f"end to end: {args.items} photos ({args.unique_photos} files of the mix), batch {args.batch_size}, "
                   f"{report['environment']['cpu_cores']} CPU cores", flush=True)
             workers_by_decode = {decode: args.exact_workers if decode == "exact" else args.workers
                                  for decode in args.decodes}
             report["end_to_end"] = end_to_end(checkpoints["Qwen2-VL-2B"], gallery, scratch, device, dtype,
-                                              workers_by_decode, args.batch_size, args.variants, args.e2e_attention)
-        if not args.skip_compile and not out_of_time("compile"):
-            model = EmbeddingModel.from_pretrained(checkpoints["Qwen2-VL-2B"], device=device, dtype=dtype,
-                                                   attn_implementation=VARLEN, max_pixels=MAX_PIXELS)
-            report["compile"] = compiled_rate(model, args.rate_batch, args.rate_repeats, side)
-            compiled = report["compile"]
-            print(f"compile (2B, ours): first call {compiled['first_call_s']:.1f} s; "
-                  f"{compiled['eager_images_per_s']:.1f} -> {compiled['compiled_images_per_s']:.1f} images/s "
-                  f"({compiled['gain']:+.1%}), min cosine {compiled['min_cosine']:.6f}", flush=True)
+                                              workers_by_decode, args.batch_size, args.variants, args.e2e_attention,
+                                              compile=not args.skip_compile)
+            forward = report["fused"].get("Qwen2-VL-2B", {}).get("fused", {}).get("images_per_s")
+            best = max((row["images_per_s"] for row in report["end_to_end"]), default=None)
+            if forward and best:
+                report["e2e_share_of_forward"] = best / forward
+                print(f"end to end / fused forward (2B): {best:.1f} / {forward:.1f} images/s = "
+                      f"{best / forward:.0%} (target >= 85%)", flush=True)
     save()
     print(f"done in {report['elapsed_s']:.0f} s")
     return 0

@@ -134,25 +134,6 @@ def describe_rates(name: str, report: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def compiled_rate(model: EmbeddingModel, batch_size: int, repeats: int, side: int) -> dict[str, Any]:
-    """Embedder.compile (compile_blocks) on ``model`` in place: first-call cost, rate, vectors."""
-    from vis_embed.model.compile_blocks import compile_blocks
-
-    _prepared, batch = device_batch(model, square_images(batch_size, side))
-    with torch.inference_mode():
-        eager = model(**batch).float()
-        eager_seconds = statistics.median(timed(lambda: model(**batch), model.device, repeats))
-        started = time.perf_counter()
-        compile_blocks(model.base_model(), model.device)
-        compiled = model(**batch).float()
-        synchronize(model.device)
-        first_call = time.perf_counter() - started
-        seconds = statistics.median(timed(lambda: model(**batch), model.device, repeats))
-    return {"batch_size": batch_size, "eager_images_per_s": batch_size / eager_seconds,
-            "compiled_images_per_s": batch_size / seconds, "gain": eager_seconds / seconds - 1,
-            "first_call_s": first_call, "min_cosine": float((eager * compiled).sum(-1).min())}
-
-
 def chunk_seconds(model: Any, members: list[Any], device: torch.device, repeats: int,
                   replayed: bool = True) -> dict[str, float]:
     """Median seconds of a forward without graph and of a forward with graph + backward."""

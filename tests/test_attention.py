@@ -46,7 +46,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module", params=ARCHS)
 def embedder(request: pytest.FixtureRequest, tiny_checkpoint: Callable[..., Path]) -> Embedder:
-    return Embedder.from_pretrained(tiny_checkpoint(request.param), device="cpu")
+    """Ours, asked for by name: on a CPU the default is transformers' sdpa (by measurement)."""
+    return Embedder.from_pretrained(tiny_checkpoint(request.param), device="cpu", attn_implementation=VARLEN)
 
 
 def _batch(embedder: Embedder, padding_side: str = "right") -> dict[str, torch.Tensor]:
@@ -59,7 +60,7 @@ def _blocks_and_layers(embedder: Embedder) -> int:
     return len(base.visual.blocks) + len(base.language_model.layers)
 
 
-def test_default_makes_one_attention_call_per_block_and_layer(embedder: Embedder) -> None:
+def test_varlen_makes_one_attention_call_per_block_and_layer(embedder: Embedder) -> None:
     batch = _batch(embedder)
     assert embedder.model.current_config().attn_implementation == VARLEN
     with torch.no_grad():
@@ -88,7 +89,7 @@ def test_vectors_equal_transformers_sdpa_path(embedder: Embedder, padding_side: 
 
 
 def test_gradients_equal_transformers_sdpa_path(tiny_checkpoint: Callable[..., Path]) -> None:
-    embedder = Embedder.from_pretrained(tiny_checkpoint("qwen2.5-vl"), device="cpu")
+    embedder = Embedder.from_pretrained(tiny_checkpoint("qwen2.5-vl"), device="cpu", attn_implementation=VARLEN)
     model = embedder.model
     batch = _batch(embedder)
     weights = torch.randn(len(_items()), model.embedding_dim, generator=torch.Generator().manual_seed(0))
@@ -135,14 +136,22 @@ def test_sdpa_stays_selectable_and_is_recorded(tiny_checkpoint: Callable[..., Pa
     with torch.no_grad():
         batch = _batch(embedder)
         assert count_attention_calls(lambda: embedder.model(**batch)) > _blocks_and_layers(embedder)
-    default = Embedder.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cpu")
+    default = Embedder.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cpu", attn_implementation=VARLEN)
     default.model.backbone.save_pretrained(tmp_path)
     # The registered kernel's name stays out of a saved config: another install may not have it.
     assert attention.VISION_ATTENTION not in json.dumps(json.loads((tmp_path / "config.json").read_text()))
 
 
-def test_default_is_varlen_off_cuda_and_without_flash_attn_2() -> None:
-    assert resolve_attn_implementation(None, torch.device("cpu")) == VARLEN
+def test_default_is_sdpa_on_cpu_and_varlen_on_cuda_without_flash_attn_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per device, by measurement (docs/benchmarks.md): on a CPU transformers' per-image sdpa calls
+    are never slower than one padded call; on CUDA one variable-length call per block."""
+    from transformers.utils import import_utils
+
+    assert resolve_attn_implementation(None, torch.device("cpu")) == "sdpa"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(import_utils, "is_flash_attn_2_available", lambda: False)
+    assert resolve_attn_implementation(None, torch.device("cuda")) == VARLEN
+    assert resolve_attn_implementation(VARLEN, torch.device("cpu")) == VARLEN  # asked for: given
 
 
 def test_a_flash_attn_folder_without_flash_attn_2_is_not_flash_attention_2(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,3 +240,33 @@ def test_on_cuda_bf16_the_varlen_kernel_runs_and_equals_sdpa(arch: str, tiny_che
         upstream = embedder.model(**batch)
     assert len(calls) == len(embedder.model.base_model().visual.blocks)
     assert (ours * upstream).sum(-1).min().item() >= 0.9999
+
+
+def test_flash_attention_4_is_activated_through_torch_only_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's activate_flash_attention_impl("FA4") is called once, on a Hopper/Blackwell card with
+    the flash-attn-4 distribution installed; never without the package or on an older card."""
+    from importlib import metadata
+
+    import torch.nn.attention as torch_attention
+
+    calls: list[str] = []
+    monkeypatch.setattr(torch_attention, "activate_flash_attention_impl", calls.append)
+    installed: set[str] = set()
+
+    def distribution(name: str) -> object:
+        if name not in installed:
+            raise metadata.PackageNotFoundError(name)
+        return object()
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    capability = [(9, 0)]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability[0])
+    for package, card, expected in (((), (9, 0), False), (("flash-attn-4",), (8, 0), False),
+                                    (("flash-attn-4",), (9, 0), True)):
+        monkeypatch.setattr(attention, "_FA4_CHECKED", [])
+        installed.clear()
+        installed.update(package)
+        capability[0] = card
+        assert attention.use_flash_attention_4(torch.device("cuda")) is expected
+        assert attention.use_flash_attention_4(torch.device("cuda")) is expected  # once per process
+    assert calls == ["FA4"]

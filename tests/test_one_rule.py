@@ -200,6 +200,20 @@ def test_one_frame_rule() -> None:
     assert {"vis_embed/data/video.py", "vis_embed/model/lengths.py"} <= _where(_call_of("frame_indices"))
 
 
+def test_batch_bookkeeping_is_computed_in_vision_metadata_only() -> None:
+    """model/vision_metadata.py computes a batch's vision boundaries, positions and M-RoPE index
+    (transformers' vision_utils, the model's get_rope_index); the collation calls it once."""
+    probes = (_call_of("get_rope_index"), _name("vision_utils"), _call_of("get_vision_cu_seqlens"))
+    assert set().union(*(_where(probe) for probe in probes)) == {"vis_embed/model/vision_metadata.py"}
+    assert _where(_call_of("describe_batch")) == {"vis_embed/model/embedding_model.py"}
+
+
+def test_one_compile_rule() -> None:
+    """model/compile_blocks.resolve_compile decides whether to compile; only the Embedder asks it."""
+    assert _where(_definition("resolve_compile")) == {"vis_embed/model/compile_blocks.py"}
+    assert _where(_call_of("resolve_compile")) == {"vis_embed/model/embedder.py"}
+
+
 def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
     """The scanner is not blind: a module restating the same-label rule is found."""
     copy = ast.parse("same = (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0)\n")
@@ -237,6 +251,8 @@ CLAIMS = {
     "the ONE image-URL fetcher": test_one_image_url_fetcher,
     "the one same-label rule": test_one_same_label_rule,
     "the one attention rule": test_one_attention_rule,
+    "the one compile rule": test_one_compile_rule,
+    "the ONE place where a batch's bookkeeping is computed": test_batch_bookkeeping_is_computed_in_vision_metadata_only,
     "the ONE format allow-list every input image is opened with": test_one_input_image_format_allow_list,
     "the one bbox-inside-image rule": test_one_bbox_inside_image_rule,
     "the one validator": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,

@@ -77,14 +77,16 @@ def require_flash_package(name: str, needed_for: str) -> None:
 
 
 def resolve_attn_implementation(requested: str | None, device: torch.device) -> str:
-    """The one rule for the attention kernel.  None: flash_attention_2 on CUDA when flash-attn 2
-    is really installed, else :data:`VARLEN`.  A flash_attention_2/4 that is not importable here
-    is a ConfigError naming the package; any other name is passed to transformers as given
-    (``sdpa``: transformers' own per-image path, kept for comparison)."""
+    """The one rule for the attention kernel.  None: on CUDA flash_attention_2 when flash-attn 2
+    is really installed, else :data:`VARLEN`; on any other device transformers' ``sdpa`` (by
+    measurement: on a CPU, where torch has no variable-length kernel, one padded call per block
+    encodes mixed image sizes 2-10% slower than sdpa's per-image calls; docs/benchmarks.md,
+    attention_compare).  A flash_attention_2/4 that is not importable here is a ConfigError
+    naming the package; any other name is passed to transformers as given."""
     if requested is None:
-        if device.type == "cuda" and flash_attention_available("flash_attention_2"):
-            return "flash_attention_2"
-        return VARLEN
+        if device.type != "cuda":
+            return "sdpa"
+        return "flash_attention_2" if flash_attention_available("flash_attention_2") else VARLEN
     if requested in FLASH_PACKAGES and not flash_attention_available(requested):
         raise ConfigError(f"attn_implementation {requested!r} needs the {FLASH_PACKAGES[requested]} package and "
                           f"a CUDA device; neither is usable here (leave it unset for {VARLEN!r}: one attention "
@@ -141,11 +143,33 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     q, k, v = (tensor[0].transpose(0, 1) for tensor in (query, key, value))  # (tokens, heads, dim)
     if dropout and module.training:
         raise ConfigError(f"{VISION_ATTENTION} does not implement attention dropout (Qwen-VL's is 0)")
-    if _varlen_kernel_usable(q):
-        out = _varlen(q, k, v, cu_seq_lens_q, int(max_length_q), scaling)
+    if torch.compiler.is_compiling():  # a compiled vision block (model/compile_blocks.py): one opaque op
+        out = torch.ops.vis_embed.packed_attention(q, k, v, cu_seq_lens_q, max_length_q, scaling)
     else:
-        out = _padded(q, k, v, cu_seq_lens_q, int(max_length_q), scaling)
+        out = _packed(q, k, v, cu_seq_lens_q, int(max_length_q), scaling)
     return out.unsqueeze(0), None
+
+
+def _packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
+            scaling: float | None) -> torch.Tensor:
+    if _varlen_kernel_usable(q):
+        return _varlen(q, k, v, cu_seqlens, max_len, scaling)
+    return _padded(q, k, v, cu_seqlens, max_len, scaling)
+
+
+@torch.library.custom_op("vis_embed::packed_attention", mutates_args=())
+def _packed_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
+               scaling: float | None) -> torch.Tensor:
+    """:func:`_packed` as one operator that torch.compile does not trace into: its row plan is
+    host-side Python (a compiled vision block keeps one graph, no break) and both kernels stay
+    as they are.  Inference only: no backward is registered (compile is an inference option)."""
+    return _packed(q, k, v, cu_seqlens, max_len, scaling).contiguous()
+
+
+@_packed_op.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
+      scaling: float | None) -> torch.Tensor:
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 def _varlen_kernel_usable(q: torch.Tensor) -> bool:
@@ -158,10 +182,38 @@ def _varlen_kernel_usable(q: torch.Tensor) -> bool:
     return torch.cuda.get_device_capability(q.device) >= (8, 0)
 
 
+_FA4_CHECKED: list[bool] = []  # whether use_flash_attention_4 ran in this process (and its answer)
+
+
+def use_flash_attention_4(device: torch.device) -> bool:
+    """Route torch's flash-attention kernels (the variable-length vision call and the decoder's
+    SDPA) to FlashAttention-4 when the ``flash-attn-4`` distribution is installed and the card is
+    a Hopper or Blackwell (compute capability 9.x / 10.x), through torch's own switch
+    (``torch.nn.attention.activate_flash_attention_impl("FA4")``; process-wide, once).  Without
+    the package, or on another card, nothing changes.  Returns whether FA4 is active."""
+    if _FA4_CHECKED:
+        return _FA4_CHECKED[0]
+    from importlib import metadata
+
+    active = False
+    try:
+        metadata.distribution(FLASH_PACKAGES["flash_attention_4"])
+        if torch.cuda.get_device_capability(device)[0] in (9, 10):
+            from torch.nn.attention import activate_flash_attention_impl
+
+            activate_flash_attention_impl("FA4")
+            active = True
+    except (metadata.PackageNotFoundError, ImportError, RuntimeError, ValueError):
+        active = False  # not installed, no such switch in this torch, or its kernels do not load
+    _FA4_CHECKED.append(active)
+    return active
+
+
 def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
             scaling: float | None) -> torch.Tensor:
     from torch.nn.attention.varlen import varlen_attn
 
+    use_flash_attention_4(q.device)
     cu = cu_seqlens.to(torch.int32)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # the kernel's stride checks (no-op when so)
     # Positional arguments only: varlen_attn's keyword arguments changed between torch 2.10 and
@@ -236,13 +288,35 @@ class _RowPlan:
             if ref() is cu_seqlens and version == _version(cu_seqlens) and cached_len == max_len \
                     and cached_device == device:
                 return plan
-        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # the batch's one host read
+        lengths = known_segment_lengths(cu_seqlens)  # given by the collation (model/vision_metadata.py)
+        if lengths is None:
+            lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # the batch's one host read
         plan = cls(lengths, max_len, device)
         with cls._lock:  # threads encoding side by side (the server) share the cache
             if len(cls._cache) >= cls._CACHE_SIZE:
                 cls._cache.pop(next(iter(cls._cache)))
             cls._cache[id(cu_seqlens)] = (weakref.ref(cu_seqlens), _version(cu_seqlens), max_len, device, plan)
         return plan
+
+
+# Host lengths of boundary tensors the collation computed (model/vision_metadata.py), by tensor
+# identity while the tensor lives: the row plan then needs no read-back at all.
+_SEGMENT_LENGTHS: dict[int, tuple[Any, list[int]]] = {}
+_SEGMENT_LENGTHS_SIZE = 16
+
+
+def remember_segment_lengths(cu_seqlens: torch.Tensor, lengths: list[int]) -> None:
+    """Record that ``cu_seqlens`` (on its device) bounds segments of ``lengths`` tokens."""
+    with _RowPlan._lock:
+        if len(_SEGMENT_LENGTHS) >= _SEGMENT_LENGTHS_SIZE:
+            _SEGMENT_LENGTHS.pop(next(iter(_SEGMENT_LENGTHS)))
+        _SEGMENT_LENGTHS[id(cu_seqlens)] = (weakref.ref(cu_seqlens), lengths)
+
+
+def known_segment_lengths(cu_seqlens: torch.Tensor) -> list[int] | None:
+    """The lengths :func:`remember_segment_lengths` recorded for this very tensor, else None."""
+    entry = _SEGMENT_LENGTHS.get(id(cu_seqlens))
+    return entry[1] if entry is not None and entry[0]() is cu_seqlens else None
 
 
 def _version(tensor: torch.Tensor) -> int | None:

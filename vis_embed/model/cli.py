@@ -46,7 +46,7 @@ def add_model_loading_arguments(parser: argparse.ArgumentParser) -> None:
     else the built-in one; :func:`model_settings` collects them), plus device and --compile."""
     add_embedding_config_arguments(parser)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
-    parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help=COMPILE_HELP)
 
 
 def model_settings(args: argparse.Namespace) -> dict[str, Any]:

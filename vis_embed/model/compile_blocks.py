@@ -1,24 +1,30 @@
-"""Opt-in ``torch.compile`` of the transformer blocks, for inference (``Embedder.compile``).
+"""``torch.compile`` of the transformer blocks, for inference (``Embedder.compile``): on by
+default on CUDA (:func:`resolve_compile`, the one compile rule), opt-in elsewhere.
 
-Eager PyTorch runs every element-wise step of a block (RMSNorm's square, mean and scale,
-rotary embeddings, SiLU or QuickGELU times the up-projection, residual adds) as its own
-kernel, one memory pass each.  On a CPU where the matrix products already run near the GEMM
-peak, those passes are most of the time left over; Inductor fuses each group into one loop.
+Eager PyTorch runs every element-wise step of a block (RMSNorm's square, mean and scale, the
+vision rotary embedding -- q and k cast to fp32, ``rotate_half`` with a ``cat``, separate
+multiplies and adds --, SiLU-and-mul or QuickGELU's three kernels, residual adds) as its own
+kernel, one memory pass each: an H100 profile of a 2B forward spent 220 of 480 ms of kernel time
+there.  Inductor fuses each group into one kernel (the rotary of q and k in one pass, in the
+model's dtype on the way out).  No maintained package's kernel is used for it: Liger-Kernel
+0.8.5's Qwen2-VL patch does not import on transformers 5.24 and would replace transformers'
+modules; flash-attn's rotary needs the flash-attn package (no wheel, a CUDA toolchain to build);
+a compiled block fuses the rotary with its neighbours, which a single-op kernel cannot.
 
-What is compiled, and why only that:
+What is compiled (regional compilation: each block compiled once and reused by every block of
+its kind, ``dynamic=True``: any token count and batch):
 
-* every decoder layer (``language_model.layers``), whole: its control flow does not depend
-  on the data, so one graph (``dynamic=True``: any batch and sequence length) serves every
-  layer and every batch, plus one for batches without padding (no attention mask);
-* in every vision block, the norms and the MLP -- not the attention: under transformers' sdpa
-  path upstream splits the packed patches per image and loops over them, so a compiled
-  attention would recompile for every new number of images in a batch (the default "varlen"
-  attention, model/attention.py, makes one call; compiling it is left until measured on a GPU).
+* every decoder layer (``language_model.layers``), whole;
+* every vision block, whole, when the vision attention is the project's "varlen"
+  (model/attention.py): its attention is one call for the batch, wrapped as one opaque operator
+  (``vis_embed::packed_attention``), so the block is one graph without a break (tested with
+  ``torch._dynamo.explain``) and the rotary embedding is fused;
+* under transformers' sdpa vision path (a per-image loop that would recompile for every new
+  number of images) only each vision block's norms and MLP.
 
-The same layout holds for Qwen2-VL, Qwen2.5-VL and Qwen3-VL (checked by the tests).  The
-first batches pay the compilation (about 18 s on a 2-core CPU the first time; Inductor caches
-the result on disk, after which it is about 3 s); the vectors equal the eager ones up to float
-rounding.
+The same layout holds for Qwen2-VL, Qwen2.5-VL and Qwen3-VL (checked by the tests).  The first
+batches pay the compilation (measured in docs/benchmarks.md; Inductor caches the result on
+disk); the vectors equal the eager ones up to float rounding.
 """
 
 from __future__ import annotations
@@ -30,22 +36,40 @@ import torch
 
 from vis_embed.errors import ConfigError
 
-# Children of a vision block that are compiled; its "attn" is left eager (see above).
+# Children of a vision block that are compiled under transformers' per-image attention (see above).
 VISION_BLOCK_PARTS = ("norm1", "norm2", "mlp")
 
 
+def resolve_compile(requested: bool | None, device: torch.device) -> bool:
+    """The one compile rule: None (not given) = on for CUDA, off elsewhere (on a CPU it needs a
+    C++ compiler and its first call costs a minute or more on a small machine for a few percent:
+    docs/model.md); True / False as given."""
+    return device.type == "cuda" if requested is None else bool(requested)
+
+
 def compile_blocks(base_model: Any, device: torch.device) -> int:
-    """Compile the decoder layers and the vision blocks' norms and MLPs of a Qwen-VL base
-    model in place; return how many modules were compiled."""
+    """Compile the decoder layers and the vision blocks (whole under the "varlen" attention,
+    else their norms and MLPs) of a Qwen-VL base model in place; return how many modules."""
     if device.type == "cpu" and not any(shutil.which(name) for name in ("g++", "c++", "clang++")):
         raise ConfigError("compile on CPU needs a C++ compiler (g++ or clang++) on PATH: "
                           "Inductor builds its fused kernels with it; install one or leave compile off")
     modules: list[torch.nn.Module] = list(_decoder_layers(base_model))
+    whole = vision_blocks_compile_whole(base_model)
     for block in _vision_blocks(base_model):
-        modules.extend(getattr(block, name) for name in VISION_BLOCK_PARTS if hasattr(block, name))
+        modules.extend([block] if whole else [getattr(block, name) for name in VISION_BLOCK_PARTS
+                                              if hasattr(block, name)])
     for module in modules:
         module.compile(dynamic=True)
     return len(modules)
+
+
+def vision_blocks_compile_whole(base_model: Any) -> bool:
+    """Whether the vision attention is one call per block (the project's "varlen"), so a whole
+    vision block compiles into one graph."""
+    from vis_embed.model.attention import VISION_ATTENTION
+
+    vision_config = getattr(getattr(base_model, "config", None), "vision_config", None)
+    return getattr(vision_config, "_attn_implementation", None) == VISION_ATTENTION
 
 
 def is_compiled(module: torch.nn.Module) -> bool:

@@ -29,9 +29,9 @@ TEXT_LORA_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "g
 DTYPE_NAMES: tuple[str, ...] = ("auto", "checkpoint", "bfloat16", "float32", "float16")
 
 # --compile (encode, eval, serve): what it does and costs, measured in docs/benchmarks.md.
-COMPILE_HELP = ("compile the transformer blocks (torch.compile): fused element-wise kernels, about 5%% "
-                "faster encodes on CPU after ~20 s of compilation (a few s once cached); "
-                "same vectors up to float rounding")
+COMPILE_HELP = ("compile the transformer blocks (torch.compile): fused element-wise kernels; default: on for "
+                "CUDA, off elsewhere (on CPU a few %% faster encodes after a minute or more of compilation, a few "
+                "s once cached); same vectors up to float rounding")
 
 # Item preparation (model/prepare_pool.py, data/images.py): --workers and --decode on encode,
 # eval, mine-negatives and serve; the recipe's num_workers and model_options.decode.

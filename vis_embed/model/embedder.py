@@ -22,7 +22,8 @@ import torch
 
 from vis_embed.errors import DataError
 from vis_embed.model.batching import chunk_order, until_stopped
-from vis_embed.model.compile_blocks import compile_blocks
+from vis_embed.model.aligned_mlp import align_mlps, alignment_for
+from vis_embed.model.compile_blocks import compile_blocks, resolve_compile
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.embedding_model import EmbeddingModel
 from vis_embed.model.fingerprint import model_fingerprint
@@ -60,10 +61,12 @@ class Embedder:
                         attn_implementation: str | None = None,
                         min_pixels: int | None = None, max_pixels: int | None = None,
                         prompt_format: str | None = None, max_length: int | None = None,
-                        compile: bool = False, workers: int | str = 0, **settings: Any) -> Embedder:
+                        compile: bool | None = None, workers: int | str = 0, **settings: Any) -> Embedder:
         """See :meth:`EmbeddingModel.from_pretrained` (settings left at None: the values recorded
         in the adapter's / model's ``embedding_config.json``, else the defaults); eval mode.
-        ``compile=True`` calls :meth:`compile` (fused element-wise kernels; see there).
+        ``compile``: call :meth:`compile` (fused element-wise kernels; see there); None (the
+        default): on CUDA yes, elsewhere no (:func:`~.compile_blocks.resolve_compile`).  The vision
+        MLPs are swapped for their aligned, gate-and-up-stacked form (:mod:`.aligned_mlp`: exact).
         ``workers``: processes preparing items (0: in this process; ``"auto"``: the cores
         available, at most 8); ``decode`` (a setting): ``"exact"`` or ``"fast"`` (docs/model.md)."""
         embedder = cls(EmbeddingModel.from_pretrained(
@@ -71,7 +74,9 @@ class Embedder:
             attn_implementation=attn_implementation, min_pixels=min_pixels,
             max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length, **settings),
             workers=workers)
-        if compile:
+        # Exact (zero padding); for inference only, so done here and not in EmbeddingModel.
+        align_mlps(embedder.model.base_model(), alignment_for(embedder.model.device))
+        if resolve_compile(compile, embedder.model.device):
             embedder.compile()
         return embedder
 

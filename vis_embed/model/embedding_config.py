@@ -80,7 +80,7 @@ class EmbeddingConfig(BaseModel):
     attn_implementation: str | None = Field(
         None, description="attention kernel: varlen (one call per vision block, torch's kernels), sdpa "
                           "(transformers' own: one call per image), eager, flash_attention_2/4 (when installed); "
-                          "unset: flash_attention_2 on CUDA when flash-attn 2 is installed, else varlen",
+                          "unset: on CUDA flash_attention_2 when flash-attn 2 is installed, else varlen; on CPU sdpa",
         json_schema_extra=_flag(LOADING, "NAME"))
     decode: Literal[DECODE_MODES] = Field(  # type: ignore[valid-type]
         "exact", description=DECODE_HELP.replace("exact (default)", "exact"), json_schema_extra=_flag(LOADING))

@@ -8,7 +8,8 @@ an item is embedded identically everywhere:
   item (resize to min/max pixels, tokenise, expand the image placeholder).  No padding.
 * ``collate(prepared)`` -- pad to the longest item of THIS list (tokenizer's padding side, or
   the one given) and concatenate the images' patches.  Output = the processor's keys,
-  including ``mm_token_type_ids`` which transformers 5 needs for M-RoPE.
+  including ``mm_token_type_ids`` which transformers 5 needs for M-RoPE, plus the batch's
+  bookkeeping computed on the host (:mod:`vis_embed.model.vision_metadata`).
 * ``forward(**batch)`` -- run the *base* model (``model.model``: vision tower + decoder, not the
   LM head, so no full-vocabulary logits and no per-layer hidden states), pool the final hidden
   state at the last real token (any padding side), L2-normalise, return float32.
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from vis_embed.errors import ConfigError
+from vis_embed.model.aligned_mlp import restore_mlps
 from vis_embed.model.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
                                        set_attention)
 from vis_embed.model.defaults import DTYPE_NAMES, TEXT_LORA_MODULES
@@ -36,6 +38,8 @@ from vis_embed.model.projection_head import ProjectionHead, is_head_directory, l
 from vis_embed.model.preparer import (VIDEO_EXTRA_FIELDS, VISUAL_FIELDS, PreparedItem, Preparer, PreparesItems,
                                      token_limit)
 from vis_embed.model.references import looks_like_path, peft_adapter_config
+from vis_embed.model.rms_norm import use_fused_rms_norm
+from vis_embed.model.vision_metadata import METADATA_KEY, describe_batch, run_base_model
 
 # Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
 # (TEXT_LORA_MODULES) and the pixel budget live in model/defaults.py, read without torch.
@@ -87,6 +91,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         self.truncated_items = 0  # items whose text prepare_one cut to fit token_limit
         self.backbone = backbone
         use_matmul_patch_embedding(backbone)  # same numbers, a GEMM instead of oneDNN's conv
+        use_fused_rms_norm(backbone)  # same numbers, torch's fused kernel instead of an element-wise chain
         self.head: ProjectionHead | None = None  # adaptation "head": applied after pooling
         self.processor = processor
         self.name_or_path = name_or_path
@@ -223,6 +228,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
 
         if hasattr(self.backbone, "peft_config"):
             raise ConfigError("the backbone already has a LoRA adapter; merge it first")
+        restore_mlps(self.base_model())  # LoRA targets the original linears (model/aligned_mlp.py)
         if isinstance(target_modules, str):
             pattern = target_modules
         else:
@@ -326,6 +332,8 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         for name in VIDEO_EXTRA_FIELDS:
             if with_videos and all(getattr(p, name) is not None for p in with_videos):
                 batch[name] = torch.cat([getattr(p, name) for p in with_videos])
+        # Every number the forward would otherwise read back from the device (model/vision_metadata.py).
+        batch[METADATA_KEY] = describe_batch(self.base_model(), batch)
         return batch
 
     # ------------------------------------------------------------------ forward
@@ -334,10 +342,11 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         device = self.device
         # Asynchronous on a GPU: from pinned memory (collate) the copy overlaps the host's work.
         inputs = {key: value.to(device, non_blocking=device.type == "cuda") for key, value in batch.items()}
+        metadata = inputs.pop(METADATA_KEY, None)
         visual = [name for name, _ in VISUAL_FIELDS if name in inputs]
         for name in visual:
             inputs[name] = inputs[name].to(self.dtype)
-        if not visual and "position_ids" not in inputs:
+        if not visual and "position_ids" not in inputs and metadata is None:
             # Text-only batch: transformers would number positions from the first column,
             # offsetting left-padded rows.  RoPE is relative so the offset cancels in exact
             # arithmetic, but counting real tokens keeps each row's positions identical to
@@ -347,8 +356,13 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         # A frozen backbone under a head needs no graph: only the head's parameters train.
         backbone_grad = torch.is_grad_enabled() and (self.head is None or self._backbone_trainable())
         with torch.set_grad_enabled(backbone_grad):
-            outputs = self.base_model()(**inputs, use_cache=False, return_dict=True)
-            pooled = F.normalize(last_token_pool(outputs.last_hidden_state, inputs["attention_mask"]).float(), dim=-1)
+            if metadata is None:  # a batch not from collate (e.g. the processor's own): transformers' bookkeeping
+                outputs = self.base_model()(**inputs, use_cache=False, return_dict=True)
+            else:
+                outputs = run_base_model(self.base_model(), inputs, metadata)
+            last_index = None if metadata is None else metadata.last_index
+            pooled = F.normalize(last_token_pool(outputs.last_hidden_state, inputs["attention_mask"], last_index)
+                                 .float(), dim=-1)
         if self.head is not None:
             return F.normalize(self.head(pooled), dim=-1)
         return pooled

@@ -119,7 +119,7 @@ class EncodedFile:
 
 def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: str | Path | None = None,
                  instruction: str | None = None, batch_size: int = 16, device: str | None = None,
-                 compile: bool = False, on_error: str = "raise", show_progress: bool = True,
+                 compile: bool | None = None, on_error: str = "raise", show_progress: bool = True,
                  cache_stats: CacheStats | None = None, workers: int | str = "auto",
                  storage: StoredForm | None = None, **settings: Any) -> EncodedFile:
     """Encode every item of ``input_path`` with ``model`` (+ ``adapter``) into ``output`` and its sidecars.

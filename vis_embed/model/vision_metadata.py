@@ -1,0 +1,154 @@
+"""What a Qwen-VL forward would read back from the device, computed on the host at collation.
+
+transformers' Qwen2-VL / Qwen2.5-VL / Qwen3-VL forward derives a batch's bookkeeping from its
+grids (``image_grid_thw`` rows are (t, h, w)) on the device and reads it back to the host:
+``grid_thw.tolist()`` for the vision rotary positions and windows, ``.item()`` for
+``max_seqlen`` and in the decoder's M-RoPE index (``get_rope_index``: one per image), the split
+sizes of ``get_image_features``, the padding mask's "can the mask be skipped" test and the
+pooling's "every row has a token" check -- about 30 host reads per forward of a small batch,
+each a stall of the GPU's queue.  The collation has every number on the host already, so
+:func:`describe_batch` computes all of it there, with transformers' own functions
+(``transformers.vision_utils`` and the model's ``get_rope_index``, called on CPU tensors: the
+same code, so the same integers), and :func:`run_base_model` hands it to the model on the
+device through the keyword arguments those functions pop when given (``cu_seqlens``,
+``position_ids``, ``window_index``, ...), the model's ``mm_encoder_outputs`` and a prepared
+4D decoder mask.  What is left in the forward: one read per visual modality (transformers'
+check that the visual tokens match the features).
+
+Generic over modalities (``image``, ``video``): a modality is there when its
+``{modality}_grid_thw`` is in the batch; its patches are :data:`PIXEL_KEYS` ``[modality]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vis_embed.model.pooling import last_token_index
+
+# Key under which collate() puts the metadata into a batch (forward pops it).
+METADATA_KEY = "vis_embed_metadata"
+# The patches of each modality (transformers' names).
+PIXEL_KEYS = {"image": "pixel_values", "video": "pixel_values_videos"}
+# Batch keys get_rope_index takes besides the grids (Qwen2.5-VL's video timing).
+ROPE_EXTRA_KEYS = ("second_per_grid_ts",)
+
+
+class BatchMetadata:
+    """The host-computed bookkeeping of one collated batch (``.to(device)`` like a tensor, so
+    code that moves a batch's values moves it too).  A plain class, not a dataclass: DDP's
+    input mover passes it through untouched and the forward moves it."""
+
+    def __init__(self, vision: dict[str, dict[str, Any]], segment_lengths: dict[str, dict[str, list[int]]],
+                 position_ids: torch.Tensor, padded: bool, last_index: torch.Tensor) -> None:
+        self.vision = vision  # modality -> keyword arguments of the vision tower
+        self.segment_lengths = segment_lengths  # modality -> cu-seqlens key -> segment lengths
+        self.position_ids = position_ids  # (3, batch, length): the decoder's M-RoPE positions
+        self.padded = padded  # some row has padding: the decoder needs its mask
+        self.last_index = last_index  # (batch,): each row's last real token
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> BatchMetadata:
+        def move(value: Any) -> Any:
+            return value.to(device, non_blocking=non_blocking) if isinstance(value, torch.Tensor) else value
+
+        vision = {modality: {key: move(value) for key, value in kwargs.items()}
+                  for modality, kwargs in self.vision.items()}
+        moved = BatchMetadata(vision, self.segment_lengths, move(self.position_ids), self.padded,
+                              move(self.last_index))
+        moved.note_segments()
+        return moved
+
+    def note_segments(self) -> None:
+        """Tell the CPU attention path (model/attention.py) the host lengths of these boundaries,
+        so its row plan needs no read either."""
+        from vis_embed.model.attention import remember_segment_lengths
+
+        for modality, lengths in self.segment_lengths.items():
+            for key, values in lengths.items():
+                remember_segment_lengths(self.vision[modality][key], values)
+
+
+def describe_batch(base_model: Any, batch: dict[str, Any]) -> BatchMetadata:
+    """The metadata of a collated CPU ``batch`` for a Qwen-VL base model (vision tower +
+    decoder; ``EmbeddingModel.base_model()``)."""
+    grids = {modality: batch[f"{modality}_grid_thw"] for modality in PIXEL_KEYS
+             if batch.get(f"{modality}_grid_thw") is not None}
+    vision, segments = {}, {}
+    for modality, grid in grids.items():
+        vision[modality], segments[modality] = vision_kwargs(base_model.visual, grid)
+    mask = batch["attention_mask"]
+    return BatchMetadata(vision, segments, decoder_positions(base_model, batch, grids), padded=not bool(mask.all()),
+                         last_index=last_token_index(mask))
+
+
+def vision_kwargs(visual: Any, grid_thw: torch.Tensor) -> tuple[dict[str, Any], dict[str, list[int]]]:
+    """Keyword arguments that replace the vision tower's own bookkeeping for ``grid_thw`` (CPU),
+    and the host lengths of each boundary tensor among them."""
+    from transformers import vision_utils
+
+    grid = grid_thw.cpu()
+    merge = int(visual.spatial_merge_size)
+    kwargs: dict[str, Any] = {"position_ids": vision_utils.get_vision_position_ids(grid, merge),
+                              "cu_seqlens": vision_utils.get_vision_cu_seqlens(grid)}
+    if hasattr(visual, "window_size"):  # Qwen2.5-VL: windowed blocks between the full ones
+        kwargs["window_index"], kwargs["cu_window_seqlens"] = vision_utils.get_vision_window_index(
+            grid, spatial_merge_size=merge, window_size=visual.window_size, patch_size=visual.patch_size)
+    if hasattr(visual, "num_grid_per_side"):  # Qwen3-VL: a learned position grid, resampled per image
+        kwargs["interp_indices"], kwargs["interp_weights"] = \
+            vision_utils.get_vision_interpolation_indices_and_weights(
+                grid, num_grid_per_side=visual.num_grid_per_side, mode=visual.interpolation_mode,
+                align_corners=visual.interpolation_align_corners, spatial_merge_size=merge)
+    lengths: dict[str, list[int]] = {}
+    for key, max_key in (("cu_seqlens", "max_seqlen"), ("cu_window_seqlens", "max_window_seqlen")):
+        if key in kwargs:
+            lengths[key] = (kwargs[key][1:] - kwargs[key][:-1]).tolist()
+            kwargs[max_key] = max(lengths[key], default=0)
+    return kwargs, lengths
+
+
+def decoder_positions(base_model: Any, batch: dict[str, Any], grids: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(3, batch, length) M-RoPE positions: the model's own ``get_rope_index`` on the host for a
+    batch with visual items; for text only, real tokens counted (as ``EmbeddingModel.forward``
+    does without metadata: each row numbered as if encoded alone)."""
+    mask = batch["attention_mask"]
+    if not grids:
+        return (mask.long().cumsum(-1) - 1).clamp(min=0).unsqueeze(0).expand(3, -1, -1).contiguous()
+    extra = {key: batch[key] for key in ROPE_EXTRA_KEYS if batch.get(key) is not None}
+    positions, _deltas = base_model.get_rope_index(
+        batch["input_ids"], mm_token_type_ids=batch["mm_token_type_ids"], attention_mask=mask,
+        **{f"{modality}_grid_thw": grid for modality, grid in grids.items()}, **extra)
+    return positions
+
+
+def run_base_model(base_model: Any, inputs: dict[str, torch.Tensor], metadata: BatchMetadata) -> Any:
+    """The base model's forward with ``metadata`` (already on the device) instead of its own
+    bookkeeping: each modality's vision tower called with its precomputed keywords and handed
+    over as ``mm_encoder_outputs`` (whole, not split per item: the model concatenates the
+    pieces again), the M-RoPE positions given, and the decoder mask prepared (None without
+    padding: the causal kernel alone)."""
+    inputs = dict(inputs)
+    encoded = {}
+    for modality, kwargs in metadata.vision.items():
+        pixels = inputs.pop(PIXEL_KEYS[modality]).type(base_model.visual.dtype)  # as get_*_features casts
+        output = base_model.visual(pixels, grid_thw=inputs[f"{modality}_grid_thw"], return_dict=True,
+                                   **dict(kwargs))
+        output.pooler_output = (output.pooler_output,)
+        if getattr(output, "deepstack_features", None) is not None:  # Qwen3-VL
+            output.deepstack_features = [(feature,) for feature in output.deepstack_features]
+        encoded[modality] = output
+    mask = inputs.pop("attention_mask")
+    decoder_mask = decoder_attention_mask(base_model, mask, inputs["input_ids"]) if metadata.padded else None
+    return base_model(**inputs, attention_mask=decoder_mask, position_ids=metadata.position_ids,
+                      mm_encoder_outputs=encoded or None, use_cache=False, return_dict=True)
+
+
+def decoder_attention_mask(base_model: Any, mask: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """The decoder's causal + padding mask as transformers builds it, materialised without its
+    read-back test of whether it could be skipped (a padded batch never can)."""
+    from transformers.masking_utils import create_causal_mask
+
+    text_config = base_model.language_model.config
+    shape_only = torch.empty((*input_ids.shape, 0), dtype=base_model.language_model.dtype, device=mask.device)
+    return create_causal_mask(config=text_config, inputs_embeds=shape_only, attention_mask=mask, cache=None,
+                              allow_is_causal_skip=False)
