@@ -220,6 +220,15 @@ class GalleryIndex:
     def dim(self) -> int:
         return int(self.settings["dim"])
 
+    @property
+    def ntotal(self) -> int:
+        return int(self.searcher.ntotal)
+
+    @property
+    def rescore(self) -> int:
+        """The shortlist multiplier re-ranked with floats (0: the codes' or flat scores as they are)."""
+        return int(getattr(self.searcher, "rescore", 0))
+
     def check_queries(self, fingerprint: str | None, full_dim: int) -> None:
         """Queries of the model that made the gallery can be searched: the same fingerprint, and
         the index's width at most the model's.  Otherwise a DataError naming the field."""

@@ -63,6 +63,12 @@ class ServerMetrics:
             self.latency.labels(endpoint).observe(seconds)
 
 
+def route_template(scope: dict[str, Any]) -> str:
+    """The label of a request: its route's template, never the raw path (an unknown path is one
+    label, not one per URL)."""
+    return getattr(scope.get("route"), "path", None) or "unmatched"
+
+
 class _CountingMiddleware:
     """Plain ASGI: sees the status of every answer, error handlers' included (a request that
     dies without one counts as 500)."""
@@ -84,9 +90,7 @@ class _CountingMiddleware:
         try:
             await self.app(scope, receive, send_and_note)
         finally:
-            # the route's template, not the raw path: an unknown path is one label, not one per URL
-            endpoint = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.metrics.record(endpoint, status[0], time.perf_counter() - started)
+            self.metrics.record(route_template(scope), status[0], time.perf_counter() - started)
 
 
 class _ObservedEmbedder:
