@@ -16,6 +16,8 @@ BIT_PRECISIONS = ("binary", "ubinary")  # one bit per dimension, packed 8 to a b
 # persistent index kinds of `vis-embed index` (gallery/store.py)
 STORE_KINDS: tuple[str, ...] = ("auto", "flat", "binary", "int8", "ivf-pq")
 
+ALLOW_ANY_MODEL_HELP = ("search an index whose index.json records no model fingerprint (an older one) with this "
+                        "model's queries all the same (default: refused, the vectors' model is unknown)")
 DIM_HELP = ("keep the first N dimensions of every vector, renormalised (Matryoshka); meant for models "
             "trained with loss.matryoshka_dims (default: the full width)")
 

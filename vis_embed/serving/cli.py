@@ -29,6 +29,7 @@ from pathlib import Path
 
 from vis_embed.config import add_model_arguments, from_arguments
 from vis_embed.errors import ConfigError
+from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 from vis_embed.serving.hosts import default_allowed_hosts
@@ -50,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser, ServerSettings, groups)
     groups[GALLERIES].add_argument("--index", type=Path, default=None, metavar="DIR",
                                    help="a vis-embed index directory of this model's vectors: adds POST /v1/search")
+    groups[GALLERIES].add_argument("--allow-any-model", action="store_true",
+                                   help=ALLOW_ANY_MODEL_HELP)
     add_model_loading_arguments(parser)
     add_preparation_arguments(parser)
 
@@ -99,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         # A long-lived process: "auto" means the workers, whatever the size of the first request.
         workers=resolve_workers(args.workers))
     if index is not None:
-        index.check_queries(embedder.fingerprint(), embedder.embedding_dim)  # the gallery's model, or exit 2
+        # the gallery's model, or exit 2
+        index.check_queries(embedder.fingerprint(), embedder.embedding_dim, args.allow_any_model)
     embedder.start_workers(background=True)  # requests are prepared in-process until they are up
     uvicorn.run(create_app(embedder, settings, index), host=settings.host, port=settings.port, log_level="info",
                 http=header_timeout_protocol(settings.header_timeout_s, settings.max_header_bytes),
