@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, STORE_KINDS, positive_int
+from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, STORE_KINDS, positive_int, seed_int
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 
@@ -28,7 +28,7 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
                              "index.json); quantized kinds re-rank a 4 x k shortlist with the floats on disk")
     parser.add_argument("--memory", type=float, default=None, metavar="GB",
                         help="memory budget of the searched codes (default: half this machine's memory)")
-    parser.add_argument("--seed", type=int, default=0, help="ivf-pq training seed (default: 0)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="ivf-pq training seed (default: 0)")
 
 
 def run_index(args: argparse.Namespace) -> int:

@@ -33,6 +33,20 @@ def positive_int(text: str) -> int:
     return value
 
 
+MAX_SEED = 2 ** 31 - 1  # faiss' clustering seed is a C int
+
+
+def seed_int(text: str) -> int:
+    """argparse type: an integer from 0 to :data:`MAX_SEED` (faiss' seed; exit 2 naming the flag otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_SEED}, got {value}")
+    return value
+
+
 def check_rescore(rescore: Any, index: str, flag: str = "--rescore") -> int:
     """``rescore`` (an int >= 0) when it fits the index kind: only binary / int8 codes are re-ranked."""
     if isinstance(rescore, bool) or not isinstance(rescore, int) or rescore < 0:

@@ -59,7 +59,7 @@ class KindChoice:
 def memory_budget_bytes(memory_gb: float | None) -> int:
     """The budget in bytes: ``memory_gb``, else half of this machine's physical memory."""
     if memory_gb is not None:
-        if not memory_gb > 0 or not math.isfinite(memory_gb):
+        if not memory_gb > 0 or not math.isfinite(memory_gb * 2 ** 30):  # 1e300 GB: no byte count
             raise ConfigError(f"--memory must be a positive number of GB, got {memory_gb}")
         return int(memory_gb * 2 ** 30)
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
