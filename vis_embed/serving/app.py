@@ -44,6 +44,7 @@ from vis_embed.serving.images import ImagePolicy, decode_request_images
 from vis_embed.serving.limits import InputLimiter
 from vis_embed.serving.metrics import ServerMetrics, route_template
 from vis_embed.serving.search_work import SearchWork
+from vis_embed.serving.sends import SendGuard
 from vis_embed.serving.schemas import (
     EmbeddingRequest,
     check_content_type,
@@ -104,6 +105,10 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
     if settings.allowed_hosts is not None:
         app.add_middleware(AllowedHosts, hosts=settings.allowed_hosts)
     app.state.batcher = batcher
+    # the send deadline and unsent-byte bounds; `vis-embed serve` hands it to its h11 protocol
+    app.state.send_guard = SendGuard(settings.send_timeout_s, settings.max_unsent_bytes,
+                                     settings.max_unsent_bytes_total)
+    metrics.watch_sends(app.state.send_guard)
     app.state.limiter = limiter
     created = int(time.time())
     # The effective settings the vectors are made with (EmbeddingConfig), listed by /v1/models.

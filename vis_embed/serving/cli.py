@@ -105,8 +105,10 @@ def run(args: argparse.Namespace) -> int:
         # the gallery's model, or exit 2
         index.check_queries(embedder.fingerprint(), embedder.embedding_dim, args.allow_any_model)
     embedder.start_workers(background=True)  # requests are prepared in-process until they are up
-    uvicorn.run(create_app(embedder, settings, index), host=settings.host, port=settings.port, log_level="info",
-                http=header_timeout_protocol(settings.header_timeout_s, settings.max_header_bytes),
+    app = create_app(embedder, settings, index)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info",
+                http=header_timeout_protocol(settings.header_timeout_s, settings.max_header_bytes,
+                                             app.state.send_guard),
                 timeout_keep_alive=settings.keep_alive_timeout_s, limit_concurrency=settings.max_connections,
                 h11_max_incomplete_event_size=settings.max_header_bytes)
     return 0
