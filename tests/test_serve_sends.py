@@ -133,3 +133,24 @@ def test_a_malformed_request_is_answered_in_the_api_error_shape(embedder) -> Non
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head
     assert set(json.loads(body)["error"]) == {"message", "type", "param", "code"}
+
+
+def test_a_path_with_a_newline_is_not_served_nor_counted_under_its_raw_path(embedder) -> None:
+    running = _serve(embedder)
+    try:
+        host, port = running.url.removeprefix("http://").split(":")
+        body = json.dumps({"model": "tiny", "input": ["a", "b"]}).encode()
+        with socket.create_connection((host, int(port)), timeout=30) as client:
+            client.sendall(b"POST /v1/embeddings%0a HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+                           b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            reply = b""
+            while chunk := client.recv(4096):
+                reply += chunk
+        metrics = httpx.get(f"{running.url}/metrics", timeout=10).text
+    finally:
+        running.stop()
+    head, _, answer = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404") and set(json.loads(answer)) == {"error"}
+    labels = [line for line in metrics.splitlines() if line.startswith("vis_embed_requests_total{")]
+    assert labels and all('endpoint="unmatched"' in line for line in labels), labels
+    assert "vis_embed_items_total{" not in metrics  # nothing was embedded

@@ -40,6 +40,7 @@ from vis_embed.serving.errors import RequestError
 from vis_embed.serving.gallery_routes import (answered_dimensions, check_default_dim, cut, install_search,
                                               matryoshka_dims_of)
 from vis_embed.serving.hosts import AllowedHosts
+from vis_embed.serving.paths import ExactPaths
 from vis_embed.serving.images import ImagePolicy, decode_request_images
 from vis_embed.serving.limits import InputLimiter
 from vis_embed.serving.metrics import ServerMetrics, route_template
@@ -102,6 +103,7 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
     # No interactive docs, key or not: they describe the server to anyone who can connect.
     app = FastAPI(title="vis_embed embeddings", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
+    app.add_middleware(ExactPaths)  # "/v1/embeddings\n" is not /v1/embeddings
     if settings.allowed_hosts is not None:
         app.add_middleware(AllowedHosts, hosts=settings.allowed_hosts)
     app.state.batcher = batcher
