@@ -105,6 +105,9 @@ def test_a_bad_embeddings_file_is_one_error_line(tmp_path, capsys, damage, match
                                                          "rescore": "4"})), "index.json: field 'rescore'"),
     (lambda d: (d / "ids.json").write_bytes(b"\xff"), "ids.json: field 'ids': unreadable ids (not UTF-8"),
     (lambda d: ((d / "ids.json").unlink(), os.mkfifo(d / "ids.json")), "ids.json: is a FIFO (named pipe)"),
+    (lambda d: (d / "index.json").write_text(json.dumps({**json.loads((d / "index.json").read_text()),
+                                                         "model": None})),
+     "index.json: field 'model': the index records no model fingerprint"),
 ])
 def test_search_with_a_damaged_index_is_one_error_line_before_the_model_loads(tmp_path, capsys, damage,
                                                                               match) -> None:

@@ -40,6 +40,7 @@ def search_jsonl(model: str | Path, index_dir: Path, input_path: Path, output: P
     if k < 1:
         raise ConfigError(f"--k must be >= 1, got {k}")
     index = GalleryIndex.load(index_dir, rescore=rescore)
+    index.require_model(allow_any_model)
     items, ids, lines, _rejects = read_items(Path(input_path), on_error="raise")
     embedder = Embedder.from_pretrained(model, adapter=adapter, device=device, workers=workers, **settings)
     try:

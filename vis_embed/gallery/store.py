@@ -258,17 +258,23 @@ class GalleryIndex:
         """The shortlist multiplier re-ranked with floats (0: the codes' or flat scores as they are)."""
         return int(getattr(self.searcher, "rescore", 0))
 
-    def check_queries(self, fingerprint: str | None, full_dim: int, allow_any_model: bool = False) -> None:
-        """Queries of the model that made the gallery can be searched: the same fingerprint, and
-        the index's width at most the model's.  Otherwise a DataError naming the field.  An index
-        that records no fingerprint is refused unless ``allow_any_model`` (``--allow-any-model``):
-        its vectors' model is unknown, and another model's queries rank its gallery at random."""
-        recorded = (self.settings.get("model") or {}).get("fingerprint")
-        where = self.directory / SETTINGS_FILE
-        if not recorded and not allow_any_model:
+    def require_model(self, allow_any_model: bool = False) -> None:
+        """An index that records no model fingerprint is refused (a DataError naming ``model``)
+        unless ``allow_any_model`` (``--allow-any-model``): its vectors' model is unknown, and
+        another model's queries rank its gallery at random.  Checked before any model loads."""
+        if not (self.settings.get("model") or {}).get("fingerprint") and not allow_any_model:
             raise DataError("the index records no model fingerprint (built by an older vis-embed, or from vectors "
                             "encoded without one), so the model of its vectors is unknown; build it again from a "
-                            "vis-embed encode output, or pass --allow-any-model", path=where, field="model")
+                            "vis-embed encode output, or pass --allow-any-model", path=self.directory / SETTINGS_FILE,
+                            field="model")
+
+    def check_queries(self, fingerprint: str | None, full_dim: int, allow_any_model: bool = False) -> None:
+        """Queries of the model that made the gallery can be searched: the same fingerprint, and
+        the index's width at most the model's (and :meth:`require_model`).  Otherwise a DataError
+        naming the field."""
+        self.require_model(allow_any_model)
+        recorded = (self.settings.get("model") or {}).get("fingerprint")
+        where = self.directory / SETTINGS_FILE
         if recorded and fingerprint and recorded != fingerprint:
             name = (self.settings.get("model") or {}).get("name")
             raise DataError(f"the index holds vectors of another model ({name}, adapter "

@@ -125,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
 
     settings = server_settings(args)  # before anything loads: a bad flag costs no model load
     index = None if args.index is None else GalleryIndex.load(args.index)  # a bad index fails before the model loads
+    if index is not None:
+        index.require_model(args.allow_any_model)
     embedder = Embedder.from_pretrained(
         args.model, adapter=args.adapter, **model_settings(args),
         # A long-lived process: "auto" means the workers, whatever the size of the first request.

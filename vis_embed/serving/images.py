@@ -115,10 +115,10 @@ async def decode_request_images(items: list[dict[str, Any]], policy: ImagePolicy
             return await loop.run_in_executor(policy.decode_pool, _image_source, image, param, policy)
         if not policy.allow_urls:
             return _image_source(image, param, policy)  # the refusal, without a thread
+        # The fetch's whole life -- its waits for the request's fetch slots and for a worker of the
+        # shared pool included -- fits --url-timeout: its deadline is set when it is asked for.
+        fetch_deadline = min(deadline, time.monotonic() + policy.url_timeout_s)
         async with fetch_gate:
-            # The fetch's whole life -- its wait for a worker of the shared pool included -- fits
-            # --url-timeout: its deadline is set when it is queued, not when a worker starts it.
-            fetch_deadline = min(deadline, time.monotonic() + policy.url_timeout_s)
             data = await loop.run_in_executor(policy.url_pool, _fetch, image, param, policy, fetch_deadline)
         fetched[0] += len(data)  # fetched bytes are held until decoded: bounded like a body
         if policy.max_fetched_bytes is not None and fetched[0] > policy.max_fetched_bytes:
