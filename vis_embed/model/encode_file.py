@@ -236,6 +236,8 @@ def read_encoded(output: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
     ``.ids.json`` is missing (a run killed while writing) or lists another row count is refused."""
     output = Path(output)
     ids_path, _rejects = sidecar_paths(output)
+    if not output.exists():
+        raise DataError("embedding matrix not found", path=output)
     check_regular_file(output, "embedding matrix")
     if not ids_path.exists():
         raise DataError(f"no row alignment {ids_path.name} beside it: the encode run that wrote it did "
