@@ -176,10 +176,6 @@ def _race(tmp_path: Path, loads: int) -> tuple[int, int]:
     return mixed, loads
 
 
-def test_loads_racing_a_writer_never_mix_two_builds(tmp_path) -> None:
-    assert _race(tmp_path, 1_000) == (0, 1_000)
-
-
-@pytest.mark.slow
 def test_ten_thousand_loads_racing_a_writer_never_mix_two_builds(tmp_path) -> None:
+    """~14 s on a shared 2-core machine (a loader reading files by path mixed 7 in 1,000)."""
     assert _race(tmp_path, 10_000) == (0, 10_000)
