@@ -155,9 +155,17 @@ def check_regular_file(path: str | Path, what: str = "", name: str | None = None
         raise DataError(f"{what}file is not readable ({exc.strerror})", path=shown) from None
     if stat.S_ISDIR(mode):
         raise DataError(f"{what}path is a directory, not a file", path=shown)
-    if not stat.S_ISREG(mode):
-        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device or socket"
-        raise DataError(f"{what}path is {kind}, not a regular file", path=shown)
+    if not_regular(mode):
+        raise DataError(f"{what}path is {not_regular(mode)}, not a regular file", path=shown)
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` (``os.stat`` / ``os.fstat``) is when not a regular file ("a FIFO
+    (named pipe)", "a directory", "a device or socket"); None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) \
+        else "a device or socket"
 
 
 def read_json_value(path: str | Path) -> Any:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -31,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vis_embed.config import reported
 from vis_embed.errors import DataError
-from vis_embed.io import without_bom
+from vis_embed.io import not_regular, without_bom
 
 INDEX_FILE, VECTORS_FILE, IDS_FILE, SETTINGS_FILE = "index.faiss", "vectors.npy", "ids.json", "index.json"
 FORMAT_VERSION = 1
@@ -74,7 +73,7 @@ def opened_build(directory: Path, names: tuple[str, ...]) -> Iterator[dict[str, 
     try:
         dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except FileNotFoundError:
-        if _mid_swap(directory):
+        if _mid_swap(directory) or directory.is_dir():  # gone between the writer's renames, or back already
             raise BuildReplaced from None
         raise DataError("not an index directory (not found); write one with vis-embed index", path=directory,
                         field="index") from None
@@ -95,10 +94,9 @@ def opened_build(directory: Path, names: tuple[str, ...]) -> Iterator[dict[str, 
                 raise _not_regular(directory / name, "a symbolic link" if os.path.islink(directory / name)
                                    else f"not readable ({exc.strerror})") from None
             handle = stack.enter_context(os.fdopen(fd, "rb"))
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                raise _not_regular(directory / name, "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
-                                   else "a directory" if stat.S_ISDIR(mode) else "a device or socket")
+            what = not_regular(os.fstat(fd).st_mode)
+            if what is not None:
+                raise _not_regular(directory / name, what)
             files[name] = handle
         yield files
 
