@@ -223,6 +223,9 @@ class GalleryIndex:
                 return cls._load_build(directory, rescore)
             except BuildReplaced:
                 continue
+        if not directory.is_dir():  # a writer's leftover .old directory beside a missing index
+            raise DataError("not an index directory (not found); write one with vis-embed index", path=directory,
+                            field="index")
         raise DataError(f"the index was replaced {LOAD_ATTEMPTS} times while it was read; try again when "
                         f"vis-embed index has finished", path=directory, field="index")
 
