@@ -8,6 +8,13 @@ bystander is answered in under 5 s, and the server grows by at most 1 GB for one
 
     .venv/bin/python benchmarks/serve_attacks.py                  # full size, tiny model (the lead, alone)
     .venv/bin/python benchmarks/serve_attacks.py --scale small    # smoke
+    .venv/bin/python benchmarks/serve_attacks.py --rounds 3        # issue 44's attacks only (11-18)
+
+Attacks 11-18 (issue 44: search work, unread answers, a flat search beside /health, the CLI
+with a 20 MB line, an index rebuilt under its readers, crafted index files, a %0a path and a
+malformed request, slow URLs queued past --url-timeout) are in serve_attacks_search.py.  The
+tiny model is 128 wide (the report's binary-index width); ``--model`` a checkpoint of
+``vis-embed tiny-model OUT --preset qwen2-vl-2b-shallow`` measures them at width 1,536.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from serve_attacks_search import SEARCH_SCALES, round3_rows
 from serve_probe import KEY, MODEL_NAME, NORMAL, Server, post
 
 SCALES = {  # full: the sizes of the red team's report
@@ -281,6 +289,7 @@ def main() -> None:
     parser.add_argument("--scale", choices=sorted(SCALES), default="full")
     parser.add_argument("--header-timeout", type=float, default=3.0)
     parser.add_argument("--request-timeout", type=float, default=10.0)
+    parser.add_argument("--rounds", choices=("all", "3"), default="all", help="3: issue 44's attacks only")
     args = parser.parse_args()
     scale = SCALES[args.scale]
     with tempfile.TemporaryDirectory() as scratch:
@@ -289,6 +298,12 @@ def main() -> None:
             from vis_embed.model.tiny import build_tiny_checkpoint
 
             model = str(build_tiny_checkpoint(f"{scratch}/tiny"))
+        slow = SlowImages(delay_s=10.0)
+        rows = round3_rows(model, SEARCH_SCALES[args.scale], Path(scratch), slow.url)
+        slow.server.shutdown()
+        if args.rounds == "3":
+            _print(rows)
+            return
         flags = ["--device", args.device, "--header-timeout", str(args.header_timeout),
                  "--request-timeout", str(args.request_timeout)]
         # The default connection limit for the request attacks: 16 concurrent attackers under
@@ -296,7 +311,7 @@ def main() -> None:
         # limit, not the bounded work.  Attack 3 is about that limit, so it gets its own server.
         server = warmed_up(Server(model, flags))
         try:
-            rows = [(name, _describe(result), _bystander_ok(result) and result["grown_mb"] < limit
+            rows += [(name, _describe(result), _bystander_ok(result) and result["grown_mb"] < limit
                      and all(status == 200 or 400 <= status < 500 or status in (503, 504)
                              for status in result["statuses"]))
                     for name, result, limit in attack_rows(server, scale)]
@@ -309,6 +324,10 @@ def main() -> None:
         finally:
             server.stop()
         rows += url_attacks(model, args.device, scale, args.request_timeout)
+    _print(rows)
+
+
+def _print(rows: list[tuple[str, str, bool]]) -> None:
     rows.sort(key=lambda row: int(row[0].split()[0]))
     width = max(len(name) for name, _result, _ok in rows)
     print(f"{'attack':<{width}}  ok    result")

@@ -222,6 +222,20 @@ def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
 
 
 # ------------------------------------------------------------------ the doc's claims are these
+def test_one_regular_file_check() -> None:
+    """A FIFO blocks an open forever and a device can be endless: io.not_regular says which, once."""
+    assert _where(lambda node: isinstance(node, ast.Attribute) and node.attr == "S_ISFIFO") == {"vis_embed/io.py"}
+
+
+def test_one_text_cutting_rule() -> None:
+    """Texts are cut by characters before tokenising with model/lengths' CHARS_PER_TOKEN only."""
+    defines = _where(lambda node: isinstance(node, ast.Assign) and any(
+        isinstance(target, ast.Name) and target.id == "CHARS_PER_TOKEN" for target in node.targets))
+    assert defines == {"vis_embed/model/lengths.py"}
+    assert _where(_definition("within_token_budget")) == {"vis_embed/model/lengths.py"}
+    assert {"vis_embed/model/preparer.py", "vis_embed/serving/limits.py"} <= _where(_call_of("within_token_budget"))
+
+
 # Each "the one ..." / "the only ..." phrase of docs/architecture.md, and the test above that makes it true.
 def test_one_dataset_revision_table() -> None:
     """data_prep/mmeb_v2_sources.REVISIONS is the one dataset -> revision table, and hub.py the
@@ -243,6 +257,8 @@ CLAIMS = {
     "the ONE item -> PreparedItem path": test_items_are_prepared_and_pooled_in_one_place,
     "the ONE implementation of prompt": test_items_are_prepared_and_pooled_in_one_place,
     "the one dtype rule": test_the_dtype_rule_is_resolve_dtype,
+    "the one regular-file check": test_one_regular_file_check,
+    "the one text-cutting rule": test_one_text_cutting_rule,
     "the one model card writer": test_one_model_card_writer_and_one_adapter_config_reader,
     "the one adapter-config reader": test_one_model_card_writer_and_one_adapter_config_reader,
     "the one hub-id rule": test_one_hub_id_rule,

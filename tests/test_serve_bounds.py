@@ -27,6 +27,7 @@ from _loopback import ScriptedServer, closed_port, send  # noqa: E402
 from _serve_fixtures import RunningServer  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from vis_embed.cli import main  # noqa: E402
 from vis_embed.data.images import load_image  # noqa: E402
 from vis_embed.errors import DataError  # noqa: E402
 from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
@@ -409,6 +410,50 @@ def test_serve_caps_malloc_arenas_unless_the_operator_chose() -> None:
     chosen = {"MALLOC_ARENA_MAX": "4"}
     limit_malloc_arenas(chosen)
     assert chosen["MALLOC_ARENA_MAX"] == "4"
+
+
+def test_serve_fixes_the_mmap_threshold_unless_the_operator_chose(monkeypatch) -> None:
+    import sys
+
+    from vis_embed.serving import cli as serve_cli
+
+    environ: dict[str, str] = {}
+    applied = serve_cli.fix_mmap_threshold(environ)
+    assert environ["MALLOC_MMAP_THRESHOLD_"] == str(serve_cli.MMAP_THRESHOLD)
+    if sys.platform.startswith("linux"):
+        assert applied == serve_cli.MMAP_THRESHOLD
+    chosen = {"MALLOC_MMAP_THRESHOLD_": "262144", "MALLOC_ARENA_MAX": "4"}
+    assert serve_cli.tune_malloc(chosen) in ({"MALLOC_ARENA_MAX": 4, "MALLOC_MMAP_THRESHOLD_": 262144},
+                                             {"MALLOC_ARENA_MAX": None, "MALLOC_MMAP_THRESHOLD_": None})
+    assert chosen == {"MALLOC_MMAP_THRESHOLD_": "262144", "MALLOC_ARENA_MAX": "4"}
+    # `vis-embed serve` applies them first thing, before the flags are even checked
+    tuned = []
+    monkeypatch.setattr(serve_cli, "tune_malloc", lambda: tuned.append(True))
+    assert main(["serve", "--model", "/nonexistent/model", "--max-batch-size", "0"]) == 2 and tuned == [True]
+
+
+def test_a_url_fetch_waiting_for_a_worker_counts_its_wait_in_its_timeout(embedder) -> None:
+    """One URL worker, three URLs answering after 0.8 s under a 1 s --url-timeout: the second
+    fetch waited 0.8 s for the worker, so it has 0.2 s left (it used to get a whole second)."""
+    image = _encoded(Image.new("RGB", (16, 16)), format="PNG")
+
+    def slow(handler) -> None:
+        try:
+            time.sleep(0.8)
+            send(handler, 200, image, {"Content-Type": "image/png"})
+        except OSError:
+            pass
+
+    listener = ScriptedServer(slow)
+    running = _serve(embedder, allow_urls=True, allow_private_urls=True, url_workers=1, url_timeout_s=1.0)
+    try:
+        started = time.monotonic()
+        response = _post(running.url, {"input": [{"image": f"{listener.url}/{i}.png"} for i in range(3)]})
+        seconds = time.monotonic() - started
+    finally:
+        running.stop()
+        listener.close()
+    assert response.status_code == 400 and seconds < 1.8, (response.status_code, seconds)
 
 
 def _until(condition, seconds: float = 20) -> None:

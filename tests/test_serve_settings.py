@@ -87,7 +87,7 @@ def test_the_python_api_checks_the_same_bounds_naming_the_field() -> None:
 
 
 def test_a_bad_serve_flag_is_refused_before_the_model_loads(capsys, monkeypatch) -> None:
-    monkeypatch.setattr(serve_cli, "limit_malloc_arenas", lambda: None)  # leave this process's allocator alone
+    monkeypatch.setattr(serve_cli, "tune_malloc", lambda: None)  # leave this process's allocator alone
     code = main(["serve", "--model", "/nonexistent/model", "--max-batch-size", "0"])
     assert code == 2
     assert "field '--max-batch-size'" in capsys.readouterr().err  # not the missing model

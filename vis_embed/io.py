@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,44 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def check_regular_file(path: str | Path, what: str = "", name: str | None = None) -> None:
+    """DataError unless ``path`` is a regular file: opening a FIFO blocks until a writer comes
+    (forever), and a device can be endless; both are refused before any ``open``.  ``what``
+    names the file in the message ("image", "input"); ``name`` replaces the path shown."""
+    shown, what = name or str(path), f"{what} " if what else ""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise DataError(f"{what}file not found", path=shown) from None
+    except OSError as exc:
+        raise DataError(f"{what}file is not readable ({exc.strerror})", path=shown) from None
+    if stat.S_ISDIR(mode):
+        raise DataError(f"{what}path is a directory, not a file", path=shown)
+    if not_regular(mode):
+        raise DataError(f"{what}path is {not_regular(mode)}, not a regular file", path=shown)
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` (``os.stat`` / ``os.fstat``) is when not a regular file ("a FIFO
+    (named pipe)", "a directory", "a device or socket"); None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) \
+        else "a device or socket"
+
+
+def read_json_value(path: str | Path) -> Any:
+    """The JSON value of a UTF-8 file (a BOM allowed); not JSON, nested past the recursion
+    limit or not UTF-8: a DataError naming the file."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"malformed JSON ({exc.msg} at column {exc.colno})", path=path, line=exc.lineno) from None
+    except RecursionError:
+        raise DataError("JSON nested too deeply", path=path) from None
+
+
 def without_bom(data: bytes) -> bytes:
     """``data`` without a leading UTF-8 byte-order mark: files saved by common Windows tools
     (Notepad, Excel's "CSV UTF-8") start with one, and it is not part of the first line's text."""
@@ -187,8 +226,7 @@ def read_text_lines_or_errors(path: str | Path) -> Iterator[tuple[int, str | Dat
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-empty line; errors name file and line."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError("file not found", path=path)
+    check_regular_file(path)
     for line_number, line in read_text_lines(path):
         if line.strip():
             yield line_number, parse_jsonl_line(line, path, line_number)

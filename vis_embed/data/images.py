@@ -45,7 +45,6 @@ import io
 import math
 import os
 import re
-import stat
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -66,6 +65,7 @@ from vis_embed.data.image_guards import (
 )
 from vis_embed.data.image_geometry import check_has_pixels
 from vis_embed.errors import DataError
+from vis_embed.io import check_regular_file as io_check_regular_file
 
 DEFAULT_MAX_IMAGE_PIXELS = int(Image.MAX_IMAGE_PIXELS or 89_478_485)
 URL_PREFIXES = ("http://", "https://")
@@ -153,19 +153,8 @@ def _scaled_grey(image: Image.Image) -> Image.Image:
 
 
 def check_regular_file(path: str | Path, name: str | None = None) -> None:
-    """DataError unless ``path`` is a regular file: opening a FIFO blocks until a writer comes
-    (forever), and a device can be endless; both are refused before any ``open``."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise DataError("image file not found", path=name or str(path)) from None
-    except OSError as exc:
-        raise DataError(f"image file is not readable ({exc.strerror})", path=name or str(path)) from None
-    if stat.S_ISDIR(mode):
-        raise DataError("image path is a directory, not a file", path=name or str(path))
-    if not stat.S_ISREG(mode):
-        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device or socket"
-        raise DataError(f"image path is {kind}, not a regular file", path=name or str(path))
+    """io.check_regular_file for an image (a FIFO or a device refused before any ``open``)."""
+    io_check_regular_file(path, "image", name)
 
 
 def _open(data: io.BytesIO | Path, name: str, max_image_pixels: int,

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from vis_embed.gallery.options import STORE_KINDS, positive_int
+from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, STORE_KINDS, positive_int, seed_int
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 
@@ -28,7 +28,7 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
                              "index.json); quantized kinds re-rank a 4 x k shortlist with the floats on disk")
     parser.add_argument("--memory", type=float, default=None, metavar="GB",
                         help="memory budget of the searched codes (default: half this machine's memory)")
-    parser.add_argument("--seed", type=int, default=0, help="ivf-pq training seed (default: 0)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="ivf-pq training seed (default: 0)")
 
 
 def run_index(args: argparse.Namespace) -> int:
@@ -52,6 +52,7 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rescore", type=int, default=None, metavar="K",
                         help="quantized index: re-rank a K x k shortlist with the float vectors (default: the "
                              "index's, 4; 0: the codes' own scores)")
+    parser.add_argument("--allow-any-model", action="store_true", help=ALLOW_ANY_MODEL_HELP)
     parser.add_argument("--batch-size", type=positive_int, default=16, help="queries per forward pass (default: 16)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_model_loading_arguments(parser)
@@ -63,6 +64,7 @@ def run_search(args: argparse.Namespace) -> int:
 
     count = search_jsonl(args.model, args.index, args.input, args.output, k=args.k, adapter=args.adapter,
                          instruction=args.instruction, batch_size=args.batch_size, rescore=args.rescore,
+                         allow_any_model=args.allow_any_model,
                          show_progress=not args.no_progress, workers=args.workers, **model_settings(args))
     print(json.dumps({"queries": count, "output": str(args.output)}))
     return 0

@@ -16,6 +16,8 @@ BIT_PRECISIONS = ("binary", "ubinary")  # one bit per dimension, packed 8 to a b
 # persistent index kinds of `vis-embed index` (gallery/store.py)
 STORE_KINDS: tuple[str, ...] = ("auto", "flat", "binary", "int8", "ivf-pq")
 
+ALLOW_ANY_MODEL_HELP = ("search an index whose index.json records no model fingerprint (an older one) with this "
+                        "model's queries all the same (default: refused, the vectors' model is unknown)")
 DIM_HELP = ("keep the first N dimensions of every vector, renormalised (Matryoshka); meant for models "
             "trained with loss.matryoshka_dims (default: the full width)")
 
@@ -28,6 +30,20 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+MAX_SEED = 2 ** 31 - 1  # faiss' clustering seed is a C int
+
+
+def seed_int(text: str) -> int:
+    """argparse type: an integer from 0 to :data:`MAX_SEED` (faiss' seed; exit 2 naming the flag otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_SEED}, got {value}")
     return value
 
 

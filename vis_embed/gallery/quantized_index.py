@@ -83,13 +83,18 @@ class QuantizedIndex:
         return rescored(queries, shortlist, self.vectors, k)
 
 
+RESCORE_BLOCK_FLOATS = 2 ** 22  # the gathered floats of one block of queries (16 MB)
+
+
 def rescored(queries: np.ndarray, shortlist: np.ndarray, vectors: np.ndarray, k: int,
-             block: int = 256) -> tuple[np.ndarray, np.ndarray]:
+             block_floats: int = RESCORE_BLOCK_FLOATS) -> tuple[np.ndarray, np.ndarray]:
     """The best ``k`` of each query's ``shortlist`` ids by float32 inner product with ``vectors``
     (ties: the smaller id first); -1 ids (an index short of hits) come last with score -inf.
-    Queries go in blocks so the gathered (block, shortlist, dim) floats stay small."""
+    Queries go in blocks whose gathered (block, shortlist, dim) floats stay under ``block_floats``
+    (one query's at least): 1,024 queries at k 1000 gathered 700 MB at once at width 128."""
     scores = np.empty((len(queries), k), dtype=np.float32)
     ids = np.empty((len(queries), k), dtype=np.int64)
+    block = max(1, block_floats // max(1, shortlist.shape[1] * queries.shape[1]))
     for start in range(0, len(queries), block):
         candidates = shortlist[start:start + block]
         missing = candidates < 0

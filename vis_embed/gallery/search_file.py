@@ -26,8 +26,8 @@ def hits_of(index: GalleryIndex, scores: np.ndarray, rows: np.ndarray) -> list[l
 
 def search_jsonl(model: str | Path, index_dir: Path, input_path: Path, output: Path, *, k: int = 10,
                  adapter: str | Path | None = None, instruction: str | None = None, batch_size: int = 16,
-                 rescore: int | None = None, device: str | None = None, show_progress: bool = True,
-                 workers: int | str = "auto", **settings: Any) -> int:
+                 rescore: int | None = None, allow_any_model: bool = False, device: str | None = None,
+                 show_progress: bool = True, workers: int | str = "auto", **settings: Any) -> int:
     """Search ``index_dir`` with every query of ``input_path``; returns the number of queries.
 
     The index is opened and the queries read before the model loads (bad input fails fast);
@@ -40,10 +40,11 @@ def search_jsonl(model: str | Path, index_dir: Path, input_path: Path, output: P
     if k < 1:
         raise ConfigError(f"--k must be >= 1, got {k}")
     index = GalleryIndex.load(index_dir, rescore=rescore)
+    index.require_model(allow_any_model)
     items, ids, lines, _rejects = read_items(Path(input_path), on_error="raise")
     embedder = Embedder.from_pretrained(model, adapter=adapter, device=device, workers=workers, **settings)
     try:
-        index.check_queries(embedder.fingerprint(), embedder.embedding_dim)
+        index.check_queries(embedder.fingerprint(), embedder.embedding_dim, allow_any_model)
         if instruction is None:
             instruction = embedder.embedding_config.query_instruction
         try:

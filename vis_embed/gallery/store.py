@@ -22,7 +22,6 @@ its codes fit; else ``ivf-pq`` with as many code bytes as fit.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -33,13 +32,17 @@ import faiss
 import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
+from vis_embed.gallery.faiss_headers import check_faiss_file
+from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE, SETTINGS_FILE, VECTORS_FILE,
+                                           BuildReplaced, IndexSettings, check_finite, file_size, first_duplicate,
+                                           mapped_vectors, missing, needed_files, opened_build, read_ids,
+                                           read_settings)
 from vis_embed.gallery.options import STORE_KINDS
 from vis_embed.gallery.quantized_index import QuantizedIndex, binary_codes_index, int8_codes_index
 from vis_embed.gallery.vectors import l2_normalise
-from vis_embed.io import atomic_directory, atomic_write_json, read_json_object
+from vis_embed.io import atomic_directory, atomic_write_json
 
-INDEX_FILE, VECTORS_FILE, IDS_FILE, SETTINGS_FILE = "index.faiss", "vectors.npy", "ids.json", "index.json"
-FORMAT_VERSION = 1
+LOAD_ATTEMPTS = 100            # builds a load may see replaced under it before it gives up
 FLAT_AUTO_ROWS = 262_144       # auto: beyond this an exact scan per query is slow; a quantized kind is chosen
 DEFAULT_RESCORE = 4            # quantized kinds: shortlist 4 x k, re-ranked with floats
 PQ_TRAIN_ROWS = 100_000        # ivf-pq trains on at most this many rows (a seeded sample)
@@ -56,7 +59,7 @@ class KindChoice:
 def memory_budget_bytes(memory_gb: float | None) -> int:
     """The budget in bytes: ``memory_gb``, else half of this machine's physical memory."""
     if memory_gb is not None:
-        if not memory_gb > 0 or not math.isfinite(memory_gb):
+        if not memory_gb > 0 or not math.isfinite(memory_gb * 2 ** 30):  # 1e300 GB: no byte count
             raise ConfigError(f"--memory must be a positive number of GB, got {memory_gb}")
         return int(memory_gb * 2 ** 30)
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
@@ -139,14 +142,38 @@ def unique_ids(recorded: list[Any], source: Path) -> list[Any]:
     """Row i's id (its recorded ``id``, else i); a DataError naming ``ids`` when two rows share one
     (a hit must name one gallery item)."""
     ids = [row if value is None else value for row, value in enumerate(recorded)]
-    first_row: dict[str, int] = {}
-    for row, value in enumerate(ids):
-        key = json.dumps(value, sort_keys=True)
-        if key in first_row:
-            raise DataError(f"rows {first_row[key]} and {row} share the id {value!r}; give every gallery item "
-                            f"its own id", path=source, field="ids")
-        first_row[key] = row
+    duplicate = first_duplicate(ids)
+    if duplicate is not None:
+        raise DataError(f"rows {duplicate[0]} and {duplicate[1]} share the id {ids[duplicate[1]]!r}; give every "
+                        f"gallery item its own id", path=source, field="ids")
     return ids
+
+
+def _read_codes(handle: Any, kind: str, path: Path) -> Any:
+    """The faiss index of a checked file (faiss allocates what the file holds, no more), its
+    float parts finite: faiss drops a NaN vector silently and every search of it is wrong."""
+    reader = faiss.PyCallbackIOReader(handle.read)
+    try:
+        codes = faiss.read_index_binary(reader) if kind == "binary" else faiss.read_index(reader)
+    except RuntimeError as exc:
+        raise DataError(f"faiss cannot read it ({str(exc).splitlines()[0][:200]}); build the index again",
+                        path=path) from None
+    for part in _float_parts(codes, kind):
+        check_finite(part, path, "index")
+    return codes
+
+
+def _float_parts(codes: Any, kind: str) -> list[np.ndarray]:
+    """The float arrays an index searches with (views where faiss allows, else small copies)."""
+    if kind == "flat":
+        return [faiss.rev_swig_ptr(codes.get_xb(), codes.ntotal * codes.d)]
+    if kind == "int8":
+        return [faiss.vector_to_array(codes.sq.trained)]
+    if kind == "ivf-pq":
+        quantizer = faiss.downcast_index(codes.quantizer)
+        return [faiss.rev_swig_ptr(quantizer.get_xb(), quantizer.ntotal * quantizer.d),
+                faiss.vector_to_array(codes.pq.centroids)]
+    return []
 
 
 def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: float | None = None,
@@ -183,46 +210,72 @@ class GalleryIndex:
     settings: dict[str, Any]
     ids: list[Any]
     searcher: Any
+    record: IndexSettings | None = None  # index.json, validated (None: an index built in memory)
 
     @classmethod
     def load(cls, directory: str | Path, rescore: int | None = None) -> GalleryIndex:
+        """The index in ``directory``: one whole build (re-read while a writer replaces it), every
+        file checked from its header before anything is allocated (:mod:`.index_files`); a
+        DataError naming the file for anything damaged, foreign or not a regular file."""
         directory = Path(directory)
-        settings = read_json_object(directory / SETTINGS_FILE)
-        if settings is None or not (directory / INDEX_FILE).is_file():
-            raise DataError(f"not an index directory (no {SETTINGS_FILE} and {INDEX_FILE}); "
-                            f"write one with vis-embed index", path=directory, field="index")
-        kind = settings.get("kind")
-        if settings.get("format_version") != FORMAT_VERSION or kind not in STORE_KINDS:
-            raise DataError(f"unsupported index (format {settings.get('format_version')}, kind {kind!r})",
-                            path=directory / SETTINGS_FILE, field="kind")
-        try:
-            ids = json.loads((directory / IDS_FILE).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DataError(f"unreadable ids ({exc}); build the index again", path=directory / IDS_FILE,
-                            field="ids") from None
-        rescore = settings.get("rescore", 0) if rescore is None else rescore
-        if rescore < 0 or (rescore and kind == "flat"):
-            raise ConfigError(f"--rescore {rescore}: only a binary, int8 or ivf-pq index re-ranks a shortlist")
-        path = str(directory / INDEX_FILE)
-        codes = faiss.read_index_binary(path) if kind == "binary" else faiss.read_index(path)
-        if not isinstance(ids, list) or codes.ntotal != len(ids) or codes.ntotal != settings.get("rows"):
-            raise DataError(f"{codes.ntotal} indexed vectors, {settings.get('rows')} rows in {SETTINGS_FILE}, but "
-                            f"ids.json does not list as many: a damaged index; build it again",
-                            path=directory, field="ids")
-        if kind == "flat":
-            searcher = codes
-        else:
-            vectors = np.load(directory / VECTORS_FILE, mmap_mode="r") if rescore else None
-            searcher = QuantizedIndex(kind, codes, int(settings["dim"]), vectors, rescore)
-        return cls(directory, settings, ids, searcher)
+        for _attempt in range(LOAD_ATTEMPTS):
+            try:
+                return cls._load_build(directory, rescore)
+            except BuildReplaced:
+                continue
+        if not directory.is_dir():  # a writer's leftover .old directory beside a missing index
+            raise DataError("not an index directory (not found); write one with vis-embed index", path=directory,
+                            field="index")
+        raise DataError(f"the index was replaced {LOAD_ATTEMPTS} times while it was read; try again when "
+                        f"vis-embed index has finished", path=directory, field="index")
+
+    @classmethod
+    def _load_build(cls, directory: Path, rescore: int | None) -> GalleryIndex:
+        with opened_build(directory, (SETTINGS_FILE, INDEX_FILE, IDS_FILE, VECTORS_FILE)) as files:
+            missing(files, (SETTINGS_FILE,), directory)
+            settings = read_settings(files[SETTINGS_FILE], directory / SETTINGS_FILE)
+            kind, rows, dim = settings.kind, settings.rows, settings.dim
+            rescore = settings.rescore if rescore is None else rescore
+            if rescore < 0 or (rescore and kind == "flat"):
+                raise ConfigError(f"--rescore {rescore}: only a binary, int8 or ivf-pq index re-ranks a shortlist")
+            missing(files, needed_files(kind, rescore), directory)
+            codes_file = files[INDEX_FILE]
+            check_faiss_file(codes_file, file_size(codes_file), kind, rows, dim, str(directory / INDEX_FILE))
+            vectors = mapped_vectors(files[VECTORS_FILE], directory / VECTORS_FILE, rows, dim) \
+                if VECTORS_FILE in needed_files(kind, rescore) else None
+            ids = read_ids(files[IDS_FILE], directory / IDS_FILE, rows)
+            codes = _read_codes(codes_file, kind, directory / INDEX_FILE)
+        searcher = codes if kind == "flat" else QuantizedIndex(kind, codes, dim, vectors, rescore)
+        return cls(directory, settings.model_dump(), ids, searcher, settings)
 
     @property
     def dim(self) -> int:
         return int(self.settings["dim"])
 
-    def check_queries(self, fingerprint: str | None, full_dim: int) -> None:
+    @property
+    def ntotal(self) -> int:
+        return int(self.searcher.ntotal)
+
+    @property
+    def rescore(self) -> int:
+        """The shortlist multiplier re-ranked with floats (0: the codes' or flat scores as they are)."""
+        return int(getattr(self.searcher, "rescore", 0))
+
+    def require_model(self, allow_any_model: bool = False) -> None:
+        """An index that records no model fingerprint is refused (a DataError naming ``model``)
+        unless ``allow_any_model`` (``--allow-any-model``): its vectors' model is unknown, and
+        another model's queries rank its gallery at random.  Checked before any model loads."""
+        if not (self.settings.get("model") or {}).get("fingerprint") and not allow_any_model:
+            raise DataError("the index records no model fingerprint (built by an older vis-embed, or from vectors "
+                            "encoded without one), so the model of its vectors is unknown; build it again from a "
+                            "vis-embed encode output, or pass --allow-any-model", path=self.directory / SETTINGS_FILE,
+                            field="model")
+
+    def check_queries(self, fingerprint: str | None, full_dim: int, allow_any_model: bool = False) -> None:
         """Queries of the model that made the gallery can be searched: the same fingerprint, and
-        the index's width at most the model's.  Otherwise a DataError naming the field."""
+        the index's width at most the model's (and :meth:`require_model`).  Otherwise a DataError
+        naming the field."""
+        self.require_model(allow_any_model)
         recorded = (self.settings.get("model") or {}).get("fingerprint")
         where = self.directory / SETTINGS_FILE
         if recorded and fingerprint and recorded != fingerprint:

@@ -55,7 +55,8 @@ from vis_embed.distributed import all_gather_object, broadcast_object, get_world
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.errors import DataError
 from vis_embed.gallery.stored_form import StoredForm, ranges_path
-from vis_embed.io import atomic_path, parse_jsonl_line, read_text_lines_or_errors
+from vis_embed.io import (atomic_path, check_regular_file, parse_jsonl_line, read_json_value,
+                          read_text_lines_or_errors)
 from vis_embed.model.embedder import Embedder
 from vis_embed.model.encode_shards import encode_across_ranks, remove_shards, shards_dir
 
@@ -69,8 +70,7 @@ def sidecar_paths(output: Path) -> tuple[Path, Path]:
 def read_items(path: Path, on_error: str) -> tuple[list[dict[str, Any]], list[Any], list[int], list[dict[str, Any]]]:
     """Parse the JSONL: ``(items, ids, line_numbers, rejects)``; malformed lines and items that
     break the item contract raise or are rejected."""
-    if not path.is_file():
-        raise DataError("input file not found", path=path)
+    check_regular_file(path, "input")
     items: list[dict[str, Any]] = []
     ids: list[Any] = []
     lines: list[int] = []
@@ -236,13 +236,21 @@ def read_encoded(output: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
     ``.ids.json`` is missing (a run killed while writing) or lists another row count is refused."""
     output = Path(output)
     ids_path, _rejects = sidecar_paths(output)
-    if not output.is_file():
+    if not output.exists():
         raise DataError("embedding matrix not found", path=output)
-    if not ids_path.is_file():
+    check_regular_file(output, "embedding matrix")
+    if not ids_path.exists():
         raise DataError(f"no row alignment {ids_path.name} beside it: the encode run that wrote it did "
                         f"not finish; run it again", path=output)
-    embeddings = np.load(output)
-    alignment = json.loads(ids_path.read_text(encoding="utf-8"))
+    check_regular_file(ids_path, "row alignment")
+    try:
+        # mapped first: a header claiming more rows than the file holds fails before any allocation
+        embeddings = np.array(np.load(output, mmap_mode="r"))
+    except (OSError, ValueError, EOFError) as exc:
+        raise DataError(f"not a .npy matrix ({exc})", path=output) from None
+    alignment = read_json_value(ids_path)
+    if not isinstance(alignment, dict) or not isinstance(alignment.get("lines", []), list):
+        raise DataError("expected a JSON object with a \"lines\" list", path=ids_path)
     if len(alignment.get("lines", [])) != len(embeddings):
         raise DataError(f"{len(embeddings)} rows but {ids_path.name} lists {len(alignment.get('lines', []))}: "
                         f"the two come from different runs; run encode again", path=output)

@@ -16,6 +16,11 @@ its one placeholder.  The count is exact but where ``prepare_one`` cuts a text t
 limit (or an image's header lies): a grouping hint, never a limit.  Leaving the template out
 made image+text items look 10 tokens shorter than they were (12% real padding where 10% was
 asked for, issue 20).
+
+A text is never tokenised whole when it cannot fit: :func:`within_token_budget` first cuts it to
+:data:`CHARS_PER_TOKEN` characters per allowed token (more than any real text needs, so nothing
+that fits is cut).  Tokenising a 2 MB line took 26 s and 730 MB, a 20 MB one over 7.5 GB; the
+server's limits (serving/limits.py), ``prepare_one`` and this estimate all cut by this one rule.
 """
 
 from __future__ import annotations
@@ -31,6 +36,17 @@ from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
 
 
+CHARS_PER_TOKEN = 16  # English averages ~4 characters per token; 16 leaves room for long tokens
+
+
+def within_token_budget(text: str | None, max_tokens: int | None) -> str | None:
+    """``text`` cut to ``max_tokens`` x :data:`CHARS_PER_TOKEN` characters (the part a token
+    budget can ever hold), before any tokenising; None or no budget: unchanged."""
+    if text is None or max_tokens is None or len(text) <= max_tokens * CHARS_PER_TOKEN:
+        return text
+    return text[:max_tokens * CHARS_PER_TOKEN]
+
+
 def estimated_lengths(model: Any, items: Sequence[Any], instruction: str | None,
                       base_dir: str | Path | None = None) -> list[int]:
     """Sequence length of each item as ``model.prepare_one`` will build it (see module doc);
@@ -38,7 +54,9 @@ def estimated_lengths(model: Any, items: Sequence[Any], instruction: str | None,
     visual = [visual_tokens(model, item, base_dir) for item in items]
     preparer = model.preparer()  # the prompt exactly as the real preparation builds it
     kinds = [None if count is None else "video" if _has_video(item) else "image" for item, count in zip(items, visual)]
-    prompts = [preparer.prompt(kind, instruction, _text(item)) for item, kind in zip(items, kinds)]
+    limit = getattr(model, "token_limit", None)
+    prompts = [preparer.prompt(kind, instruction, within_token_budget(_text(item), limit))
+               for item, kind in zip(items, kinds)]
     if not prompts:
         return []
     prompt_ids = model.processor.tokenizer(prompts, add_special_tokens=False)["input_ids"]

@@ -25,7 +25,7 @@ from vis_embed.data.items import check_item
 from vis_embed.data.video import Clip, load_video
 from vis_embed.errors import DataError
 from vis_embed.model.embedding_config import EmbeddingConfig
-from vis_embed.model.lengths import processor_size
+from vis_embed.model.lengths import processor_size, within_token_budget
 from vis_embed.model.prompts import build_prompt
 
 
@@ -168,10 +168,11 @@ class Preparer:
         """Validate, load, build the prompt and tokenise one item; an over-long text is cut."""
         item = check_item(item)
         pil_image = self.load_video(item, base_dir) if "video" in item else self.load_image(item, base_dir)
-        text = item.get("text")
-        prepared = self.process(pil_image, instruction, text)
         limit = self.token_limit
+        text = within_token_budget(item.get("text"), limit)  # never tokenise what cannot fit
+        prepared = self.process(pil_image, instruction, text)
         if limit is None or prepared.length <= limit:
+            prepared.truncated = text is not item.get("text")
             return prepared
         tokenizer = self.processor.tokenizer
         while prepared.length > limit and text:

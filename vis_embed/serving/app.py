@@ -12,7 +12,8 @@ client sends stops the server, and no error text shows an address, a path or a c
 Where a request's work runs: parsing on the event loop; text checks and token counting in the
 event loop's default thread pool (short, bounded work); image sources, headers and decodes in
 the server's own decode pool (``--decode-workers``) and URL fetches in the fetch pool, so a
-text-only request never waits behind an image; the model in the batcher's one thread.
+text-only request never waits behind an image; the model in the batcher's one thread; a
+search, its hits and its answer's JSON in the search pool (``--search-workers``, :mod:`.search_work`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import base64
 import hmac
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -39,9 +40,12 @@ from vis_embed.serving.errors import RequestError
 from vis_embed.serving.gallery_routes import (answered_dimensions, check_default_dim, cut, install_search,
                                               matryoshka_dims_of)
 from vis_embed.serving.hosts import AllowedHosts
+from vis_embed.serving.paths import ExactPaths
 from vis_embed.serving.images import ImagePolicy, decode_request_images
 from vis_embed.serving.limits import InputLimiter
-from vis_embed.serving.metrics import ServerMetrics
+from vis_embed.serving.metrics import ServerMetrics, route_template
+from vis_embed.serving.search_work import SearchWork
+from vis_embed.serving.sends import SendGuard
 from vis_embed.serving.schemas import (
     EmbeddingRequest,
     check_content_type,
@@ -50,9 +54,9 @@ from vis_embed.serving.schemas import (
     parse_request,
 )
 from vis_embed.serving.settings import ServerSettings  # its home; imported from here too
+from vis_embed.serving.waiting import answer_unless_abandoned
 
 _log = logging.getLogger(__name__)
-DISCONNECT_POLL_S = 0.25  # how often a waiting request looks whether its client is still there
 
 
 def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> FastAPI:
@@ -68,6 +72,8 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
         if settings.allow_urls else None
     decode_pool = ThreadPoolExecutor(settings.decode_workers, thread_name_prefix="vis-embed-decode")
     pixel_budget = PixelBudget(settings.max_pixels_in_flight)
+    search_work = None if index is None else SearchWork(index, settings.max_search_floats,
+                                                         settings.max_search_floats_in_flight, settings.search_workers)
     model = getattr(embedder, "model", None)
     preparer = model.preparer() if hasattr(model, "preparer") else None
     preparer_config = getattr(preparer, "config", None)  # the EmbeddingConfig it prepares with
@@ -97,13 +103,20 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
             for pool in (url_pool, decode_pool):
                 if pool is not None:
                     pool.shutdown(wait=False, cancel_futures=True)
+            if search_work is not None:
+                search_work.close()
 
     # No interactive docs, key or not: they describe the server to anyone who can connect.
     app = FastAPI(title="vis_embed embeddings", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
+    app.add_middleware(ExactPaths)  # "/v1/embeddings\n" is not /v1/embeddings
     if settings.allowed_hosts is not None:
         app.add_middleware(AllowedHosts, hosts=settings.allowed_hosts)
     app.state.batcher = batcher
+    # the send deadline and unsent-byte bounds; `vis-embed serve` hands it to its h11 protocol
+    app.state.send_guard = SendGuard(settings.send_timeout_s, settings.max_unsent_bytes,
+                                     settings.max_unsent_bytes_total)
+    metrics.watch_sends(app.state.send_guard)
     app.state.limiter = limiter
     created = int(time.time())
     # The effective settings the vectors are made with (EmbeddingConfig), listed by /v1/models.
@@ -114,16 +127,16 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
     async def embed_items(request: Request, schema: type[BaseModel] = EmbeddingRequest,
                           check: Any = None) -> tuple[Any, Any]:
         """``(the request's other fields, its EmbeddingResult)``: body to vectors, every limit applied;
-        ``check(parsed)`` refuses what the route cannot answer before any work."""
+        ``check(parsed, n_items)`` refuses what the route cannot answer before any work."""
         deadline = time.monotonic() + settings.request_timeout_s  # with_deadline's clock, give or take
         parsed = parse_request(await _read_body(request, settings.max_request_bytes), schema)
         _check_model(parsed, settings.model_name)
-        if check is not None:
-            check(parsed)
         check_instruction(parsed.instruction)
         instruction = parsed.instruction
         items = parse_items(parsed.input, settings.max_items)
-        metrics.items.labels(request.scope["path"]).inc(len(items))
+        if check is not None:
+            check(parsed, len(items))
+        metrics.items.labels(route_template(request.scope)).inc(len(items))
         parsed = parsed.model_copy(update={"input": None})  # the raw input (base64 images) is not held
         # The instruction's share of the token budget, before any image is decoded.
         await asyncio.to_thread(limiter.check_instruction_share, len(items), instruction)
@@ -137,9 +150,9 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
                 raise RequestError(429, f"the server is busy: {exc}; retry later",
                                    error_type="rate_limit_error") from None
             del items  # the job holds the decoded images until it is answered (or given up), then drops them
-            return parsed, await _answer_unless_abandoned(request, future)
+            return parsed, await answer_unless_abandoned(request, future)
 
-    def dimensions(parsed: EmbeddingRequest) -> int:
+    def dimensions(parsed: EmbeddingRequest, _n_items: int = 0) -> int:
         return answered_dimensions(parsed.dimensions, settings.dim, embedder.embedding_dim,
                                    matryoshka_dims_of(embedder))
 
@@ -200,8 +213,8 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
         check_content_type(request.headers.get("content-type"))
         return await with_deadline(embed(request))
 
-    if index is not None:
-        install_search(app, index, embed_items, authorized, with_deadline, settings.model_name)
+    if search_work is not None:
+        install_search(app, search_work, embed_items, authorized, with_deadline, settings.model_name)
     metrics.install(app, authorized)
     return app
 
@@ -222,21 +235,6 @@ def _has_key(request: Request, api_key: str) -> bool:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("utf-8"),
                                                               api_key.encode("utf-8"))
-
-
-async def _answer_unless_abandoned(request: Request, future: Future) -> Any:
-    """The job's result; if the client goes away (or the request's deadline cancels this
-    wait), the job is cancelled: dropped if queued, stopped before its next forward batch."""
-    waiter = asyncio.wrap_future(future)
-    try:
-        while True:
-            done, _pending = await asyncio.wait({waiter}, timeout=DISCONNECT_POLL_S)
-            if done:
-                return waiter.result()
-            if await request.is_disconnected():
-                raise RequestError(400, "the client closed the connection")
-    finally:
-        waiter.cancel()  # cancels the job's future too (wrap_future), unless it was answered
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

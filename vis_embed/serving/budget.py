@@ -1,4 +1,5 @@
-"""One budget of decoded pixels across all requests (``--max-pixels-in-flight``).
+"""Budgets of work across all requests: decoded pixels (``--max-pixels-in-flight``) and search
+floats (``--max-search-floats-in-flight``), one FIFO waiting rule for both.
 
 ``--max-request-pixels`` bounds one request; sixteen concurrent requests each inside it (a 10 KB
 7999 x 7999 1-bit PNG apiece) still grew the server by 6.5 GB.  Every request reserves its
@@ -6,25 +7,28 @@ images' pixels (from their headers) here *before* decoding them and gives them b
 is answered or abandoned; a request that does not fit waits for others to finish (within its
 own deadline), so the decoded images held at once never exceed the budget.  All of it runs on
 the event loop: no lock, and a cancelled request's reservation is returned in its ``finally``.
+A search reserves its floats (queries x k x rescore x width) the same way before it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from vis_embed.serving.errors import RequestError
 
 
-class PixelBudget:
-    """Decoded pixels reserved by requests in flight, at most ``total`` (FIFO waiting)."""
+class WorkBudget:
+    """Units of work (pixels, floats) reserved by requests in flight, at most ``total`` (FIFO
+    waiting); ``too_large(amount, total)`` is the 413 of a request that can never fit."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, too_large: Callable[[int, int], RequestError]) -> None:
         if total < 1:
-            raise ValueError(f"the pixel budget must be >= 1, got {total}")
+            raise ValueError(f"a work budget must be >= 1, got {total}")
         self.total = total
+        self.too_large = too_large
         self.used = 0
         self._waiters: deque[_Turn] = deque()
 
@@ -40,8 +44,7 @@ class PixelBudget:
 
     async def _acquire(self, pixels: int) -> None:
         if pixels > self.total:
-            raise RequestError(413, f"the request's images hold {pixels} pixels, more than this server decodes "
-                                    f"at once ({self.total}, --max-pixels-in-flight); send fewer or smaller images")
+            raise self.too_large(pixels, self.total)
         turn = _Turn()
         self._waiters.append(turn)
         try:
@@ -63,14 +66,23 @@ class PixelBudget:
             self._waiters[0].wake.set_result(None)
 
 
+class PixelBudget(WorkBudget):
+    """Decoded pixels of all requests at once (``--max-pixels-in-flight``)."""
+
+    def __init__(self, total: int) -> None:
+        super().__init__(total, lambda pixels, total: RequestError(
+            413, f"the request's images hold {pixels} pixels, more than this server decodes at once ({total}, "
+                 f"--max-pixels-in-flight); send fewer or smaller images"))
+
+
 class _Turn:
     wake: asyncio.Future | None = None
 
 
 class Reservation:
-    """What one request holds of a :class:`PixelBudget`."""
+    """What one request holds of a :class:`WorkBudget` (``pixels``: its units, whatever they count)."""
 
-    def __init__(self, budget: PixelBudget) -> None:
+    def __init__(self, budget: WorkBudget) -> None:
         self.budget = budget
         self.pixels = 0
 

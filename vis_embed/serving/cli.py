@@ -15,6 +15,13 @@ glibc's allocator gives each thread that allocates under contention an arena of 
 arenas at :data:`MALLOC_ARENAS` (``MALLOC_ARENA_MAX``, respected if the operator set it) first
 thing when the command runs -- before the model, the thread pools or uvicorn start a thread --
 and exports it, so the preparation worker processes start with it too.
+
+The arena cap alone did not level the RSS off, and round 2's pixel budget still let 16
+concurrent 7999^2 PNGs grow the server by 3.5 GB: glibc raises its mmap threshold each time a
+large block is freed, so later blocks of up to 32 MB come from the heap and stay there.
+:func:`fix_mmap_threshold` fixes it at :data:`MMAP_THRESHOLD` (``MALLOC_MMAP_THRESHOLD_``,
+respected if set) the same way: every block above 128 KiB gets its own mapping, returned to
+the system when freed (:func:`tune_malloc` applies both).
 """
 
 from __future__ import annotations
@@ -29,13 +36,16 @@ from pathlib import Path
 
 from vis_embed.config import add_model_arguments, from_arguments
 from vis_embed.errors import ConfigError
+from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 from vis_embed.serving.hosts import default_allowed_hosts
 from vis_embed.serving.settings import API_KEY_ENV, GALLERIES, LIMITS, ServerSettings
 
 MALLOC_ARENAS = 2
+MMAP_THRESHOLD = 131_072  # bytes: every block above it gets its own mapping, returned when freed
 _M_ARENA_MAX = -8  # glibc's mallopt parameter number for MALLOC_ARENA_MAX (malloc.h)
+_M_MMAP_THRESHOLD = -3  # and for M_MMAP_THRESHOLD
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser, ServerSettings, groups)
     groups[GALLERIES].add_argument("--index", type=Path, default=None, metavar="DIR",
                                    help="a vis-embed index directory of this model's vectors: adds POST /v1/search")
+    groups[GALLERIES].add_argument("--allow-any-model", action="store_true",
+                                   help=ALLOW_ANY_MODEL_HELP)
     add_model_loading_arguments(parser)
     add_preparation_arguments(parser)
 
@@ -68,22 +80,41 @@ def server_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.en
                           allowed_hosts=allowed_hosts)
 
 
+def tune_malloc(environ: dict[str, str] | os._Environ = os.environ) -> dict[str, int | None]:
+    """The allocator settings `vis-embed serve` runs with (module notes): the arena cap and a
+    fixed mmap threshold; what each applied (None off glibc)."""
+    return {"MALLOC_ARENA_MAX": limit_malloc_arenas(environ),
+            "MALLOC_MMAP_THRESHOLD_": fix_mmap_threshold(environ)}
+
+
 def limit_malloc_arenas(environ: dict[str, str] | os._Environ = os.environ) -> int | None:
     """Cap glibc's malloc arenas at ``MALLOC_ARENA_MAX`` (default :data:`MALLOC_ARENAS`) in this
     process (``mallopt``) and its children (the variable); the value applied, None off glibc."""
-    arenas = int(environ.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENAS)))
+    return _mallopt(environ, "MALLOC_ARENA_MAX", MALLOC_ARENAS, _M_ARENA_MAX)
+
+
+def fix_mmap_threshold(environ: dict[str, str] | os._Environ = os.environ) -> int | None:
+    """Fix glibc's mmap threshold at ``MALLOC_MMAP_THRESHOLD_`` (default :data:`MMAP_THRESHOLD`)
+    in this process and its children; the value applied, None off glibc."""
+    return _mallopt(environ, "MALLOC_MMAP_THRESHOLD_", MMAP_THRESHOLD, _M_MMAP_THRESHOLD)
+
+
+def _mallopt(environ: dict[str, str] | os._Environ, variable: str, default: int, parameter: int) -> int | None:
+    """``mallopt(parameter, value)``: ``value`` from ``environ[variable]`` (the operator's), else
+    ``default``, exported there for child processes; the value applied, None off glibc."""
+    value = int(environ.setdefault(variable, str(default)))
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt): nothing to cap
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): nothing to set
         return None
-    return arenas if mallopt(_M_ARENA_MAX, arenas) == 1 else None
+    return value if mallopt(parameter, value) == 1 else None
 
 
 def run(args: argparse.Namespace) -> int:
-    limit_malloc_arenas()  # before torch, the pools or uvicorn start threads (module notes)
+    tune_malloc()  # before torch, the pools or uvicorn start threads or allocate (module notes)
     import uvicorn  # heavy imports only when the command runs
 
     from vis_embed.model.embedder import Embedder
@@ -94,15 +125,20 @@ def run(args: argparse.Namespace) -> int:
 
     settings = server_settings(args)  # before anything loads: a bad flag costs no model load
     index = None if args.index is None else GalleryIndex.load(args.index)  # a bad index fails before the model loads
+    if index is not None:
+        index.require_model(args.allow_any_model)
     embedder = Embedder.from_pretrained(
         args.model, adapter=args.adapter, **model_settings(args),
         # A long-lived process: "auto" means the workers, whatever the size of the first request.
         workers=resolve_workers(args.workers))
     if index is not None:
-        index.check_queries(embedder.fingerprint(), embedder.embedding_dim)  # the gallery's model, or exit 2
+        # the gallery's model, or exit 2
+        index.check_queries(embedder.fingerprint(), embedder.embedding_dim, args.allow_any_model)
     embedder.start_workers(background=True)  # requests are prepared in-process until they are up
-    uvicorn.run(create_app(embedder, settings, index), host=settings.host, port=settings.port, log_level="info",
-                http=header_timeout_protocol(settings.header_timeout_s, settings.max_header_bytes),
+    app = create_app(embedder, settings, index)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info",
+                http=header_timeout_protocol(settings.header_timeout_s, settings.max_header_bytes,
+                                             app.state.send_guard),
                 timeout_keep_alive=settings.keep_alive_timeout_s, limit_concurrency=settings.max_connections,
                 h11_max_incomplete_event_size=settings.max_header_bytes)
     return 0

@@ -9,26 +9,26 @@ width answered when a request names none.
 ``POST /v1/search`` (with ``vis-embed serve --index DIR``): ``{"model", "input", "instruction"?,
 "k"?}``; the input items are embedded exactly as ``/v1/embeddings`` embeds them (same body and
 item limits, API key, micro-batching and per-request isolation), cut to the index's width and
-searched (:mod:`vis_embed.gallery.store`).  Answer: ``{"object": "list", "model", "data":
-[{"object": "search_result", "index": i, "hits": [{"id", "score"}, ...]}], "usage"}``.
+searched (:mod:`vis_embed.gallery.store`), the work bounded by :mod:`.search_work`.  Answer:
+``{"object": "list", "model", "data": [{"object": "search_result", "index": i, "hits": [{"id",
+"score"}, ...]}], "usage"}``.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from vis_embed.errors import ConfigError
-from vis_embed.gallery.search_file import hits_of
 from vis_embed.gallery.stored_form import warn_if_not_matryoshka
 from vis_embed.gallery.vectors import truncate
 from vis_embed.serving.errors import RequestError
+from vis_embed.serving.search_work import SearchWork
 
 MAX_SEARCH_K = 1000
 
@@ -79,27 +79,28 @@ def cut(embeddings: np.ndarray, dim: int) -> np.ndarray:
     return truncate(embeddings, dim) if dim != embeddings.shape[1] else embeddings
 
 
-EmbedItems = Callable[[Request, type[BaseModel]], Awaitable[tuple[Any, Any]]]
+EmbedItems = Callable[..., Awaitable[tuple[Any, Any]]]
 
 
-def install_search(app: FastAPI, index: Any, embed_items: EmbedItems, authorized: Any,
-                   with_deadline: Callable[[Awaitable[JSONResponse]], Awaitable[JSONResponse]],
+def install_search(app: FastAPI, work: SearchWork, embed_items: EmbedItems, authorized: Any,
+                   with_deadline: Callable[[Awaitable[Response]], Awaitable[Response]],
                    model_name: str) -> None:
-    """``POST /v1/search`` over ``index`` (a loaded :class:`~vis_embed.gallery.store.GalleryIndex`).
+    """``POST /v1/search`` over ``work.index`` (a loaded :class:`~vis_embed.gallery.store.GalleryIndex`),
+    its work bounded by ``work`` (:mod:`.search_work`).
 
-    ``embed_items(request, schema)`` is the app's own path from body to vectors (limits,
-    parsing, batching); ``with_deadline`` its request timeout."""
-    async def search(request: Request) -> JSONResponse:
-        parsed, result = await embed_items(request, SearchRequest)
-        queries = truncate(result.embeddings, index.dim)
-        scores, rows = await asyncio.to_thread(index.search, queries, parsed.k)
-        data = [{"object": "search_result", "index": position, "hits": hits}
-                for position, hits in enumerate(hits_of(index, scores, rows))]
-        return JSONResponse({"object": "list", "model": model_name, "data": data,
-                             "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}})
+    ``embed_items(request, schema, check)`` is the app's own path from body to vectors (limits,
+    parsing, batching; ``check(parsed, n_items)`` refuses before any work); ``with_deadline``
+    its request timeout."""
+    async def search(request: Request) -> Response:
+        parsed, result = await embed_items(request, SearchRequest,
+                                           lambda parsed, n_items: work.check(n_items, parsed.k))
+        queries = truncate(result.embeddings, work.index.dim)
+        usage = {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
+        body = await work.answer(request, queries, parsed.k, model_name, usage)
+        return Response(body, media_type="application/json")
 
     @app.post("/v1/search", dependencies=[authorized])
-    async def search_route(request: Request) -> JSONResponse:
+    async def search_route(request: Request) -> Response:
         from vis_embed.serving.schemas import check_content_type
 
         check_content_type(request.headers.get("content-type"))

@@ -143,8 +143,11 @@ async def decode_request_images(items: list[dict[str, Any]], policy: ImagePolicy
             return await loop.run_in_executor(policy.decode_pool, _image_source, image, param, policy)
         if not policy.allow_urls:
             return _image_source(image, param, policy)  # the refusal, without a thread
+        # The fetch's whole life -- its waits for the request's fetch slots and for a worker of the
+        # shared pool included -- fits --url-timeout: its deadline is set when it is asked for.
+        fetch_deadline = min(deadline, time.monotonic() + policy.url_timeout_s)
         async with fetch_gate:
-            data = await loop.run_in_executor(policy.url_pool, _fetch, image, param, policy, deadline)
+            data = await loop.run_in_executor(policy.url_pool, _fetch, image, param, policy, fetch_deadline)
         fetched[0] += len(data)  # fetched bytes are held until decoded: bounded like a body
         if policy.max_fetched_bytes is not None and fetched[0] > policy.max_fetched_bytes:
             raise RequestError(413, f"{param}: the request's image URLs hold more than {policy.max_fetched_bytes} "

@@ -6,9 +6,10 @@ aside).  Over ``--max-input-tokens`` an item is refused (400, OpenAI's behaviour
 ``--long-input truncate``, its text is cut at the end until it fits.
 
 A long text must not cost the server the time of tokenising it whole (1 MB took 50 s, with
-every other client waiting): the text is first cut to :data:`CHARS_PER_TOKEN` characters per
-allowed token -- more than any real text needs, so nothing that fits is cut -- and only that
-prefix is tokenised.  In refuse mode a text longer than that is refused without tokenising.
+every other client waiting): the text is first cut to ``CHARS_PER_TOKEN`` characters per
+allowed token (model/lengths.within_token_budget, the rule encode and search use too) --
+more than any real text needs, so nothing that fits is cut -- and only that prefix is tokenised.
+In refuse mode a text longer than that is refused without tokenising.
 
 A request as a whole is bounded too (``--max-request-tokens``: items x tokens, the instruction
 counted in every item, as the model runs it): 40 one-character items under a 4,096-emoji
@@ -26,13 +27,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from vis_embed.model.lengths import visual_tokens
+from vis_embed.model.lengths import CHARS_PER_TOKEN, visual_tokens, within_token_budget
 from vis_embed.model.prompts import join_instruction
 from vis_embed.serving.errors import RequestError
 from vis_embed.serving.settings import DEFAULT_MAX_REQUEST_TOKENS, LONG_INPUT_MODES
 
 DEFAULT_MAX_INPUT_TOKENS = 8192  # OpenAI's embeddings limit, for a model that records none
-CHARS_PER_TOKEN = 16  # English averages ~4 characters per token; 16 leaves room for long tokens
 TYPICAL_CHARS_PER_TOKEN = 4
 
 
@@ -90,7 +90,7 @@ class InputLimiter:
         if text is not None and len(text) > self.max_chars:
             if self.mode == "refuse":
                 raise self._too_long(param, f"{len(text)} characters")
-            text = text[:self.max_chars]  # cut by characters before any tokenising
+            text = within_token_budget(text, self.max_tokens)  # cut by characters before any tokenising
         if text is not None and self.mode == "truncate" and len(text) > self.max_tokens * TYPICAL_CHARS_PER_TOKEN:
             # Most texts pass the limit within a typical number of characters per token:
             # tokenising that prefix first spares the rest.

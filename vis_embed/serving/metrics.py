@@ -9,7 +9,10 @@ the tests, do not share counters):
 - ``vis_embed_items_total{endpoint}``: items accepted into the batcher;
 - ``vis_embed_batch_items``: items per model batch (histogram, as the micro-batcher forms them);
 - ``vis_embed_batch_seconds``: model time per batch (histogram);
-- ``vis_embed_queue_depth``: requests waiting for the model, read at scrape time.
+- ``vis_embed_queue_depth``: requests waiting for the model, read at scrape time;
+- ``vis_embed_connections_cut_total{reason}``: connections cut because their client did not
+  read its answer (``send_timeout``, ``unsent_bytes``, ``unsent_bytes_total``: :mod:`.sends`);
+- ``vis_embed_unsent_bytes``: answer bytes waiting for their clients, read at scrape time.
 
 Behind the API key like every endpoint but ``/health``.
 """
@@ -40,6 +43,10 @@ class ServerMetrics:
                                      registry=self.registry)
         self.batch_seconds = Histogram("vis_embed_batch_seconds", "model time per batch", registry=self.registry)
         self.queue_depth = Gauge("vis_embed_queue_depth", "requests waiting for the model", registry=self.registry)
+        self.cuts = Counter("vis_embed_connections_cut", "connections cut because their client did not read its "
+                            "answer", ["reason"], registry=self.registry)
+        self.unsent = Gauge("vis_embed_unsent_bytes", "answer bytes waiting for their clients",
+                            registry=self.registry)
 
     def observing(self, embedder: Any) -> Any:
         """``embedder`` seen through a proxy that times each batch the micro-batcher runs."""
@@ -48,6 +55,13 @@ class ServerMetrics:
     def watch_queue(self, stats: Any) -> None:
         """Read the queue depth from ``stats()`` (the batcher's) at every scrape."""
         self.queue_depth.set_function(lambda: float(stats()["queued_requests"]))
+
+    def watch_sends(self, guard: Any) -> None:
+        """Count ``guard``'s cuts (a :class:`~vis_embed.serving.sends.SendGuard`) and read its unsent bytes."""
+        for reason in guard.cuts:
+            self.cuts.labels(reason)  # listed at 0 before the first cut
+        guard.on_cut = lambda reason: self.cuts.labels(reason).inc()
+        self.unsent.set_function(lambda: float(guard.unsent_bytes()))
 
     def install(self, app: FastAPI, authorized: Any) -> None:
         """The middleware counting every answered request, and ``GET /metrics``."""
@@ -61,6 +75,12 @@ class ServerMetrics:
         if endpoint != METRICS_PATH:
             self.requests.labels(endpoint, str(code)).inc()
             self.latency.labels(endpoint).observe(seconds)
+
+
+def route_template(scope: dict[str, Any]) -> str:
+    """The label of a request: its route's template, never the raw path (an unknown path is one
+    label, not one per URL)."""
+    return getattr(scope.get("route"), "path", None) or "unmatched"
 
 
 class _CountingMiddleware:
@@ -84,9 +104,7 @@ class _CountingMiddleware:
         try:
             await self.app(scope, receive, send_and_note)
         finally:
-            # the route's template, not the raw path: an unknown path is one label, not one per URL
-            endpoint = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.metrics.record(endpoint, status[0], time.perf_counter() - started)
+            self.metrics.record(route_template(scope), status[0], time.perf_counter() - started)
 
 
 class _ObservedEmbedder:

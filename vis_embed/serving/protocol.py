@@ -13,6 +13,10 @@ a request or within its header deadline.  The body's time is bounded by the app
 h11's ``max_incomplete_event_size`` only applies while a head is *incomplete*: a 70 KB head in
 one write passed.  Here the head's bytes are counted as they arrive, complete or not; a head
 over ``max_header_bytes`` gets **431** (in the API's error shape) and the connection closes.
+
+A request h11 cannot parse gets **400** in the API's error shape too (uvicorn's own answer is
+plain text), and the transport's write-buffer callbacks feed the send deadline and unsent-byte
+bounds of :mod:`.sends`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from vis_embed.serving.sends import SendGuard
+
 _HEAD_END = re.compile(rb"\n\r?\n")  # h11 ends a head at a blank line, CRLF or bare LF
 _TOO_LARGE_BODY = json.dumps({"error": {"message": "the request head (request line and headers) is too large "
                                                    "(--max-header-bytes)", "type": "invalid_request_error",
@@ -33,9 +39,11 @@ TOO_LARGE_RESPONSE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-
                       + _TOO_LARGE_BODY)
 
 
-def header_timeout_protocol(header_timeout_s: float, max_header_bytes: int | None = None) -> type[asyncio.Protocol]:
+def header_timeout_protocol(header_timeout_s: float, max_header_bytes: int | None = None,
+                            send_guard: SendGuard | None = None) -> type[asyncio.Protocol]:
     """An ``H11Protocol`` subclass (for ``uvicorn.Config(http=...)``) with the head deadline
-    and, with ``max_header_bytes``, the head cap."""
+    and, with ``max_header_bytes``, the head cap; with ``send_guard`` (the app's
+    ``app.state.send_guard``), its send deadline and unsent-byte bounds (:mod:`.sends`)."""
 
     class HeaderTimeoutH11Protocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
@@ -64,7 +72,27 @@ def header_timeout_protocol(header_timeout_s: float, max_header_bytes: int | Non
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_header_timer()
+            if send_guard is not None:
+                send_guard.resumed(self)
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if send_guard is not None:
+                send_guard.paused(self)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if send_guard is not None:
+                send_guard.resumed(self)
+
+        def send_400_response(self, msg: str) -> None:
+            """A malformed request (h11 could not parse it) answered in the API's error shape."""
+            body = json.dumps({"error": {"message": "malformed HTTP request", "type": "invalid_request_error",
+                                         "param": None, "code": None}}).encode()
+            self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close"
+                                 b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            self.transport.close()
 
         def _await_head(self) -> None:
             self._awaiting_head, self._head_bytes, self._tail = True, 0, b""

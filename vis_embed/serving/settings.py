@@ -36,6 +36,13 @@ DEFAULT_DECODE_WORKERS = 2
 DEFAULT_DECODE_TIMEOUT_S = 10.0
 DEFAULT_MAX_REQUEST_TOKENS = 131_072  # 1,024 items of 128 tokens, or 16 at the model's 8,192
 DEFAULT_MAX_PIXELS_IN_FLIGHT = 128_000_000  # two requests at --max-request-pixels; RGB in PIL: 512 MB
+# queries x k x rescore x width: 64 queries x k 1000 at width 1,024, or 1,024 x k 16 x 4 at 1,024
+DEFAULT_MAX_SEARCH_FLOATS = 2 ** 26
+DEFAULT_MAX_SEARCH_FLOATS_IN_FLIGHT = 2 ** 27  # two requests at --max-search-floats
+DEFAULT_SEARCH_WORKERS = 2
+DEFAULT_SEND_TIMEOUT_S = 30.0
+DEFAULT_MAX_UNSENT_BYTES = 128 * 1024 * 1024  # above the largest answer: 1,024 vectors of 4,096 floats as JSON
+DEFAULT_MAX_UNSENT_BYTES_TOTAL = 512 * 1024 * 1024
 
 LongInput = Literal["refuse", "truncate"]  # an input over max_input_tokens: 400, or its text cut
 LONG_INPUT_MODES: tuple[str, ...] = get_args(LongInput)
@@ -123,6 +130,24 @@ class ServerSettings(BaseModel):
     decode_timeout_s: float = Field(DEFAULT_DECODE_TIMEOUT_S, gt=0, description="seconds one image's decode may "
                                     "take; beyond, 400",
                                     json_schema_extra=_limit("--decode-timeout", metavar="DECODE_TIMEOUT"))
+    max_search_floats: int = Field(DEFAULT_MAX_SEARCH_FLOATS, gt=0, description="most search work per request: "
+                                   "queries x k x rescore (1 for a flat index) x the index's width, in floats; "
+                                   "beyond, 413", json_schema_extra=_limit("--max-search-floats"))
+    max_search_floats_in_flight: int = Field(DEFAULT_MAX_SEARCH_FLOATS_IN_FLIGHT, gt=0, description="most search "
+                                             "work of all requests at once (as --max-search-floats); more wait",
+                                             json_schema_extra=_limit("--max-search-floats-in-flight"))
+    search_workers: int = Field(DEFAULT_SEARCH_WORKERS, gt=0, description="threads searching the index and "
+                                "encoding search answers; more searches wait",
+                                json_schema_extra=_limit("--search-workers"))
+    send_timeout_s: float = Field(DEFAULT_SEND_TIMEOUT_S, gt=0, description="seconds an answer may wait for its "
+                                  "client to read it; beyond, the connection is cut",
+                                  json_schema_extra=_limit("--send-timeout", metavar="SEND_TIMEOUT"))
+    max_unsent_bytes: int = Field(DEFAULT_MAX_UNSENT_BYTES, gt=0, description="most answer bytes waiting for one "
+                                  "client to read them; beyond, its connection is cut",
+                                  json_schema_extra=_limit("--max-unsent-bytes"))
+    max_unsent_bytes_total: int = Field(DEFAULT_MAX_UNSENT_BYTES_TOTAL, gt=0, description="most answer bytes "
+                                        "waiting for all clients together; beyond, the longest-waiting are cut",
+                                        json_schema_extra=_limit("--max-unsent-bytes-total"))
     # ---- galleries (docs/galleries.md)
     dim: int | None = Field(None, gt=0, description="width of the vectors answered when a request names no "
                             "`dimensions` (Matryoshka prefix, renormalised; default: the model's full width)",

@@ -1,0 +1,130 @@
+"""The command-line paths bounded like the server: texts cut to the model's token budget before
+tokenising (encode, search, index's inputs), and every bad file or flag one `error:` line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vis_embed.cli import main
+from vis_embed.gallery.store import write_index
+from vis_embed.model.lengths import CHARS_PER_TOKEN, estimated_lengths, within_token_budget
+
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.timeout(120)]
+
+
+def test_a_text_is_cut_to_its_token_budget_by_characters() -> None:
+    assert within_token_budget("x" * 100, 10) == "x" * 100  # 160 characters fit 10 tokens
+    assert within_token_budget("x" * 1000, 10) == "x" * (10 * CHARS_PER_TOKEN)
+    assert within_token_budget("x" * 1000, None) == "x" * 1000 and within_token_budget(None, 10) is None
+
+
+@pytest.fixture(scope="module")
+def embedder(tiny_checkpoint):
+    """The tiny checkpoint with a 128-token budget (its own is the decoder's whole context)."""
+    from vis_embed.model.embedder import Embedder
+
+    return Embedder.from_pretrained(tiny_checkpoint(), device="cpu", dtype="float32", max_length=128, workers=0)
+
+
+def test_encoding_a_huge_text_never_tokenises_more_than_the_budget_holds(embedder, monkeypatch) -> None:
+    tokenizer_type = type(embedder.model.processor.tokenizer)
+    seen: list[int] = []
+    original = tokenizer_type.__call__
+
+    def spying(self, text=None, *args, **kwargs):
+        texts = text if isinstance(text, list) else [text]
+        seen.append(max(len(t) for t in texts if isinstance(t, str)))
+        return original(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(tokenizer_type, "__call__", spying)
+    limit = embedder.model.token_limit
+    assert limit == 128
+    huge = "word " * 400_000  # 2 MB: tokenised whole it cost 26 s and 730 MB
+    estimated_lengths(embedder.model, [{"text": huge}], None)
+    vectors = embedder.encode([{"text": huge}, {"text": "short"}], show_progress=False)
+    assert vectors.shape[0] == 2 and np.isfinite(vectors).all()
+    assert seen and max(seen) <= limit * CHARS_PER_TOKEN + 200  # the cut text plus the prompt template
+    assert embedder.model.truncated_items >= 1
+
+
+def _encoded(tmp_path: Path, fingerprint: str = "fp") -> Path:
+    path = tmp_path / "e.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((30, 8)).astype(np.float32))
+    path.with_suffix(".ids.json").write_text(json.dumps({"lines": list(range(1, 31)),
+                                                         "model": {"name": "m", "fingerprint": fingerprint}}))
+    return path
+
+
+def _one_error_line(capsys, code: int) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize("flags, match", [
+    (["--memory", "1e300"], "--memory must be a positive number of GB"),
+    (["--memory", "nan"], "--memory must be a positive number of GB"),
+])
+def test_index_flags_out_of_range_are_one_error_line(tmp_path, capsys, flags, match) -> None:
+    line = _one_error_line(capsys, main(["index", "--embeddings", str(_encoded(tmp_path)), "--out",
+                                         str(tmp_path / "idx"), *flags]))
+    assert match in line
+
+
+@pytest.mark.parametrize("seed", ["1e23", "100000000000000000000000", "-1"])
+def test_index_seed_out_of_range_is_a_usage_error(tmp_path, capsys, seed) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["index", "--embeddings", str(_encoded(tmp_path)), "--out", str(tmp_path / "idx"), "--kind", "ivf-pq",
+              "--seed", seed])
+    assert exit_.value.code == 2 and "error: argument --seed:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda e: (os.unlink(e), os.mkfifo(e)), "e.npy: embedding matrix path is a FIFO (named pipe)"),
+    (lambda e: e.write_bytes(e.read_bytes()[:-100]), "e.npy: not a .npy matrix"),
+    (lambda e: e.with_suffix(".ids.json").write_bytes(b"\xff{"), "e.ids.json:1: not UTF-8"),
+    (lambda e: e.with_suffix(".ids.json").write_text("[" * 100_000), "e.ids.json: JSON nested too deeply"),
+])
+def test_a_bad_embeddings_file_is_one_error_line(tmp_path, capsys, damage, match) -> None:
+    embeddings = _encoded(tmp_path)
+    damage(embeddings)
+    line = _one_error_line(capsys, main(["index", "--embeddings", str(embeddings), "--out", str(tmp_path / "idx")]))
+    assert match in line
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda d: (d / "index.faiss").write_bytes((d / "index.faiss").read_bytes()[:-3]), "index.faiss: its"),
+    (lambda d: (d / "index.json").write_text(json.dumps({**json.loads((d / "index.json").read_text()), "dim": "abc"})),
+     "index.json: field 'dim'"),
+    (lambda d: (d / "index.json").write_text(json.dumps({**json.loads((d / "index.json").read_text()),
+                                                         "rescore": "4"})), "index.json: field 'rescore'"),
+    (lambda d: (d / "ids.json").write_bytes(b"\xff"), "ids.json: field 'ids': unreadable ids (not UTF-8"),
+    (lambda d: ((d / "ids.json").unlink(), os.mkfifo(d / "ids.json")), "ids.json: is a FIFO (named pipe)"),
+    (lambda d: (d / "index.json").write_text(json.dumps({**json.loads((d / "index.json").read_text()),
+                                                         "model": None})),
+     "index.json: field 'model': the index records no model fingerprint"),
+])
+def test_search_with_a_damaged_index_is_one_error_line_before_the_model_loads(tmp_path, capsys, damage,
+                                                                              match) -> None:
+    write_index(_encoded(tmp_path), tmp_path / "idx", kind="binary")
+    damage(tmp_path / "idx")
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"text": "x"}\n')
+    line = _one_error_line(capsys, main(["search", "--model", str(tmp_path / "no-model"), "--index",
+                                         str(tmp_path / "idx"), "--input", str(queries), "--output",
+                                         str(tmp_path / "hits.jsonl")]))
+    assert match in line
+
+
+def test_a_fifo_as_queries_is_not_a_regular_file(tmp_path, capsys) -> None:
+    write_index(_encoded(tmp_path), tmp_path / "idx", kind="binary")
+    os.mkfifo(tmp_path / "q.jsonl")
+    line = _one_error_line(capsys, main(["search", "--model", str(tmp_path / "no-model"), "--index",
+                                         str(tmp_path / "idx"), "--input", str(tmp_path / "q.jsonl"), "--output",
+                                         str(tmp_path / "hits.jsonl")]))
+    assert "q.jsonl: input path is a FIFO (named pipe), not a regular file" in line
