@@ -128,7 +128,7 @@ def test_video_grids_get_the_same_bookkeeping(model: EmbeddingModel) -> None:
         hidden = model.base_model()(**batch, use_cache=False).last_hidden_state
         expected = torch.nn.functional.normalize(last_token_pool(hidden, batch["attention_mask"]), dim=-1)
     batch[METADATA_KEY] = describe_batch(model.base_model(), batch)
-    assert set(batch[METADATA_KEY].vision) == {"video"}
+    assert set(batch[METADATA_KEY].visual_tokens) == {"video"}
     vectors, reads = _forward(model, batch)
     assert len(reads) <= MAX_READS, reads
     torch.testing.assert_close(vectors, expected, rtol=0, atol=1e-6)

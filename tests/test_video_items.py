@@ -272,8 +272,9 @@ def test_video_tokens_take_one_attention_call_per_vision_block(arch: str, tiny_c
     with torch.no_grad():
         # two clips of several frame pairs each, and a text: one call per block and layer
         assert 0 < count_attention_calls(lambda: model(**videos)) <= blocks + layers
-        # transformers runs its vision tower once for the images and once for the clips
-        assert count_attention_calls(lambda: model(**mixed)) <= 2 * blocks + layers
+        # images and clips together: the vision tower runs once for both (model/vision_metadata.py),
+        # where transformers' own forward runs it once per kind
+        assert 0 < count_attention_calls(lambda: model(**mixed)) <= blocks + layers
 
 
 def test_the_pooled_vector_is_the_final_post_norm_hidden_state(embedder_of_arch: Embedder, tmp_path: Path) -> None:

@@ -13,7 +13,9 @@ same code, so the same integers), and :func:`run_base_model` hands it to the mod
 device through the keyword arguments those functions pop when given (``cu_seqlens``,
 ``position_ids``, ``window_index``, ...), the model's ``mm_encoder_outputs`` and a prepared
 4D decoder mask.  What is left in the forward: one read per visual modality (transformers'
-check that the visual tokens match the features).
+check that the visual tokens match the features).  Images and clips of one batch go through
+the vision tower in one call (their patches have one width), so each vision block attends
+once per batch, whatever it mixes.
 
 Generic over modalities (``image``, ``video``): a modality is there when its
 ``{modality}_grid_thw`` is in the batch; its patches are :data:`PIXEL_KEYS` ``[modality]``.
@@ -21,6 +23,7 @@ Generic over modalities (``image``, ``video``): a modality is there when its
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -40,10 +43,12 @@ class BatchMetadata:
     code that moves a batch's values moves it too).  A plain class, not a dataclass: DDP's
     input mover passes it through untouched and the forward moves it."""
 
-    def __init__(self, vision: dict[str, dict[str, Any]], segment_lengths: dict[str, dict[str, list[int]]],
-                 position_ids: torch.Tensor, padded: bool, last_index: torch.Tensor) -> None:
-        self.vision = vision  # modality -> keyword arguments of the vision tower
-        self.segment_lengths = segment_lengths  # modality -> cu-seqlens key -> segment lengths
+    def __init__(self, vision: dict[str, Any], segment_lengths: dict[str, list[int]],
+                 visual_tokens: dict[str, int], position_ids: torch.Tensor, padded: bool,
+                 last_index: torch.Tensor) -> None:
+        self.vision = vision  # keyword arguments of the ONE vision-tower call (every modality's grids)
+        self.segment_lengths = segment_lengths  # cu-seqlens key -> host segment lengths
+        self.visual_tokens = visual_tokens  # modality -> its merged tokens, in PIXEL_KEYS order
         self.position_ids = position_ids  # (3, batch, length): the decoder's M-RoPE positions
         self.padded = padded  # some row has padding: the decoder needs its mask
         self.last_index = last_index  # (batch,): each row's last real token
@@ -52,10 +57,8 @@ class BatchMetadata:
         def move(value: Any) -> Any:
             return value.to(device, non_blocking=non_blocking) if isinstance(value, torch.Tensor) else value
 
-        vision = {modality: {key: move(value) for key, value in kwargs.items()}
-                  for modality, kwargs in self.vision.items()}
-        moved = BatchMetadata(vision, self.segment_lengths, move(self.position_ids), self.padded,
-                              move(self.last_index))
+        moved = BatchMetadata({key: move(value) for key, value in self.vision.items()}, self.segment_lengths,
+                              self.visual_tokens, move(self.position_ids), self.padded, move(self.last_index))
         moved.note_segments()
         return moved
 
@@ -64,22 +67,26 @@ class BatchMetadata:
         so its row plan needs no read either."""
         from vis_embed.model.attention import remember_segment_lengths
 
-        for modality, lengths in self.segment_lengths.items():
-            for key, values in lengths.items():
-                remember_segment_lengths(self.vision[modality][key], values)
+        for key, values in self.segment_lengths.items():
+            remember_segment_lengths(self.vision[key], values)
 
 
 def describe_batch(base_model: Any, batch: dict[str, Any]) -> BatchMetadata:
     """The metadata of a collated CPU ``batch`` for a Qwen-VL base model (vision tower +
-    decoder; ``EmbeddingModel.base_model()``)."""
+    decoder; ``EmbeddingModel.base_model()``).  A batch of images and clips is described as ONE
+    vision-tower call over both kinds' grids (images first): each block then attends once for
+    the whole batch, whatever it mixes."""
     grids = {modality: batch[f"{modality}_grid_thw"] for modality in PIXEL_KEYS
              if batch.get(f"{modality}_grid_thw") is not None}
-    vision, segments = {}, {}
-    for modality, grid in grids.items():
-        vision[modality], segments[modality] = vision_kwargs(base_model.visual, grid)
+    vision: dict[str, Any] = {}
+    segments: dict[str, list[int]] = {}
+    if grids:
+        vision, segments = vision_kwargs(base_model.visual, torch.cat(list(grids.values())))
+    merge = int(base_model.visual.spatial_merge_size) ** 2
+    tokens = {modality: int(grid.prod(dim=-1).sum()) // merge for modality, grid in grids.items()}
     mask = batch["attention_mask"]
-    return BatchMetadata(vision, segments, decoder_positions(base_model, batch, grids), padded=not bool(mask.all()),
-                         last_index=last_token_index(mask))
+    return BatchMetadata(vision, segments, tokens, decoder_positions(base_model, batch, grids),
+                         padded=not bool(mask.all()), last_index=last_token_index(mask))
 
 
 def vision_kwargs(visual: Any, grid_thw: torch.Tensor) -> tuple[dict[str, Any], dict[str, list[int]]]:
@@ -123,20 +130,29 @@ def decoder_positions(base_model: Any, batch: dict[str, Any], grids: dict[str, t
 
 def run_base_model(base_model: Any, inputs: dict[str, torch.Tensor], metadata: BatchMetadata) -> Any:
     """The base model's forward with ``metadata`` (already on the device) instead of its own
-    bookkeeping: each modality's vision tower called with its precomputed keywords and handed
-    over as ``mm_encoder_outputs`` (whole, not split per item: the model concatenates the
-    pieces again), the M-RoPE positions given, and the decoder mask prepared (None without
-    padding: the causal kernel alone)."""
+    bookkeeping: the vision tower called ONCE with every modality's patches (images, then
+    clips) and the precomputed keywords, its output split by the host-known token counts and
+    handed over per modality as ``mm_encoder_outputs`` (whole, not split per item: the model
+    concatenates the pieces again); the M-RoPE positions given, and the decoder mask prepared
+    (None without padding: the causal kernel alone)."""
     inputs = dict(inputs)
-    encoded = {}
-    for modality, kwargs in metadata.vision.items():
-        pixels = inputs.pop(PIXEL_KEYS[modality]).type(base_model.visual.dtype)  # as get_*_features casts
-        output = base_model.visual(pixels, grid_thw=inputs[f"{modality}_grid_thw"], return_dict=True,
-                                   **dict(kwargs))
-        output.pooler_output = (output.pooler_output,)
-        if getattr(output, "deepstack_features", None) is not None:  # Qwen3-VL
-            output.deepstack_features = [(feature,) for feature in output.deepstack_features]
-        encoded[modality] = output
+    modalities = list(metadata.visual_tokens)
+    encoded: dict[str, Any] = {}
+    if modalities:
+        # as get_*_features cast them; both kinds' patches have the same width (temporal patch x C x p x p)
+        pixels = torch.cat([inputs.pop(PIXEL_KEYS[modality]).type(base_model.visual.dtype)
+                            for modality in modalities])
+        grid_thw = torch.cat([inputs[f"{modality}_grid_thw"] for modality in modalities])
+        output = base_model.visual(pixels, grid_thw=grid_thw, return_dict=True, **metadata.vision)
+        counts = [metadata.visual_tokens[modality] for modality in modalities]  # host ints: no read
+        pooled = torch.split(output.pooler_output, counts)
+        deepstack = getattr(output, "deepstack_features", None)  # Qwen3-VL
+        stacks = [torch.split(feature, counts) for feature in deepstack] if deepstack is not None else None
+        for k, modality in enumerate(modalities):
+            # what the model reads of get_*_features' output: pooler_output (and deepstack_features)
+            encoded[modality] = SimpleNamespace(
+                pooler_output=(pooled[k],),
+                deepstack_features=None if stacks is None else [(pieces[k],) for pieces in stacks])
     mask = inputs.pop("attention_mask")
     decoder_mask = decoder_attention_mask(base_model, mask, inputs["input_ids"]) if metadata.padded else None
     return base_model(**inputs, attention_mask=decoder_mask, position_ids=metadata.position_ids,
