@@ -192,6 +192,20 @@ def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
 
 # ------------------------------------------------------------------ the doc's claims are these
 # Each "the one ..." / "the only ..." phrase of docs/architecture.md, and the test above that makes it true.
+
+def test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module() -> None:
+    """Probing a backbone for peft (``peft_config``) is model/adaptation.py's alone: the trainer,
+    checkpoints, export, the model card and EmbeddingModel ask its objects."""
+    probes = _where(lambda node: (isinstance(node, ast.Attribute) and node.attr == "peft_config")
+                    or _string("peft_config")(node))
+    assert probes == {"vis_embed/model/adaptation.py"}
+    assert _where(_call_of("get_peft_model")) == {"vis_embed/model/adaptation.py"}
+    assert _where(_string("head_config.json")) == {"vis_embed/model/references.py"}
+    # the one save path: only the adaptation objects write a model's weights
+    assert _where(_call_of("save_head")) == {"vis_embed/model/adaptation.py"}
+    assert _where(_call_of("merge_and_unload")) <= {"vis_embed/model/adaptation.py", "vis_embed/model/export.py"}
+
+
 CLAIMS = {
     "The only place that sets": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
     "the only place that shows": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
@@ -214,6 +228,9 @@ CLAIMS = {
     "the one /proc/cpuinfo reader": test_one_item_validator_one_missing_extra_rule_one_cpuinfo_reader,
     "the one bad-item rule": test_one_bad_item_rule,
     "the one pixel-order and decode-mode check": test_pixel_order_and_decode_modes_are_checked_by_the_config_only,
+    "the ONE adaptation decision": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
+    "the one save path": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
+    "the one peft probe": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
 }
 CLAIM = re.compile(r"\bthe (?:one|only|ONE)\b[^,;()]*", re.IGNORECASE)
 
@@ -230,3 +247,4 @@ def test_every_one_claim_of_the_architecture_doc_has_its_check() -> None:
     assert unchecked == [], "a 'the one X' claim in docs/architecture.md needs a test in this file"
     stated = list(_doc_claims())
     assert [key for key in CLAIMS if not any(claim.startswith(key) for claim in stated)] == []
+

@@ -21,13 +21,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError
 
 from vis_embed.errors import ConfigError, DataError
 
 Model = TypeVar("Model", bound=BaseModel)
 Entry = TypeVar("Entry", bound=BaseModel)
+
+
+class Settings(BaseModel):
+    """The base of every settings class (recipe sections, data configs, command settings).
+
+    Unknown keys are errors, assignment is validated, and ``allow_inf_nan=False``: pydantic
+    floats otherwise take ``inf`` and ``nan`` (``"inf"``, ``.nan``), and ``optimizer.lr=inf`` or
+    ``max_wait_ms=inf`` would only show up as a diverged run or a server that never answers.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 def get_dotted(document: Any, dotted: str) -> Any:

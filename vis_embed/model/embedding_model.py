@@ -17,7 +17,6 @@ an item is embedded identically everywhere:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,18 +27,15 @@ import torch.nn.functional as F
 from vis_embed.errors import ConfigError
 from vis_embed.model.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
                                        set_attention)
-from vis_embed.model.defaults import DTYPE_NAMES, TEXT_LORA_MODULES
+from vis_embed.model.adaptation import (HeadAdaptation, LoraAdaptation, LoraOptions, adaptation_of, adapter_kind,
+                                        attach_adapter, build_adaptation)
+from vis_embed.model.defaults import DTYPE_NAMES
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.patch_embedding import use_matmul_patch_embedding
 from vis_embed.model.pooling import last_token_pool
-from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
+from vis_embed.model.projection_head import ProjectionHead
 from vis_embed.model.preparer import PreparedItem, Preparer, PreparesItems, token_limit
-from vis_embed.model.references import looks_like_path, peft_adapter_config
-
-# Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
-# (TEXT_LORA_MODULES) and the pixel budget live in model/defaults.py, read without torch.
-VISION_LORA_MODULES = ("qkv", "proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj",
-                       "linear_fc1", "linear_fc2")
+from vis_embed.model.references import looks_like_path
 
 
 def default_device() -> torch.device:
@@ -166,10 +162,8 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
             raise ConfigError(f"cannot load model {name!r}: {exc}") from exc
         set_attention(backbone, attn)
         head = None
-        if adapter is not None and is_head_directory(adapter):  # a projection head, not LoRA
-            head = load_head(adapter).to(device).eval()
-        elif adapter is not None:
-            backbone = _load_adapter(backbone, adapter)
+        if adapter is not None:  # a peft LoRA or a projection head, by its config file
+            backbone, head = attach_adapter(backbone, adapter, device)
         backbone.to(device)
         backbone.eval()
         model = cls(backbone, processor, config, name_or_path=name, adapter=None if adapter is None else str(adapter))
@@ -179,9 +173,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
     def current_config(self, effective: bool = True) -> EmbeddingConfig:
         """The settings this model embeds with now.  ``effective``: dtype and attention kernel
         as resolved on this machine (what results record); else as policies (what is saved)."""
-        update: dict[str, Any] = {"adaptation": "head" if self.head is not None
-                                  else "lora" if hasattr(self.backbone, "peft_config")
-                                  else self.embedding_config.adaptation}
+        update: dict[str, Any] = {"adaptation": adapter_kind(self) or self.embedding_config.adaptation}
         if effective:
             update["dtype"] = dtype_name(self.dtype)
             update["attn_implementation"] = attention_name(self.backbone) \
@@ -209,39 +201,17 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
             backbone = backbone.get_base_model()
         return backbone.model
 
-    # ------------------------------------------------------------------ LoRA
-    def add_lora(self, r: int = 16, alpha: int = 32, dropout: float = 0.05,
-                 target_modules: Sequence[str] | str | None = None, vision: bool = False) -> None:
-        """Wrap the backbone with a fresh peft LoRA adapter on the language model's linears.
-
-        ``target_modules``: leaf names (default: attention + MLP projections) restricted to the
-        language model; a string is used verbatim as peft's regex.  ``vision=True`` also
-        adapts the vision tower's blocks.
-        """
-        from peft import LoraConfig, get_peft_model
-
-        if hasattr(self.backbone, "peft_config"):
-            raise ConfigError("the backbone already has a LoRA adapter; merge it first")
-        if isinstance(target_modules, str):
-            pattern = target_modules
-        else:
-            names = tuple(target_modules or TEXT_LORA_MODULES)
-            pattern = rf".*language_model\..*\.({'|'.join(map(re.escape, names))})"
-            if vision:
-                pattern += rf"|.*visual\.blocks\..*\.({'|'.join(VISION_LORA_MODULES)})"
-        config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
-                            target_modules=pattern, bias="none")
-        self.backbone = get_peft_model(self.backbone, config)
+    # ------------------------------------------------------------------ adaptations
+    def add_lora(self, options: LoraOptions | None = None, **fields: Any) -> None:
+        """Wrap the backbone with a fresh peft LoRA adapter: ``options`` (or ``fields``: the
+        recipe's ``lora:`` keys, :class:`~vis_embed.model.adaptation.LoraOptions`)."""
+        build_adaptation("lora", lora=options or LoraOptions(**fields)).apply(self)
 
     def add_projection_head(self, out_dim: int | None = None) -> ProjectionHead:
         """Freeze the whole backbone and add a fresh trainable :class:`ProjectionHead`
         (identity-initialised: the vectors are unchanged until it trains)."""
-        if self.head is not None or hasattr(self.backbone, "peft_config"):
-            raise ConfigError("the model already has an adapter (LoRA or head); use one adaptation")
-        for parameter in self.backbone.parameters():
-            parameter.requires_grad_(False)
-        in_dim = int(self.base_model().config.text_config.hidden_size)
-        self.head = ProjectionHead(in_dim, out_dim).to(self.device)
+        HeadAdaptation(out_dim).apply(self)
+        assert self.head is not None
         return self.head
 
     def enable_gradient_checkpointing(self) -> None:
@@ -260,19 +230,16 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
 
     def merge_adapter(self) -> None:
         """Fold the LoRA weights into the base weights (same vectors, no adapter overhead)."""
-        if hasattr(self.backbone, "merge_and_unload"):
-            self.backbone = self.backbone.merge_and_unload()
+        adaptation = adaptation_of(self)
+        if isinstance(adaptation, LoraAdaptation):
+            adaptation.merge(self)
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
         """Adapter-only if peft-wrapped (peft format), the head only with a projection head,
         else full weights + processor; with ``embedding_config.json`` beside them."""
         out_dir = Path(out_dir)
-        if self.head is not None:
-            save_head(out_dir, self.head, self.name_or_path)
-        else:
-            self.backbone.save_pretrained(out_dir, safe_serialization=True)
-            if not hasattr(self.backbone, "peft_config"):
-                self.processor.save_pretrained(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        adaptation_of(self).save(self, out_dir)  # the one save path (the trainer's checkpoints too)
         self.current_config(effective=False).save(out_dir)  # the settings travel with the weights
         return out_dir
 
@@ -351,10 +318,3 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         """prepare + collate + forward in one call (one batch; grad follows the caller's mode)."""
         return self(**self.collate(self.prepare(items, instruction, base_dir)))
 
-
-def _load_adapter(backbone: Any, adapter: str | Path) -> Any:
-    from peft import PeftModel
-
-    adapter_dir = Path(adapter).expanduser()
-    peft_adapter_config(adapter_dir)  # a clear error for a directory that is not one
-    return PeftModel.from_pretrained(backbone, str(adapter_dir), is_trainable=False)

@@ -24,7 +24,7 @@ from vis_embed.config import validated
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
-from vis_embed.model.defaults import TEXT_LORA_MODULES
+from vis_embed.model.adaptation import Adaptation, AdaptationKind, HeadOptions, LoraOptions, build_adaptation
 from vis_embed.model.embedding_config import LOADING, EmbeddingConfig, flag_fields
 from vis_embed.sampling.settings import SamplingOptions
 
@@ -58,16 +58,6 @@ class TemperatureConfig(_Strict):
     freeze_steps: int = Field(0, ge=0)  # keep tau fixed for the first steps (random backbones)
     min: float = Field(0.005, gt=0)
     lr: float | None = Field(None, gt=0)  # default: optimizer.lr
-
-
-class LoraConfig(_Strict):
-    enabled: bool = True  # false = full fine-tuning
-    r: int = Field(16, gt=0)
-    alpha: float = Field(32, gt=0)
-    dropout: float = Field(0.05, ge=0, lt=1)
-    target_modules: list[str] | str = Field(
-        default_factory=lambda: list(TEXT_LORA_MODULES))
-    vision: bool = False  # also adapt the vision tower
 
 
 class TwoTierOptions(_Strict):
@@ -121,10 +111,6 @@ class LossConfig(_Strict):
             raise ValueError(f"matryoshka_weights needs one weight per matryoshka_dims entry "
                              f"({len(dims or [])}), got {len(weights)}")
         return self
-
-
-class HeadConfig(_Strict):
-    dim: int | None = Field(None, gt=0)  # the head's output dimension; None = the backbone's hidden size
 
 
 class GradCacheConfig(_Strict):
@@ -187,11 +173,12 @@ class Recipe(_Strict):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     temperature: TemperatureConfig = Field(default_factory=TemperatureConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
-    # lora: LoRA (or full fine-tuning with lora.enabled: false); head: frozen backbone +
-    # a trained projection head on the pooled embedding (the lora section is then unused)
-    adaptation: Literal["lora", "head"] = "lora"
-    head: HeadConfig = Field(default_factory=HeadConfig)
-    lora: LoraConfig = Field(default_factory=LoraConfig)
+    # lora: LoRA (the `lora:` section); head: frozen backbone + a trained projection head on the
+    # pooled embedding (the `head:` section); full: every weight trains.  `adaptation: lora` with
+    # `lora.enabled: false` is the older spelling of full and means the same (adaptation_kind).
+    adaptation: AdaptationKind = "lora"
+    head: HeadOptions = Field(default_factory=HeadOptions)
+    lora: LoraOptions = Field(default_factory=LoraOptions)
     # warm start: the adapter (LoRA, head or full weights) starts from this saved one (a run's
     # final/ or checkpoint-STEP/); optimiser, LR schedule and tau start fresh (--resume wins)
     init_adapter: str | None = None
@@ -211,6 +198,15 @@ class Recipe(_Strict):
         if value is not None and not value.strip():
             raise ValueError("must not be empty")
         return value
+
+    @property
+    def adaptation_kind(self) -> AdaptationKind:
+        """What trains: the ``adaptation`` key, ``lora.enabled: false`` read as ``full``."""
+        return "full" if self.adaptation == "lora" and not self.lora.enabled else self.adaptation
+
+    def training_adaptation(self) -> Adaptation:
+        """The adaptation object this recipe trains, configured by its section."""
+        return build_adaptation(self.adaptation_kind, lora=self.lora, head=self.head)
 
     @model_validator(mode="after")
     def _check_temperature(self) -> "Recipe":
