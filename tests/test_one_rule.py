@@ -77,7 +77,7 @@ def test_the_embedding_settings_are_declared_once() -> None:
     settings = {"prompt_format", "min_pixels", "max_pixels", "max_length", "decode", "attn_implementation"}
 
     def declares_setting(node: ast.AST) -> bool:
-        return isinstance(node, ast.ClassDef) and any(_source(base).endswith(("BaseModel", "_Strict"))
+        return isinstance(node, ast.ClassDef) and any(_source(base).endswith(("BaseModel", "Settings"))
                                                       for base in node.bases) and any(
             isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id in settings
             for item in node.body)
@@ -206,6 +206,17 @@ def test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module() -> No
     assert _where(_call_of("merge_and_unload")) <= {"vis_embed/model/adaptation.py", "vis_embed/model/export.py"}
 
 
+def test_one_settings_base() -> None:
+    """config.Settings sets the settings' behaviour (unknown keys, inf/nan, the error type);
+    no class sets it again (the HTTP request bodies answer in OpenAI's schema)."""
+    assert _where(lambda node: isinstance(node, ast.keyword) and node.arg == "allow_inf_nan") == {
+        "vis_embed/config.py"}
+    forbids = _where(lambda node: isinstance(node, ast.keyword) and node.arg == "extra"
+                     and _source(node.value) == "'forbid'")
+    assert forbids == {"vis_embed/config.py", "vis_embed/serving/schemas.py", "vis_embed/serving/gallery_routes.py"}
+    assert _where(_call_of("SettingsError")) == {"vis_embed/config.py"}
+
+
 CLAIMS = {
     "The only place that sets": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
     "the only place that shows": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
@@ -231,6 +242,7 @@ CLAIMS = {
     "the ONE adaptation decision": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
     "the one save path": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
     "the one peft probe": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
+    "the one settings base": test_one_settings_base,
 }
 CLAIM = re.compile(r"\bthe (?:one|only|ONE)\b[^,;()]*", re.IGNORECASE)
 

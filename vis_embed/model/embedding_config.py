@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, PositiveInt, model_validator
 
-from vis_embed.config import argument_type, validated
+from vis_embed.config import Settings, argument_type, validated
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_write_json, fingerprint_json
 from vis_embed.data.images import DECODE_MODES
@@ -48,10 +48,10 @@ def _flag(group: str, metavar: str | None = None) -> dict[str, Any]:
     return {"group": group, **({"metavar": metavar} if metavar else {})}
 
 
-class EmbeddingConfig(BaseModel):
+class EmbeddingConfig(Settings):
     """The settings that define a model's vectors (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True)
 
     prompt_format: Literal[PROMPT_FORMATS] = Field(  # type: ignore[valid-type]
         "chat", description="prompt template: chat (Qwen chat messages) or vlm2vec",

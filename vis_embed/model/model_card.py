@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from vis_embed.config import get_dotted, validated
+from vis_embed.config import Settings, get_dotted, validated
 from vis_embed.io import atomic_write_json, atomic_write_text, is_hub_id, read_json_object
 from vis_embed.model.adaptation import AdaptationKind
 
@@ -39,10 +39,10 @@ CARD_RECIPE_KEYS = ("max_steps", "global_batch_size", "seed", "optimizer.lr", "o
                     "temperature.init", "temperature.learnable", "schedule")
 
 
-class CardFacts(BaseModel):
+class CardFacts(Settings):
     """What a card is written from (``model_card.json``): typed, so no reader guesses at keys."""
 
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(extra="ignore")  # newer or older files may carry more
 
     base_model: str
     recipe: dict[str, Any] = Field(default_factory=dict)  # the recipe as trained (recipe_to_dict)

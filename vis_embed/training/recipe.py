@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, create_model,
+from pydantic import (Field, PositiveFloat, PositiveInt, create_model,
                       field_validator, model_validator)
 from pydantic.fields import FieldInfo
 
-from vis_embed.config import validated
+from vis_embed.config import Settings, validated
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
@@ -29,19 +29,13 @@ from vis_embed.model.embedding_config import LOADING, EmbeddingConfig, flag_fiel
 from vis_embed.sampling.settings import SamplingOptions
 
 
-class _Strict(BaseModel):
-    # allow_inf_nan=False: pydantic floats otherwise take inf and nan ("inf", .nan), and
-    # optimizer.lr=inf would only show up as a diverged run.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-
 # The `sampling:` section IS the schedule settings' one declaration (the same model the
 # `vis-embed schedule` flags and `build_schedule` use), read only to build a missing schedule;
 # an unset interleave_batch_size means one slot per batch (M = global_batch_size).
 SamplingConfig = SamplingOptions
 
 
-class OptimizerConfig(_Strict):
+class OptimizerConfig(Settings):
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -52,7 +46,7 @@ class OptimizerConfig(_Strict):
     max_grad_norm: float = Field(1.0, ge=0)  # 0 = no clipping
 
 
-class TemperatureConfig(_Strict):
+class TemperatureConfig(Settings):
     init: float = Field(0.02, gt=0)
     learnable: bool = True
     freeze_steps: int = Field(0, ge=0)  # keep tau fixed for the first steps (random backbones)
@@ -60,7 +54,7 @@ class TemperatureConfig(_Strict):
     lr: float | None = Field(None, gt=0)  # default: optimizer.lr
 
 
-class TwoTierOptions(_Strict):
+class TwoTierOptions(Settings):
     """NearID's two-tier loss (training/losses/two_tier.py): L = L_disc + alpha * L_rank."""
 
     alpha: float = Field(0.5, ge=0)                 # weight of the ranking tier (NearID: 0.5)
@@ -79,16 +73,16 @@ class TwoTierOptions(_Strict):
         return self
 
 
-class TwoTierMarginOptions(_Strict):
+class TwoTierMarginOptions(Settings):
     weight: float = Field(1.0, ge=0)         # weight of the margin tier beside InfoNCE
     margin: float = Field(0.1, ge=0, le=2)   # cosine margin: positive above each designated look-alike
 
 
-class TripletHingeOptions(_Strict):
+class TripletHingeOptions(Settings):
     margin: float = Field(0.05, ge=0, le=2)  # cosine-distance margin of the hinge
 
 
-class LossConfig(_Strict):
+class LossConfig(Settings):
     """The objective (training/losses/): ``infonce`` (VisME), ``two_tier`` (NearID),
     ``two_tier_margin`` (the pre-issue-27 margin variant), ``triplet_hinge`` (DreamSim); each
     kind's options live in its own sub-section."""
@@ -113,7 +107,7 @@ class LossConfig(_Strict):
         return self
 
 
-class GradCacheConfig(_Strict):
+class GradCacheConfig(Settings):
     # members per forward chunk; 0 = GradCache off; auto: from a memory probe (training/memory_plan.py)
     chunk_size: Annotated[int, Field(ge=0)] | Literal["auto"] = 0
     # close a chunk early when padding would exceed this fraction (members sorted by length)
@@ -127,7 +121,7 @@ def _inherited(name: str) -> tuple[Any, FieldInfo]:
     return annotation, FieldInfo.merge_field_infos(field, default=None, annotation=annotation)
 
 
-class _ModelOptionsBase(_Strict):
+class _ModelOptionsBase(Settings):
     # training only: recompute activations in the backward pass; auto: only when needed (training/memory_plan.py)
     gradient_checkpointing: bool | Literal["auto"] = False
 
@@ -146,12 +140,12 @@ ModelOptions = create_model(  # type: ignore[call-overload]
     **{name: _inherited(name) for name in flag_fields([LOADING])})
 
 
-class CheckpointConfig(_Strict):
+class CheckpointConfig(Settings):
     every: int = Field(500, ge=0)           # 0 = only final/
     keep_last: int | None = Field(None, ge=1)  # None = keep all checkpoint-STEP/
 
 
-class LoggingConfig(_Strict):
+class LoggingConfig(Settings):
     every: int = Field(1, ge=1)
     tensorboard: bool = True
     progress_bar: bool = True
@@ -160,7 +154,7 @@ class LoggingConfig(_Strict):
     wandb_run_name: str | None = None        # default: the output directory's name
 
 
-class Recipe(_Strict):
+class Recipe(Settings):
     model: str
     data: str
     schedule: str
