@@ -217,6 +217,35 @@ def test_one_settings_base() -> None:
     assert _where(_call_of("SettingsError")) == {"vis_embed/config.py"}
 
 
+def test_config_objects_cross_module_boundaries_whole() -> None:
+    """A settings object is handed on whole, not unpacked into keyword arguments the callee
+    re-checks: LossConfig into build_objective, ServerSettings into the image policy, the batcher
+    and the input limiter, the recipe's lora: section into the LoRA adaptation."""
+    from vis_embed.model.adaptation import LoraOptions
+    from vis_embed.model.embedding_config import EmbeddingConfig
+    from vis_embed.serving.settings import ServerSettings
+    from vis_embed.training.recipe import LossConfig
+
+    def unpacks(callee: str, fields: set[str]) -> Callable[[ast.AST], bool]:
+        return lambda node: _call_of(callee)(node) and any(  # type: ignore[attr-defined]
+            keyword.arg in fields or (keyword.arg or "").startswith(tuple(fields)) for keyword in node.keywords)
+
+    loss_fields = set(LossConfig.model_fields) | {"two_tier_alpha", "two_tier_weight", "two_tier_margin",
+                                                  "hinge_margin"}
+    assert _where(unpacks("build_objective", loss_fields)) == set()
+    server_fields = set(ServerSettings.model_fields) - {"model_name"}
+    for callee in ("ImagePolicy", "MicroBatcher", "InputLimiter"):
+        assert _where(unpacks(callee, server_fields)) == set(), callee
+    assert _where(unpacks("add_lora", set(LoraOptions.model_fields))) == set()
+    # the one translation of the lora: section into peft
+    assert _where(unpacks("LoraConfig", {"r", "lora_alpha"})) == {"vis_embed/model/adaptation.py"}
+    # from_pretrained takes EmbeddingConfig fields as **settings or config=, not a hand list
+    listed = _where(lambda node: isinstance(node, ast.FunctionDef) and node.name == "from_pretrained" and any(
+        argument.arg in set(EmbeddingConfig.model_fields) - {"dtype"} for argument in node.args.kwonlyargs
+        + node.args.args))
+    assert listed == set()
+
+
 CLAIMS = {
     "The only place that sets": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
     "the only place that shows": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,

@@ -129,15 +129,14 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, adapter: str | Path | None = None,
                         device: str | torch.device | None = None, dtype: Any = None,
-                        attn_implementation: str | None = None, min_pixels: int | None = None,
-                        max_pixels: int | None = None, prompt_format: str | None = None,
-                        max_length: int | None = None, config: EmbeddingConfig | None = None,
-                        **settings: Any) -> EmbeddingModel:
+                        config: EmbeddingConfig | None = None, **settings: Any) -> EmbeddingModel:
         """Load a hub id or local checkpoint (and optionally a peft LoRA adapter on top).
 
-        Settings left at None (``settings``: any other EmbeddingConfig field): the adapter's
-        recorded ``embedding_config.json`` > the base's > the default (:mod:`.embedding_config`);
-        ``config``: settings already resolved that way (the trainer's), used as they are.
+        ``settings``: EmbeddingConfig fields by name (``prompt_format``, ``min_pixels``,
+        ``max_length``, ``attn_implementation``, ...; an unknown name is a TypeError); those left
+        at None: the adapter's recorded ``embedding_config.json`` > the base's > the default
+        (:mod:`.embedding_config`).  ``dtype``: a name or a ``torch.dtype``.  ``config``: settings
+        already resolved that way (the trainer's), used as they are.
         ``max_length`` cuts the end of an item's *text* (never instruction, template or image).
         ``decode``: ``"exact"`` or ``"fast"`` (images above the pixel budget decoded at a reduced scale).
         """
@@ -147,10 +146,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         if looks_like_path(name) and not Path(name).expanduser().is_dir():
             raise ConfigError(f"model path not found: {name}")
         if config is None:
-            config = resolve_embedding_config(
-                name, adapter, dtype=dtype_name(dtype), attn_implementation=attn_implementation,
-                min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length,
-                **settings)
+            config = resolve_embedding_config(name, adapter, dtype=dtype_name(dtype), **settings)
         device = torch.device(device) if device is not None else default_device()
         torch_dtype = resolve_dtype(dtype if isinstance(dtype, torch.dtype) else config.dtype, device)
         attn = resolve_attn_implementation(config.attn_implementation, device)

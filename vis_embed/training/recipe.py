@@ -13,7 +13,7 @@ scripts run from the repository root).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, get_args
 
 import yaml
 from pydantic import (Field, PositiveFloat, PositiveInt, create_model,
@@ -82,12 +82,16 @@ class TripletHingeOptions(Settings):
     margin: float = Field(0.05, ge=0, le=2)  # cosine-distance margin of the hinge
 
 
+LossKind = Literal["infonce", "two_tier", "two_tier_margin", "triplet_hinge"]
+LOSS_KINDS: tuple[str, ...] = get_args(LossKind)
+
+
 class LossConfig(Settings):
     """The objective (training/losses/): ``infonce`` (VisME), ``two_tier`` (NearID),
     ``two_tier_margin`` (the pre-issue-27 margin variant), ``triplet_hinge`` (DreamSim); each
     kind's options live in its own sub-section."""
 
-    kind: Literal["infonce", "two_tier", "two_tier_margin", "triplet_hinge"] = "infonce"
+    kind: LossKind = "infonce"
     identity_mask: bool = True  # leave same-identity candidates out of a query's negatives
     two_tier: TwoTierOptions = Field(default_factory=TwoTierOptions)
     two_tier_margin: TwoTierMarginOptions = Field(default_factory=TwoTierMarginOptions)

@@ -125,10 +125,7 @@ class Trainer:
                                schedule_name=recipe.schedule, data_name=recipe.data)
         lr_schedule = lr_lambda(recipe.optimizer.warmup_steps, recipe.max_steps, recipe.optimizer.decay,
                                 recipe.optimizer.min_lr_ratio)
-        self.objective = build_objective(
-            loss.kind, self.temperature, identity_mask=loss.identity_mask, two_tier_alpha=loss.two_tier.alpha,
-            two_tier_weight=loss.two_tier_margin.weight,
-            two_tier_margin=loss.two_tier_margin.margin, hinge_margin=loss.triplet_hinge.margin)
+        self.objective = build_objective(loss, self.temperature)
         self.objective = matryoshka_for_model(self.objective, loss, self.model.embedding_dim)
         self.tau_optimizer = torch.optim.AdamW([self.temperature.log_tau], weight_decay=0.0,
                                                lr=recipe.temperature.lr or recipe.optimizer.lr,
