@@ -246,6 +246,18 @@ def test_config_objects_cross_module_boundaries_whole() -> None:
     assert listed == set()
 
 
+def test_one_matryoshka_width_rule() -> None:
+    """The widths a model was trained for and a --dim cut are checked by gallery/vectors.py's
+    check_matryoshka_dims / check_dim, which the recipe, EmbeddingConfig, the loss and eval ask."""
+    def restates(node: ast.AST) -> bool:
+        text = _source(node) if isinstance(node, (ast.JoinedStr, ast.Constant)) else ""
+        return "exceeds the model's embedding width" in text or "strictly increasing" in text \
+            or "exceed the embedding width" in text
+    assert _where(restates) == {"vis_embed/gallery/vectors.py"}
+    assert _where(_call_of("check_matryoshka_dims")) >= {"vis_embed/model/embedding_config.py",
+                                                         "vis_embed/training/losses/matryoshka.py"}
+
+
 CLAIMS = {
     "The only place that sets": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
     "the only place that shows": test_omp_wait_policy_and_the_log_handler_are_set_by_the_command_line_only,
@@ -272,6 +284,7 @@ CLAIMS = {
     "the one save path": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
     "the one peft probe": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
     "the one settings base": test_one_settings_base,
+    "the one Matryoshka": test_one_matryoshka_width_rule,
 }
 CLAIM = re.compile(r"\bthe (?:one|only|ONE)\b[^,;()]*", re.IGNORECASE)
 

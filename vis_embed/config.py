@@ -179,17 +179,11 @@ def format_validation_error(error: ValidationError, source: str | Path | None, d
                       field=name(_location(item))) for item in error.errors()]
 
 
-def validation_message(error: ValidationError, source: str | Path | None = None, document: Any = None,
-                       dotted: Any = None) -> str:
-    """:func:`format_validation_error` as one message, a line per problem (for a ConfigError)."""
-    return "\n".join(str(problem) for problem in format_validation_error(error, source, document, dotted))
-
-
 @contextmanager
 def reported(source: str | Path | None = None, document: Any = None, dotted: Any = None,
              as_error: Callable[[list[DataError]], Exception] | None = None) -> Iterator[None]:
     """Validation inside the block reports like every config of the package: a pydantic
-    ``ValidationError`` becomes a ConfigError of :func:`validation_message` (one line a problem),
+    ``ValidationError`` becomes a ConfigError, one line a problem,
     or ``as_error(problems)`` (the DataErrors of :func:`format_validation_error`).  With it,
     ``except ValidationError`` is written here only (tests/test_one_rule.py)."""
     try:

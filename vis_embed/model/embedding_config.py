@@ -27,10 +27,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from vis_embed.config import Settings, argument_type, validated
-from vis_embed.errors import ConfigError
+from vis_embed.config import Settings, argument_type, invalid, validated
+from vis_embed.errors import ConfigError, DataError
+from vis_embed.gallery.vectors import check_matryoshka_dims
 from vis_embed.io import atomic_write_json, fingerprint_json
 from vis_embed.data.images import DECODE_MODES
 from vis_embed.model.defaults import DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DTYPE_NAMES
@@ -42,6 +43,15 @@ EMBEDDING_CONFIG_FILE = "embedding_config.json"
 # "instructions" = the task prompts (export's sentence-transformers prompts).
 LOADING = "loading"
 INSTRUCTIONS = "instructions"
+
+
+def matryoshka_dims_field(dims: list[int]) -> list[int]:
+    """A field validator's body for Matryoshka widths (here and the recipe's ``loss:``): the one
+    rule, :func:`vis_embed.gallery.vectors.check_matryoshka_dims`, reported at the field."""
+    try:
+        return check_matryoshka_dims(dims)
+    except DataError as exc:
+        raise invalid(exc.reason) from None
 
 
 def _flag(group: str, metavar: str | None = None) -> dict[str, Any]:
@@ -87,6 +97,11 @@ class EmbeddingConfig(Settings):
     # the widths trained with loss.matryoshka_dims (training/losses/matryoshka.py): a model that
     # records them serves any `dimensions` (--dim); None: not trained for truncation
     matryoshka_dims: list[PositiveInt] | None = None
+
+    @field_validator("matryoshka_dims")
+    @classmethod
+    def _matryoshka_dims(cls, dims: list[int] | None) -> list[int] | None:
+        return dims if dims is None else matryoshka_dims_field(dims)
 
     @model_validator(mode="after")
     def _pixel_budget_ordered(self) -> EmbeddingConfig:

@@ -25,7 +25,7 @@ from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
 from vis_embed.model.adaptation import Adaptation, AdaptationKind, HeadOptions, LoraOptions, build_adaptation
-from vis_embed.model.embedding_config import LOADING, EmbeddingConfig, flag_fields
+from vis_embed.model.embedding_config import LOADING, EmbeddingConfig, flag_fields, matryoshka_dims_field
 from vis_embed.sampling.settings import SamplingOptions
 
 
@@ -59,8 +59,8 @@ class TwoTierOptions(Settings):
 
     alpha: float = Field(0.5, ge=0)                 # weight of the ranking tier (NearID: 0.5)
     temperature: float | None = Field(0.07, gt=0)   # fixed tau (NearID: 0.07); null: the recipe's temperature
-    # the margin variant's keys, refused here with a pointer to where they went (issue 27);
-    # never written back (recipe_to_dict)
+    # the margin variant's keys (two_tier was that variant before it became NearID's loss),
+    # refused here with a pointer to where they went; never written back (recipe_to_dict)
     weight: float | None = Field(None, exclude=True)
     margin: float | None = Field(None, exclude=True)
 
@@ -88,7 +88,7 @@ LOSS_KINDS: tuple[str, ...] = get_args(LossKind)
 
 class LossConfig(Settings):
     """The objective (training/losses/): ``infonce`` (VisME), ``two_tier`` (NearID),
-    ``two_tier_margin`` (the pre-issue-27 margin variant), ``triplet_hinge`` (DreamSim); each
+    ``two_tier_margin`` (the project's earlier margin variant, once named two_tier), ``triplet_hinge`` (DreamSim); each
     kind's options live in its own sub-section."""
 
     kind: LossKind = "infonce"
@@ -100,11 +100,14 @@ class LossConfig(Settings):
     matryoshka_dims: list[PositiveInt] | None = None
     matryoshka_weights: list[PositiveFloat] | None = None  # one per dim; default 1 each
 
+    @field_validator("matryoshka_dims")
+    @classmethod
+    def _matryoshka_dims(cls, dims: list[int] | None) -> list[int] | None:
+        return dims if dims is None else matryoshka_dims_field(dims)
+
     @model_validator(mode="after")
     def _matryoshka_consistent(self) -> "LossConfig":
         dims, weights = self.matryoshka_dims, self.matryoshka_weights
-        if dims is not None and (not dims or any(b <= a for a, b in zip(dims, dims[1:]))):
-            raise ValueError(f"matryoshka_dims must be a non-empty, strictly increasing list, got {dims}")
         if weights is not None and (dims is None or len(weights) != len(dims)):
             raise ValueError(f"matryoshka_weights needs one weight per matryoshka_dims entry "
                              f"({len(dims or [])}), got {len(weights)}")
