@@ -91,19 +91,51 @@ def _recipe(**sections):
 
 
 def test_the_recipe_section_builds_the_peft_config_whole() -> None:
-    recipe = _recipe(lora={"r": 8, "alpha": 16, "dropout": 0.1, "vision": True, "target_modules": ["q_proj"]})
-    adaptation = recipe.training_adaptation()
+    lora = {"r": 8, "alpha": 16, "dropout": 0.1, "vision": True, "target_modules": ["q_proj"]}
+    recipe = _recipe(adaptation={"kind": "lora", "lora": lora})
+    assert recipe.adaptation == _recipe(lora=lora).adaptation  # the older top-level spelling: the same
+    adaptation = recipe.adaptation.build()
     assert isinstance(adaptation, LoraAdaptation) and adaptation.kind == "lora"
     config = adaptation.peft_config
     assert (config.r, config.lora_alpha, config.lora_dropout, config.bias) == (8, 16, 0.1, "none")
     assert "q_proj" in config.target_modules and "k_proj" not in config.target_modules
     assert adaptation.trains_vision and "visual" in config.target_modules
-    assert not _recipe().training_adaptation().trains_vision  # the decoder only by default
+    assert not _recipe().adaptation.build().trains_vision  # the decoder only by default
 
 
-def test_full_and_head_kinds_and_the_older_spelling_of_full() -> None:
-    assert isinstance(_recipe(adaptation="full").training_adaptation(), FullAdaptation)
-    older = _recipe(lora={"enabled": False})  # `lora.enabled: false` means `adaptation: full`
-    assert older.adaptation_kind == "full" and isinstance(older.training_adaptation(), FullAdaptation)
-    head = _recipe(adaptation="head", head={"dim": 12}).training_adaptation()
+def test_full_and_head_kinds_and_the_older_spellings() -> None:
+    assert isinstance(_recipe(adaptation={"kind": "full"}).adaptation.build(), FullAdaptation)
+    assert _recipe(adaptation="full").adaptation.kind == "full"  # `adaptation: KIND`
+    older = _recipe(lora={"enabled": False})  # `lora.enabled: false` means `adaptation.kind: full`
+    assert older.adaptation.kind == "full" and isinstance(older.adaptation.build(), FullAdaptation)
+    assert _recipe(lora={"enabled": True}).adaptation.kind == "lora"
+    head = _recipe(adaptation="head", head={"dim": 12}).adaptation.build()
     assert isinstance(head, HeadAdaptation) and head.out_dim == 12
+    assert _recipe(adaptation={"kind": "head", "head": {"dim": 12}}).adaptation.head.dim == 12
+
+
+def test_older_spellings_set_on_the_command_line_keep_the_file_section(tmp_path) -> None:
+    recipe_file = tmp_path / "recipe.yaml"
+    recipe_file.write_text("model: m\ndata: d.yaml\nschedule: s.parquet\noutput_dir: out\nmax_steps: 1\n"
+                           "global_batch_size: 2\nadaptation:\n  kind: lora\n  lora:\n    r: 8\n")
+    recipe = load_recipe(recipe_file, overrides=["adaptation=head", "lora.alpha=4"])
+    assert (recipe.adaptation.kind, recipe.adaptation.lora.r, recipe.adaptation.lora.alpha) == ("head", 8, 4)
+    recipe = load_recipe(recipe_file, overrides=["adaptation.lora.r=2", "lora.enabled=false"])
+    assert (recipe.adaptation.kind, recipe.adaptation.lora.r) == ("full", 2)
+
+
+def test_a_run_recorded_with_the_older_spelling_resumes_with_the_new_one(tmp_path) -> None:
+    import yaml
+
+    from vis_embed.errors import ConfigError
+    from vis_embed.training.recipe import recipe_to_dict
+    from vis_embed.training.run_dir import check_resumed_recipe
+
+    raw = {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out", "max_steps": 1,
+           "global_batch_size": 2}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({**raw, "adaptation": "lora", "lora": {"r": 8}}))
+    same = recipe_to_dict(load_recipe(raw={**raw, "adaptation": {"kind": "lora", "lora": {"r": 8}}}))
+    check_resumed_recipe(tmp_path, same)  # the same run, spelled as now
+    other = recipe_to_dict(load_recipe(raw={**raw, "adaptation": {"lora": {"r": 4}}}))
+    with pytest.raises(ConfigError, match=r"adaptation\.lora\.r: 8 -> 4"):
+        check_resumed_recipe(tmp_path, other)

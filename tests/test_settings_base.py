@@ -116,8 +116,8 @@ REQUIRED = {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir
             "global_batch_size": 2}
 
 
-@pytest.mark.parametrize("key", ["optimizer.lr", "sampling.size_exponent", "temperature.init", "lora.alpha",
-                                 "gradcache.max_padding", "loss.two_tier.alpha"])
+@pytest.mark.parametrize("key", ["optimizer.lr", "sampling.size_exponent", "temperature.init",
+                                 "adaptation.lora.alpha", "gradcache.max_padding", "loss.two_tier.alpha"])
 @pytest.mark.parametrize("value", [".inf", ".nan", "-.inf"])
 def test_a_recipe_key_refuses_inf_and_nan_naming_the_key(key, value, tmp_path) -> None:
     recipe = tmp_path / "recipe.yaml"

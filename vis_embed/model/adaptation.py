@@ -52,9 +52,8 @@ VISION_PATTERN = r"visual\.blocks"
 
 
 class LoraOptions(Settings):
-    """The recipe's ``lora:`` section: the LoRA adaptation's config (:meth:`peft_config`)."""
+    """The recipe's ``adaptation.lora:`` section: the LoRA adaptation's config (:meth:`peft_config`)."""
 
-    enabled: bool = True  # false = full fine-tuning (the older spelling of `adaptation: full`)
     r: int = Field(16, gt=0)
     alpha: float = Field(32, gt=0)
     dropout: float = Field(0.05, ge=0, lt=1)
@@ -81,9 +80,23 @@ class LoraOptions(Settings):
 
 
 class HeadOptions(Settings):
-    """The recipe's ``head:`` section: the projection head's config."""
+    """The recipe's ``adaptation.head:`` section: the projection head's config."""
 
     dim: int | None = Field(None, gt=0)  # the head's output dimension; None = the backbone's hidden size
+
+
+class AdaptationOptions(Settings):
+    """The recipe's ``adaptation:`` section: which adaptation trains (``kind``) and each kind's
+    config; :meth:`build` makes the :class:`Adaptation` object.  The older spellings (a bare
+    ``adaptation: KIND``, top-level ``lora:`` / ``head:`` sections, ``lora.enabled: false`` for
+    ``full``) are read with the same meaning (``training.recipe.upgrade_recipe_spellings``)."""
+
+    kind: AdaptationKind = "lora"  # lora; head: frozen backbone + projection head; full: every weight
+    lora: LoraOptions = Field(default_factory=LoraOptions)
+    head: HeadOptions = Field(default_factory=HeadOptions)
+
+    def build(self) -> Adaptation:
+        return build_adaptation(self.kind, lora=self.lora, head=self.head)
 
 
 def _prefixed(state: dict[str, Tensor] | None, prefix: str) -> dict[str, Tensor] | None:
@@ -165,7 +178,7 @@ class LoraAdaptation(Adaptation):
             missing = sorted(set(get_peft_model_state_dict(model.backbone)) - set(saved.keys()))
         if missing:
             raise ConfigError(f"{source}: lacks {len(missing)} of the recipe's LoRA weights (e.g. {missing[0]}); "
-                              "lora.target_modules and lora.vision must match the adapter's")
+                              "adaptation.lora.target_modules and adaptation.lora.vision must match the adapter's")
 
     def load_weights(self, model: Any, directory: Path) -> None:
         from peft import set_peft_model_state_dict

@@ -35,7 +35,8 @@ PIPELINE_TAG = "feature-extraction"
 
 # Recipe keys shown in the card's training table (dotted paths into the recipe dict).
 CARD_RECIPE_KEYS = ("max_steps", "global_batch_size", "seed", "optimizer.lr", "optimizer.decay",
-                    "adaptation", "loss.kind", "loss.identity_mask", "loss.matryoshka_dims", "lora.r", "lora.alpha",
+                    "adaptation.kind", "loss.kind", "loss.identity_mask", "loss.matryoshka_dims",
+                    "adaptation.lora.r", "adaptation.lora.alpha",
                     "temperature.init", "temperature.learnable", "schedule")
 
 

@@ -34,7 +34,7 @@ def build_training_model(recipe: Recipe, device: torch.device, adaptation: Adapt
     """EmbeddingModel from the recipe: its settings (training_embedding_config), the adaptation
     (``adaptation``, default the recipe's: LoRA, head or full), gradient checkpointing."""
     model = EmbeddingModel.from_pretrained(recipe.model, device=device, config=training_embedding_config(recipe))
-    (adaptation or recipe.training_adaptation()).apply(model)
+    (adaptation or recipe.adaptation.build()).apply(model)
     if recipe.model_options.gradient_checkpointing is True:  # "auto": decided by training/memory_plan.py
         model.enable_gradient_checkpointing()
     model.train()
@@ -50,7 +50,7 @@ def trained_embedding_config(recipe: Recipe, data: Any, model: EmbeddingModel) -
         return values[0] if len(set(values)) == 1 else None
 
     return model.embedding_config.model_copy(update={
-        "attn_implementation": None, "adaptation": recipe.adaptation_kind,
+        "attn_implementation": None, "adaptation": recipe.adaptation.kind,
         "query_instruction": shared([d.query_instruction for d in data.datasets]),
         "document_instruction": shared([d.candidate_instruction for d in data.datasets]),
         "matryoshka_dims": recipe.loss.matryoshka_dims})

@@ -6,7 +6,8 @@ ill-typed key is a :class:`~vis_embed.errors.ConfigError` naming the file and th
 never a silent default.  Relative paths are resolved against the current directory (launch
 scripts run from the repository root).
 
-``--set`` values are parsed as YAML scalars/lists, so ``--set lora.r=8``,
+``--set`` values are parsed as YAML scalars/lists, so ``--set adaptation.lora.r=8`` (or the older
+``--set lora.r=8``),
 ``--set temperature.learnable=false`` and ``--set lora.target_modules=[q_proj,v_proj]`` work.
 """
 
@@ -24,7 +25,7 @@ from vis_embed.config import Settings, validated
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
-from vis_embed.model.adaptation import Adaptation, AdaptationKind, HeadOptions, LoraOptions, build_adaptation
+from vis_embed.model.adaptation import AdaptationOptions
 from vis_embed.model.embedding_config import LOADING, EmbeddingConfig, flag_fields, matryoshka_dims_field
 from vis_embed.sampling.settings import SamplingOptions
 
@@ -174,12 +175,10 @@ class Recipe(Settings):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     temperature: TemperatureConfig = Field(default_factory=TemperatureConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
-    # lora: LoRA (the `lora:` section); head: frozen backbone + a trained projection head on the
-    # pooled embedding (the `head:` section); full: every weight trains.  `adaptation: lora` with
-    # `lora.enabled: false` is the older spelling of full and means the same (adaptation_kind).
-    adaptation: AdaptationKind = "lora"
-    head: HeadOptions = Field(default_factory=HeadOptions)
-    lora: LoraOptions = Field(default_factory=LoraOptions)
+    # what trains: adaptation.kind (lora, head or full) and each kind's config (adaptation.lora,
+    # adaptation.head); the older spellings (adaptation: KIND, top-level lora: / head:,
+    # lora.enabled: false) are read with the same meaning (upgrade_recipe_spellings)
+    adaptation: AdaptationOptions = Field(default_factory=AdaptationOptions)
     # warm start: the adapter (LoRA, head or full weights) starts from this saved one (a run's
     # final/ or checkpoint-STEP/); optimiser, LR schedule and tau start fresh (--resume wins)
     init_adapter: str | None = None
@@ -200,14 +199,11 @@ class Recipe(Settings):
             raise ValueError("must not be empty")
         return value
 
-    @property
-    def adaptation_kind(self) -> AdaptationKind:
-        """What trains: the ``adaptation`` key, ``lora.enabled: false`` read as ``full``."""
-        return "full" if self.adaptation == "lora" and not self.lora.enabled else self.adaptation
-
-    def training_adaptation(self) -> Adaptation:
-        """The adaptation object this recipe trains, configured by its section."""
-        return build_adaptation(self.adaptation_kind, lora=self.lora, head=self.head)
+    @model_validator(mode="before")
+    @classmethod
+    def _older_spellings(cls, values: Any) -> Any:
+        # a copy: a caller's mapping is not changed (load_recipe upgraded its document already)
+        return upgrade_recipe_spellings(dict(values)) if isinstance(values, dict) else values
 
     @model_validator(mode="after")
     def _check_temperature(self) -> "Recipe":
@@ -215,6 +211,59 @@ class Recipe(Settings):
             raise ValueError(f"temperature.init {self.temperature.init} is below temperature.min "
                              f"{self.temperature.min}")
         return self
+
+
+def _lines(mapping: Any) -> dict[Any, int | None]:
+    return dict(getattr(mapping, "key_lines", {}))
+
+
+def _mapping(values: dict[str, Any], lines: dict[Any, int | None], start: int, line_aware: bool) -> dict[str, Any]:
+    """``values``, as a line-aware mapping when the recipe was read from YAML: an error in a
+    moved section still names its line."""
+    if not line_aware:
+        return dict(values)
+    moved = LineDict(values)
+    moved.line, moved.key_lines = start, {key: line for key, line in lines.items() if key in values}
+    return moved
+
+
+def upgrade_recipe_spellings(document: Any) -> Any:
+    """A recipe document with the older adaptation spellings moved into ``adaptation:``, their
+    meaning kept (the top level changed in place, sections copied; idempotent):
+    ``adaptation: KIND`` -> ``adaptation.kind``; top-level ``lora:`` / ``head:`` ->
+    ``adaptation.lora`` / ``adaptation.head`` (their keys over the section's);
+    ``lora.enabled: false`` -> ``kind: full`` (``true``: no change)."""
+    if not isinstance(document, dict):
+        return document
+    aware = isinstance(document, LineDict)
+    top = _lines(document)
+    older = {name: document.pop(name) for name in ("lora", "head") if name in document}
+    section: Any = document.get("adaptation", {})
+    if isinstance(section, str):  # `adaptation: head`
+        section, lines = {"kind": section}, {"kind": top.get("adaptation")}
+    elif isinstance(section, dict):
+        lines = _lines(section)
+    else:
+        return document  # not a mapping: the section's validation names it
+    section = dict(section)
+    for name, value in older.items():
+        inner = section.get(name)
+        if isinstance(value, dict):
+            merged = {**inner, **value} if isinstance(inner, dict) else value
+            value = _mapping(merged, {**_lines(inner), **_lines(value)}, getattr(value, "line", 0), aware)
+        section[name], lines[name] = value, top.get(name)
+    lora = section.get("lora")
+    if isinstance(lora, dict) and "enabled" in lora and isinstance(lora["enabled"], bool):
+        if not lora["enabled"] and section.get("kind", "lora") == "lora":
+            section["kind"], lines["kind"] = "full", _lines(lora).get("enabled")
+        section["lora"] = _mapping({key: v for key, v in lora.items() if key != "enabled"}, _lines(lora),
+                                   getattr(lora, "line", 0), aware)
+    if section or "adaptation" in document:
+        start = top.get("adaptation") or next((top[name] for name in older if top.get(name)), 0)
+        document["adaptation"] = _mapping(section, lines, start or 0, aware)
+        if aware and "adaptation" not in top:
+            document.key_lines["adaptation"] = start or None
+    return document
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -234,6 +283,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     for text in overrides:
         path, value = parse_override(text)
+        if path == ["adaptation"] and isinstance(value, str):  # the older `--set adaptation=KIND`:
+            path = ["adaptation", "kind"]  # the kind only, the section's other keys kept
         node = raw
         for part in path[:-1]:
             child = node.setdefault(part, {})
@@ -269,7 +320,9 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | None = No
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: a recipe is a mapping of keys, got {type(raw).__name__}")
     document = raw if isinstance(raw, LineDict) else dict(raw)  # a caller's mapping is not changed
-    document = apply_overrides(document, list(overrides or []))
+    # older adaptation spellings moved into `adaptation:`, before and after the overrides (either
+    # spelling may be --set), keeping their lines for the error messages
+    document = upgrade_recipe_spellings(apply_overrides(upgrade_recipe_spellings(document), list(overrides or [])))
     recipe = validated(Recipe, document, source, document, dotted=_dotted_as_in_set)
     check_optional_dependencies(recipe, source)
     return recipe

@@ -101,7 +101,7 @@ class Trainer:
         self.shard = self.schedule.shard(self.rank, self.world_size)
 
         set_seed(recipe.seed)  # identical LoRA init on every rank
-        self.adaptation = recipe.training_adaptation()  # what trains, and how it is saved and loaded
+        self.adaptation = recipe.adaptation.build()  # what trains, and how it is saved and loaded
         self.model = build_training_model(recipe, self.device, self.adaptation)
         self.dtype = self.model.dtype  # as loaded (dtype: checkpoint is the checkpoint's own)
         if recipe.init_adapter:  # warm start; a checkpoint found by --resume overwrites it
