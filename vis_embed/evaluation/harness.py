@@ -149,7 +149,10 @@ class Harness:
         """Results (also written to OUT); None on the ranks other than 0 of a torchrun launch."""
         width = getattr(self.encoder, "embedding_dim", None)
         if self.settings.dim is not None and isinstance(width, int):
-            check_dim(self.settings.dim, width, field="--dim")
+            try:  # a setting whose bound is the model's width, known only now
+                check_dim(self.settings.dim, width, field="--dim")
+            except DataError as exc:
+                raise ConfigError(str(exc)) from None
         if isinstance(width, int):
             warn_if_not_matryoshka(self.settings.dim, width,
                                    getattr(getattr(self.encoder, "embedding_config", None), "matryoshka_dims", None))
