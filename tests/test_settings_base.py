@@ -148,3 +148,13 @@ def test_a_float_flag_refuses_inf_and_nan_with_exit_2_naming_it(command, flag, v
     assert code == 2
     err = capsys.readouterr().err
     assert flag in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan"])
+def test_train_refuses_an_infinite_recipe_key_with_exit_2(value, tmp_path, capsys) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("\n".join(f"{k}: {v}" for k, v in REQUIRED.items()) + f"\nsampling:\n  size_exponent: {value}\n")
+    assert main(["train", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    line = len(REQUIRED) + 2  # the YAML line of size_exponent
+    assert f"recipe.yaml:{line}: field 'sampling.size_exponent'" in err and "Traceback" not in err

@@ -28,7 +28,7 @@ from vis_embed.errors import ConfigError
 from vis_embed.model.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
                                        set_attention)
 from vis_embed.model.adaptation import (HeadAdaptation, LoraAdaptation, LoraOptions, adaptation_of, adapter_kind,
-                                        attach_adapter, build_adaptation)
+                                        attach_adapter, build_adaptation, has_lora)
 from vis_embed.model.defaults import DTYPE_NAMES
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.patch_embedding import use_matmul_patch_embedding
@@ -193,7 +193,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
     def base_model(self) -> Any:
         """The Qwen-VL base model (vision tower + decoder, no LM head), LoRA layers included."""
         backbone = self.backbone
-        if hasattr(backbone, "get_base_model"):  # peft wrapper: LoRA layers live inside
+        if has_lora(backbone):  # peft wrapper: LoRA layers live inside
             backbone = backbone.get_base_model()
         return backbone.model
 
