@@ -298,3 +298,11 @@ def test_undeclared_requirements_are_really_needed(tiny_checkpoint) -> None:
     loaded = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
                             text=True).stdout.split()
     assert sorted(name for name in NEEDED_BY_DEPENDENCIES if name not in loaded) == []
+
+
+def test_no_issue_numbers_in_library_code() -> None:
+    """A comment or docstring says why, not which issue asked (the tracker is not shipped)."""
+    pattern = re.compile(r"\bissues?[ -]#?\d+|pre-issue-\d+", re.IGNORECASE)
+    found = {module: [number for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                      if pattern.search(line)] for module, path in _sources().items()}
+    assert {module: lines for module, lines in found.items() if lines} == {}

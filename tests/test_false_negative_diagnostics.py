@@ -12,7 +12,6 @@ import torch
 from safetensors.torch import load_file
 
 from vis_embed.errors import ConfigError
-from vis_embed.training.checkpoint import find_peft_model
 from vis_embed.training.losses.diagnostics import DIAGNOSTIC_KEYS, false_negative_stats, own_image_matrix
 from vis_embed.training.recipe import load_recipe
 from vis_embed.training.trainer import Trainer
@@ -164,7 +163,7 @@ def test_training_logs_the_diagnostics_mask_on_and_off(naive_setup, tmp_path) ->
 def _lora_state(trainer: Trainer) -> dict[str, torch.Tensor]:
     from peft import get_peft_model_state_dict
 
-    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(find_peft_model(trainer.model)[1]).items()}
+    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(trainer.model.backbone).items()}
 
 
 def test_warm_start_begins_from_the_adapter_with_a_fresh_optimiser(naive_setup, tmp_path) -> None:

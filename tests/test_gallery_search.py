@@ -99,7 +99,7 @@ def test_rescore_needs_a_quantized_index() -> None:
 def test_a_dim_wider_than_the_model_is_refused_before_encoding(tmp_path: Path) -> None:
     encoder = FakeEncoder()
     encoder.embedding_dim = DIM
-    with pytest.raises(ConfigError, match=f"--dim {DIM + 1} exceeds"):
+    with pytest.raises(ConfigError, match=f"field '--dim': must be an integer from 1 to the model's width {DIM}"):
         Harness(encoder, tmp_path, EvalSettings(show_progress=False, dim=DIM + 1)).run(
             _gallery_spec(make_identity_benchmark(tmp_path / "data")))
     assert encoder.calls == []

@@ -47,7 +47,7 @@ def test_head_round_trips_and_bad_directories_name_file_and_field(tmp_path: Path
     config_path = tmp_path / "h" / HEAD_CONFIG
     config = json.loads(config_path.read_text())
     config_path.write_text(json.dumps({**config, "out_dim": "four"}))
-    with pytest.raises(ConfigError, match=rf"{HEAD_CONFIG}: field 'out_dim' must be a positive integer"):
+    with pytest.raises(ConfigError, match=rf"{HEAD_CONFIG}: field 'out_dim'"):
         load_head(tmp_path / "h")
     config_path.write_text(json.dumps({**config, "out_dim": 5}))
     with pytest.raises(ConfigError, match=rf"{HEAD_WEIGHTS}: does not match {HEAD_CONFIG}"):

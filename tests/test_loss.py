@@ -90,7 +90,9 @@ def test_identity_mask_off_keeps_a_repeated_identity_as_a_negative() -> None:
 
     q, c = _unit(4, 8, 8), _unit(4, 8, 9)
     tau = Temperature(0.1, learnable=False)
-    masked, unmasked = (build_objective("infonce", tau, identity_mask=mask) for mask in (True, False))
+    from vis_embed.training.recipe import LossConfig
+
+    masked, unmasked = (build_objective(LossConfig(identity_mask=mask), tau) for mask in (True, False))
     repeated = BatchLabels(torch.tensor([3, 1, 3, 2]))  # members 0 and 2: two instances of one identity
     assert float(unmasked(q, c, repeated)) == pytest.approx(info_nce_loss(q, c, 0.1).item())  # all count
     assert float(masked(q, c, repeated)) == pytest.approx(info_nce_loss(q, c, 0.1, repeated.labels).item())

@@ -5,6 +5,7 @@ back-propagation for each kind."""
 from __future__ import annotations
 
 import math
+import typing
 
 import pytest
 import torch
@@ -26,6 +27,8 @@ from vis_embed.training.losses import (
     two_tier_margin_loss,
 )
 from vis_embed.training.lr_schedule import lr_lambda
+from vis_embed.training.recipe import LossConfig
+from vis_embed.errors import SettingsError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -209,14 +212,16 @@ def test_objective_dispatches_each_kind_and_honours_the_identity_mask() -> None:
     }
     assert set(expected) == set(LOSS_KINDS)
     for kind, reference in expected.items():
-        objective = build_objective(kind, tau, two_tier_weight=2.0, two_tier_margin=0.3, hinge_margin=0.3)
+        # the recipe's loss section, passed whole: each kind reads its own sub-section
+        section = {"kind": kind, "two_tier_margin": {"weight": 2.0, "margin": 0.3}, "triplet_hinge": {"margin": 0.3}}
+        objective = build_objective(LossConfig(**section), tau)
         assert float(objective(queries, candidates, labels)) == pytest.approx(float(reference), rel=1e-6), kind
-        unmasked = build_objective(kind, tau, identity_mask=False, two_tier_weight=2.0, two_tier_margin=0.3,
-                                   hinge_margin=0.3)
+        unmasked = build_objective(LossConfig(**section, identity_mask=False), tau)
         # rows 3 and 7 share an identity: dropping the mask changes every kind's value
         assert float(unmasked(queries, candidates, labels)) != pytest.approx(float(reference), rel=1e-6), kind
-    with pytest.raises(ValueError, match="unknown loss kind 'cosent'"):
-        build_objective("cosent", tau)
+    assert LOSS_KINDS == typing.get_args(LossConfig.model_fields["kind"].annotation)  # one vocabulary
+    with pytest.raises(SettingsError, match="kind"):  # refused where the section is built
+        LossConfig(kind="cosent")
 
 
 # ----------------------------------------------------------------------------- GradCache
@@ -232,7 +237,8 @@ def _one_step(kind: str, chunk_size: int, learnable_tau: bool = True):
                            max_grad_norm=0.0, lr_schedule=lr_lambda(0, 10))
     # a large margin keeps every hinge active, so each pair contributes gradient
     # two_tier reads the trainer's temperature (learnable here), so its gradient is compared too
-    objective = build_objective(kind, tau, two_tier_margin=2.0, hinge_margin=2.0)
+    objective = build_objective(LossConfig(kind=kind, two_tier_margin={"margin": 2.0}, triplet_hinge={"margin": 2.0}),
+                                tau)
     labels = BatchLabels(torch.arange(BATCH), designated_negatives(ROLES, SLOTS))
     queries, candidates = random_members(BATCH, 1), random_members(BATCH, 2)
     result = contrastive_step(backend, model.collate, queries, candidates,

@@ -81,7 +81,7 @@ def test_recipe_keys_are_validated(values, problem) -> None:
 
 def test_dims_wider_than_the_model_are_refused_before_training() -> None:
     loss = LossConfig.model_validate({"matryoshka_dims": [8, 32]})
-    with pytest.raises(ConfigError, match="loss.matryoshka_dims: 32 exceeds"):
+    with pytest.raises(ConfigError, match="loss.matryoshka_dims.: 32 exceeds"):
         matryoshka_for_model(_infonce, loss, WIDTH)
 
 
@@ -139,7 +139,7 @@ def test_training_with_dims_records_them_in_final_and_refuses_too_wide_ones(tiny
     final = Trainer(load_recipe(raw=raw)).train()
     assert json.loads((final / "embedding_config.json").read_text())["matryoshka_dims"] == [16, 64]
     wide = tiny_recipe(model, data, schedule, tmp_path / "wide", max_steps=2, loss__matryoshka_dims=[16, 4096])
-    with pytest.raises(ConfigError, match="loss.matryoshka_dims: 4096 exceeds"):
+    with pytest.raises(ConfigError, match="loss.matryoshka_dims.: 4096 exceeds"):
         Trainer(load_recipe(raw=wide))
 
 

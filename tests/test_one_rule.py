@@ -77,7 +77,7 @@ def test_the_embedding_settings_are_declared_once() -> None:
     settings = {"prompt_format", "min_pixels", "max_pixels", "max_length", "decode", "attn_implementation"}
 
     def declares_setting(node: ast.AST) -> bool:
-        return isinstance(node, ast.ClassDef) and any(_source(base).endswith(("BaseModel", "_Strict"))
+        return isinstance(node, ast.ClassDef) and any(_source(base).endswith(("BaseModel", "Settings"))
                                                       for base in node.bases) and any(
             isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id in settings
             for item in node.body)
@@ -248,6 +248,71 @@ def test_one_dataset_revision_table() -> None:
     assert readers == {"data_prep/hub.py"}
 
 
+def test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module() -> None:
+    """Probing a backbone for peft (``peft_config``) is model/adaptation.py's alone: the trainer,
+    checkpoints, export, the model card and EmbeddingModel ask its objects."""
+    probes = _where(lambda node: (isinstance(node, ast.Attribute) and node.attr == "peft_config")
+                    or _string("peft_config")(node))
+    assert probes == {"vis_embed/model/adaptation.py"}
+    assert _where(_call_of("get_peft_model")) == {"vis_embed/model/adaptation.py"}
+    assert _where(_string("head_config.json")) == {"vis_embed/model/references.py"}
+    # the one save path: only the adaptation objects write a model's weights
+    assert _where(_call_of("save_head")) == {"vis_embed/model/adaptation.py"}
+    assert _where(_call_of("merge_and_unload")) <= {"vis_embed/model/adaptation.py", "vis_embed/model/export.py"}
+
+
+def test_one_settings_base() -> None:
+    """config.Settings sets the settings' behaviour (unknown keys, inf/nan, the error type);
+    no class sets it again (the HTTP request bodies answer in OpenAI's schema)."""
+    assert _where(lambda node: isinstance(node, ast.keyword) and node.arg == "allow_inf_nan") == {
+        "vis_embed/config.py"}
+    forbids = _where(lambda node: isinstance(node, ast.keyword) and node.arg == "extra"
+                     and _source(node.value) == "'forbid'")
+    assert forbids == {"vis_embed/config.py", "vis_embed/serving/schemas.py", "vis_embed/serving/gallery_routes.py"}
+    assert _where(_call_of("SettingsError")) == {"vis_embed/config.py"}
+
+
+def test_config_objects_cross_module_boundaries_whole() -> None:
+    """A settings object is handed on whole, not unpacked into keyword arguments the callee
+    re-checks: LossConfig into build_objective, ServerSettings into the image policy, the batcher
+    and the input limiter, the recipe's lora: section into the LoRA adaptation."""
+    from vis_embed.model.adaptation import LoraOptions
+    from vis_embed.model.embedding_config import EmbeddingConfig
+    from vis_embed.serving.settings import ServerSettings
+    from vis_embed.training.recipe import LossConfig
+
+    def unpacks(callee: str, fields: set[str]) -> Callable[[ast.AST], bool]:
+        return lambda node: _call_of(callee)(node) and any(  # type: ignore[attr-defined]
+            keyword.arg in fields or (keyword.arg or "").startswith(tuple(fields)) for keyword in node.keywords)
+
+    loss_fields = set(LossConfig.model_fields) | {"two_tier_alpha", "two_tier_weight", "two_tier_margin",
+                                                  "hinge_margin"}
+    assert _where(unpacks("build_objective", loss_fields)) == set()
+    server_fields = set(ServerSettings.model_fields) - {"model_name"}
+    for callee in ("ImagePolicy", "MicroBatcher", "InputLimiter"):
+        assert _where(unpacks(callee, server_fields)) == set(), callee
+    assert _where(unpacks("add_lora", set(LoraOptions.model_fields))) == set()
+    # the one translation of the lora: section into peft
+    assert _where(unpacks("LoraConfig", {"r", "lora_alpha"})) == {"vis_embed/model/adaptation.py"}
+    # from_pretrained takes EmbeddingConfig fields as **settings or config=, not a hand list
+    listed = _where(lambda node: isinstance(node, ast.FunctionDef) and node.name == "from_pretrained" and any(
+        argument.arg in set(EmbeddingConfig.model_fields) - {"dtype"} for argument in node.args.kwonlyargs
+        + node.args.args))
+    assert listed == set()
+
+
+def test_one_matryoshka_width_rule() -> None:
+    """The widths a model was trained for and a --dim cut are checked by gallery/vectors.py's
+    check_matryoshka_dims / check_dim, which the recipe, EmbeddingConfig, the loss and eval ask."""
+    def restates(node: ast.AST) -> bool:
+        text = _source(node) if isinstance(node, (ast.JoinedStr, ast.Constant)) else ""
+        return "exceeds the model's embedding width" in text or "strictly increasing" in text \
+            or "exceed the embedding width" in text
+    assert _where(restates) == {"vis_embed/gallery/vectors.py"}
+    assert _where(_call_of("check_matryoshka_dims")) >= {"vis_embed/model/embedding_config.py",
+                                                         "vis_embed/training/losses/matryoshka.py"}
+
+
 CLAIMS = {
     "the one global ranking": test_one_global_ranking_and_one_group_membership_rule,
     "the one membership rule": test_one_global_ranking_and_one_group_membership_rule,
@@ -278,6 +343,11 @@ CLAIMS = {
     "the one pixel-order and decode-mode check": test_pixel_order_and_decode_modes_are_checked_by_the_config_only,
     "the one dataset -> revision table": test_one_dataset_revision_table,
     "the ONE frame rule": test_one_frame_rule,
+    "the ONE adaptation decision": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
+    "the one save path": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
+    "the one peft probe": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
+    "the one settings base": test_one_settings_base,
+    "the one Matryoshka": test_one_matryoshka_width_rule,
 }
 CLAIM = re.compile(r"\bthe (?:one|only|ONE)\b[^,;()]*", re.IGNORECASE)
 
@@ -294,3 +364,4 @@ def test_every_one_claim_of_the_architecture_doc_has_its_check() -> None:
     assert unchecked == [], "a 'the one X' claim in docs/architecture.md needs a test in this file"
     stated = list(_doc_claims())
     assert [key for key in CLAIMS if not any(claim.startswith(key) for claim in stated)] == []
+

@@ -24,7 +24,8 @@ def _write(tmp_path: Path, raw: dict) -> Path:
 
 def test_defaults_follow_the_paper(tmp_path: Path) -> None:
     recipe = load_recipe(_write(tmp_path, MINIMAL))
-    assert (recipe.lora.r, recipe.lora.alpha, recipe.lora.dropout) == (16, 32, 0.05)
+    lora = recipe.adaptation.lora
+    assert recipe.adaptation.kind == "lora" and (lora.r, lora.alpha, lora.dropout) == (16, 32, 0.05)
     assert recipe.temperature.init == 0.02 and recipe.temperature.learnable
     assert recipe.gradcache.chunk_size == 0
 
@@ -32,7 +33,8 @@ def test_defaults_follow_the_paper(tmp_path: Path) -> None:
 def test_unknown_key_names_file_line_and_dotted_path(tmp_path: Path) -> None:
     path = _write(tmp_path, {**MINIMAL, "lora": {"rank": 8}})
     line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "rank:" in text)
-    with pytest.raises(ConfigError, match=rf"recipe\.yaml:{line}: field 'lora\.rank': unknown key"):
+    # the older top-level spelling is read as adaptation.lora; the error names its line
+    with pytest.raises(ConfigError, match=rf"recipe\.yaml:{line}: field 'adaptation\.lora\.rank': unknown key"):
         load_recipe(path)
 
 
@@ -46,7 +48,7 @@ def test_every_problem_names_its_own_line(tmp_path: Path) -> None:
         load_recipe(path)
     message = str(info.value)
     assert f"recipe.yaml:{lines['max_steps']}: field 'max_steps': " in message
-    assert f"recipe.yaml:{lines['rank']}: field 'lora.rank': unknown key" in message
+    assert f"recipe.yaml:{lines['rank']}: field 'adaptation.lora.rank': unknown key" in message
 
 
 def test_a_key_set_on_the_command_line_is_named_without_a_file_line(tmp_path: Path) -> None:
@@ -81,10 +83,13 @@ def test_missing_required_key_is_reported(tmp_path: Path) -> None:
     ("model=/ckpt", ("model",), "/ckpt"), ("data=x.yaml", ("data",), "x.yaml"),
     ("schedule=s2.parquet", ("schedule",), "s2.parquet"), ("output_dir=o2", ("output_dir",), "o2"),
     ("max_steps=5", ("max_steps",), 5), ("global_batch_size=64", ("global_batch_size",), 64),
-    ("seed=3", ("seed",), 3), ("lora.r=8", ("lora", "r"), 8), ("lora.alpha=4", ("lora", "alpha"), 4),
-    ("lora.dropout=0", ("lora", "dropout"), 0), ("gradcache.chunk_size=3", ("gradcache", "chunk_size"), 3),
+    ("seed=3", ("seed",), 3), ("lora.r=8", ("adaptation", "lora", "r"), 8),  # the older spelling
+    ("adaptation.lora.alpha=4", ("adaptation", "lora", "alpha"), 4),
+    ("lora.dropout=0", ("adaptation", "lora", "dropout"), 0),
+    ("gradcache.chunk_size=3", ("gradcache", "chunk_size"), 3),
     ("temperature.learnable=false", ("temperature", "learnable"), False),
-    ("lora.target_modules=[q_proj,v_proj]", ("lora", "target_modules"), ["q_proj", "v_proj"]),
+    ("lora.target_modules=[q_proj,v_proj]", ("adaptation", "lora", "target_modules"), ["q_proj", "v_proj"]),
+    ("adaptation.kind=head", ("adaptation", "kind"), "head"), ("adaptation=full", ("adaptation", "kind"), "full"),
 ])
 def test_set_overrides(tmp_path: Path, override: str, attribute: tuple[str, ...], expected: object) -> None:
     value = load_recipe(_write(tmp_path, MINIMAL), [override])
@@ -106,7 +111,7 @@ def test_shipped_recipes_are_valid(name: str) -> None:
     recipe = load_recipe(REPO / "recipes" / f"{name}.yaml")
     if name.startswith("visme"):
         assert (recipe.max_steps, recipe.global_batch_size, recipe.optimizer.lr) == (3000, 1024, 1e-4)
-        assert (recipe.lora.r, recipe.lora.alpha, recipe.temperature.init) == (16, 32, 0.02)
+        assert (recipe.adaptation.lora.r, recipe.adaptation.lora.alpha, recipe.temperature.init) == (16, 32, 0.02)
         assert recipe.temperature.learnable and recipe.sampling.hard_negatives == 5
         assert recipe.model_options.max_pixels == 200704 and recipe.model_options.max_length == 768
         assert recipe.deepspeed and (REPO / recipe.deepspeed).is_file()

@@ -64,12 +64,18 @@ def test_recipe_error_names_the_dotted_key() -> None:
     assert "--" not in str(error.value)
 
 
-def test_cli_error_gives_the_flag_of_the_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("flags, named", [
+    (["--interleave-batch-size", "3"], "--global-batch-size"),  # the combination check names B
+    (["--interleave-batch-size", "0"], "--interleave-batch-size"),
+    (["--interleave-batch-size", "4", "--size-exponent", "-1"], "--size-exponent"),
+])
+def test_cli_error_gives_the_flag_of_the_setting(flags, named, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["schedule", "--data", str(tmp_path / "none.yaml"), "--steps", "2", "--global-batch-size", "8",
-                 "--interleave-batch-size", "3", "--out", str(tmp_path / "s.parquet"), "--no-progress"])
+                 *flags, "--out", str(tmp_path / "s.parquet"), "--no-progress"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "interleave_batch_size" in err and "--interleave-batch-size" in err
+    assert f"field '{named}'" in err and err.count("error:") == 1
 
 
 def _config(root: Path) -> Path:

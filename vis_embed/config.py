@@ -14,20 +14,61 @@ name the field it is about, so a check on a whole entry still points at the offe
 from __future__ import annotations
 
 import argparse
+import math
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError
 
-from vis_embed.errors import ConfigError, DataError
+from vis_embed.errors import ConfigError, DataError, SettingsError
 
 Model = TypeVar("Model", bound=BaseModel)
 Entry = TypeVar("Entry", bound=BaseModel)
+
+
+class Settings(BaseModel):
+    """The base of every settings class (recipe and its sections, data configs, manifests,
+    EmbeddingConfig, command settings), so they all behave alike:
+
+    * unknown keys are errors, assignment is validated, and ``allow_inf_nan=False``: pydantic
+      floats otherwise take ``inf`` and ``nan`` (``"inf"``, ``.nan``), and ``optimizer.lr=inf``
+      or ``max_wait_ms=inf`` would only show up as a diverged run or a server that never answers;
+    * built directly (``ServerSettings(max_wait_ms=-1)``), a bad value is a
+      :class:`~vis_embed.errors.SettingsError` naming the field (further problems listed under
+      it); from a document (:func:`validated`, :func:`validate_document`) each problem names its
+      file, line and dotted key; from flags (:func:`from_arguments`) it names the flag;
+    * command-line flags are generated from the fields that name one (:func:`flag`,
+      :func:`add_model_arguments`).
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    def __init__(self, **values: Any) -> None:
+        with reported(as_error=_settings_error):
+            super().__init__(**values)
+
+    # pydantic routes the validation of a nested model through a custom __init__ unless it is
+    # marked as the base one: a recipe section must raise pydantic's errors, so that the
+    # recipe's formatter names 'section.key' and its line.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+
+def _settings_error(problems: list[DataError]) -> SettingsError:
+    first, *others = problems
+    reason = "\n".join([first.reason, *(f"  also: {other}" for other in others)])
+    return SettingsError(reason, path=first.path, line=first.line, field=first.field)
+
+
+def flag(spelling: str, **extra: Any) -> dict[str, Any]:
+    """A field's ``json_schema_extra`` making it the command-line flag ``spelling`` (the one flag
+    declaration; the keys :func:`add_model_arguments` reads: ``group``, ``metavar``, ``choices``,
+    ``parse``, ``negate``)."""
+    return {"flag": spelling, **extra}
 
 
 def get_dotted(document: Any, dotted: str) -> Any:
@@ -138,17 +179,11 @@ def format_validation_error(error: ValidationError, source: str | Path | None, d
                       field=name(_location(item))) for item in error.errors()]
 
 
-def validation_message(error: ValidationError, source: str | Path | None = None, document: Any = None,
-                       dotted: Any = None) -> str:
-    """:func:`format_validation_error` as one message, a line per problem (for a ConfigError)."""
-    return "\n".join(str(problem) for problem in format_validation_error(error, source, document, dotted))
-
-
 @contextmanager
 def reported(source: str | Path | None = None, document: Any = None, dotted: Any = None,
              as_error: Callable[[list[DataError]], Exception] | None = None) -> Iterator[None]:
     """Validation inside the block reports like every config of the package: a pydantic
-    ``ValidationError`` becomes a ConfigError of :func:`validation_message` (one line a problem),
+    ``ValidationError`` becomes a ConfigError, one line a problem,
     or ``as_error(problems)`` (the DataErrors of :func:`format_validation_error`).  With it,
     ``except ValidationError`` is written here only (tests/test_one_rule.py)."""
     try:
@@ -195,13 +230,22 @@ def argument_type(annotation: Any) -> tuple[Any, tuple[Any, ...] | None]:
     return annotation, None
 
 
+def finite_float(text: str) -> float:
+    """argparse ``type`` of a float flag that is no settings field: ``inf`` and ``nan`` are refused
+    (argparse exits 2 naming the flag), as :class:`Settings` refuses them."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
 def comma_list(text: str) -> list[str]:
     """``"a, b,,c"`` -> ``["a", "b", "c"]`` (a ``--datasets A,B`` flag)."""
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, model: type[BaseModel],
-                        groups: Mapping[str, Any] | None = None) -> list[str]:
+                        groups: Mapping[str, Any] | None = None, only: Iterable[str] | None = None) -> list[str]:
     """A flag for every field of ``model`` whose ``json_schema_extra`` names one (``flag``): its
     help is the field's description with its default, its type and choices the annotation's;
     a boolean field is a switch: ``--x`` sets it True, or with ``negate`` an ``--no-x`` style
@@ -209,13 +253,16 @@ def add_model_arguments(parser: argparse.ArgumentParser, model: type[BaseModel],
     vocabulary a validator checks; ``group`` names the entry of ``groups`` (argument groups of
     ``parser``) the flag is listed under.  Defaults are the model's, so a flag and the Python
     API default alike (a field that defaults to None says in its description what unset
-    means).  Returns the field names added."""
+    means); a field without a default is a required flag.  ``only``: these fields, in this
+    order (default: every flag field in declaration order).  Returns the field names added."""
     added = []
-    for name, field in model.model_fields.items():
+    for name in (model.model_fields if only is None else only):
+        field = model.model_fields[name]
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         if "flag" not in extra:
             continue
-        options: dict[str, Any] = {"dest": name, "default": field.default}
+        options: dict[str, Any] = {"dest": name}
+        options.update({"required": True} if field.is_required() else {"default": field.default})
         if extra.get("negate") or field.annotation is bool:
             options.update(action="store_false" if extra.get("negate") else "store_true",
                            help=str(field.description).replace("%", "%%"))
@@ -223,7 +270,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, model: type[BaseModel],
             kind, choices = argument_type(field.annotation)
             choices = tuple(extra["choices"]) if "choices" in extra else choices  # checked by a validator
             kind = {"comma_list": comma_list}.get(str(extra.get("parse")), kind)
-            text = str(field.description) + ("" if field.default is None else f" (default: {field.default})")
+            text = str(field.description) + ("" if field.default is None or field.is_required()
+                                             else f" (default: {field.default})")
             options.update(type=kind, choices=choices, metavar=extra.get("metavar"), help=text.replace("%", "%%"))
         target = (groups or {})[extra["group"]] if "group" in extra else parser
         target.add_argument(str(extra["flag"]), **options)
@@ -233,7 +281,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, model: type[BaseModel],
 
 def from_arguments(model: type[Model], args: argparse.Namespace, **values: Any) -> Model:
     """``model`` from the flags :func:`add_model_arguments` added (plus ``values``); a bad value
-    is a ConfigError naming the flag."""
+    is a SettingsError naming the flag (each problem's)."""
     flags = {name: field.json_schema_extra["flag"] for name, field in model.model_fields.items()
              if isinstance(field.json_schema_extra, dict) and "flag" in field.json_schema_extra}
     given = {name: getattr(args, name) for name in flags if hasattr(args, name)}
@@ -242,10 +290,6 @@ def from_arguments(model: type[Model], args: argparse.Namespace, **values: Any) 
         name = str(loc[0]) if loc else "(root)"
         return f"{flags[name]}" if name in flags else dotted_field(loc)
 
-    with reported(dotted=flag_of):
-        try:
-            return model(**{**given, **values})  # the constructor: a model may report through its own
-        except DataError as exc:  # e.g. EvalSettings: its first problem as a DataError naming the field
-            flag = flags.get(str(exc.field), exc.field)
-            raise ConfigError(str(DataError(exc.reason, path=exc.path, line=exc.line, field=flag))) from None
+    with reported(dotted=flag_of, as_error=_settings_error):
+        return model.model_validate({**given, **values})
     raise AssertionError("unreachable: reported() re-raises")

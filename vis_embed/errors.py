@@ -41,5 +41,12 @@ class ConfigError(VisEmbedError, ValueError):
     """Invalid recipe, data config or manifest (unknown or ill-typed key)."""
 
 
+class SettingsError(DataError, ConfigError):
+    """A settings object built with a bad value (``EvalSettings(batch_size=0)``,
+    ``ServerSettings(max_wait_ms=inf)``): the one validation error of every settings class
+    (:class:`vis_embed.config.Settings`), naming the field, or the flag when the value came from
+    the command line.  Both a DataError (it names a field) and a ConfigError (a setting)."""
+
+
 class FingerprintMismatchError(VisEmbedError):
     """An artefact (schedule, cache, checkpoint) was built from different inputs."""

@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator
+from pydantic import ConfigDict, PositiveInt, field_validator
 
-from vis_embed.config import dotted_field, member_of, one_of, validated
+from vis_embed.config import Settings, dotted_field, member_of, one_of, validated
 from vis_embed.errors import DataError
 
 # Gallery search backends of vis_embed.evaluation.search.
@@ -43,7 +43,7 @@ def check_tie_policy(policy: Any, field: str = "tie_policy") -> str:
     return member_of(policy, TIE_POLICIES, "tie policy", field)
 
 
-class DatasetOptions(BaseModel):
+class DatasetOptions(Settings):
     """Per-dataset evaluation options; None = the run's setting (or the protocol's default)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)

@@ -33,7 +33,7 @@ processor's own rule (:mod:`vis_embed.model.lengths`).
   resizes it to, per side (the processor's own size rule when the caller passes it as
   ``target_size``, else an upper bound from ``max_pixels``); the processor's final resize is
   unchanged.  Decoding a 12 MP photo whole to feed a ~450x450 grid was the whole cost of
-  preparing it (issue 28).  The default, ``"exact"``, decodes every pixel.  An item with a
+  preparing it.  The default, ``"exact"``, decodes every pixel.  An item with a
   bbox is always decoded whole (:func:`item_decode_mode`).
 """
 
@@ -254,7 +254,7 @@ def fast_decode_floor(width: int, height: int, max_pixels: int | None,
     processor keeps the area within ``max_pixels`` (its sides rounded down to the patch grid),
     so ``sqrt(max_pixels / area)`` bounds its scale from above.  The bound is up to one grid
     step per side larger, which kept 4032x3024 photos at JPEG 1/2 where 1/4 is 2x the real
-    504x364 (issue 28)."""
+    504x364."""
     if max_pixels is None or width * height <= max_pixels:
         return None
     if target_size is None:

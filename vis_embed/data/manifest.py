@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     ValidationInfo,
@@ -20,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from vis_embed.config import invalid, one_of, reported, uniquely_named
+from vis_embed.config import Settings, invalid, one_of, reported, uniquely_named
 from vis_embed.data.eval_options import DatasetOptions
 from vis_embed.data.eval_protocols import PROTOCOL_NAMES
 from vis_embed.data.tables import TABLE_SUFFIXES
@@ -70,7 +69,7 @@ def files_of_layout(layout: str) -> tuple[str, ...]:
     return {"gallery": ("queries", "gallery"), "qrels": ("queries", "corpus", "qrels")}.get(layout, ("path",))
 
 
-class ManifestEntry(BaseModel):
+class ManifestEntry(Settings):
     """One dataset of a manifest.  Keys other than these are protocol options, allowed only
     for the peer layouts (interpreted by vis_embed.evaluation)."""
 
@@ -183,10 +182,10 @@ class ManifestEntry(BaseModel):
         return (base / getattr(self, key)).resolve()
 
 
-class Manifest(BaseModel):
+class Manifest(Settings):
     """A benchmark manifest: a name and a non-empty list of datasets with unique names."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     name: Name
     datasets: list[ManifestEntry]

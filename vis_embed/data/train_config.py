@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from vis_embed.config import invalid, one_of, uniquely_named
+from vis_embed.config import Settings, invalid, one_of, uniquely_named
 from vis_embed.data.tables import TABLE_SUFFIXES
 
 KINDS: tuple[str, ...] = ("identity", "pairs")
@@ -33,10 +33,10 @@ Number = Annotated[float, _of_type(int, float)]
 OptionalText = Annotated[str | None, _of_type(str, type(None))]
 
 
-class TrainDataEntry(BaseModel):
+class TrainDataEntry(Settings):
     """One sub-dataset of a training data config (paths relative to the YAML's folder)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     name: Text
     kind: Text
@@ -84,10 +84,10 @@ class TrainDataEntry(BaseModel):
         return (base / self.image_root).resolve() if self.image_root is not None else self.data_path(base).parent
 
 
-class TrainDataDocument(BaseModel):
+class TrainDataDocument(Settings):
     """A training data config: a non-empty list of datasets with unique names."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     datasets: list[TrainDataEntry]
 

@@ -44,7 +44,7 @@ from vis_embed.evaluation.trec_runs import write_run_files
 from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.gallery.stored_form import warn_if_not_matryoshka
-from vis_embed.gallery.vectors import truncate
+from vis_embed.gallery.vectors import check_dim, truncate
 from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
 from vis_embed.model.encoder import Encoder
 
@@ -153,8 +153,11 @@ class Harness:
     def run(self, specs: Sequence[EvalDatasetSpec], benchmark_fingerprint: str | None = None) -> dict[str, Any] | None:
         """Results (also written to OUT); None on the ranks other than 0 of a torchrun launch."""
         width = getattr(self.encoder, "embedding_dim", None)
-        if self.settings.dim is not None and isinstance(width, int) and self.settings.dim > width:
-            raise ConfigError(f"--dim {self.settings.dim} exceeds the model's embedding width {width}")
+        if self.settings.dim is not None and isinstance(width, int):
+            try:  # a setting whose bound is the model's width, known only now
+                check_dim(self.settings.dim, width, field="--dim")
+            except DataError as exc:
+                raise ConfigError(str(exc)) from None
         if isinstance(width, int):
             warn_if_not_matryoshka(self.settings.dim, width,
                                    getattr(getattr(self.encoder, "embedding_config", None), "matryoshka_dims", None))

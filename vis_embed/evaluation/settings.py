@@ -1,8 +1,8 @@
 """Settings of an evaluation run and the vocabulary they draw on.
 
 EvalSettings is a pydantic model like every validated config of the package: its bounds and
-vocabularies are checked on construction (a DataError naming the field, or, from the command
-line, a ConfigError naming the flag), and ``vis-embed eval`` generates its flags from the fields
+vocabularies are checked on construction (a SettingsError naming the field, or, from the command
+line, the flag: :class:`vis_embed.config.Settings`), and ``vis-embed eval`` generates its flags from the fields
 (:func:`vis_embed.config.add_model_arguments`: each field's ``json_schema_extra`` names its flag),
 so a default or help text is written once.
 
@@ -13,11 +13,10 @@ Kept free of heavy imports (no torch, numpy or faiss) because the command line b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
-from vis_embed.config import one_of, reported
+from vis_embed.config import Settings, flag, one_of
 
 # The vocabularies (and their one check) live beside the manifest's schema, which uses them too.
 from vis_embed.gallery.options import DIM_HELP, check_rescore
@@ -32,60 +31,51 @@ from vis_embed.data.eval_options import (  # noqa: F401  (re-exported)
 )
 
 
-def _flag(flag: str, **extra: Any) -> dict[str, Any]:
-    return {"flag": flag, **extra}
-
-
-class EvalSettings(BaseModel):
+class EvalSettings(Settings):
     """How ``vis-embed eval`` (and :func:`vis_embed.evaluation.api.evaluate_encoder`) runs."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    batch_size: int = Field(16, gt=0, description="items per forward pass", json_schema_extra=_flag("--batch-size"))
+    batch_size: int = Field(16, gt=0, description="items per forward pass", json_schema_extra=flag("--batch-size"))
     max_queries: int | None = Field(None, gt=0, description="evaluate only the first N queries/rows",
-                                    json_schema_extra=_flag("--max-queries", metavar="N"))
+                                    json_schema_extra=flag("--max-queries", metavar="N"))
     datasets: list[str] | None = Field(None, description="comma-separated dataset names (default: all)",
-                                       json_schema_extra=_flag("--datasets", parse="comma_list", metavar="A,B"))
+                                       json_schema_extra=flag("--datasets", parse="comma_list", metavar="A,B"))
     index: str = Field(
         DEFAULT_INDEX, description="gallery search: auto (the fastest exact kind for this machine, recorded in "
         "results.json), exact (faiss float32), exact-bf16 (same exact result, bf16 shortlist + exact re-rank; "
         "several times faster on CPUs with AMX, slower without native bf16), exact-gpu (float32 on the GPU) or "
         "ivf (approximate), binary (sign bits, Hamming) or int8 (8-bit codes); binary and int8 take --rescore",
-        json_schema_extra=_flag("--index", choices=INDEX_KINDS))
+        json_schema_extra=flag("--index", choices=INDEX_KINDS))
     rescore: int = Field(0, ge=0, description="binary / int8 index: shortlist K x depth hits from the codes and "
                          "re-rank them with the float vectors (0: the codes' own scores)",
-                         json_schema_extra=_flag("--rescore", metavar="K"))
-    dim: int | None = Field(None, gt=0, description=DIM_HELP, json_schema_extra=_flag("--dim", metavar="N"))
+                         json_schema_extra=flag("--rescore", metavar="K"))
+    dim: int | None = Field(None, gt=0, description=DIM_HELP, json_schema_extra=flag("--dim", metavar="N"))
     depth: int | None = Field(None, gt=0, description="gallery ranking depth (unset: whole gallery up to 10k, "
-                              "else 1000)", json_schema_extra=_flag("--depth"))
+                              "else 1000)", json_schema_extra=flag("--depth"))
     n_examples: int = Field(3, ge=0, description="queries per retrieval grid (0: no grids)",
-                            json_schema_extra=_flag("--examples"))
+                            json_schema_extra=flag("--examples"))
     tie_policy: str = Field(
         DEFAULT_TIE_POLICY, description="order of tied scores in candidate and gallery rankings: pessimistic (a "
         "negative tied with a positive ranks first, so a collapsed model scores 0) or first (listed order, as "
         "argmax in VLM2Vec's scorer: reproduces published MMEB numbers)",
-        json_schema_extra=_flag("--tie-policy", choices=TIE_POLICIES))
+        json_schema_extra=flag("--tie-policy", choices=TIE_POLICIES))
     save_runs: bool = Field(False, description="write each retrieval dataset's rankings as a TREC run "
                             "(OUT/runs/DATASET.trec) and its judgements (OUT/runs/DATASET.qrels), the files "
-                            "ir_measures / pytrec_eval / ranx read", json_schema_extra=_flag("--save-runs"))
+                            "ir_measures / pytrec_eval / ranx read", json_schema_extra=flag("--save-runs"))
     protocol: str | None = Field(None, description="evaluation protocol: vlm2vec (the manifest's instructions, 8 "
                                  "frames) or qwen3-vl-embedding (instruction in the system turn, none on "
                                  "candidates, 64 frames); unset: the manifest's `protocol`, else none (the "
                                  "manifest and the model as they are); recorded in results.json",
-                                 json_schema_extra=_flag("--protocol", choices=PROTOCOL_NAMES))
+                                 json_schema_extra=flag("--protocol", choices=PROTOCOL_NAMES))
     cache_dir: Path | None = Field(None, description="embedding cache (unset: OUT/cache)",
-                                   json_schema_extra=_flag("--cache-dir"))
+                                   json_schema_extra=flag("--cache-dir"))
     shard_size: int = Field(1024, gt=0)  # items per embedding-cache shard (no flag)
-    show_progress: bool = Field(True, description="no progress bars", json_schema_extra=_flag("--quiet", negate=True))
+    show_progress: bool = Field(True, description="no progress bars", json_schema_extra=flag("--quiet", negate=True))
     pictures: bool = Field(True, description="skip bar charts and retrieval grids",
-                           json_schema_extra=_flag("--no-pictures", negate=True))
+                           json_schema_extra=flag("--no-pictures", negate=True))
     reference: Path | None = Field(None, description="published table CSV for results.md (unset: the paper's "
-                                   "Table 1, shipped with vis_embed)", json_schema_extra=_flag("--reference"))
-
-    def __init__(self, **values: Any) -> None:
-        # Python API: a bad value is a DataError naming the field (the vocabularies' error type)
-        with reported(as_error=lambda problems: problems[0]):
-            super().__init__(**values)
+                                   "Table 1, shipped with vis_embed)", json_schema_extra=flag("--reference"))
 
     @field_validator("index")
     @classmethod

@@ -58,22 +58,17 @@ class Embedder:
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, adapter: str | Path | None = None,
                         device: str | torch.device | None = None, dtype: Any = None,
-                        attn_implementation: str | None = None,
-                        min_pixels: int | None = None, max_pixels: int | None = None,
-                        prompt_format: str | None = None, max_length: int | None = None,
                         compile: bool | None = None, workers: int | str = 0, **settings: Any) -> Embedder:
-        """See :meth:`EmbeddingModel.from_pretrained` (settings left at None: the values recorded
-        in the adapter's / model's ``embedding_config.json``, else the defaults); eval mode.
+        """See :meth:`EmbeddingModel.from_pretrained` (``settings``: EmbeddingConfig fields, or
+        ``config=`` one already resolved; those left at None: the values recorded in the
+        adapter's / model's ``embedding_config.json``, else the defaults); eval mode.
         ``compile``: call :meth:`compile` (fused element-wise kernels; see there); None (the
         default): on CUDA yes, elsewhere no (:func:`~.compile_blocks.resolve_compile`).  The vision
         MLPs are swapped for their aligned, gate-and-up-stacked form (:mod:`.aligned_mlp`: exact).
         ``workers``: processes preparing items (0: in this process; ``"auto"``: the cores
         available, at most 8); ``decode`` (a setting): ``"exact"`` or ``"fast"`` (docs/model.md)."""
-        embedder = cls(EmbeddingModel.from_pretrained(
-            name_or_path, adapter=adapter, device=device, dtype=dtype,
-            attn_implementation=attn_implementation, min_pixels=min_pixels,
-            max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length, **settings),
-            workers=workers)
+        embedder = cls(EmbeddingModel.from_pretrained(name_or_path, adapter=adapter, device=device, dtype=dtype,
+                                                      **settings), workers=workers)
         # Exact (zero padding); for inference only, so done here and not in EmbeddingModel.
         align_mlps(embedder.model.base_model(), alignment_for(embedder.model.device))
         if resolve_compile(compile, embedder.model.device):

@@ -27,10 +27,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from vis_embed.config import argument_type, validated
-from vis_embed.errors import ConfigError
+from vis_embed.config import Settings, argument_type, invalid, validated
+from vis_embed.errors import ConfigError, DataError
+from vis_embed.gallery.vectors import check_matryoshka_dims
 from vis_embed.io import atomic_write_json, fingerprint_json
 from vis_embed.data.images import DECODE_MODES
 from vis_embed.model.defaults import (DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DEFAULT_VIDEO_FRAMES,
@@ -45,14 +46,23 @@ LOADING = "loading"
 INSTRUCTIONS = "instructions"
 
 
+def matryoshka_dims_field(dims: list[int]) -> list[int]:
+    """A field validator's body for Matryoshka widths (here and the recipe's ``loss:``): the one
+    rule, :func:`vis_embed.gallery.vectors.check_matryoshka_dims`, reported at the field."""
+    try:
+        return check_matryoshka_dims(dims)
+    except DataError as exc:
+        raise invalid(exc.reason) from None
+
+
 def _flag(group: str, metavar: str | None = None) -> dict[str, Any]:
     return {"group": group, **({"metavar": metavar} if metavar else {})}
 
 
-class EmbeddingConfig(BaseModel):
+class EmbeddingConfig(Settings):
     """The settings that define a model's vectors (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True)
 
     prompt_format: Literal[PROMPT_FORMATS] = Field(  # type: ignore[valid-type]
         "chat", description="prompt template: chat (Qwen chat messages), chat-system (the instruction as the "
@@ -96,6 +106,11 @@ class EmbeddingConfig(BaseModel):
     # the widths trained with loss.matryoshka_dims (training/losses/matryoshka.py): a model that
     # records them serves any `dimensions` (--dim); None: not trained for truncation
     matryoshka_dims: list[PositiveInt] | None = None
+
+    @field_validator("matryoshka_dims")
+    @classmethod
+    def _matryoshka_dims(cls, dims: list[int] | None) -> list[int] | None:
+        return dims if dims is None else matryoshka_dims_field(dims)
 
     @model_validator(mode="after")
     def _pixel_budget_ordered(self) -> EmbeddingConfig:

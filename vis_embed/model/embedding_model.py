@@ -18,7 +18,6 @@ an item is embedded identically everywhere:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,24 +26,20 @@ import torch
 import torch.nn.functional as F
 
 from vis_embed.errors import ConfigError
-from vis_embed.model.aligned_mlp import restore_mlps
 from vis_embed.model.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
                                        set_attention)
-from vis_embed.model.defaults import DTYPE_NAMES, TEXT_LORA_MODULES
+from vis_embed.model.adaptation import (HeadAdaptation, LoraAdaptation, LoraOptions, adaptation_of, adapter_kind,
+                                        attach_adapter, build_adaptation, has_lora)
+from vis_embed.model.defaults import DTYPE_NAMES
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.patch_embedding import use_matmul_patch_embedding
 from vis_embed.model.pooling import last_token_pool
-from vis_embed.model.projection_head import ProjectionHead, is_head_directory, load_head, save_head
+from vis_embed.model.projection_head import ProjectionHead
 from vis_embed.model.preparer import (VIDEO_EXTRA_FIELDS, VISUAL_FIELDS, PreparedItem, Preparer, PreparesItems,
                                      token_limit)
-from vis_embed.model.references import looks_like_path, peft_adapter_config
+from vis_embed.model.references import looks_like_path
 from vis_embed.model.rms_norm import use_fused_rms_norm
 from vis_embed.model.vision_metadata import METADATA_KEY, describe_batch, run_base_model
-
-# Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
-# (TEXT_LORA_MODULES) and the pixel budget live in model/defaults.py, read without torch.
-VISION_LORA_MODULES = ("qkv", "proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj",
-                       "linear_fc1", "linear_fc2")
 
 
 def default_device() -> torch.device:
@@ -139,15 +134,14 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, adapter: str | Path | None = None,
                         device: str | torch.device | None = None, dtype: Any = None,
-                        attn_implementation: str | None = None, min_pixels: int | None = None,
-                        max_pixels: int | None = None, prompt_format: str | None = None,
-                        max_length: int | None = None, config: EmbeddingConfig | None = None,
-                        **settings: Any) -> EmbeddingModel:
+                        config: EmbeddingConfig | None = None, **settings: Any) -> EmbeddingModel:
         """Load a hub id or local checkpoint (and optionally a peft LoRA adapter on top).
 
-        Settings left at None (``settings``: any other EmbeddingConfig field): the adapter's
-        recorded ``embedding_config.json`` > the base's > the default (:mod:`.embedding_config`);
-        ``config``: settings already resolved that way (the trainer's), used as they are.
+        ``settings``: EmbeddingConfig fields by name (``prompt_format``, ``min_pixels``,
+        ``max_length``, ``attn_implementation``, ...; an unknown name is a TypeError); those left
+        at None: the adapter's recorded ``embedding_config.json`` > the base's > the default
+        (:mod:`.embedding_config`).  ``dtype``: a name or a ``torch.dtype``.  ``config``: settings
+        already resolved that way (the trainer's), used as they are.
         ``max_length`` cuts the end of an item's *text* (never instruction, template or image).
         ``decode``: ``"exact"`` or ``"fast"`` (images above the pixel budget decoded at a reduced scale).
         """
@@ -157,10 +151,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         if looks_like_path(name) and not Path(name).expanduser().is_dir():
             raise ConfigError(f"model path not found: {name}")
         if config is None:
-            config = resolve_embedding_config(
-                name, adapter, dtype=dtype_name(dtype), attn_implementation=attn_implementation,
-                min_pixels=min_pixels, max_pixels=max_pixels, prompt_format=prompt_format, max_length=max_length,
-                **settings)
+            config = resolve_embedding_config(name, adapter, dtype=dtype_name(dtype), **settings)
         device = torch.device(device) if device is not None else default_device()
         torch_dtype = resolve_dtype(dtype if isinstance(dtype, torch.dtype) else config.dtype, device)
         attn = resolve_attn_implementation(config.attn_implementation, device)
@@ -172,10 +163,8 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
             raise ConfigError(f"cannot load model {name!r}: {exc}") from exc
         set_attention(backbone, attn)
         head = None
-        if adapter is not None and is_head_directory(adapter):  # a projection head, not LoRA
-            head = load_head(adapter).to(device).eval()
-        elif adapter is not None:
-            backbone = _load_adapter(backbone, adapter)
+        if adapter is not None:  # a peft LoRA or a projection head, by its config file
+            backbone, head = attach_adapter(backbone, adapter, device)
         backbone.to(device)
         backbone.eval()
         model = cls(backbone, processor, config, name_or_path=name, adapter=None if adapter is None else str(adapter))
@@ -185,9 +174,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
     def current_config(self, effective: bool = True) -> EmbeddingConfig:
         """The settings this model embeds with now.  ``effective``: dtype and attention kernel
         as resolved on this machine (what results record); else as policies (what is saved)."""
-        update: dict[str, Any] = {"adaptation": "head" if self.head is not None
-                                  else "lora" if hasattr(self.backbone, "peft_config")
-                                  else self.embedding_config.adaptation}
+        update: dict[str, Any] = {"adaptation": adapter_kind(self) or self.embedding_config.adaptation}
         if effective:
             update["dtype"] = dtype_name(self.dtype)
             update["attn_implementation"] = attention_name(self.backbone) \
@@ -211,44 +198,21 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
     def base_model(self) -> Any:
         """The Qwen-VL base model (vision tower + decoder, no LM head), LoRA layers included."""
         backbone = self.backbone
-        if hasattr(backbone, "get_base_model"):  # peft wrapper: LoRA layers live inside
+        if has_lora(backbone):  # peft wrapper: LoRA layers live inside
             backbone = backbone.get_base_model()
         return backbone.model
 
-    # ------------------------------------------------------------------ LoRA
-    def add_lora(self, r: int = 16, alpha: int = 32, dropout: float = 0.05,
-                 target_modules: Sequence[str] | str | None = None, vision: bool = False) -> None:
-        """Wrap the backbone with a fresh peft LoRA adapter on the language model's linears.
-
-        ``target_modules``: leaf names (default: attention + MLP projections) restricted to the
-        language model; a string is used verbatim as peft's regex.  ``vision=True`` also
-        adapts the vision tower's blocks.
-        """
-        from peft import LoraConfig, get_peft_model
-
-        if hasattr(self.backbone, "peft_config"):
-            raise ConfigError("the backbone already has a LoRA adapter; merge it first")
-        restore_mlps(self.base_model())  # LoRA targets the original linears (model/aligned_mlp.py)
-        if isinstance(target_modules, str):
-            pattern = target_modules
-        else:
-            names = tuple(target_modules or TEXT_LORA_MODULES)
-            pattern = rf".*language_model\..*\.({'|'.join(map(re.escape, names))})"
-            if vision:
-                pattern += rf"|.*visual\.blocks\..*\.({'|'.join(VISION_LORA_MODULES)})"
-        config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
-                            target_modules=pattern, bias="none")
-        self.backbone = get_peft_model(self.backbone, config)
+    # ------------------------------------------------------------------ adaptations
+    def add_lora(self, options: LoraOptions | None = None, **fields: Any) -> None:
+        """Wrap the backbone with a fresh peft LoRA adapter: ``options`` (or ``fields``: the
+        recipe's ``lora:`` keys, :class:`~vis_embed.model.adaptation.LoraOptions`)."""
+        build_adaptation("lora", lora=options or LoraOptions(**fields)).apply(self)
 
     def add_projection_head(self, out_dim: int | None = None) -> ProjectionHead:
         """Freeze the whole backbone and add a fresh trainable :class:`ProjectionHead`
         (identity-initialised: the vectors are unchanged until it trains)."""
-        if self.head is not None or hasattr(self.backbone, "peft_config"):
-            raise ConfigError("the model already has an adapter (LoRA or head); use one adaptation")
-        for parameter in self.backbone.parameters():
-            parameter.requires_grad_(False)
-        in_dim = int(self.base_model().config.text_config.hidden_size)
-        self.head = ProjectionHead(in_dim, out_dim).to(self.device)
+        HeadAdaptation(out_dim).apply(self)
+        assert self.head is not None
         return self.head
 
     def enable_gradient_checkpointing(self) -> None:
@@ -267,19 +231,16 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
 
     def merge_adapter(self) -> None:
         """Fold the LoRA weights into the base weights (same vectors, no adapter overhead)."""
-        if hasattr(self.backbone, "merge_and_unload"):
-            self.backbone = self.backbone.merge_and_unload()
+        adaptation = adaptation_of(self)
+        if isinstance(adaptation, LoraAdaptation):
+            adaptation.merge(self)
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
         """Adapter-only if peft-wrapped (peft format), the head only with a projection head,
         else full weights + processor; with ``embedding_config.json`` beside them."""
         out_dir = Path(out_dir)
-        if self.head is not None:
-            save_head(out_dir, self.head, self.name_or_path)
-        else:
-            self.backbone.save_pretrained(out_dir, safe_serialization=True)
-            if not hasattr(self.backbone, "peft_config"):
-                self.processor.save_pretrained(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        adaptation_of(self).save(self, out_dir)  # the one save path (the trainer's checkpoints too)
         self.current_config(effective=False).save(out_dir)  # the settings travel with the weights
         return out_dir
 
@@ -375,10 +336,3 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         """prepare + collate + forward in one call (one batch; grad follows the caller's mode)."""
         return self(**self.collate(self.prepare(items, instruction, base_dir)))
 
-
-def _load_adapter(backbone: Any, adapter: str | Path) -> Any:
-    from peft import PeftModel
-
-    adapter_dir = Path(adapter).expanduser()
-    peft_adapter_config(adapter_dir)  # a clear error for a directory that is not one
-    return PeftModel.from_pretrained(backbone, str(adapter_dir), is_trainable=False)

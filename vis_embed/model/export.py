@@ -35,6 +35,7 @@ from typing import Any
 from vis_embed.errors import ConfigError
 from vis_embed.gallery.vectors import vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
+from vis_embed.model.adaptation import saved_kind
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 # re-exported: callers read a reference's kind here as before; the rules live in references.py
 from vis_embed.model.references import (  # noqa: F401
@@ -205,10 +206,10 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     The effective settings are written as the export's ``embedding_config.json``.
     """
     # imported here: `vis-embed export --help` reads this module and must not import torch
-    from vis_embed.model.projection_head import head_base_model, is_head_directory, load_head
+    from vis_embed.model.projection_head import head_base_model, load_head
 
     head = None
-    if adapter is not None and is_head_directory(adapter):  # a projection head: base + Dense module
+    if adapter is not None and saved_kind(adapter) == "head":  # a projection head: base + Dense module
         head, model = load_head(adapter), model or head_base_model(adapter)
     config = export_config(model, adapter, query_instruction=query_instruction,
                            dtype=None if dtype in (None, "checkpoint") else dtype,

@@ -14,7 +14,7 @@ from typing import Any
 
 from vis_embed.io import fingerprint_files, fingerprint_json
 from vis_embed.model.embedding_config import EmbeddingConfig
-from vis_embed.model.references import ADAPTER_CONFIG
+from vis_embed.model.references import ADAPTER_CONFIG, HEAD_CONFIG
 
 # Keys that record how a file was loaded or written, not what the model computes.
 _VOLATILE_JSON_KEYS = {"is_local", "local_files_only", "name_or_path", "_name_or_path",
@@ -23,8 +23,7 @@ _VOLATILE_JSON_KEYS = {"is_local", "local_files_only", "name_or_path", "_name_or
 _CHECKPOINT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer.json",
                      "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                      "processor_config.json", "preprocessor_config.json",
-                     "video_preprocessor_config.json", ADAPTER_CONFIG,
-                     "head_config.json")
+                     "video_preprocessor_config.json", ADAPTER_CONFIG, HEAD_CONFIG)
 
 
 def model_fingerprint(model: Any, config: EmbeddingConfig) -> str:

@@ -15,7 +15,7 @@ The prompt is built and tokenised exactly as ``prepare_one`` does, only with the
 its one placeholder.  The count is exact but where ``prepare_one`` cuts a text to the token
 limit (or an image's header lies): a grouping hint, never a limit.  Leaving the template out
 made image+text items look 10 tokens shorter than they were (12% real padding where 10% was
-asked for, issue 20).
+asked for).
 
 A text is never tokenised whole when it cannot fit: :func:`within_token_budget` first cuts it to
 :data:`CHARS_PER_TOKEN` characters per allowed token (more than any real text needs, so nothing

@@ -6,9 +6,9 @@ base is a Hub id, ``pipeline_tag``, ``tags``, ``datasets`` and a ``model-index``
 evaluation's results) + Markdown (training settings, data, evaluation, use), so a directory can
 be pushed to the Hub as is and ``huggingface_hub.ModelCard`` / ``metadata_load`` read it.
 
-What a card is written from, its *facts*, is stored beside it in ``model_card.json``:
-``{base_model, recipe, steps, datasets, adapter, evaluation}``.  That is how a card is kept
-current after the fact:
+What a card is written from, its *facts* (:class:`CardFacts`), is stored beside it in
+``model_card.json``: ``{base_model, recipe, steps, datasets, adaptation, evaluation, name}``.
+That is how a card is kept current after the fact:
 
 * a training run's ``final/`` gets its card when training ends (``evaluation``: none yet);
 * ``vis-embed eval --adapter RUN/final`` (:func:`record_evaluation`) stores the evaluation
@@ -23,8 +23,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vis_embed.config import get_dotted
+from pydantic import ConfigDict, Field, model_validator
+
+from vis_embed.config import Settings, get_dotted, validated
 from vis_embed.io import atomic_write_json, atomic_write_text, is_hub_id, read_json_object
+from vis_embed.model.adaptation import AdaptationKind
 
 FACTS_FILE = "model_card.json"
 CARD_FILE = "README.md"
@@ -32,8 +35,43 @@ PIPELINE_TAG = "feature-extraction"
 
 # Recipe keys shown in the card's training table (dotted paths into the recipe dict).
 CARD_RECIPE_KEYS = ("max_steps", "global_batch_size", "seed", "optimizer.lr", "optimizer.decay",
-                    "adaptation", "loss.kind", "loss.identity_mask", "loss.matryoshka_dims", "lora.r", "lora.alpha",
+                    "adaptation.kind", "loss.kind", "loss.identity_mask", "loss.matryoshka_dims",
+                    "adaptation.lora.r", "adaptation.lora.alpha",
                     "temperature.init", "temperature.learnable", "schedule")
+
+
+class CardFacts(Settings):
+    """What a card is written from (``model_card.json``): typed, so no reader guesses at keys."""
+
+    model_config = ConfigDict(extra="ignore")  # newer or older files may carry more
+
+    base_model: str
+    recipe: dict[str, Any] = Field(default_factory=dict)  # the recipe as trained (recipe_to_dict)
+    steps: int | None = None
+    datasets: list[dict[str, Any]] = Field(default_factory=list)
+    adaptation: AdaptationKind | None = None  # what the directory holds; None: a plain model
+    evaluation: dict[str, Any] | None = None  # evaluation_summary of the last evaluation
+    name: str | None = None  # the model-index's name
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_files(cls, values: Any) -> Any:
+        """Facts written before ``adaptation`` was recorded said ``adapter: bool`` and left the
+        kind to the recipe's ``adaptation`` key: read them as the kind they meant."""
+        if isinstance(values, Mapping) and "adaptation" not in values and "adapter" in values:
+            recipe = values.get("recipe") or {}
+            kind = ("head" if recipe.get("adaptation") == "head" else "lora") if values["adapter"] else None
+            values = {**values, "adaptation": kind}
+        return values
+
+    @property
+    def adapter(self) -> bool:
+        """Whether the directory holds an adapter over its base (LoRA or head), not a model."""
+        return self.adaptation in ("lora", "head")
+
+
+def _facts(facts: CardFacts | Mapping[str, Any]) -> CardFacts:
+    return facts if isinstance(facts, CardFacts) else validated(CardFacts, facts, FACTS_FILE)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -57,12 +95,10 @@ def evaluation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
             "model_fingerprint": results.get("model", {}).get("fingerprints", {}).get("model")}
 
 
-def _library_name(recipe: Mapping[str, Any], adapter: bool, merged: bool) -> str:
+def _library_name(facts: CardFacts, merged: bool) -> str:
     if merged:
         return "sentence-transformers"
-    if recipe.get("adaptation") == "head":
-        return "vis_embed"
-    return "peft" if adapter else "transformers"
+    return {"head": "vis_embed", "lora": "peft"}.get(str(facts.adaptation), "transformers")
 
 
 def _eval_results(evaluation: Mapping[str, Any] | None) -> list[Any] | None:
@@ -78,44 +114,44 @@ def _eval_results(evaluation: Mapping[str, Any] | None) -> list[Any] | None:
             for dataset, entry in evaluation["datasets"].items()]
 
 
-def card_data(facts: Mapping[str, Any], merged: bool = False) -> Any:
+def card_data(facts: CardFacts | Mapping[str, Any], merged: bool = False) -> Any:
     """The card's Hub metadata as huggingface_hub's ``ModelCardData`` (its YAML, its
     ``model-index``).  ``base_model`` only when the base is a Hub id: the Hub accepts nothing
     else there (a local base is named in the card's text)."""
     from huggingface_hub import ModelCardData
 
-    recipe = facts.get("recipe") or {}
-    adapter = bool(facts.get("adapter"))
-    base = str(facts["base_model"])
+    facts = _facts(facts)
+    base = facts.base_model
     tags = ["vis_embed", "embeddings", "multimodal", "sentence-similarity"]
-    if adapter and recipe.get("adaptation") != "head" and not merged:
+    if facts.adaptation == "lora" and not merged:
         tags.append("lora")
-    datasets = [d["name"] for d in facts.get("datasets") or [] if d.get("name")]
-    results = _eval_results(facts.get("evaluation"))
+    datasets = [d["name"] for d in facts.datasets if d.get("name")]
+    results = _eval_results(facts.evaluation)
     return ModelCardData(base_model=base if is_hub_id(base) else None,
-                         library_name=_library_name(recipe, adapter, merged), pipeline_tag=PIPELINE_TAG,
+                         library_name=_library_name(facts, merged), pipeline_tag=PIPELINE_TAG,
                          tags=tags, datasets=datasets or None, eval_results=results,
                          # the model-index's name (it has none without results)
-                         model_name=(facts.get("name") or f"{Path(base).name}-vis_embed") if results else None)
+                         model_name=(facts.name or f"{Path(base).name}-vis_embed") if results else None)
 
 
-def model_card(facts: Mapping[str, Any], merged: bool = False) -> str:
+def model_card(facts: CardFacts | Mapping[str, Any], merged: bool = False) -> str:
     """Markdown of the card (front matter + body) of ``facts`` (see the module docstring)."""
-    base_model, recipe = facts["base_model"], facts.get("recipe") or {}
-    adapter = bool(facts.get("adapter")) and not merged
-    kind = ("Merged model" if merged else "Projection head" if recipe.get("adaptation") == "head"
-            else "LoRA adapter" if adapter else "Model")
+    facts = _facts(facts)
+    base_model, recipe = facts.base_model, facts.recipe
+    adapter = facts.adapter and not merged
+    kind = ("Merged model" if merged else {"head": "Projection head", "lora": "LoRA adapter"}.get(
+        str(facts.adaptation), "Model"))
     lines = ["---", card_data(facts, merged).to_yaml(), "---", "",
              f"# {kind} for `{base_model}` (vis_embed)", "",
              ("Instruction-conditioned multimodal embedding model trained with vis_embed "
               "(last-token pooling, L2-normalised vectors, `chat` prompt format)."), "", "## Training", ""]
-    lines += _table(["key", "value"], [("base model", base_model), ("steps completed", facts.get("steps"))]
+    lines += _table(["key", "value"], [("base model", base_model), ("steps completed", facts.steps)]
                     + [(key, value) for key in CARD_RECIPE_KEYS if (value := get_dotted(recipe, key)) is not None])
     lines += ["", "## Data", ""]
     lines += _table(["dataset", "kind", "file", "weight"],
                     [(d.get("name"), d.get("kind"), d.get("path"), d.get("weight"))
-                     for d in facts.get("datasets") or []])
-    lines += ["", "## Evaluation", ""] + _evaluation_lines(facts.get("evaluation"))
+                     for d in facts.datasets])
+    lines += ["", "## Evaluation", ""] + _evaluation_lines(facts.evaluation)
     use = ("vis-embed encode --model THIS_DIR --input items.jsonl --output emb.npy" if merged or not adapter
            else f"vis-embed encode --model {base_model} --adapter THIS_DIR --input items.jsonl --output emb.npy")
     lines += ["", "## Use", "", "```bash", use]
@@ -148,22 +184,25 @@ def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
-def write_model_card(directory: Path, facts: Mapping[str, Any], merged: bool = False) -> Path:
+def write_model_card(directory: Path, facts: CardFacts | Mapping[str, Any], merged: bool = False) -> Path:
     """Write ``directory/README.md`` (a huggingface_hub ``ModelCard``: parsed back before it is
     written, so a card the Hub cannot read never lands) and the facts it was written from
     (``model_card.json``)."""
     from huggingface_hub import ModelCard
 
     directory = Path(directory)
+    facts = _facts(facts)
     card = ModelCard(model_card(facts, merged))
-    atomic_write_json(directory / FACTS_FILE, dict(facts))
+    atomic_write_json(directory / FACTS_FILE, facts.model_dump(mode="json"))
     return atomic_write_text(directory / CARD_FILE, str(card))
 
 
-def read_facts(directory: Path) -> dict[str, Any] | None:
+def read_facts(directory: Path) -> CardFacts | None:
     """The card facts stored in ``directory`` (None: no vis_embed card there)."""
     facts = read_json_object(Path(directory) / FACTS_FILE)
-    return facts if facts is not None and facts.get("base_model") else None
+    if facts is None or not facts.get("base_model"):
+        return None
+    return validated(CardFacts, facts, Path(directory) / FACTS_FILE)
 
 
 def record_evaluation(directory: Path, results: Mapping[str, Any]) -> bool:
@@ -172,21 +211,17 @@ def record_evaluation(directory: Path, results: Mapping[str, Any]) -> bool:
     facts = read_facts(directory)
     if facts is None:
         return False
-    facts["evaluation"] = evaluation_summary(results)
-    write_model_card(directory, facts)
+    write_model_card(directory, facts.model_copy(update={"evaluation": evaluation_summary(results)}))
     return True
 
 
 def export_facts(adapter: str | Path | None, base_model: str,
-                 results: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 results: Mapping[str, Any] | None = None) -> CardFacts:
     """Card facts of an exported model built on ``base_model``: the adapter's own facts when it
     has a card (training settings, data, last evaluation); ``results`` (a results.json)
     replaces the evaluation."""
-    facts = dict(read_facts(adapter) or {}) if adapter is not None else {}
-    facts.setdefault("recipe", {})
-    facts.setdefault("datasets", [])
-    facts["base_model"] = base_model
-    facts["adapter"] = adapter is not None
+    own = read_facts(adapter) if adapter is not None else None
+    facts = (own or CardFacts(base_model=base_model)).model_copy(update={"base_model": base_model})
     if results is not None:
-        facts["evaluation"] = evaluation_summary(results)
+        facts = facts.model_copy(update={"evaluation": evaluation_summary(results)})
     return facts

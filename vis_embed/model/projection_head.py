@@ -15,17 +15,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor, nn
 
+from vis_embed.config import Settings, validated
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_write_bytes, atomic_write_json
+from vis_embed.model.references import HEAD_CONFIG
 
-HEAD_CONFIG = "head_config.json"
 HEAD_WEIGHTS = "head.safetensors"
 HEAD_TYPE = "projection_head"
+
+
+class HeadFile(Settings):
+    """``head_config.json``: what a saved head is (its type, dimensions and base model)."""
+
+    adapter_type: Literal["projection_head"] = HEAD_TYPE
+    in_dim: int = Field(gt=0, strict=True)
+    out_dim: int = Field(gt=0, strict=True)
+    base_model_name_or_path: str | None = None
 
 
 class ProjectionHead(nn.Module):
@@ -53,10 +64,6 @@ class ProjectionHead(nn.Module):
         return self.linear(pooled.float())
 
 
-def is_head_directory(path: str | Path) -> bool:
-    return (Path(path).expanduser() / HEAD_CONFIG).is_file()
-
-
 def save_head(directory: str | Path, head: ProjectionHead, base_model: str | None,
               state: dict[str, Tensor] | None = None) -> Path:
     """Write ``head_config.json`` + ``head.safetensors`` into ``directory`` (each file atomically).
@@ -70,12 +77,12 @@ def save_head(directory: str | Path, head: ProjectionHead, base_model: str | Non
     weights = {name: tensor.detach().float().cpu().contiguous()
                for name, tensor in (state if state is not None else head.state_dict()).items()}
     atomic_write_bytes(directory / HEAD_WEIGHTS, save(weights))
-    atomic_write_json(directory / HEAD_CONFIG, {"adapter_type": HEAD_TYPE, "in_dim": head.in_dim,
-                                                "out_dim": head.out_dim, "base_model_name_or_path": base_model})
+    record = HeadFile(in_dim=head.in_dim, out_dim=head.out_dim, base_model_name_or_path=base_model)
+    atomic_write_json(directory / HEAD_CONFIG, record.model_dump(mode="json"))
     return directory
 
 
-def read_head_config(directory: str | Path) -> dict[str, Any]:
+def read_head_file(directory: str | Path) -> HeadFile:
     """The checked ``head_config.json`` of a head directory (ConfigError naming file and field)."""
     path = Path(directory).expanduser() / HEAD_CONFIG
     try:
@@ -84,20 +91,15 @@ def read_head_config(directory: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path.parent}: not a projection-head directory (no {HEAD_CONFIG})") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(config, dict) or config.get("adapter_type") != HEAD_TYPE:
-        raise ConfigError(f"{path}: field 'adapter_type' must be {HEAD_TYPE!r}")
-    for field in ("in_dim", "out_dim"):
-        if not isinstance(config.get(field), int) or config[field] <= 0:
-            raise ConfigError(f"{path}: field {field!r} must be a positive integer, got {config.get(field)!r}")
-    return config
+    return validated(HeadFile, config, path)
 
 
 def load_head(directory: str | Path) -> ProjectionHead:
     """The head saved in ``directory`` (weights checked against the config's dimensions)."""
     from safetensors.torch import load_file
 
-    config = read_head_config(directory)
-    head = ProjectionHead(config["in_dim"], config["out_dim"])
+    config = read_head_file(directory)
+    head = ProjectionHead(config.in_dim, config.out_dim)
     weights_path = Path(directory).expanduser() / HEAD_WEIGHTS
     if not weights_path.is_file():
         raise ConfigError(f"{weights_path.parent}: {HEAD_WEIGHTS} missing")
@@ -110,7 +112,7 @@ def load_head(directory: str | Path) -> ProjectionHead:
 
 def head_base_model(directory: str | Path) -> str:
     """The base model a head was trained on (``base_model_name_or_path``)."""
-    base = read_head_config(directory).get("base_model_name_or_path")
+    base = read_head_file(directory).base_model_name_or_path
     if not base:
         raise ConfigError(f"{Path(directory) / HEAD_CONFIG}: no base_model_name_or_path; pass the base model")
     return str(base)

@@ -1,6 +1,7 @@
 """Checks of a finished schedule, from its rows alone (not from the scheduler's own report).
 
-Used by tests/test_schedule_slot_end.py (issue 38's target) and benchmarks/slot_end_configs.py.
+Used by tests/test_schedule_slot_end.py and benchmarks/slot_end_configs.py (how often a group is
+cut at a slot's end); kept in the library because both need it.
 """
 
 from __future__ import annotations

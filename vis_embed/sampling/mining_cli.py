@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vis_embed.config import finite_float
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 from vis_embed.sampling.mining import SIMILARITIES, load_mining_dataset, mine_dataset
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the paper's: generated images closest to the record's) or by the record's "
                              "query against their candidates")
     parser.add_argument("--out", required=True, help="output data file (.jsonl or .parquet)")
-    parser.add_argument("--min-positive-similarity", type=float, default=None,
+    parser.add_argument("--min-positive-similarity", type=finite_float, default=None,
                         help="query-positive cosine below which a record is a noisy positive")
     parser.add_argument("--noisy", choices=("flag", "remove"), default="flag",
                         help="noisy positives: flag them (noisy_positive: true) or remove them")

@@ -139,8 +139,8 @@ def _draw_slot(rng: np.random.Generator, ds: SubDataset, lookup: Lookup,
     start, size = offsets[ident], offsets[ident + 1] - offsets[ident]
     # uniform among the identity's OTHER instances: draw one of the size-1 places and shift the
     # places at or after the anchor's rank up by one (skipping the anchor).  Replacing a hit on
-    # the anchor by the next instance instead, as before issue 27, doubled that instance's
-    # chance and starved the last one.
+    # the anchor by the next instance instead (as this sampler once did) doubled that
+    # instance's chance and starved the last one.
     place = (rng.random(slot_size) * (size - 1)).astype(np.int64)
     place += place >= rank[rows]
     return rows, order[start + place]

@@ -3,15 +3,16 @@ epoch (as an anchor, or placed as another anchor's hard negative while drawn); r
 not in the batch go back to the queue's front.  A mixin of the scheduler (uses its ``rng``,
 ``prep``, ``settings``, ``_member_of`` and ``_pairs_slot``).
 
-Strict pairs slots may pass a row over for its look-alikes (issue 27) or for room (issue 38: a
-group is never cut at a slot's end while it could wait).  A row passed over once
+Strict pairs slots may pass a row over for its look-alikes (a group cut short loses the
+look-alikes it exists for) or for room (a group is never cut at a slot's end while it could
+wait).  A row passed over once
 (``_skipped``) and a row of an epoch older than its dataset's current one (``_row_epoch``)
 must be placed at this draw (``redrawn`` in the stream): never deferred again for its
 look-alikes, but, like any anchor, placed only where its group fits; one that fits nowhere in
 this batch waits at the queue's front.  That wait is bounded by the once-per-epoch guarantee
 itself, counted (``EpochBound``): where a batch would anchor a row more than once more often
 than another row of its dataset has been in batches, that dataset's slots take their queue in
-order instead (groups may then be cut at a slot's end, as before issue 38).
+order instead (groups may then be cut at a slot's end).
 """
 
 from __future__ import annotations

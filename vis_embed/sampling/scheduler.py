@@ -25,10 +25,11 @@ Per step (details and guarantees in docs/scheduling.md):
    batch, a hard negative only if its anchor was accepted and fewer than ``k`` of the anchor's
    hard negatives were, and only while its slot has room (``M`` members); an anchor only if
    its slot has room for its whole group, unless the slot cannot be filled otherwise; in a
-   pairs slot, first only anchors whose free look-alikes make a full group (issue 27,
-   overlapping designated sets); a row passed over once (or from an older epoch) is placed at
-   its next draw where its group fits, or waits at the queue's front while the counted
-   once-per-epoch bound allows (issue 38; else the slots take the queue in order).  The greedy pass is
+   pairs slot, first only anchors whose free look-alikes make a full group (designated sets
+   overlap, and a group cut short loses the look-alikes it exists for); a row passed over once
+   (or from an older epoch) is placed at its next draw where its group fits, or waits at the
+   queue's front while the counted once-per-epoch bound allows (else the slots take the queue
+   in order).  The greedy pass is
    computed as a fixed-point iteration of vectorised operations (each decision depends only
    on earlier entries, so the iteration reaches the sequential result).  Slots left short
    (identity collisions) get another round of candidates; a slot that cannot be filled is an
@@ -71,8 +72,8 @@ _MAX_TOPUP_ROUNDS = 12
 # A slot that whole groups cannot fill tries other candidate orders, and in the first rounds
 # more candidates, before it cuts a group.
 _REPACK_TRIES = 4
-# Rounds of more candidates a slot tries before cutting (issue 38: on the overlapping pairs set
-# of tests/test_schedule_slot_end.py, 3 rounds left 2 anchors of 20 seeds short, 5 none).
+# Rounds of more candidates a slot tries before cutting (on the overlapping pairs set of
+# tests/test_schedule_slot_end.py, 3 rounds left 2 anchors of 20 seeds short, 5 none).
 _PACKING_ROUNDS = 5
 # Hard negatives considered per anchor: k plus a margin for ones already in the batch.
 _HARD_NEGATIVE_MARGIN = 5

@@ -3,40 +3,40 @@
 :class:`SamplingOptions` is how batches are drawn (the recipe's ``sampling:`` section, the
 ``vis-embed schedule`` flags, the keyword arguments of ``build_schedule``);
 :class:`ScheduleSettings` adds what one schedule file needs on top (steps, B, seed) and
-checks the combinations that cannot work.  Errors name the *setting*
-(``interleave_batch_size``), never a command-line flag: the CLI maps its flags
-(``--interleave-batch-size``) onto these names.
+checks the combinations that cannot work.  Built directly, errors name the *setting*
+(``interleave_batch_size``); ``vis-embed schedule`` generates its flags from the fields
+(``--interleave-batch-size``) and its errors name the flag (:class:`vis_embed.config.Settings`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from vis_embed.config import invalid, reported, validated
+from vis_embed.config import Settings, flag, invalid, validated
 
 
-class SamplingOptions(BaseModel):
+class SamplingOptions(Settings):
     """How batches are drawn; every field has its meaning in ``description`` (also the CLI help)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     interleave_batch_size: int | None = Field(
         None, gt=0, description="M: members per slot; every slot comes from one sub-dataset (B = slots x M)")
     hard_negatives: int = Field(
-        5, ge=0, description="k designated hard negatives placed in the anchor's slot (default 5; 0: none)")
+        5, ge=0, description="k designated hard negatives placed in the anchor's slot (0: none)",
+        json_schema_extra=flag("--hard-negatives"))
     size_exponent: float = Field(
-        1.0, ge=0, description="dataset share ∝ weight x rows^EXP (1: weight x size, default; 0: weight only)")
+        1.0, ge=0, description="dataset share ∝ weight x rows^EXP (1: weight x size; 0: weight only)",
+        json_schema_extra=flag("--size-exponent"))
     small_datasets: Literal["error", "skip"] = Field(
-        "error", description="a dataset with fewer than M usable identities: fail (default) or skip it "
-                             "(listed in the report)")
+        "error", description="a dataset with fewer than M usable identities: fail or skip it "
+                             "(listed in the report)", json_schema_extra=flag("--small-datasets"))
     strategy: Literal["identity_aware", "naive"] = Field(
-        "identity_aware", description="identity_aware (VisME, default) or naive: one sub-dataset per slot, "
-                                      "rows drawn uniformly, no identity constraint (the ablation's baseline)")
-
-    # No __init__ override here: pydantic would route the recipe's nested validation through
-    # it, and the recipe's formatter must see the field errors to name 'sampling.<key>'.
+        "identity_aware", description="identity_aware (VisME) or naive: one sub-dataset per slot, "
+                                      "rows drawn uniformly, no identity constraint (the ablation's baseline)",
+        json_schema_extra=flag("--strategy"))
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> SamplingOptions:
@@ -54,19 +54,17 @@ class SamplingOptions(BaseModel):
 class ScheduleSettings(SamplingOptions):
     """The arguments of one schedule (their fingerprint goes into the file's metadata).
 
-    Invalid values raise :class:`~vis_embed.errors.ConfigError` naming the setting.
+    Invalid values raise :class:`~vis_embed.errors.SettingsError` naming the setting.
     """
 
-    steps: int = Field(ge=1, description="number of optimizer steps (batches)")
-    global_batch_size: int = Field(ge=1, description="B: members per batch, all ranks")
+    steps: int = Field(ge=1, description="number of optimizer steps (batches)", json_schema_extra=flag("--steps"))
+    global_batch_size: int = Field(ge=1, description="B: members per batch, all ranks",
+                                   json_schema_extra=flag("--global-batch-size"))
     interleave_batch_size: int = Field(  # type: ignore[assignment]  # required here
-        ge=1, description="M: members per slot; every slot comes from one sub-dataset (B = slots x M)")
-    seed: int = Field(0, description="same seed + same data + same settings -> identical schedule")
-
-    def __init__(self, **values: Any) -> None:
-        # direct construction (Python API, CLI) raises ConfigError naming the setting
-        with reported():
-            super().__init__(**values)
+        ge=1, description="M: members per slot; every slot comes from one sub-dataset (B = slots x M)",
+        json_schema_extra=flag("--interleave-batch-size"))
+    seed: int = Field(0, description="same seed + same data + same settings -> identical schedule",
+                      json_schema_extra=flag("--seed"))
 
     @model_validator(mode="after")
     def _check_combinations(self) -> ScheduleSettings:

@@ -64,10 +64,9 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
     ``index``: a loaded GalleryIndex of this model's vectors, searched by ``POST /v1/search``."""
     metrics = ServerMetrics()
     check_default_dim(settings.dim, embedder)
-    batcher = MicroBatcher(metrics.observing(embedder), settings.max_batch_size, settings.max_wait_ms,
-                           settings.max_queue)
+    batcher = MicroBatcher(metrics.observing(embedder), settings)
     metrics.watch_queue(batcher.stats)
-    limiter = InputLimiter(embedder, settings.max_input_tokens, settings.long_input, settings.max_request_tokens)
+    limiter = InputLimiter(embedder, settings)
     url_pool = ThreadPoolExecutor(settings.url_workers, thread_name_prefix="vis-embed-fetch") \
         if settings.allow_urls else None
     decode_pool = ThreadPoolExecutor(settings.decode_workers, thread_name_prefix="vis-embed-decode")
@@ -78,11 +77,7 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
     preparer = model.preparer() if hasattr(model, "preparer") else None
     preparer_config = getattr(preparer, "config", None)  # the EmbeddingConfig it prepares with
     image_policy = ImagePolicy(
-        allow_local_files=settings.allow_local_files, allow_urls=settings.allow_urls,
-        allow_private_urls=settings.allow_private_urls, url_timeout_s=settings.url_timeout_s,
-        max_image_bytes=settings.max_image_bytes, max_request_pixels=settings.max_request_pixels,
-        url_pool=url_pool, decode_pool=decode_pool, max_decode_s=settings.decode_timeout_s,
-        max_fetched_bytes=settings.max_request_bytes,
+        settings, url_pool=url_pool, decode_pool=decode_pool,
         # the pixel budget, decode mode and size rule, as the model's own preparation uses them
         max_pixels=getattr(preparer_config, "max_pixels", None), decode=getattr(preparer_config, "decode", "exact"),
         target_size=getattr(preparer, "target_size", None),

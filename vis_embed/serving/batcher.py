@@ -34,6 +34,7 @@ import numpy as np
 from vis_embed.errors import DataError
 from vis_embed.model.batching import EncodeStopped
 from vis_embed.serving.errors import RequestError
+from vis_embed.serving.settings import ServerSettings
 
 
 class QueueFullError(Exception):
@@ -68,14 +69,12 @@ class _Job:
 class MicroBatcher:
     """Owns the worker thread that runs ``embedder``; :meth:`submit` is thread-safe."""
 
-    def __init__(self, embedder: Any, max_batch_size: int = 32, max_wait_ms: float = 5.0,
-                 max_queue: int = 256) -> None:
-        if max_batch_size < 1 or max_queue < 1 or max_wait_ms < 0:
-            raise ValueError("max_batch_size and max_queue must be >= 1 and max_wait_ms >= 0")
+    def __init__(self, embedder: Any, settings: ServerSettings) -> None:
+        # max_batch_size, max_wait_ms, max_queue: bounds checked where the settings were built
         self.embedder = embedder
-        self.max_batch_size = max_batch_size
-        self.max_wait_s = max_wait_ms / 1000.0
-        self.max_queue = max_queue
+        self.max_batch_size = settings.max_batch_size
+        self.max_wait_s = settings.max_wait_ms / 1000.0
+        self.max_queue = settings.max_queue
         self._queue: deque[_Job] = deque()
         self._ready = threading.Condition()
         self._stopping = False

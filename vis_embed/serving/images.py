@@ -40,7 +40,7 @@ import binascii
 import time
 from collections.abc import Awaitable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vis_embed.data.fetch import FETCH_FAILED, FetchError, UrlPolicy, fetch_url
@@ -58,30 +58,21 @@ from vis_embed.data.images import (
 from vis_embed.errors import DataError
 from vis_embed.serving.budget import Reservation
 from vis_embed.serving.errors import RequestError
-from vis_embed.serving.settings import (
-    DEFAULT_DECODE_TIMEOUT_S,
-    DEFAULT_MAX_IMAGE_BYTES,
-    DEFAULT_MAX_REQUEST_PIXELS,
-    DEFAULT_URL_TIMEOUT_S,
-)
+from vis_embed.serving.settings import ServerSettings
 
 FETCHES_PER_REQUEST = 4
 
 
 @dataclass
 class ImagePolicy:
-    """What a request's images may be and cost (built once by ``create_app``)."""
+    """What a request's images may be and cost (built once by ``create_app``): the server's
+    settings, whole (what may be read, fetch and decode timeouts, image and request sizes,
+    a request's fetched bytes bounded by its body limit; bounds checked where they were built),
+    its pools, and the model's own pixel budget and decode mode."""
 
-    allow_local_files: bool = False
-    allow_urls: bool = False
-    allow_private_urls: bool = False
-    url_timeout_s: float = DEFAULT_URL_TIMEOUT_S
-    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
-    max_request_pixels: int = DEFAULT_MAX_REQUEST_PIXELS
+    settings: ServerSettings = field(default_factory=lambda: ServerSettings(model_name=""))  # library use
     url_pool: Executor | None = None  # None: fetched in the caller's thread
     decode_pool: Executor | None = None  # None: the event loop's default pool (library use only)
-    max_decode_s: float | None = DEFAULT_DECODE_TIMEOUT_S  # per image, encoded bytes (data URI, URL)
-    max_fetched_bytes: int | None = None  # a request's fetched URL bytes in all (the server: its body limit)
     # The model's pixel budget and decode mode (load_image): with "fast" an image above the budget
     # is reduced while decoding, so a huge image (a 1-bit PNG of 80 megapixels) never waits in the
     # queue at full RGB resolution.
@@ -96,8 +87,11 @@ class ImagePolicy:
 
     def url_policy(self, deadline: float | None = None) -> UrlPolicy:
         """The fetch policy; a fetch ends by ``deadline`` (``time.monotonic()``) at the latest."""
-        timeout = self.url_timeout_s if deadline is None else min(self.url_timeout_s, deadline - time.monotonic())
-        return UrlPolicy(allow_private=self.allow_private_urls, timeout_s=timeout, max_bytes=self.max_image_bytes)
+        settings = self.settings
+        timeout = settings.url_timeout_s if deadline is None else min(settings.url_timeout_s,
+                                                                      deadline - time.monotonic())
+        return UrlPolicy(allow_private=settings.allow_private_urls, timeout_s=timeout,
+                         max_bytes=settings.max_image_bytes)
 
 
 @dataclass(frozen=True)
@@ -141,16 +135,17 @@ async def decode_request_images(items: list[dict[str, Any]], policy: ImagePolicy
         image, param = visual.source(items), visual.param
         if not is_url(image):
             return await loop.run_in_executor(policy.decode_pool, _image_source, image, param, policy)
-        if not policy.allow_urls:
+        if not policy.settings.allow_urls:
             return _image_source(image, param, policy)  # the refusal, without a thread
         # The fetch's whole life -- its waits for the request's fetch slots and for a worker of the
         # shared pool included -- fits --url-timeout: its deadline is set when it is asked for.
-        fetch_deadline = min(deadline, time.monotonic() + policy.url_timeout_s)
+        fetch_deadline = min(deadline, time.monotonic() + policy.settings.url_timeout_s)
         async with fetch_gate:
             data = await loop.run_in_executor(policy.url_pool, _fetch, image, param, policy, fetch_deadline)
         fetched[0] += len(data)  # fetched bytes are held until decoded: bounded like a body
-        if policy.max_fetched_bytes is not None and fetched[0] > policy.max_fetched_bytes:
-            raise RequestError(413, f"{param}: the request's image URLs hold more than {policy.max_fetched_bytes} "
+        limit = policy.settings.max_request_bytes
+        if fetched[0] > limit:
+            raise RequestError(413, f"{param}: the request's image URLs hold more than {limit} "
                                     f"bytes in all (--max-request-bytes); send fewer images", param=param)
         return data
 
@@ -205,7 +200,7 @@ def _image_source(source: str, param: str, policy: ImagePolicy) -> bytes | str:
             return base64.b64decode(source.split(",", 1)[1], validate=True)
         except (binascii.Error, ValueError) as exc:
             raise RequestError(400, f"{param}: malformed base64 image data URI ({exc})", param=param) from None
-    if not policy.allow_local_files:
+    if not policy.settings.allow_local_files:
         raise RequestError(400, f"{param}: local image paths are refused by this server (start it with "
                                 f"--allow-local-files); send a data: URI (base64) or an http(s) URL",
                            param=param)
@@ -220,12 +215,12 @@ def _request_pixels(sources: Sequence[bytes | str], positions: Sequence[_Visual]
 def _check_request_pixels(pixels: Sequence[int], positions: Sequence[_Visual], policy: ImagePolicy) -> int:
     # Checked on the headers' sizes, before any pixel is decoded: a 14 KB 1-bit PNG can decode
     # to 265 MB of RGB.  Every picked frame of a clip counts.
-    total = 0
+    total, limit = 0, policy.settings.max_request_pixels
     for count, visual in zip(pixels, positions):
         total += count
-        if total > policy.max_request_pixels:
+        if total > limit:
             param = visual.param
-            raise RequestError(413, f"{param}: the request's images hold more than {policy.max_request_pixels} "
+            raise RequestError(413, f"{param}: the request's images hold more than {limit} "
                                     f"pixels in all (--max-request-pixels); send fewer or smaller images",
                                param=param)
     return total
@@ -252,7 +247,7 @@ def _decode(items: Sequence[dict[str, Any]], visual: _Visual, source: bytes | st
         image = load_image(source, max_pixels=policy.video_max_pixels if frame else policy.max_pixels,
                            decode=item_decode_mode(item, policy.decode),
                            target_size=policy.video_target_size if frame else policy.target_size,
-                           max_decode_s=policy.max_decode_s)
+                           max_decode_s=policy.settings.decode_timeout_s)
     except DataError as exc:
         if is_url(visual.source(items)):  # fetched, but not an image: said as a failed fetch is
             raise RequestError(400, f"{param}: {FETCH_FAILED}", param=param) from None
@@ -264,7 +259,7 @@ def _decode(items: Sequence[dict[str, Any]], visual: _Visual, source: bytes | st
 
 
 def _fetch(url: str, param: str, policy: ImagePolicy, deadline: float | None = None) -> bytes:
-    if not policy.allow_urls:
+    if not policy.settings.allow_urls:
         raise RequestError(400, f"{param}: image URLs are not fetched by this server (its operator can "
                                 f"start it with --allow-urls); send the image as a data: URI (base64)",
                            param=param)

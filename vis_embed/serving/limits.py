@@ -30,7 +30,7 @@ from typing import Any
 from vis_embed.model.lengths import CHARS_PER_TOKEN, visual_tokens, within_token_budget
 from vis_embed.model.prompts import join_instruction
 from vis_embed.serving.errors import RequestError
-from vis_embed.serving.settings import DEFAULT_MAX_REQUEST_TOKENS, LONG_INPUT_MODES
+from vis_embed.serving.settings import ServerSettings
 
 DEFAULT_MAX_INPUT_TOKENS = 8192  # OpenAI's embeddings limit, for a model that records none
 TYPICAL_CHARS_PER_TOKEN = 4
@@ -45,17 +45,11 @@ def model_max_tokens(embedder: Any) -> int:
 class InputLimiter:
     """Applies the token limit to a request's items and counts their tokens."""
 
-    def __init__(self, embedder: Any, max_input_tokens: int | None, mode: str = "refuse",
-                 max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS) -> None:
-        if mode not in LONG_INPUT_MODES:
-            raise ValueError(f"long-input mode must be one of {LONG_INPUT_MODES}, got {mode!r}")
-        self.max_tokens = max_input_tokens or model_max_tokens(embedder)
-        if self.max_tokens < 1:
-            raise ValueError(f"max_input_tokens must be >= 1, got {self.max_tokens}")
-        if max_request_tokens < 1:
-            raise ValueError(f"max_request_tokens must be >= 1, got {max_request_tokens}")
-        self.max_request_tokens = max_request_tokens
-        self.mode = mode
+    def __init__(self, embedder: Any, settings: ServerSettings) -> None:
+        # max_input_tokens, long_input, max_request_tokens: checked where the settings were built
+        self.max_tokens = settings.max_input_tokens or model_max_tokens(embedder)
+        self.max_request_tokens = settings.max_request_tokens
+        self.mode = settings.long_input
         self.max_chars = self.max_tokens * CHARS_PER_TOKEN
         self._model = embedder.model
         self._tokenizer = copy.deepcopy(embedder.model.processor.tokenizer)

@@ -1,8 +1,8 @@
 """Settings of the server and of ``vis-embed serve``, and the defaults of its limits.
 
 ServerSettings is a pydantic model like every validated config of the package: its bounds are
-checked on construction (a DataError naming the field, or, from the command line, a
-ConfigError naming the flag), and ``vis-embed serve`` generates its flags from the fields
+checked on construction (a SettingsError naming the field, or, from the command line, the
+flag: :class:`vis_embed.config.Settings`), and ``vis-embed serve`` generates its flags from the fields
 (:func:`vis_embed.config.add_model_arguments`: each field's ``json_schema_extra`` names its
 flag), so a default or help text is written once.  ``model_name``, ``api_key`` (also from
 ``$VIS_EMBED_API_KEY``) and ``allowed_hosts`` (default from ``--host``) are derived by the
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from vis_embed.config import reported
+from vis_embed.config import Settings, flag
 
 API_KEY_ENV = "VIS_EMBED_API_KEY"
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
@@ -50,38 +50,34 @@ LIMITS = "limits"  # the argument group of the flags that bound what one client 
 GALLERIES = "galleries"
 
 
-def _flag(flag: str, **extra: Any) -> dict[str, Any]:
-    return {"flag": flag, **extra}
+def _limit(spelling: str, **extra: Any) -> dict[str, Any]:
+    return flag(spelling, group=LIMITS, **extra)
 
 
-def _limit(flag: str, **extra: Any) -> dict[str, Any]:
-    return _flag(flag, group=LIMITS, **extra)
-
-
-class ServerSettings(BaseModel):
+class ServerSettings(Settings):
     """How the server answers (:func:`vis_embed.serving.app.create_app`) and listens (``vis-embed serve``)."""
 
     # protected_namespaces: model_name is the field's name since before it was a pydantic model
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    model_config = ConfigDict(protected_namespaces=())
 
     model_name: str  # the name clients send as "model" and /v1/models lists (serve: --served-model-name / --model)
     host: str = Field("127.0.0.1", description="address to listen on (127.0.0.1: this machine only)",
-                      json_schema_extra=_flag("--host"))
-    port: int = Field(8000, gt=0, le=65535, description="port", json_schema_extra=_flag("--port"))
+                      json_schema_extra=flag("--host"))
+    port: int = Field(8000, gt=0, le=65535, description="port", json_schema_extra=flag("--port"))
     max_batch_size: int = Field(32, gt=0, description="most items per micro-batch across requests",
-                                json_schema_extra=_flag("--max-batch-size"))
+                                json_schema_extra=flag("--max-batch-size"))
     max_wait_ms: float = Field(5.0, ge=0, description="longest wait for more requests before a batch starts",
-                               json_schema_extra=_flag("--max-wait-ms"))
+                               json_schema_extra=flag("--max-wait-ms"))
     max_queue: int = Field(256, gt=0, description="requests that may wait; beyond, 429",
-                           json_schema_extra=_flag("--max-queue"))
+                           json_schema_extra=flag("--max-queue"))
     max_request_bytes: int = Field(DEFAULT_MAX_REQUEST_BYTES, gt=0, description="largest request body; beyond, 413",
-                                   json_schema_extra=_flag("--max-request-bytes"))
+                                   json_schema_extra=flag("--max-request-bytes"))
     max_items: int = Field(DEFAULT_MAX_ITEMS, gt=0, description="most items per request; beyond, 413",
-                           json_schema_extra=_flag("--max-items"))
+                           json_schema_extra=flag("--max-items"))
     url_timeout_s: float = Field(DEFAULT_URL_TIMEOUT_S, gt=0, description="seconds one whole image-URL fetch may take",
-                                 json_schema_extra=_flag("--url-timeout", metavar="URL_TIMEOUT"))
+                                 json_schema_extra=flag("--url-timeout", metavar="URL_TIMEOUT"))
     allow_local_files: bool = Field(False, description="accept image paths on the server's disk (off: any client "
-                                    "could read its files)", json_schema_extra=_flag("--allow-local-files"))
+                                    "could read its files)", json_schema_extra=flag("--allow-local-files"))
     max_image_bytes: int = Field(DEFAULT_MAX_IMAGE_BYTES, gt=0)  # one encoded image (no flag)
     # ---- exposure and limits (docs/serving.md#deploying)
     api_key: str | None = Field(None, description=f"require 'Authorization: Bearer KEY' on every endpoint but "
@@ -151,9 +147,4 @@ class ServerSettings(BaseModel):
     # ---- galleries (docs/galleries.md)
     dim: int | None = Field(None, gt=0, description="width of the vectors answered when a request names no "
                             "`dimensions` (Matryoshka prefix, renormalised; default: the model's full width)",
-                            json_schema_extra=_flag("--dim", group=GALLERIES, metavar="N"))
-
-    def __init__(self, **values: Any) -> None:
-        # Python API: a bad value is a DataError naming the field (as EvalSettings)
-        with reported(as_error=lambda problems: problems[0]):
-            super().__init__(**values)
+                            json_schema_extra=flag("--dim", group=GALLERIES, metavar="N"))

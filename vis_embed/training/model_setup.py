@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vis_embed.model.adaptation import Adaptation
 from vis_embed.model.embedding_config import EmbeddingConfig, check_adapter_agrees, resolve_embedding_config
 from vis_embed.model.embedding_model import EmbeddingModel
 from vis_embed.training.recipe import Recipe
@@ -29,18 +30,11 @@ def training_embedding_config(recipe: Recipe) -> EmbeddingConfig:
     return resolve_embedding_config(recipe.model, recipe.init_adapter, **explicit)
 
 
-def build_training_model(recipe: Recipe, device: torch.device) -> nn.Module:
-    """EmbeddingModel from the recipe: its settings (training_embedding_config), LoRA or head,
-    gradient checkpointing."""
+def build_training_model(recipe: Recipe, device: torch.device, adaptation: Adaptation | None = None) -> nn.Module:
+    """EmbeddingModel from the recipe: its settings (training_embedding_config), the adaptation
+    (``adaptation``, default the recipe's: LoRA, head or full), gradient checkpointing."""
     model = EmbeddingModel.from_pretrained(recipe.model, device=device, config=training_embedding_config(recipe))
-    if recipe.adaptation == "head":  # frozen backbone, trained projection head
-        model.add_projection_head(recipe.head.dim)
-    elif recipe.lora.enabled:
-        model.add_lora(r=recipe.lora.r, alpha=recipe.lora.alpha, dropout=recipe.lora.dropout,
-                       target_modules=recipe.lora.target_modules, vision=recipe.lora.vision)
-    else:
-        for parameter in model.parameters():
-            parameter.requires_grad_(True)
+    (adaptation or recipe.adaptation.build()).apply(model)
     if recipe.model_options.gradient_checkpointing is True:  # "auto": decided by training/memory_plan.py
         model.enable_gradient_checkpointing()
     model.train()
@@ -55,9 +49,8 @@ def trained_embedding_config(recipe: Recipe, data: Any, model: EmbeddingModel) -
     def shared(values: list[str | None]) -> str | None:
         return values[0] if len(set(values)) == 1 else None
 
-    adaptation = "head" if recipe.adaptation == "head" else "lora" if recipe.lora.enabled else "full"
     return model.embedding_config.model_copy(update={
-        "attn_implementation": None, "adaptation": adaptation,
+        "attn_implementation": None, "adaptation": recipe.adaptation.kind,
         "query_instruction": shared([d.query_instruction for d in data.datasets]),
         "document_instruction": shared([d.candidate_instruction for d in data.datasets]),
         "matryoshka_dims": recipe.loss.matryoshka_dims})

@@ -6,33 +6,28 @@ ill-typed key is a :class:`~vis_embed.errors.ConfigError` naming the file and th
 never a silent default.  Relative paths are resolved against the current directory (launch
 scripts run from the repository root).
 
-``--set`` values are parsed as YAML scalars/lists, so ``--set lora.r=8``,
+``--set`` values are parsed as YAML scalars/lists, so ``--set adaptation.lora.r=8`` (or the older
+``--set lora.r=8``),
 ``--set temperature.learnable=false`` and ``--set lora.target_modules=[q_proj,v_proj]`` work.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, get_args
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, create_model,
+from pydantic import (Field, PositiveFloat, PositiveInt, create_model,
                       field_validator, model_validator)
 from pydantic.fields import FieldInfo
 
-from vis_embed.config import validated
+from vis_embed.config import Settings, validated
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
-from vis_embed.model.defaults import TEXT_LORA_MODULES
-from vis_embed.model.embedding_config import LOADING, EmbeddingConfig, flag_fields
+from vis_embed.model.adaptation import AdaptationOptions
+from vis_embed.model.embedding_config import LOADING, EmbeddingConfig, flag_fields, matryoshka_dims_field
 from vis_embed.sampling.settings import SamplingOptions
-
-
-class _Strict(BaseModel):
-    # allow_inf_nan=False: pydantic floats otherwise take inf and nan ("inf", .nan), and
-    # optimizer.lr=inf would only show up as a diverged run.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 # The `sampling:` section IS the schedule settings' one declaration (the same model the
@@ -41,7 +36,7 @@ class _Strict(BaseModel):
 SamplingConfig = SamplingOptions
 
 
-class OptimizerConfig(_Strict):
+class OptimizerConfig(Settings):
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -52,7 +47,7 @@ class OptimizerConfig(_Strict):
     max_grad_norm: float = Field(1.0, ge=0)  # 0 = no clipping
 
 
-class TemperatureConfig(_Strict):
+class TemperatureConfig(Settings):
     init: float = Field(0.02, gt=0)
     learnable: bool = True
     freeze_steps: int = Field(0, ge=0)  # keep tau fixed for the first steps (random backbones)
@@ -60,23 +55,13 @@ class TemperatureConfig(_Strict):
     lr: float | None = Field(None, gt=0)  # default: optimizer.lr
 
 
-class LoraConfig(_Strict):
-    enabled: bool = True  # false = full fine-tuning
-    r: int = Field(16, gt=0)
-    alpha: float = Field(32, gt=0)
-    dropout: float = Field(0.05, ge=0, lt=1)
-    target_modules: list[str] | str = Field(
-        default_factory=lambda: list(TEXT_LORA_MODULES))
-    vision: bool = False  # also adapt the vision tower
-
-
-class TwoTierOptions(_Strict):
+class TwoTierOptions(Settings):
     """NearID's two-tier loss (training/losses/two_tier.py): L = L_disc + alpha * L_rank."""
 
     alpha: float = Field(0.5, ge=0)                 # weight of the ranking tier (NearID: 0.5)
     temperature: float | None = Field(0.07, gt=0)   # fixed tau (NearID: 0.07); null: the recipe's temperature
-    # the margin variant's keys, refused here with a pointer to where they went (issue 27);
-    # never written back (recipe_to_dict)
+    # the margin variant's keys (two_tier was that variant before it became NearID's loss),
+    # refused here with a pointer to where they went; never written back (recipe_to_dict)
     weight: float | None = Field(None, exclude=True)
     margin: float | None = Field(None, exclude=True)
 
@@ -89,21 +74,25 @@ class TwoTierOptions(_Strict):
         return self
 
 
-class TwoTierMarginOptions(_Strict):
+class TwoTierMarginOptions(Settings):
     weight: float = Field(1.0, ge=0)         # weight of the margin tier beside InfoNCE
     margin: float = Field(0.1, ge=0, le=2)   # cosine margin: positive above each designated look-alike
 
 
-class TripletHingeOptions(_Strict):
+class TripletHingeOptions(Settings):
     margin: float = Field(0.05, ge=0, le=2)  # cosine-distance margin of the hinge
 
 
-class LossConfig(_Strict):
+LossKind = Literal["infonce", "two_tier", "two_tier_margin", "triplet_hinge"]
+LOSS_KINDS: tuple[str, ...] = get_args(LossKind)
+
+
+class LossConfig(Settings):
     """The objective (training/losses/): ``infonce`` (VisME), ``two_tier`` (NearID),
-    ``two_tier_margin`` (the pre-issue-27 margin variant), ``triplet_hinge`` (DreamSim); each
+    ``two_tier_margin`` (the project's earlier margin variant, once named two_tier), ``triplet_hinge`` (DreamSim); each
     kind's options live in its own sub-section."""
 
-    kind: Literal["infonce", "two_tier", "two_tier_margin", "triplet_hinge"] = "infonce"
+    kind: LossKind = "infonce"
     identity_mask: bool = True  # leave same-identity candidates out of a query's negatives
     two_tier: TwoTierOptions = Field(default_factory=TwoTierOptions)
     two_tier_margin: TwoTierMarginOptions = Field(default_factory=TwoTierMarginOptions)
@@ -112,22 +101,21 @@ class LossConfig(_Strict):
     matryoshka_dims: list[PositiveInt] | None = None
     matryoshka_weights: list[PositiveFloat] | None = None  # one per dim; default 1 each
 
+    @field_validator("matryoshka_dims")
+    @classmethod
+    def _matryoshka_dims(cls, dims: list[int] | None) -> list[int] | None:
+        return dims if dims is None else matryoshka_dims_field(dims)
+
     @model_validator(mode="after")
     def _matryoshka_consistent(self) -> "LossConfig":
         dims, weights = self.matryoshka_dims, self.matryoshka_weights
-        if dims is not None and (not dims or any(b <= a for a, b in zip(dims, dims[1:]))):
-            raise ValueError(f"matryoshka_dims must be a non-empty, strictly increasing list, got {dims}")
         if weights is not None and (dims is None or len(weights) != len(dims)):
             raise ValueError(f"matryoshka_weights needs one weight per matryoshka_dims entry "
                              f"({len(dims or [])}), got {len(weights)}")
         return self
 
 
-class HeadConfig(_Strict):
-    dim: int | None = Field(None, gt=0)  # the head's output dimension; None = the backbone's hidden size
-
-
-class GradCacheConfig(_Strict):
+class GradCacheConfig(Settings):
     # members per forward chunk; 0 = GradCache off; auto: from a memory probe (training/memory_plan.py)
     chunk_size: Annotated[int, Field(ge=0)] | Literal["auto"] = 0
     # close a chunk early when padding would exceed this fraction (members sorted by length)
@@ -141,7 +129,7 @@ def _inherited(name: str) -> tuple[Any, FieldInfo]:
     return annotation, FieldInfo.merge_field_infos(field, default=None, annotation=annotation)
 
 
-class _ModelOptionsBase(_Strict):
+class _ModelOptionsBase(Settings):
     # training only: recompute activations in the backward pass; auto: only when needed (training/memory_plan.py)
     gradient_checkpointing: bool | Literal["auto"] = False
 
@@ -160,12 +148,12 @@ ModelOptions = create_model(  # type: ignore[call-overload]
     **{name: _inherited(name) for name in flag_fields([LOADING])})
 
 
-class CheckpointConfig(_Strict):
+class CheckpointConfig(Settings):
     every: int = Field(500, ge=0)           # 0 = only final/
     keep_last: int | None = Field(None, ge=1)  # None = keep all checkpoint-STEP/
 
 
-class LoggingConfig(_Strict):
+class LoggingConfig(Settings):
     every: int = Field(1, ge=1)
     tensorboard: bool = True
     progress_bar: bool = True
@@ -174,7 +162,7 @@ class LoggingConfig(_Strict):
     wandb_run_name: str | None = None        # default: the output directory's name
 
 
-class Recipe(_Strict):
+class Recipe(Settings):
     model: str
     data: str
     schedule: str
@@ -187,11 +175,10 @@ class Recipe(_Strict):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     temperature: TemperatureConfig = Field(default_factory=TemperatureConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
-    # lora: LoRA (or full fine-tuning with lora.enabled: false); head: frozen backbone +
-    # a trained projection head on the pooled embedding (the lora section is then unused)
-    adaptation: Literal["lora", "head"] = "lora"
-    head: HeadConfig = Field(default_factory=HeadConfig)
-    lora: LoraConfig = Field(default_factory=LoraConfig)
+    # what trains: adaptation.kind (lora, head or full) and each kind's config (adaptation.lora,
+    # adaptation.head); the older spellings (adaptation: KIND, top-level lora: / head:,
+    # lora.enabled: false) are read with the same meaning (upgrade_recipe_spellings)
+    adaptation: AdaptationOptions = Field(default_factory=AdaptationOptions)
     # warm start: the adapter (LoRA, head or full weights) starts from this saved one (a run's
     # final/ or checkpoint-STEP/); optimiser, LR schedule and tau start fresh (--resume wins)
     init_adapter: str | None = None
@@ -212,12 +199,71 @@ class Recipe(_Strict):
             raise ValueError("must not be empty")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _older_spellings(cls, values: Any) -> Any:
+        # a copy: a caller's mapping is not changed (load_recipe upgraded its document already)
+        return upgrade_recipe_spellings(dict(values)) if isinstance(values, dict) else values
+
     @model_validator(mode="after")
     def _check_temperature(self) -> "Recipe":
         if self.temperature.init < self.temperature.min:
             raise ValueError(f"temperature.init {self.temperature.init} is below temperature.min "
                              f"{self.temperature.min}")
         return self
+
+
+def _lines(mapping: Any) -> dict[Any, int | None]:
+    return dict(getattr(mapping, "key_lines", {}))
+
+
+def _mapping(values: dict[str, Any], lines: dict[Any, int | None], start: int, line_aware: bool) -> dict[str, Any]:
+    """``values``, as a line-aware mapping when the recipe was read from YAML: an error in a
+    moved section still names its line."""
+    if not line_aware:
+        return dict(values)
+    moved = LineDict(values)
+    moved.line, moved.key_lines = start, {key: line for key, line in lines.items() if key in values}
+    return moved
+
+
+def upgrade_recipe_spellings(document: Any) -> Any:
+    """A recipe document with the older adaptation spellings moved into ``adaptation:``, their
+    meaning kept (the top level changed in place, sections copied; idempotent):
+    ``adaptation: KIND`` -> ``adaptation.kind``; top-level ``lora:`` / ``head:`` ->
+    ``adaptation.lora`` / ``adaptation.head`` (their keys over the section's);
+    ``lora.enabled: false`` -> ``kind: full`` (``true``: no change)."""
+    if not isinstance(document, dict):
+        return document
+    aware = isinstance(document, LineDict)
+    top = _lines(document)
+    older = {name: document.pop(name) for name in ("lora", "head") if name in document}
+    section: Any = document.get("adaptation", {})
+    if isinstance(section, str):  # `adaptation: head`
+        section, lines = {"kind": section}, {"kind": top.get("adaptation")}
+    elif isinstance(section, dict):
+        lines = _lines(section)
+    else:
+        return document  # not a mapping: the section's validation names it
+    section = dict(section)
+    for name, value in older.items():
+        inner = section.get(name)
+        if isinstance(value, dict):
+            merged = {**inner, **value} if isinstance(inner, dict) else value
+            value = _mapping(merged, {**_lines(inner), **_lines(value)}, getattr(value, "line", 0), aware)
+        section[name], lines[name] = value, top.get(name)
+    lora = section.get("lora")
+    if isinstance(lora, dict) and "enabled" in lora and isinstance(lora["enabled"], bool):
+        if not lora["enabled"] and section.get("kind", "lora") == "lora":
+            section["kind"], lines["kind"] = "full", _lines(lora).get("enabled")
+        section["lora"] = _mapping({key: v for key, v in lora.items() if key != "enabled"}, _lines(lora),
+                                   getattr(lora, "line", 0), aware)
+    if section or "adaptation" in document:
+        start = top.get("adaptation") or next((top[name] for name in older if top.get(name)), 0)
+        document["adaptation"] = _mapping(section, lines, start or 0, aware)
+        if aware and "adaptation" not in top:
+            document.key_lines["adaptation"] = start or None
+    return document
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -237,6 +283,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     for text in overrides:
         path, value = parse_override(text)
+        if path == ["adaptation"] and isinstance(value, str):  # the older `--set adaptation=KIND`:
+            path = ["adaptation", "kind"]  # the kind only, the section's other keys kept
         node = raw
         for part in path[:-1]:
             child = node.setdefault(part, {})
@@ -272,7 +320,9 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | None = No
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: a recipe is a mapping of keys, got {type(raw).__name__}")
     document = raw if isinstance(raw, LineDict) else dict(raw)  # a caller's mapping is not changed
-    document = apply_overrides(document, list(overrides or []))
+    # older adaptation spellings moved into `adaptation:`, before and after the overrides (either
+    # spelling may be --set), keeping their lines for the error messages
+    document = upgrade_recipe_spellings(apply_overrides(upgrade_recipe_spellings(document), list(overrides or [])))
     recipe = validated(Recipe, document, source, document, dotted=_dotted_as_in_set)
     check_optional_dependencies(recipe, source)
     return recipe

@@ -100,11 +100,24 @@ def _previous_recipe(output_dir: Path) -> tuple[str, dict[str, Any] | None]:
     """The recipe of the newest checkpoint, else the run's ``recipe.yaml``, else None."""
     checkpoint = latest_checkpoint(output_dir)
     if checkpoint is not None:
-        return str(checkpoint), read_trainer_state(checkpoint).get("recipe")
+        return str(checkpoint), _as_written_now(read_trainer_state(checkpoint).get("recipe"))
     recorded = output_dir / "recipe.yaml"
     if recorded.is_file():
-        return str(recorded), yaml.safe_load(recorded.read_text(encoding="utf-8"))
+        return str(recorded), _as_written_now(yaml.safe_load(recorded.read_text(encoding="utf-8")))
     return str(output_dir), None
+
+
+def _as_written_now(recipe: Any) -> Any:
+    """A recorded recipe in this version's spelling (a run recorded with the older adaptation
+    keys compares equal to the same recipe now); as recorded when it no longer validates."""
+    from vis_embed.training.recipe import load_recipe, recipe_to_dict
+
+    if not isinstance(recipe, dict):
+        return recipe
+    try:
+        return recipe_to_dict(load_recipe(raw=recipe))
+    except ConfigError:
+        return recipe
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

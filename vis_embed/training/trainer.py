@@ -32,6 +32,7 @@ from transformers import set_seed
 from vis_embed.data import load_train_config
 from vis_embed.errors import ConfigError, VisEmbedError
 from vis_embed.io import atomic_write_json, atomic_write_text
+from vis_embed.model.adaptation import warm_start
 from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
@@ -100,10 +101,11 @@ class Trainer:
         self.shard = self.schedule.shard(self.rank, self.world_size)
 
         set_seed(recipe.seed)  # identical LoRA init on every rank
-        self.model = build_training_model(recipe, self.device)
+        self.adaptation = recipe.adaptation.build()  # what trains, and how it is saved and loaded
+        self.model = build_training_model(recipe, self.device, self.adaptation)
         self.dtype = self.model.dtype  # as loaded (dtype: checkpoint is the checkpoint's own)
         if recipe.init_adapter:  # warm start; a checkpoint found by --resume overwrites it
-            ckpt.warm_start(self.model, recipe.init_adapter)
+            warm_start(self.model, self.adaptation, recipe.init_adapter)
         self.embedding_config = trained_embedding_config(recipe, self.data, self.model)
         # Before the backend wraps the model (the probe runs the bare model) and before the
         # per-rank seeds below (the probe's dropout draws do not shift the run's).
@@ -123,10 +125,7 @@ class Trainer:
                                schedule_name=recipe.schedule, data_name=recipe.data)
         lr_schedule = lr_lambda(recipe.optimizer.warmup_steps, recipe.max_steps, recipe.optimizer.decay,
                                 recipe.optimizer.min_lr_ratio)
-        self.objective = build_objective(
-            loss.kind, self.temperature, identity_mask=loss.identity_mask, two_tier_alpha=loss.two_tier.alpha,
-            two_tier_weight=loss.two_tier_margin.weight,
-            two_tier_margin=loss.two_tier_margin.margin, hinge_margin=loss.triplet_hinge.margin)
+        self.objective = build_objective(loss, self.temperature)
         self.objective = matryoshka_for_model(self.objective, loss, self.model.embedding_dim)
         self.tau_optimizer = torch.optim.AdamW([self.temperature.log_tau], weight_decay=0.0,
                                                lr=recipe.temperature.lr or recipe.optimizer.lr,
@@ -152,10 +151,8 @@ class Trainer:
             return DeepSpeedBackend(self.model, ds_config=ds_config, **common)
         # A chunk without images leaves vision-tower parameters out of the graph; DDP must
         # then be told to look for unused parameters or it waits for their gradients forever.
-        lora = self.recipe.lora
-        vision_trainable = self.recipe.adaptation == "lora" and (lora.vision or not lora.enabled)
         return TorchBackend(self.model, max_grad_norm=opt.max_grad_norm,
-                            find_unused_parameters=vision_trainable, **common)
+                            find_unused_parameters=self.adaptation.trains_vision, **common)
 
     def _resume(self) -> None:
         directory = ckpt.latest_checkpoint(self.output_dir)
@@ -174,7 +171,7 @@ class Trainer:
         if isinstance(self.backend, DeepSpeedBackend):
             self.backend.load(directory)
         else:
-            ckpt.load_adapter_weights(self.model, directory)
+            self.adaptation.load_weights(self.model, directory)
             self.backend.load(directory)
         tau_state = torch.load(directory / "temperature.pt", map_location="cpu", weights_only=False)
         self.temperature.load_state_dict(tau_state["temperature"])
@@ -299,12 +296,11 @@ class Trainer:
                 self.backend.save(tmp)
                 torch.save(ckpt.capture_rng_state(), ckpt.rng_file(tmp))
             if is_main_process():
-                processor = getattr(self.model, "processor", None)
-                ckpt.save_weights(self.model, trainable, tmp, processor=processor)
+                self.adaptation.save(self.model, tmp, state=trainable)  # the one save path
                 self.embedding_config.save(tmp)  # how to embed travels with the weights
                 if final:
-                    ckpt.write_final_extras(tmp, processor, recipe_to_dict(self.recipe), self.data,
-                                            completed_steps)
+                    ckpt.write_final_extras(tmp, self.model.processor, recipe_to_dict(self.recipe), self.data,
+                                            completed_steps, self.adaptation.kind)
                 else:
                     torch.save({"temperature": self.temperature.state_dict(),
                                 "optimizer": self.tau_optimizer.state_dict(),

@@ -19,7 +19,7 @@ it removed):
   is the query's *own record* (candidate :math:`j \ne i` whose positive is query
   :math:`i`'s record, so its photo under the candidate prompt): the naive sampler draws slot
   :math:`j`'s positive among its identity's instances other than :math:`q_j`, so with two
-  slots of one identity :math:`p_j` can be :math:`q_i` (issue 38); ``nan`` without false
+  slots of one identity :math:`p_j` can be :math:`q_i`; ``nan`` without false
   negatives or without the records (``own_image``);
 - ``fn_logit_gap_other``: ``fn_logit_gap`` over the false negatives that are *not* the query's
   own record (whether the own-image ones explain a gap above 0).

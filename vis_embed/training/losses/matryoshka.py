@@ -35,7 +35,8 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from vis_embed.errors import ConfigError
+from vis_embed.errors import ConfigError, DataError
+from vis_embed.gallery.vectors import check_matryoshka_dims
 
 Objective = Callable[[Tensor, Tensor, Any], Tensor]
 
@@ -53,8 +54,7 @@ def matryoshka_objective(objective: Objective, dims: Sequence[int] | None,
 
     def loss(queries: Tensor, candidates: Tensor, labels: Any) -> Tensor:
         full = queries.shape[-1]
-        if dims[-1] > full:
-            raise ValueError(f"matryoshka_dims {dims} exceed the embedding width {full}")
+        check_matryoshka_dims(dims, full)
         total = 0.0 if dims[-1] == full else objective(queries, candidates, labels)
         for dim, weight in zip(dims, weights):
             total = total + weight * objective(prefix(queries, dim), prefix(candidates, dim), labels)
@@ -67,8 +67,11 @@ def matryoshka_for_model(objective: Objective, loss: Any, embedding_dim: int) ->
     """The trainer's objective for the recipe's ``loss`` section (``matryoshka_dims`` /
     ``matryoshka_weights``), checked against the model's width before any step runs."""
     dims = loss.matryoshka_dims
-    if dims and dims[-1] > embedding_dim:
-        raise ConfigError(f"loss.matryoshka_dims: {dims[-1]} exceeds the model's embedding width {embedding_dim}")
+    if dims:
+        try:
+            check_matryoshka_dims(dims, embedding_dim, field="loss.matryoshka_dims")
+        except DataError as exc:  # a recipe key: the recipe's error type
+            raise ConfigError(str(exc)) from None
     return matryoshka_objective(objective, dims, loss.matryoshka_weights)
 
 

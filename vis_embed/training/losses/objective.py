@@ -1,6 +1,7 @@
 """The training objective a recipe's ``loss:`` section names, as one callable per step.
 
-The trainer builds it once (:func:`build_objective`) and calls it with the global batch's
+The trainer builds it once from the recipe's ``loss:`` section, passed whole
+(:func:`build_objective`), and calls it with the global batch's
 embeddings and :class:`BatchLabels` (what the schedule says about the rows); GradCache only
 sees ``(queries, candidates) -> loss``, so every kind works with it unchanged.
 """
@@ -14,10 +15,9 @@ from torch import Tensor
 
 from vis_embed.training.losses.infonce import info_nce_loss
 from vis_embed.training.losses.triplet_hinge import triplet_hinge_loss
-from vis_embed.training.losses.two_tier import NEARID_ALPHA, two_tier_loss
+from vis_embed.training.losses.two_tier import two_tier_loss
 from vis_embed.training.losses.two_tier_margin import two_tier_margin_loss
-
-LOSS_KINDS = ("infonce", "two_tier", "two_tier_margin", "triplet_hinge")
+from vis_embed.training.recipe import LOSS_KINDS, LossConfig  # noqa: F401  (LOSS_KINDS re-exported)
 
 
 @dataclass(frozen=True)
@@ -37,29 +37,27 @@ class BatchLabels:
 Objective = Callable[[Tensor, Tensor, BatchLabels], Tensor]
 
 
-def build_objective(kind: str, temperature: Callable[[], Tensor], *, identity_mask: bool = True,
-                    two_tier_alpha: float = NEARID_ALPHA, two_tier_weight: float = 1.0, two_tier_margin: float = 0.1,
-                    hinge_margin: float = 0.05) -> Objective:
-    """``(queries, candidates, labels) -> scalar loss`` for ``kind`` (one of :data:`LOSS_KINDS`).
+def build_objective(loss: LossConfig, temperature: Callable[[], Tensor]) -> Objective:
+    """``(queries, candidates, labels) -> scalar loss`` for ``loss.kind`` with that kind's options
+    (``loss.two_tier``, ``loss.two_tier_margin``, ``loss.triplet_hinge``, bounds checked where the
+    section was built).
 
     ``temperature`` is called on every evaluation (a learnable tau changes between steps);
     ``two_tier`` (NearID) uses it too: the trainer's Temperature holds NearID's fixed tau
     (``loss.two_tier.temperature``), so the logged tau is the one the loss used;
-    ``two_tier_weight`` / ``two_tier_margin`` are the ``two_tier_margin`` variant's;
-    ``identity_mask=False`` drops the mask of same-identity candidates (the paper's baseline).
+    ``loss.identity_mask: false`` drops the mask of same-identity candidates (the paper's baseline).
     """
     def mask(labels: BatchLabels) -> Tensor | None:
-        return labels.labels if identity_mask else None
+        return labels.labels if loss.identity_mask else None
 
-    if kind == "infonce":
-        return lambda q, c, labels: info_nce_loss(q, c, temperature(), mask(labels))
-    if kind == "two_tier":
-        return lambda q, c, labels: two_tier_loss(q, c, labels.designated, mask(labels), alpha=two_tier_alpha,
-                                                  temperature=temperature())
-    if kind == "two_tier_margin":
-        return lambda q, c, labels: two_tier_margin_loss(q, c, temperature(), labels.designated, mask(labels),
-                                                         weight=two_tier_weight, margin=two_tier_margin)
-    if kind == "triplet_hinge":
-        return lambda q, c, labels: triplet_hinge_loss(q, c, labels.designated, mask(labels),
-                                                       margin=hinge_margin)
-    raise ValueError(f"unknown loss kind {kind!r} (known: {', '.join(LOSS_KINDS)})")
+    tier, margin, hinge = loss.two_tier, loss.two_tier_margin, loss.triplet_hinge
+    objectives: dict[str, Objective] = {
+        "infonce": lambda q, c, labels: info_nce_loss(q, c, temperature(), mask(labels)),
+        "two_tier": lambda q, c, labels: two_tier_loss(q, c, labels.designated, mask(labels), alpha=tier.alpha,
+                                                       temperature=temperature()),
+        "two_tier_margin": lambda q, c, labels: two_tier_margin_loss(
+            q, c, temperature(), labels.designated, mask(labels), weight=margin.weight, margin=margin.margin),
+        "triplet_hinge": lambda q, c, labels: triplet_hinge_loss(q, c, labels.designated, mask(labels),
+                                                                 margin=hinge.margin),
+    }
+    return objectives[loss.kind]

@@ -39,7 +39,7 @@ When to use: identity data whose failure mode is near-duplicates of *other* iden
 schedule with designated hard negatives (``sampling.hard_negatives > 0``); without look-alikes
 the ranking tier is 0 and the loss is InfoNCE at ``tau``.  Recipe: ``loss: {kind: two_tier,
 two_tier: {alpha: 0.5, temperature: 0.07}}`` (``temperature: null`` uses the recipe's
-``temperature:`` section, learnable or not).  The margin variant used before issue 27 is
+``temperature:`` section, learnable or not).  The margin variant this name meant earlier is
 ``two_tier_margin`` (:mod:`~vis_embed.training.losses.two_tier_margin`).
 """
 

@@ -1,8 +1,9 @@
 r"""Two-tier margin loss: InfoNCE plus a margin tier over designated near-identity distractors.
 
 This is NOT NearID's objective (that is :mod:`~vis_embed.training.losses.two_tier`, ``loss.kind:
-two_tier``): it is the project's earlier variant, kept as ``loss.kind: two_tier_margin`` because
-the objectives comparison's figures before issue 27 were made with it.
+two_tier``): it is the project's earlier variant, which ``two_tier`` named until it became
+NearID's loss, kept as ``loss.kind: two_tier_margin`` because the earlier figures of the
+objectives comparison were made with it.
 
 With L2-normalised query and candidate embeddings :math:`q_i, c_j`, cosine similarities
 :math:`s_{ij} = q_i^\top c_j` and :math:`\mathcal{D}_i` the designated hard negatives of row i
@@ -22,7 +23,7 @@ scores, where the softmax already pushes, but InfoNCE stops pushing once it is m
 the positive; the margin keeps a gap.  A batch without designated pairs (a naive schedule,
 ``hard_negatives: 0``) gets tier 1 only.
 
-When to use: to reproduce the figures made before issue 27; for NearID use ``two_tier``.
+When to use: to reproduce the figures made with the earlier variant; for NearID use ``two_tier``.
 Recipe: ``loss: {kind: two_tier_margin, two_tier_margin: {weight: 1.0, margin: 0.1}}``.
 """
 

@@ -1,0 +1,141 @@
+"""The adaptation objects (model/adaptation.py): each kind saves and loads back to the same
+vectors through the one save path, the recipe's section builds the peft config whole, and
+what a model holds is asked of the module (not probed elsewhere)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from vis_embed.model.adaptation import (FullAdaptation, HeadAdaptation, LoraAdaptation, LoraOptions, adaptation_of,
+                                        saved_kind)
+from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.training.recipe import load_recipe
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+ITEMS = [{"text": "a red square"}, {"text": "a blue circle"}, {"text": "a green triangle"}]
+
+
+def _load(base: Path, adapter: Path | None = None) -> EmbeddingModel:
+    return EmbeddingModel.from_pretrained(base, adapter=adapter, device="cpu", dtype="float32")
+
+
+def _vectors(model: EmbeddingModel) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        return model.embed(ITEMS)
+
+
+def _trained(model: EmbeddingModel) -> None:
+    """Move every trainable weight off its initial value (fresh LoRA B is zero, a fresh head the
+    identity: a round trip of untrained weights would prove nothing)."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator).to(parameter.dtype))
+
+
+@pytest.mark.parametrize("kind", ["lora", "head", "full"])
+def test_each_kind_round_trips_save_then_load_to_the_same_vectors(kind, tiny_checkpoint, tmp_path) -> None:
+    base = tiny_checkpoint("qwen2-vl")
+    model = _load(base)
+    plain = _vectors(model)
+    adaptation = {"lora": LoraAdaptation(LoraOptions(r=2, alpha=4, dropout=0.0, vision=True).peft_config()),
+                  "head": HeadAdaptation(8), "full": FullAdaptation()}[kind]
+    adaptation.apply(model)
+    _trained(model)
+    before = _vectors(model)
+    assert (before.shape[1] == 8) if kind == "head" else (before - plain).abs().max() > 1e-4
+    assert adaptation_of(model).kind == kind
+    saved = model.save_pretrained(tmp_path / kind)
+    recorded = json.loads((saved / "embedding_config.json").read_text())["adaptation"]
+    assert recorded == (None if kind == "full" else kind)  # a plain backbone: its record says
+    if kind == "full":
+        assert saved_kind(saved) is None
+        loaded = _load(saved)  # a checkpoint of its own
+    else:
+        assert saved_kind(saved) == kind
+        loaded = _load(base, adapter=saved)
+    torch.testing.assert_close(_vectors(loaded), before, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["lora", "head"])
+def test_load_weights_restores_a_saved_state_into_a_fresh_model(kind, tiny_checkpoint, tmp_path) -> None:
+    """Resume and warm start: save (with the trainable state a backend gathers) -> a freshly
+    built model of the same adaptation -> load_weights -> the same vectors."""
+    base = tiny_checkpoint("qwen2-vl")
+    adaptation = (LoraAdaptation(LoraOptions(r=2, alpha=4, dropout=0.0).peft_config()) if kind == "lora"
+                  else HeadAdaptation())
+    model = _load(base)
+    adaptation.apply(model)
+    _trained(model)
+    state = {name: parameter.detach().clone() for name, parameter in model.named_parameters()
+             if parameter.requires_grad}
+    adaptation.save(model, tmp_path, state=state)
+    fresh = _load(base)
+    adaptation.apply(fresh)
+    assert (_vectors(fresh) - _vectors(model)).abs().max() > 1e-4
+    adaptation.check_saved(tmp_path, fresh, "test")
+    adaptation.load_weights(fresh, tmp_path)
+    torch.testing.assert_close(_vectors(fresh), _vectors(model), atol=1e-6, rtol=0)
+
+
+def _recipe(**sections):
+    raw = {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out", "max_steps": 1,
+           "global_batch_size": 2, **sections}
+    return load_recipe(raw=raw)
+
+
+def test_the_recipe_section_builds_the_peft_config_whole() -> None:
+    lora = {"r": 8, "alpha": 16, "dropout": 0.1, "vision": True, "target_modules": ["q_proj"]}
+    recipe = _recipe(adaptation={"kind": "lora", "lora": lora})
+    assert recipe.adaptation == _recipe(lora=lora).adaptation  # the older top-level spelling: the same
+    adaptation = recipe.adaptation.build()
+    assert isinstance(adaptation, LoraAdaptation) and adaptation.kind == "lora"
+    config = adaptation.peft_config
+    assert (config.r, config.lora_alpha, config.lora_dropout, config.bias) == (8, 16, 0.1, "none")
+    assert "q_proj" in config.target_modules and "k_proj" not in config.target_modules
+    assert adaptation.trains_vision and "visual" in config.target_modules
+    assert not _recipe().adaptation.build().trains_vision  # the decoder only by default
+
+
+def test_full_and_head_kinds_and_the_older_spellings() -> None:
+    assert isinstance(_recipe(adaptation={"kind": "full"}).adaptation.build(), FullAdaptation)
+    assert _recipe(adaptation="full").adaptation.kind == "full"  # `adaptation: KIND`
+    older = _recipe(lora={"enabled": False})  # `lora.enabled: false` means `adaptation.kind: full`
+    assert older.adaptation.kind == "full" and isinstance(older.adaptation.build(), FullAdaptation)
+    assert _recipe(lora={"enabled": True}).adaptation.kind == "lora"
+    head = _recipe(adaptation="head", head={"dim": 12}).adaptation.build()
+    assert isinstance(head, HeadAdaptation) and head.out_dim == 12
+    assert _recipe(adaptation={"kind": "head", "head": {"dim": 12}}).adaptation.head.dim == 12
+
+
+def test_older_spellings_set_on_the_command_line_keep_the_file_section(tmp_path) -> None:
+    recipe_file = tmp_path / "recipe.yaml"
+    recipe_file.write_text("model: m\ndata: d.yaml\nschedule: s.parquet\noutput_dir: out\nmax_steps: 1\n"
+                           "global_batch_size: 2\nadaptation:\n  kind: lora\n  lora:\n    r: 8\n")
+    recipe = load_recipe(recipe_file, overrides=["adaptation=head", "lora.alpha=4"])
+    assert (recipe.adaptation.kind, recipe.adaptation.lora.r, recipe.adaptation.lora.alpha) == ("head", 8, 4)
+    recipe = load_recipe(recipe_file, overrides=["adaptation.lora.r=2", "lora.enabled=false"])
+    assert (recipe.adaptation.kind, recipe.adaptation.lora.r) == ("full", 2)
+
+
+def test_a_run_recorded_with_the_older_spelling_resumes_with_the_new_one(tmp_path) -> None:
+    import yaml
+
+    from vis_embed.errors import ConfigError
+    from vis_embed.training.recipe import recipe_to_dict
+    from vis_embed.training.run_dir import check_resumed_recipe
+
+    raw = {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out", "max_steps": 1,
+           "global_batch_size": 2}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({**raw, "adaptation": "lora", "lora": {"r": 8}}))
+    same = recipe_to_dict(load_recipe(raw={**raw, "adaptation": {"kind": "lora", "lora": {"r": 8}}}))
+    check_resumed_recipe(tmp_path, same)  # the same run, spelled as now
+    other = recipe_to_dict(load_recipe(raw={**raw, "adaptation": {"lora": {"r": 4}}}))
+    with pytest.raises(ConfigError, match=r"adaptation\.lora\.r: 8 -> 4"):
+        check_resumed_recipe(tmp_path, other)
