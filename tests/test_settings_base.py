@@ -139,7 +139,7 @@ def test_a_float_flag_refuses_inf_and_nan_with_exit_2_naming_it(command, flag, v
                                                                 tmp_path) -> None:
     from vis_embed.serving import cli as serve_cli
 
-    monkeypatch.setattr(serve_cli, "limit_malloc_arenas", lambda: None)  # leave this process's allocator alone
+    monkeypatch.setattr(serve_cli, "tune_malloc", lambda *args: {})  # leave this process's allocator alone
     monkeypatch.chdir(tmp_path)
     try:
         code = main([*command, f"{flag}={value}"])

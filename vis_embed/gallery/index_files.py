@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from vis_embed.config import reported
+from vis_embed.config import Settings, reported
 from vis_embed.errors import DataError
 from vis_embed.io import not_regular, without_bom
 
@@ -44,16 +44,17 @@ class BuildReplaced(Exception):
     """The directory was replaced by a new build while its files were being opened: read again."""
 
 
-class IndexModelRecord(BaseModel):
+class IndexModelRecord(Settings):
     """``index.json``'s ``model``: the model that made the vectors."""
 
+    # a file's record, not a setting: unknown keys kept (what a newer writer adds)
     model_config = ConfigDict(extra="allow", strict=True, protected_namespaces=())
     name: str | None = None
     adapter: str | None = None
     fingerprint: str | None = None
 
 
-class IndexSettings(BaseModel):
+class IndexSettings(Settings):
     """``index.json``, validated (unknown keys kept: build parameters, the embedding config)."""
 
     model_config = ConfigDict(extra="allow", strict=True)
