@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from vis_embed.config import one_of, reported
 
 # The vocabularies (and their one check) live beside the manifest's schema, which uses them too.
-from vis_embed.gallery.options import DIM_HELP, check_rescore
+from vis_embed.gallery.index_spec import check_rescore
+from vis_embed.gallery.options import DIM_HELP
 from vis_embed.data.eval_protocols import PROTOCOL_NAMES
 from vis_embed.data.eval_options import (  # noqa: F401  (re-exported)
     DEFAULT_INDEX,
