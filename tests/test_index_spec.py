@@ -109,6 +109,9 @@ def test_eval_and_the_store_build_the_same_ivf_pq(tmp_path: Path) -> None:
     in_memory = _searched(search.build_index(gallery, kind="ivf-pq", rescore=settings["rescore"]), queries)
     np.testing.assert_array_equal(stored[1], in_memory[1])
     assert settings["bytes_per_vector"] == settings["pq_bytes"] + 8
+    loaded = GalleryIndex.load(tmp_path / "idx").spec  # what the stored index is, in the same vocabulary
+    assert (loaded.kind, loaded.dims, loaded.rescore, loaded.pq_bytes) == ("ivf-pq", DIM, 4, settings["pq_bytes"])
+    assert loaded.bytes_per_vector == settings["bytes_per_vector"]
 
 
 def test_the_store_kinds_are_eval_kinds() -> None:

@@ -36,7 +36,7 @@ from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE,
                                            BuildReplaced, IndexSettings, check_finite, file_size, first_duplicate,
                                            mapped_vectors, missing, needed_files, opened_build, read_ids,
                                            read_settings)
-from vis_embed.gallery.index_spec import DEFAULT_RESCORE, RESCORED_KINDS, STORE_KINDS, check_rescore
+from vis_embed.gallery.index_spec import DEFAULT_RESCORE, RESCORED_KINDS, STORE_KINDS, IndexSpec, check_rescore
 from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.gallery.vectors import l2_normalise
 from vis_embed.io import atomic_directory, atomic_write_json
@@ -200,6 +200,13 @@ class GalleryIndex:
     @property
     def ntotal(self) -> int:
         return int(self.searcher.ntotal)
+
+    @property
+    def spec(self) -> IndexSpec:
+        """What this index is, in the one vocabulary (index.json's kind, width and build
+        parameters, with the rescore it searches at)."""
+        built = {key: self.settings.get(key) for key in ("nlist", "nprobe", "pq_bytes") if self.settings.get(key)}
+        return IndexSpec(kind=self.settings["kind"], dims=self.dim, rescore=self.rescore, **built)
 
     @property
     def rescore(self) -> int:
