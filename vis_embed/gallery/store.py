@@ -31,6 +31,9 @@ import faiss
 import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
+from vis_embed.evaluation.index_choice import resolve_index  # the one chooser
+from vis_embed.evaluation.search import build_index  # the one factory
+from vis_embed.evaluation.search import search as batched_search  # NaN queries refused
 from vis_embed.gallery.faiss_headers import check_faiss_file
 from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE, SETTINGS_FILE, VECTORS_FILE,
                                            BuildReplaced, IndexSettings, check_finite, file_size, first_duplicate,
@@ -118,9 +121,6 @@ def _float_parts(codes: Any, kind: str) -> list[np.ndarray]:
 def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: float | None = None,
                 seed: int = 0) -> dict[str, Any]:
     """Build the index of ``embeddings`` (an encode output) into ``out``; returns its settings."""
-    from vis_embed.evaluation.index_choice import resolve_index  # the one chooser
-    from vis_embed.evaluation.search import build_index  # the one factory
-
     if kind not in STORE_KINDS:
         raise ConfigError(f"--kind: unknown index kind {kind!r} (known: {', '.join(STORE_KINDS)})")
     vectors, alignment = read_embeddings(Path(embeddings))
@@ -240,8 +240,6 @@ class GalleryIndex:
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, rows)`` (Q, k) best first; rows -1 where fewer than k exist."""
-        from vis_embed.evaluation.search import search  # the one batched search (NaN queries refused)
-
         if queries.shape[1] != self.dim:
             raise DataError(f"queries are {queries.shape[1]} wide, the index {self.dim}", field="dim")
-        return search(self.searcher, l2_normalise(queries), k)
+        return batched_search(self.searcher, l2_normalise(queries), k)
