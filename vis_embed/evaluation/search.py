@@ -109,10 +109,8 @@ def build_index(gallery: np.ndarray, kind: str | IndexSpec = "auto", nlist: int 
     if gallery.shape[0] == 0:
         raise ValueError("empty gallery: nothing to search")
     rows, dim = gallery.shape
-    if not isinstance(kind, IndexSpec):
-        check_index_kind(kind, field="kind")
-        kind = resolve_index(kind, dim, rows, rescore=rescore, nlist=nlist, nprobe=nprobe).spec
-    spec = kind
+    spec = kind if isinstance(kind, IndexSpec) else resolve_index(
+        check_index_kind(kind, field="kind"), dim, rows, rescore=rescore, nlist=nlist, nprobe=nprobe).spec
     if spec.kind == "flat":
         if spec.precision == "bfloat16":
             return Bf16ShortlistIndex(gallery)
