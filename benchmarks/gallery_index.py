@@ -42,7 +42,9 @@ import numpy as np  # noqa: E402
 
 from search_scale import peak_rss  # noqa: E402
 from vis_embed.gallery.quantized_index import QuantizedIndex  # noqa: E402
-from vis_embed.gallery.store import KindChoice, build_faiss, bytes_per_vector_of, pq_bytes_for  # noqa: E402
+from vis_embed.evaluation.search import build_index  # noqa: E402
+from vis_embed.gallery.index_spec import IndexSpec, pq_bytes_for  # noqa: E402
+from vis_embed.gallery.store import faiss_parameters  # noqa: E402
 
 
 def rotation(dim: int, seed: int) -> np.ndarray:
@@ -99,7 +101,9 @@ def run_kind(kind: str, gallery: np.ndarray, queries: np.ndarray, rescores: list
     """Build ``kind`` once, then search it at every rescore (flat: none); rows of the table."""
     build: dict[str, float] = {}
     with peak_rss(build):
-        index, parameters = build_faiss(gallery, KindChoice(kind, "benchmark", pq_bytes))
+        spec = IndexSpec(kind=kind, dims=gallery.shape[1], pq_bytes=pq_bytes if kind == "ivf-pq" else None)
+        built = build_index(gallery, spec)  # the one factory, as `vis-embed index` builds it
+        index, parameters = (built if kind == "flat" else built.codes), faiss_parameters(built)
     rows, found_flat = [], None
     for rescore in ([0] if kind == "flat" else rescores):
         searcher = index if kind == "flat" else QuantizedIndex(kind, index, gallery.shape[1], gallery, rescore)
@@ -110,7 +114,7 @@ def run_kind(kind: str, gallery: np.ndarray, queries: np.ndarray, rescores: list
             found_flat = found
         rows.append({"kind": kind, "rescore": rescore, "build_s": round(build["seconds"], 2),
                      "build_peak_gib": round(build["peak_gib"], 2), "index_bytes": serialised_bytes(index),
-                     "bytes_per_vector": bytes_per_vector_of(kind, gallery.shape[1], pq_bytes),
+                     "bytes_per_vector": spec.bytes_per_vector,
                      "queries_per_s": round(len(queries) / seconds, 1), "found": found, **parameters})
     return rows, found_flat
 

@@ -103,3 +103,16 @@ def test_a_dim_wider_than_the_model_is_refused_before_encoding(tmp_path: Path) -
         Harness(encoder, tmp_path, EvalSettings(show_progress=False, dim=DIM + 1)).run(
             _gallery_spec(make_identity_benchmark(tmp_path / "data")))
     assert encoder.calls == []
+
+
+def test_eval_searches_with_the_stores_kind_names(tmp_path: Path) -> None:
+    """One vocabulary: `flat` is `exact` under its store name, and eval builds `ivf-pq` as
+    `vis-embed index` does (a covering rescore makes it exact); each records its own name."""
+    files = make_identity_benchmark(tmp_path / "data")
+    exact = _run(tmp_path / "exact", files, index="exact")["datasets"]["Gal"]
+    flat = _run(tmp_path / "flat", files, index="flat")["datasets"]["Gal"]
+    ivf_pq = _run(tmp_path / "ivf-pq", files, index="ivf-pq", rescore=100)["datasets"]["Gal"]
+    assert flat["metrics"] == exact["metrics"] == ivf_pq["metrics"]
+    assert (flat["index"], flat["bytes_per_vector"]) == ("flat", 4 * DIM)
+    assert (ivf_pq["index"], ivf_pq["rescore"]) == ("ivf-pq", 100)
+    assert ivf_pq["bytes_per_vector"] == 8 + max(m for m in range(1, min(64, DIM) + 1) if DIM % m == 0)

@@ -11,7 +11,8 @@ import pytest
 from vis_embed.cli import main
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation.search import numpy_topk
-from vis_embed.gallery.store import FLAT_AUTO_ROWS, GalleryIndex, choose_kind, write_index
+from vis_embed.evaluation.index_choice import FLAT_AUTO_ROWS, resolve_index
+from vis_embed.gallery.store import GalleryIndex, write_index
 from vis_embed.gallery.vectors import l2_normalise
 
 
@@ -35,23 +36,23 @@ def _encoded(tmp_path: Path, rows: int = 300, dim: int = 32, seed: int = 0, dtyp
     (1000, 64, 1000 * 8, "binary"),
 ])
 def test_auto_picks_by_size_and_budget(rows, dim, budget, kind) -> None:
-    assert choose_kind("auto", rows, dim, budget).kind == kind
+    assert resolve_index("auto", dim, rows, budget).kind == kind
 
 
 @pytest.mark.parametrize("budget_per_vector, pq_bytes", [(150, 64), (56, 48), (9, 1)])
 def test_auto_falls_back_to_ivf_pq_with_the_bytes_that_fit(budget_per_vector, pq_bytes) -> None:
-    choice = choose_kind("auto", 1000, 1536, 1000 * budget_per_vector)   # binary needs 192 B a vector
-    assert (choice.kind, choice.pq_bytes) == ("ivf-pq", pq_bytes)
+    choice = resolve_index("auto", 1536, 1000, 1000 * budget_per_vector)   # binary needs 192 B a vector
+    assert (choice.kind, choice.spec.pq_bytes) == ("ivf-pq", pq_bytes)
 
 
 def test_a_budget_below_any_index_is_refused() -> None:
     with pytest.raises(ConfigError, match="holds no index of 1000 vectors"):
-        choose_kind("auto", 1000, 1536, 1000 * 8)
+        resolve_index("auto", 1536, 1000, 1000 * 8)
 
 
 def test_a_named_kind_over_budget_is_refused() -> None:
     with pytest.raises(ConfigError, match="--memory: a flat index of 1000 x 64 needs"):
-        choose_kind("flat", 1000, 64, 1000 * 100)
+        resolve_index("flat", 64, 1000, 1000 * 100)
 
 
 @pytest.mark.parametrize("kind", ["flat", "binary", "int8"])

@@ -57,6 +57,37 @@ def _source(node: ast.AST) -> str:
 
 
 # ------------------------------------------------------------------ the rules, one module each
+def test_one_index_stack() -> None:
+    """gallery/index_spec.py holds the index vocabulary and its rules (bytes per vector, which kinds
+    re-rank, the IVF list and probe counts); evaluation/index_choice.resolve_index is the one
+    chooser (``auto`` with or without a memory budget) and evaluation/search.build_index the one
+    factory: eval, ``vis-embed index``, ``search`` and the server's store call them."""
+    spec = "vis_embed/gallery/index_spec.py"
+    for rule in ("bytes_per_vector", "check_rescore", "ivf_lists", "default_nprobe", "pq_bytes_for", "IndexSpec"):
+        assert _where(_definition(rule)) == {spec}, rule
+    # no other byte count: no second function computing bytes per vector, no other IVF formula
+    assert _where(lambda node: isinstance(node, ast.FunctionDef) and "bytes_per_vector" in node.name
+                  and node.name != "test_bytes_per_vector") == {spec}
+    sqrt_of_rows = _where(lambda node: isinstance(node, ast.Call) and _source(node.func).endswith("sqrt")
+                          and "rows" in _source(node))
+    assert sqrt_of_rows == {spec}
+    assert _where(lambda node: isinstance(node, ast.Call) and _source(node.func).startswith("faiss.IndexIVF")) \
+        == {"vis_embed/evaluation/search.py"}
+    assert _where(_call_of("ivf_lists")) == _where(_call_of("default_nprobe")) == {"vis_embed/evaluation/search.py"}
+    # the rescore rule: defined once, asked by the eval settings, the spec and the stored index's loader
+    assert _where(_call_of("check_rescore")) == {spec, "vis_embed/evaluation/settings.py", "vis_embed/gallery/store.py"}
+    # the one chooser: auto is decided in index_choice only, and both callers ask it
+    for chooser in ("resolve_index", "choose_index", "_by_budget"):
+        assert _where(_definition(chooser)) == {"vis_embed/evaluation/index_choice.py"}, chooser
+    assert _where(_call_of("resolve_index")) >= {"vis_embed/evaluation/gallery_ranking.py",
+                                                 "vis_embed/gallery/store.py", "vis_embed/evaluation/search.py"}
+    assert _where(_name("FLAT_AUTO_ROWS")) == {"vis_embed/evaluation/index_choice.py"}
+    # one vocabulary: the kind names are spelled as a tuple in index_spec only
+    vocabularies = _where(lambda node: isinstance(node, ast.Tuple) and {"flat", "ivf-pq"} <= {
+        element.value for element in node.elts if isinstance(element, ast.Constant)})
+    assert vocabularies == {spec}
+
+
 def test_validation_errors_are_formatted_in_config_only() -> None:
     """config.format_validation_error is the one formatter; ``reported`` / ``validated`` carry
     it to every config and setting.  The server's request body answers in OpenAI's error
@@ -184,9 +215,10 @@ def test_one_attention_rule() -> None:
 
 
 def test_one_global_ranking_and_one_group_membership_rule() -> None:
-    """The gallery and qrels layouts rank through GlobalRanking: only it builds a search index and
-    resolves ties at the cut-off; group_means and group_counts share one membership rule."""
-    assert _where(_call_of("build_index")) == {"vis_embed/evaluation/gallery_ranking.py"}
+    """The gallery and qrels layouts rank through GlobalRanking: only it builds an evaluation's
+    search index (the stored index, ``vis-embed index``, calls the same factory) and resolves ties
+    at the cut-off; group_means and group_counts share one membership rule."""
+    assert _where(_call_of("build_index")) == {"vis_embed/evaluation/gallery_ranking.py", "vis_embed/gallery/store.py"}
     assert _where(_call_of("results_past_ties")) == {"vis_embed/evaluation/gallery_ranking.py"}
     assert _where(_call_of("_group_keys")) == {"vis_embed/data/taxonomy.py"}
     assert _where(_definition("_group_keys")) == {"vis_embed/data/taxonomy.py"}
@@ -348,6 +380,12 @@ CLAIMS = {
     "the one peft probe": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
     "the one settings base": test_one_settings_base,
     "the one Matryoshka": test_one_matryoshka_width_rule,
+    "the one index vocabulary": test_one_index_stack,
+    "the one index chooser": test_one_index_stack,
+    "the one index factory": test_one_index_stack,
+    "the one bytes-per-vector rule": test_one_index_stack,
+    "the one rescore rule": test_one_index_stack,
+    "the one IVF list formula": test_one_index_stack,
 }
 CLAIM = re.compile(r"\bthe (?:one|only|ONE)\b[^,;()]*", re.IGNORECASE)
 

@@ -19,12 +19,12 @@ from pydantic import ConfigDict, PositiveInt, field_validator
 
 from vis_embed.config import Settings, dotted_field, member_of, one_of, validated
 from vis_embed.errors import DataError
+from vis_embed.gallery.index_spec import AUTO, INDEX_NAMES
 
-# Gallery search backends of vis_embed.evaluation.search.
-# "auto" picks the fastest exact kind for the machine (evaluation.index_choice).
-# "binary" / "int8" search quantized codes (gallery/quantized_index.py), re-ranked with --rescore.
-INDEX_KINDS: tuple[str, ...] = ("auto", "exact", "exact-bf16", "exact-gpu", "ivf", "binary", "int8")
-DEFAULT_INDEX = "auto"
+# Gallery search: the one index vocabulary (gallery/index_spec.py: its kinds and eval's earlier
+# names, exact / exact-bf16 / exact-gpu / ivf, as aliases); "auto" is the machine's fastest exact kind.
+INDEX_KINDS: tuple[str, ...] = INDEX_NAMES
+DEFAULT_INDEX = AUTO
 # How tied scores are ordered in candidates / gallery rankings (see evaluation.metrics):
 # pessimistic = negatives before positives; first = listed order, as VLM2Vec's argmax.
 TIE_POLICIES: tuple[str, ...] = ("pessimistic", "first")

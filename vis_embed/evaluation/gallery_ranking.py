@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from vis_embed.evaluation import metrics, search
-from vis_embed.gallery.quantized_index import QUANTIZED_KINDS
+from vis_embed.evaluation.index_choice import IndexChoice
+from vis_embed.gallery.index_spec import RESCORED_KINDS
 
 # A score tie at the ranking's cut-off is resolved by fetching further results, up to this many:
 # past it (a near-collapsed model on a huge gallery) the tied positives count as missed.
@@ -69,14 +70,15 @@ class GlobalRanking:
     the run chose, and for each query its results past ties at the cut-off (:func:`results_past_ties`)."""
 
     index: Any
-    choice: Any  # search.IndexChoice: the kind built and why
+    choice: IndexChoice  # the kind built, why, and its spec
     depth: int
     n_gallery: int
 
     @classmethod
     def build(cls, gallery: np.ndarray, index_kind: str, rescore: int, depth: int | None) -> GlobalRanking:
-        choice = search.resolve_index(index_kind, gallery.shape[1])  # "auto": this machine's fastest
-        index = search.build_index(gallery, kind=choice.kind, rescore=rescore)
+        # "auto": this machine's fastest exact kind (no memory budget: metrics stay exact)
+        choice = search.resolve_index(index_kind, gallery.shape[1], len(gallery), rescore=rescore)
+        index = search.build_index(gallery, kind=choice.spec)
         return cls(index, choice, ranking_depth(depth, len(gallery)), len(gallery))
 
     def results(self, queries: np.ndarray, excluded: Sequence[np.ndarray] | None = None,
@@ -100,5 +102,5 @@ class GlobalRanking:
         """What results.json records about the ranking (depth, index kind and why, sizes)."""
         return {"depth": self.depth, "n_gallery": self.n_gallery, "index": self.choice.kind,
                 "index_requested": index_kind, "index_reason": self.choice.reason, "dim": int(dim),
-                "bytes_per_vector": search.index_bytes_per_vector(self.index, dim),
-                **({"rescore": rescore} if self.choice.kind in QUANTIZED_KINDS else {})}
+                "bytes_per_vector": self.choice.spec.bytes_per_vector,
+                **({"rescore": rescore} if self.choice.spec.kind in RESCORED_KINDS else {})}

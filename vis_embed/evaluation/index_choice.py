@@ -1,6 +1,14 @@
-"""Which exact gallery search ``--index auto`` runs on this machine.
+"""The one index chooser: which :class:`~vis_embed.gallery.index_spec.IndexSpec` an index name
+(``auto`` or a named kind) builds, for eval, ``vis-embed index``, ``search`` and the server.
 
-Every exact kind returns the same top-k; they differ only in speed, and which is fastest
+With a memory budget (a stored index: ``vis-embed index --memory``), ``auto`` picks by size and
+budget, like autofaiss does for a memory limit: ``flat`` (exact) while the gallery is small
+enough to scan (at most :data:`FLAT_AUTO_ROWS` rows) and its floats fit the budget; else
+``binary`` (1 bit a dimension, re-ranked with the floats on disk) when its codes fit; else
+``ivf-pq`` with as many code bytes as fit.  A named kind that does not fit is an error.
+
+Without one (an evaluation: its metrics must be exact), ``auto`` is the fastest exact search
+on this machine.  Every exact kind returns the same top-k; they differ only in speed, and which is fastest
 depends on the hardware:
 
 - a GPU torch can use: ``exact-gpu`` (float32 products and top-k on the GPU);
@@ -12,13 +20,15 @@ depends on the hardware:
 - any other CPU: ``exact`` (faiss): without native bf16 products every bf16 product is
   converted in software and the shortlist is ~4x slower than numpy.
 
-The decision is made once per process and width, and is reported in results.json.
+The machine's decision is made once per process and width, and is reported in results.json
+(a stored index's in index.json).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -26,20 +36,23 @@ import faiss
 import numpy as np
 import torch
 
+from vis_embed.errors import ConfigError
 from vis_embed.evaluation.search_bf16 import Bf16ShortlistIndex, check_bf16_products
+from vis_embed.gallery.index_spec import AUTO, IndexSpec, bytes_per_vector, pq_bytes_for, spec_kind
 from vis_embed.provenance import cpu_flags  # the one /proc/cpuinfo reader
 
 log = logging.getLogger(__name__)
 
-AUTO = "auto"
+FLAT_AUTO_ROWS = 262_144       # with a budget: beyond this an exact scan per query is slow; codes are chosen
 # the calibration: large enough that products dominate the search, small enough to take about a second
 CALIBRATION_GALLERY, CALIBRATION_QUERIES, CALIBRATION_REPEATS = 8192, 256, 2
 
 
 @dataclass(frozen=True)
 class IndexChoice:
-    kind: str      # the index kind that runs: one of search.INDEX_KINDS except "auto"
-    reason: str    # why, in words (recorded next to the kind in results.json)
+    kind: str      # the index name that runs: one of index_spec.INDEX_NAMES except "auto"
+    reason: str    # why, in words (recorded next to the kind in results.json / index.json)
+    spec: IndexSpec = IndexSpec()  # what the name stands for, at the gallery's width
 
 
 def gpu_available() -> bool:
@@ -91,8 +104,45 @@ def choose_index(dim: int) -> IndexChoice:
     return IndexChoice("exact", "no GPU and no native bf16 matrix products on this CPU")
 
 
-def resolve_index(kind: str, dim: int) -> IndexChoice:
-    """``kind`` itself, or for ``auto`` the machine's fastest exact kind."""
-    if kind != AUTO:
-        return IndexChoice(kind, "requested")
-    return choose_index(dim)
+def resolve_index(kind: str, dim: int, rows: int | None = None, budget: int | None = None,
+                  **fields: object) -> IndexChoice:
+    """The index ``kind`` (a name of :data:`~vis_embed.gallery.index_spec.INDEX_NAMES`) builds for
+    ``rows`` vectors of width ``dim``: itself when named (checked against ``budget``), else the
+    module docstring's choice; ``fields`` (rescore, nlist, ...) are added to its spec."""
+    if kind == AUTO:
+        choice = choose_index(dim) if budget is None else _by_budget(rows or 1, dim, budget)
+    elif budget is None:
+        choice = IndexChoice(kind, "requested")
+    else:
+        choice = _fitting(kind, rows or 1, dim, budget)
+    pq_bytes = choice.spec.pq_bytes
+    if spec_kind(choice.kind) == "ivf-pq" and pq_bytes is None:  # no budget: the most code bytes
+        pq_bytes = pq_bytes_for(dim, math.inf)
+    spec = IndexSpec.named(choice.kind, dims=dim, **{"pq_bytes": pq_bytes, **fields})
+    return IndexChoice(choice.kind, choice.reason, spec)
+
+
+def _by_budget(rows: int, dim: int, budget: int) -> IndexChoice:
+    per_vector = budget / rows
+    binary = bytes_per_vector("ubinary", dim)
+    if per_vector < binary:
+        return _fitting("ivf-pq", rows, dim, budget, "binary codes exceed the memory budget")
+    if rows <= FLAT_AUTO_ROWS and bytes_per_vector("float32", dim) <= per_vector:
+        return IndexChoice("flat", f"{rows} rows (<= {FLAT_AUTO_ROWS}) whose floats fit the budget: exact search")
+    return IndexChoice("binary", f"{rows} rows: binary codes ({binary} B a vector) fit the budget; re-ranked with "
+                                 f"the float vectors on disk")
+
+
+def _fitting(kind: str, rows: int, dim: int, budget: int, why: str = "requested") -> IndexChoice:
+    """``kind`` when ``rows`` of it fit ``budget`` (ivf-pq: with the most code bytes that fit)."""
+    per_vector = budget / rows
+    if spec_kind(kind) == "ivf-pq":
+        pq = pq_bytes_for(dim, per_vector)
+        if pq is None:
+            raise ConfigError(f"--memory: {budget / 2 ** 30:.3g} GB holds no index of {rows} vectors")
+        return IndexChoice(kind, f"{why}; {pq} code bytes per vector fit", IndexSpec(kind="ivf-pq", pq_bytes=pq))
+    needs = IndexSpec.named(kind, dims=dim).bytes_per_vector
+    if needs > per_vector:
+        raise ConfigError(f"--memory: a {kind} index of {rows} x {dim} needs {needs * rows / 2 ** 30:.3g} GB, "
+                          f"over the {budget / 2 ** 30:.3g} GB budget")
+    return IndexChoice(kind, why)

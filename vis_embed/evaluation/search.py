@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from vis_embed.evaluation.index_choice import resolve_index
-from vis_embed.gallery.quantized_index import QUANTIZED_KINDS, QuantizedIndex
+from vis_embed.gallery.index_spec import IVF_MIN_POINTS, IndexSpec, default_nprobe, ivf_lists
+from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.evaluation.search_bf16 import Bf16ShortlistIndex, _as_float32, check_bf16_products
 from vis_embed.evaluation.settings import INDEX_KINDS, check_index_kind  # noqa: F401  (INDEX_KINDS re-exported)
 
@@ -45,6 +46,9 @@ def _finite(matrix: np.ndarray, name: str) -> np.ndarray:
     return matrix
 
 
+# ivf-pq trains on at most this many rows (a seeded sample): its product quantizer's training is the
+# slow part (minutes at 1,536 dimensions); ivf-flat trains its lists on every row
+PQ_TRAIN_ROWS = 100_000
 # score matrix of one TorchExactIndex query block: at most this many float32 values (1 GiB)
 _GPU_BLOCK_VALUES = 2 ** 28
 
@@ -94,42 +98,52 @@ class TorchExactIndex:
         return np.concatenate(scores), np.concatenate(ids).astype(np.int64)
 
 
-def build_index(gallery: np.ndarray, kind: str = "auto", nlist: int | None = None,
+def build_index(gallery: np.ndarray, kind: str | IndexSpec = "auto", nlist: int | None = None,
                 nprobe: int | None = None, seed: int = 0, rescore: int = 0) -> Any:
-    """An inner-product index holding ``gallery`` (N, D); all kinds answer ``.search(queries, k)``.
+    """The one index factory: an inner-product index holding ``gallery`` (N, D) as ``kind`` (a name
+    of :data:`~vis_embed.gallery.index_spec.INDEX_NAMES`, resolved by :func:`resolve_index`, or an
+    :class:`IndexSpec` already chosen); every kind answers ``.search(queries, k)``.
 
-    ``auto`` builds the kind :func:`resolve_index` picks for this machine (``resolve_index(kind,
-    D).kind`` says which, without building anything).  A NaN or infinite row is an error.
+    A code kind (binary, int8, ivf-pq) is a :class:`QuantizedIndex` whose ``.codes`` is the faiss
+    index; a NaN or infinite row is an error.
     """
     gallery = _finite(gallery, "gallery")
     if gallery.shape[0] == 0:
         raise ValueError("empty gallery: nothing to search")
-    check_index_kind(kind, field="kind")
-    dim = gallery.shape[1]
-    kind = resolve_index(kind, dim).kind
-    if kind in QUANTIZED_KINDS:  # codes, re-ranked with the float gallery when rescore > 0
-        return QuantizedIndex.build(gallery, kind, rescore)
-    if kind == "exact-bf16":
-        return Bf16ShortlistIndex(gallery)
-    if kind == "exact-gpu":
-        return TorchExactIndex(gallery)
-    if kind == "exact":
+    rows, dim = gallery.shape
+    spec = kind if isinstance(kind, IndexSpec) else resolve_index(
+        check_index_kind(kind, field="kind"), dim, rows, rescore=rescore, nlist=nlist, nprobe=nprobe).spec
+    if spec.kind == "flat":
+        if spec.precision == "bfloat16":
+            return Bf16ShortlistIndex(gallery)
+        if spec.device == "gpu":
+            return TorchExactIndex(gallery)
         index = faiss.IndexFlatIP(dim)
-    else:  # ivf
-        # ~4 sqrt(N) lists is the usual faiss guidance; at least 39 training points per list.
-        nlist = nlist or max(1, min(int(4 * math.sqrt(gallery.shape[0])), gallery.shape[0] // 39))
-        quantizer = faiss.IndexFlatIP(dim)
-        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        index.cp.seed = seed
-        index.train(gallery)
-        index.nprobe = nprobe or max(1, nlist // 8)
+        index.add(gallery)
+        return index
+    if spec.kind in ("binary", "int8"):  # codes, re-ranked with the float gallery when rescore > 0
+        return QuantizedIndex.build(gallery, spec.kind, spec.rescore)
+    return _ivf_index(gallery, spec, seed)
+
+
+def _ivf_index(gallery: np.ndarray, spec: IndexSpec, seed: int) -> Any:
+    """ivf-flat (faiss IndexIVFFlat) or ivf-pq (IndexIVFPQ in a QuantizedIndex) of ``gallery``."""
+    rows, dim = gallery.shape
+    nlist = spec.nlist or ivf_lists(rows)
+    if spec.kind == "ivf-flat":
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    else:  # at least IVF_MIN_POINTS training points per product-quantizer centroid
+        nbits = 8 if rows >= 256 * IVF_MIN_POINTS else max(1, int(math.log2(max(2, rows // IVF_MIN_POINTS))))
+        index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, nlist, spec.pq_bytes, nbits, faiss.METRIC_INNER_PRODUCT)
+    index.cp.seed = seed
+    sample = gallery if spec.kind == "ivf-flat" or rows <= PQ_TRAIN_ROWS else gallery[np.sort(
+        np.random.default_rng(seed).choice(rows, PQ_TRAIN_ROWS, replace=False))]
+    index.train(sample)
     index.add(gallery)
-    return index
-
-
-def index_bytes_per_vector(index: Any, dim: int) -> int:
-    """Bytes per gallery vector of what ``index`` searches: its codes, else float32."""
-    return int(getattr(index, "bytes_per_vector", 4 * dim))
+    index.nprobe = spec.nprobe or default_nprobe(spec.kind, nlist)
+    if spec.kind == "ivf-flat":
+        return index
+    return QuantizedIndex("ivf-pq", index, dim, gallery if spec.rescore else None, spec.rescore)
 
 
 def search(index: Any, queries: np.ndarray, k: int, batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:

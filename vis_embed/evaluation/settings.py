@@ -19,7 +19,8 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 from vis_embed.config import Settings, flag, one_of
 
 # The vocabularies (and their one check) live beside the manifest's schema, which uses them too.
-from vis_embed.gallery.options import DIM_HELP, check_rescore
+from vis_embed.gallery.index_spec import check_rescore
+from vis_embed.gallery.options import DIM_HELP
 from vis_embed.data.eval_protocols import PROTOCOL_NAMES
 from vis_embed.data.eval_options import (  # noqa: F401  (re-exported)
     DEFAULT_INDEX,
@@ -42,13 +43,14 @@ class EvalSettings(Settings):
     datasets: list[str] | None = Field(None, description="comma-separated dataset names (default: all)",
                                        json_schema_extra=flag("--datasets", parse="comma_list", metavar="A,B"))
     index: str = Field(
-        DEFAULT_INDEX, description="gallery search: auto (the fastest exact kind for this machine, recorded in "
-        "results.json), exact (faiss float32), exact-bf16 (same exact result, bf16 shortlist + exact re-rank; "
-        "several times faster on CPUs with AMX, slower without native bf16), exact-gpu (float32 on the GPU) or "
-        "ivf (approximate), binary (sign bits, Hamming) or int8 (8-bit codes); binary and int8 take --rescore",
+        DEFAULT_INDEX, description="gallery search, the kinds of vis-embed index: auto (the fastest exact kind for "
+        "this machine, recorded in results.json), flat (exact, faiss float32; alias exact), exact-bf16 (flat at "
+        "bf16: same exact result, bf16 shortlist + exact re-rank; several times faster on CPUs with AMX, slower "
+        "without native bf16), exact-gpu (flat on the GPU), ivf-flat (alias ivf) or ivf-pq (approximate), binary "
+        "(sign bits, Hamming) or int8 (8-bit codes); binary, int8 and ivf-pq take --rescore",
         json_schema_extra=flag("--index", choices=INDEX_KINDS))
-    rescore: int = Field(0, ge=0, description="binary / int8 index: shortlist K x depth hits from the codes and "
-                         "re-rank them with the float vectors (0: the codes' own scores)",
+    rescore: int = Field(0, ge=0, description="binary / int8 / ivf-pq index: shortlist K x depth hits from the "
+                         "codes and re-rank them with the float vectors (0: the codes' own scores)",
                          json_schema_extra=flag("--rescore", metavar="K"))
     dim: int | None = Field(None, gt=0, description=DIM_HELP, json_schema_extra=flag("--dim", metavar="N"))
     depth: int | None = Field(None, gt=0, description="gallery ranking depth (unset: whole gallery up to 10k, "

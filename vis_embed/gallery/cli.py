@@ -12,7 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
-from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, STORE_KINDS, positive_int, seed_int
+from vis_embed.gallery.index_spec import STORE_KINDS
+from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, positive_int, seed_int
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 
@@ -22,7 +23,8 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
                         help="float vectors written by vis-embed encode (with its EMB.ids.json beside)")
     parser.add_argument("--out", required=True, type=Path, help="index directory to write (replaced atomically)")
     parser.add_argument("--kind", choices=STORE_KINDS, default="auto",
-                        help="flat (exact float32), int8 (8-bit codes), binary (sign bits, Hamming), ivf-pq "
+                        help="the kinds of eval's --index that persist: flat (exact float32), int8 (8-bit codes), "
+                             "binary (sign bits, Hamming), ivf-pq "
                              "(inverted lists of product-quantized codes) or auto (default: flat for galleries "
                              "up to 262144 rows that fit --memory, else binary, else ivf-pq; recorded in "
                              "index.json); quantized kinds re-rank a 4 x k shortlist with the floats on disk")

@@ -30,6 +30,7 @@ from pydantic import ConfigDict, Field
 
 from vis_embed.config import Settings, reported
 from vis_embed.errors import DataError
+from vis_embed.gallery.index_spec import STORED_KINDS
 from vis_embed.io import not_regular, without_bom
 
 INDEX_FILE, VECTORS_FILE, IDS_FILE, SETTINGS_FILE = "index.faiss", "vectors.npy", "ids.json", "index.json"
@@ -59,7 +60,7 @@ class IndexSettings(Settings):
 
     model_config = ConfigDict(extra="allow", strict=True)
     format_version: Literal[1]
-    kind: Literal["flat", "binary", "int8", "ivf-pq"]
+    kind: Literal[STORED_KINDS]  # type: ignore[valid-type]  (Literal of index_spec's tuple)
     rows: int = Field(gt=0)
     dim: int = Field(gt=0)
     rescore: int = Field(0, ge=0)

@@ -1,4 +1,5 @@
-"""Command-line vocabulary of galleries (no numpy, torch or faiss: ``--help`` reads it).
+"""Command-line vocabulary of galleries (no numpy, torch or faiss: ``--help`` reads it); the index
+kinds and their rules are :mod:`.index_spec`'s.
 
 ``--dim`` (Matryoshka width) is one flag on encode, eval, mteb and serve, declared here once.
 """
@@ -6,15 +7,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
-from vis_embed.errors import ConfigError
 
 PRECISIONS: tuple[str, ...] = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
 RANGED_PRECISIONS = ("int8", "uint8")   # need per-dimension calibration ranges
 BIT_PRECISIONS = ("binary", "ubinary")  # one bit per dimension, packed 8 to a byte
-# persistent index kinds of `vis-embed index` (gallery/store.py)
-STORE_KINDS: tuple[str, ...] = ("auto", "flat", "binary", "int8", "ivf-pq")
 
 ALLOW_ANY_MODEL_HELP = ("search an index whose index.json records no model fingerprint (an older one) with this "
                         "model's queries all the same (default: refused, the vectors' model is unknown)")
@@ -45,16 +41,6 @@ def seed_int(text: str) -> int:
     if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_SEED}, got {value}")
     return value
-
-
-def check_rescore(rescore: Any, index: str, flag: str = "--rescore") -> int:
-    """``rescore`` (an int >= 0) when it fits the index kind: only binary / int8 codes are re-ranked."""
-    if isinstance(rescore, bool) or not isinstance(rescore, int) or rescore < 0:
-        raise ConfigError(f"{flag} must be an integer >= 0, got {rescore!r}")
-    if rescore and index not in ("binary", "int8"):
-        raise ConfigError(f"{flag} re-ranks a binary or int8 index's shortlist; --index {index} is searched "
-                          f"exactly or with floats already")
-    return rescore
 
 
 def add_dim_argument(parser: argparse.ArgumentParser, help_text: str = DIM_HELP) -> None:

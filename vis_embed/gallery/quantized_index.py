@@ -20,10 +20,8 @@ from typing import Any
 import faiss
 import numpy as np
 
-from vis_embed.gallery.vectors import bytes_per_vector, quantize
-
-QUANTIZED_KINDS = ("binary", "int8")           # eval's --index kinds
-CODE_KINDS = QUANTIZED_KINDS + ("ivf-pq",)      # + a persistent index's (gallery/store.py)
+from vis_embed.gallery.index_spec import RESCORED_KINDS as CODE_KINDS  # binary, int8, ivf-pq
+from vis_embed.gallery.vectors import quantize
 
 
 def binary_codes_index(gallery: np.ndarray) -> faiss.IndexBinaryFlat:
@@ -59,14 +57,6 @@ class QuantizedIndex:
     @property
     def ntotal(self) -> int:
         return int(self.codes.ntotal)
-
-    @property
-    def bytes_per_vector(self) -> int:
-        """Bytes of the searched codes per gallery vector (the rescoring floats not counted: they
-        can stay on disk, memory-mapped)."""
-        if self.kind == "ivf-pq":  # codes + the int64 id an inverted list stores beside each
-            return int(self.codes.code_size) + 8
-        return bytes_per_vector("ubinary" if self.kind == "binary" else "int8", self.dim)
 
     def _codes_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.kind != "binary":

@@ -14,10 +14,9 @@ A directory, written atomically (a crash leaves the previous one whole):
   vectors (name, adapter, fingerprint, embedding config) so queries of another model or width
   are refused.
 
-``auto`` picks by size and budget, like autofaiss does for a memory limit: ``flat`` (exact)
-while the gallery is small enough to scan (at most :data:`FLAT_AUTO_ROWS` rows) and its floats
-fit the budget; else ``binary`` (1 bit a dimension, re-ranked with the floats on disk) when
-its codes fit; else ``ivf-pq`` with as many code bytes as fit.
+The kinds, their byte counts and the rescore rule are :mod:`.index_spec`'s; ``auto`` (by size
+and the memory budget) is chosen by :func:`vis_embed.evaluation.index_choice.resolve_index` and
+the index built by :func:`vis_embed.evaluation.search.build_index`, as for an evaluation.
 """
 
 from __future__ import annotations
@@ -32,28 +31,20 @@ import faiss
 import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
+from vis_embed.evaluation.index_choice import resolve_index  # the one chooser
+from vis_embed.evaluation.search import build_index  # the one factory
+from vis_embed.evaluation.search import search as batched_search  # NaN queries refused
 from vis_embed.gallery.faiss_headers import check_faiss_file
 from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE, SETTINGS_FILE, VECTORS_FILE,
                                            BuildReplaced, IndexSettings, check_finite, file_size, first_duplicate,
                                            mapped_vectors, missing, needed_files, opened_build, read_ids,
                                            read_settings)
-from vis_embed.gallery.options import STORE_KINDS
-from vis_embed.gallery.quantized_index import QuantizedIndex, binary_codes_index, int8_codes_index
+from vis_embed.gallery.index_spec import DEFAULT_RESCORE, RESCORED_KINDS, STORE_KINDS, IndexSpec, check_rescore
+from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.gallery.vectors import l2_normalise
 from vis_embed.io import atomic_directory, atomic_write_json
 
 LOAD_ATTEMPTS = 100            # builds a load may see replaced under it before it gives up
-FLAT_AUTO_ROWS = 262_144       # auto: beyond this an exact scan per query is slow; a quantized kind is chosen
-DEFAULT_RESCORE = 4            # quantized kinds: shortlist 4 x k, re-ranked with floats
-PQ_TRAIN_ROWS = 100_000        # ivf-pq trains on at most this many rows (a seeded sample)
-IVF_ID_BYTES = 8               # an inverted list stores an int64 id beside each code
-
-
-@dataclass(frozen=True)
-class KindChoice:
-    kind: str
-    reason: str
-    pq_bytes: int | None = None  # ivf-pq: code bytes per vector
 
 
 def memory_budget_bytes(memory_gb: float | None) -> int:
@@ -65,62 +56,13 @@ def memory_budget_bytes(memory_gb: float | None) -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
 
 
-def pq_bytes_for(dim: int, budget_per_vector: float) -> int | None:
-    """The most product-quantizer bytes per vector (a divisor of ``dim``, at most 64) within
-    ``budget_per_vector`` (codes + id); None when not even one byte fits."""
-    fitting = [m for m in range(1, min(64, dim) + 1) if dim % m == 0 and m + IVF_ID_BYTES <= budget_per_vector]
-    return max(fitting) if fitting else None
-
-
-def choose_kind(requested: str, rows: int, dim: int, budget: int) -> KindChoice:
-    """The kind to build (see the module docstring); a named kind that does not fit is an error."""
-    if requested not in STORE_KINDS:
-        raise ConfigError(f"--kind: unknown index kind {requested!r} (known: {', '.join(STORE_KINDS)})")
-    per_vector = budget / max(rows, 1)
-    needs = {"flat": 4 * dim, "int8": dim, "binary": -(-dim // 8)}
-    if requested == "ivf-pq" or (requested == "auto" and per_vector < needs["binary"]):
-        pq = pq_bytes_for(dim, per_vector)
-        if pq is None:
-            raise ConfigError(f"--memory: {budget / 2 ** 30:.3g} GB holds no index of {rows} vectors")
-        why = "requested" if requested == "ivf-pq" else "binary codes exceed the memory budget"
-        return KindChoice("ivf-pq", f"{why}; {pq} code bytes per vector fit", pq)
-    if requested != "auto":
-        if needs[requested] > per_vector:
-            raise ConfigError(f"--memory: a {requested} index of {rows} x {dim} needs "
-                              f"{needs[requested] * rows / 2 ** 30:.3g} GB, over the {budget / 2 ** 30:.3g} GB budget")
-        return KindChoice(requested, "requested")
-    if rows <= FLAT_AUTO_ROWS and needs["flat"] <= per_vector:
-        return KindChoice("flat", f"{rows} rows (<= {FLAT_AUTO_ROWS}) whose floats fit the budget: exact search")
-    return KindChoice("binary", f"{rows} rows: binary codes ({needs['binary']} B a vector) fit the budget; "
-                                f"re-ranked with the float vectors on disk")
-
-
-def build_faiss(vectors: np.ndarray, choice: KindChoice, seed: int = 0) -> tuple[Any, dict[str, Any]]:
-    """``(faiss index, its parameters)`` for ``choice``."""
-    rows, dim = vectors.shape
-    if choice.kind == "flat":
-        index = faiss.IndexFlatIP(dim)
-        index.add(vectors)
-        return index, {}
-    if choice.kind == "binary":
-        return binary_codes_index(vectors), {}
-    if choice.kind == "int8":
-        return int8_codes_index(vectors), {}
-    nlist = max(1, min(int(4 * math.sqrt(rows)), rows // 39))
-    nbits = 8 if rows >= 256 * 39 else max(1, int(math.log2(max(2, rows // 39))))  # enough points per centroid
-    index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, nlist, choice.pq_bytes, nbits, faiss.METRIC_INNER_PRODUCT)
-    index.cp.seed = seed
-    sample = vectors if rows <= PQ_TRAIN_ROWS else vectors[np.sort(
-        np.random.default_rng(seed).choice(rows, PQ_TRAIN_ROWS, replace=False))]
-    index.train(sample)
-    index.add(vectors)
-    index.nprobe = min(nlist, max(8, nlist // 16))
-    return index, {"nlist": nlist, "nprobe": int(index.nprobe), "pq_bytes": choice.pq_bytes, "pq_bits": nbits}
-
-
-def bytes_per_vector_of(kind: str, dim: int, pq_bytes: int | None = None) -> int:
-    """Bytes in memory per indexed vector (codes; ivf-pq: codes + the id its list stores)."""
-    return {"flat": 4 * dim, "int8": dim, "binary": -(-dim // 8)}.get(kind, (pq_bytes or 0) + IVF_ID_BYTES)
+def faiss_parameters(index: Any) -> dict[str, Any]:
+    """What index.json records of an ivf-pq index's faiss build (nothing for the other kinds)."""
+    codes = index.codes if isinstance(index, QuantizedIndex) else index
+    if not hasattr(codes, "nlist"):
+        return {}
+    return {"nlist": int(codes.nlist), "nprobe": int(codes.nprobe), "pq_bytes": int(codes.pq.M),
+            "pq_bits": int(codes.pq.nbits)}
 
 
 def read_embeddings(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
@@ -179,23 +121,27 @@ def _float_parts(codes: Any, kind: str) -> list[np.ndarray]:
 def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: float | None = None,
                 seed: int = 0) -> dict[str, Any]:
     """Build the index of ``embeddings`` (an encode output) into ``out``; returns its settings."""
+    if kind not in STORE_KINDS:
+        raise ConfigError(f"--kind: unknown index kind {kind!r} (known: {', '.join(STORE_KINDS)})")
     vectors, alignment = read_embeddings(Path(embeddings))
     rows, dim = vectors.shape
     budget = memory_budget_bytes(memory_gb)
-    choice = choose_kind(kind, rows, dim, budget)
-    index, parameters = build_faiss(vectors, choice, seed)
+    choice = resolve_index(kind, dim, rows, budget)
+    spec = choice.spec.model_copy(update={"rescore": DEFAULT_RESCORE if choice.spec.kind in RESCORED_KINDS else 0})
+    index = build_index(vectors, spec, seed=seed)
     ids = unique_ids(alignment.get("ids") or [None] * rows, Path(embeddings))
     settings = {
-        "format_version": FORMAT_VERSION, "kind": choice.kind, "kind_requested": kind, "kind_reason": choice.reason,
-        "rows": rows, "dim": dim, "bytes_per_vector": bytes_per_vector_of(choice.kind, dim, choice.pq_bytes),
+        "format_version": FORMAT_VERSION, "kind": spec.kind, "kind_requested": kind, "kind_reason": choice.reason,
+        "rows": rows, "dim": dim, "bytes_per_vector": spec.bytes_per_vector,
         "memory_budget_gb": round(budget / 2 ** 30, 3), "memory_given": memory_gb is not None,
-        "rescore": 0 if choice.kind == "flat" else DEFAULT_RESCORE, **parameters,
+        "rescore": spec.rescore, **faiss_parameters(index),
         "embeddings": str(embeddings), "model": alignment.get("model"),
         "embedding_config": alignment.get("embedding_config"),
     }
+    codes = index.codes if isinstance(index, QuantizedIndex) else index  # the faiss index to write
     with atomic_directory(out) as tmp:
-        (faiss.write_index_binary if choice.kind == "binary" else faiss.write_index)(index, str(tmp / INDEX_FILE))
-        if choice.kind != "flat":
+        (faiss.write_index_binary if spec.kind == "binary" else faiss.write_index)(codes, str(tmp / INDEX_FILE))
+        if spec.kind != "flat":
             np.save(tmp / VECTORS_FILE, vectors)
         atomic_write_json(tmp / IDS_FILE, ids, indent=0)
         atomic_write_json(tmp / SETTINGS_FILE, settings)
@@ -236,8 +182,7 @@ class GalleryIndex:
             settings = read_settings(files[SETTINGS_FILE], directory / SETTINGS_FILE)
             kind, rows, dim = settings.kind, settings.rows, settings.dim
             rescore = settings.rescore if rescore is None else rescore
-            if rescore < 0 or (rescore and kind == "flat"):
-                raise ConfigError(f"--rescore {rescore}: only a binary, int8 or ivf-pq index re-ranks a shortlist")
+            check_rescore(rescore, kind)  # the one rescore rule
             missing(files, needed_files(kind, rescore), directory)
             codes_file = files[INDEX_FILE]
             check_faiss_file(codes_file, file_size(codes_file), kind, rows, dim, str(directory / INDEX_FILE))
@@ -255,6 +200,13 @@ class GalleryIndex:
     @property
     def ntotal(self) -> int:
         return int(self.searcher.ntotal)
+
+    @property
+    def spec(self) -> IndexSpec:
+        """What this index is, in the one vocabulary (index.json's kind, width and build
+        parameters, with the rescore it searches at)."""
+        built = {key: self.settings.get(key) for key in ("nlist", "nprobe", "pq_bytes") if self.settings.get(key)}
+        return IndexSpec(kind=self.settings["kind"], dims=self.dim, rescore=self.rescore, **built)
 
     @property
     def rescore(self) -> int:
@@ -288,8 +240,6 @@ class GalleryIndex:
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, rows)`` (Q, k) best first; rows -1 where fewer than k exist."""
-        from vis_embed.evaluation.search import search  # the one batched search (NaN queries refused)
-
         if queries.shape[1] != self.dim:
             raise DataError(f"queries are {queries.shape[1]} wide, the index {self.dim}", field="dim")
-        return search(self.searcher, l2_normalise(queries), k)
+        return batched_search(self.searcher, l2_normalise(queries), k)

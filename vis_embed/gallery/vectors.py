@@ -21,6 +21,7 @@ import numpy as np
 
 from vis_embed.config import member_of
 from vis_embed.errors import DataError
+from vis_embed.gallery.index_spec import bytes_per_vector  # noqa: F401  (re-exported: the one byte count)
 from vis_embed.gallery.options import BIT_PRECISIONS, PRECISIONS, RANGED_PRECISIONS  # noqa: F401  (re-exported)
 
 
@@ -111,14 +112,6 @@ def unpack_signs(codes: np.ndarray, dim: int, precision: str = "ubinary") -> np.
     codes = np.asarray(codes)
     as_bytes = (codes.astype(np.int16) + 128).astype(np.uint8) if precision == "binary" else codes.astype(np.uint8)
     return np.unpackbits(as_bytes, axis=1, count=dim).astype(np.float32) * 2 - 1
-
-
-def bytes_per_vector(precision: str, dim: int) -> int:
-    """Bytes one stored vector of width ``dim`` takes at ``precision`` (codes only)."""
-    check_precision(precision)
-    if precision in BIT_PRECISIONS:
-        return -(-dim // 8)
-    return dim * {"float32": 4, "float16": 2, "int8": 1, "uint8": 1}[precision]
 
 
 def vllm_matryoshka_fields(dims: Sequence[int] | None, full_dim: int) -> dict[str, Any]:

@@ -1,0 +1,142 @@
+"""The one index vocabulary: :class:`IndexSpec` (what to build) and the rules every index obeys.
+
+``vis-embed eval --index``, ``vis-embed index --kind``, ``vis-embed search`` and ``serve --index``
+name their index from one set of kinds:
+
+- ``flat``: exact inner products over the float vectors (faiss ``IndexFlatIP``; ``precision``
+  ``bfloat16``: the same top-k via a bf16 shortlist re-ranked exactly; ``device`` ``gpu``: torch);
+- ``binary`` / ``int8``: quantized codes (1 bit / 1 byte a dimension), approximate;
+- ``ivf-flat``: inverted lists of float vectors, ``nprobe`` of ``nlist`` lists visited;
+- ``ivf-pq``: inverted lists of product-quantized codes (``pq_bytes`` a vector);
+- ``auto``: chosen by :func:`vis_embed.evaluation.index_choice.resolve_index` (a memory budget
+  for a stored index, else this machine's fastest exact search).
+
+Eval's earlier names stay as aliases with the same meaning (:data:`ALIASES`): ``exact`` = flat,
+``exact-bf16`` = flat at bfloat16, ``exact-gpu`` = flat on the GPU, ``ivf`` = ivf-flat.
+
+The rules written once here: bytes per vector (:func:`bytes_per_vector`, :attr:`IndexSpec.bytes_per_vector`),
+which kinds re-rank a shortlist (:func:`check_rescore`), the IVF list count and probe count
+(:func:`ivf_lists`, :func:`default_nprobe`) and the product quantizer's code size
+(:func:`pq_bytes_for`).  No numpy, torch or faiss: ``--help`` reads it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from vis_embed.config import Settings
+from vis_embed.errors import ConfigError
+
+AUTO = "auto"
+KINDS: tuple[str, ...] = (AUTO, "flat", "binary", "int8", "ivf-flat", "ivf-pq")
+# kinds `vis-embed index` writes to disk (gallery/store.py; index.json's kind) and --kind offers
+STORED_KINDS: tuple[str, ...] = ("flat", "binary", "int8", "ivf-pq")
+STORE_KINDS: tuple[str, ...] = (AUTO, *STORED_KINDS)
+# eval's earlier --index names: each is one spec of the vocabulary above
+ALIASES: dict[str, dict[str, str]] = {
+    "exact": {"kind": "flat"},
+    "exact-bf16": {"kind": "flat", "precision": "bfloat16"},
+    "exact-gpu": {"kind": "flat", "device": "gpu"},
+    "ivf": {"kind": "ivf-flat"},
+}
+# every name an index may be given (eval's --index and a manifest's options.index)
+INDEX_NAMES: tuple[str, ...] = KINDS + tuple(ALIASES)
+RESCORED_KINDS: tuple[str, ...] = ("binary", "int8", "ivf-pq")  # codes whose shortlist floats re-rank
+DEFAULT_RESCORE = 4            # a stored code index's shortlist factor: 4 x k, re-ranked with floats
+IVF_ID_BYTES = 8               # an inverted list stores an int64 id beside each code
+IVF_MIN_POINTS = 39            # faiss warns below 39 training points per list
+# bits one coordinate takes at each precision (encode's --precision and the index kinds' codes)
+BITS: dict[str, int] = {"float32": 32, "float16": 16, "bfloat16": 16, "int8": 8, "uint8": 8,
+                        "binary": 1, "ubinary": 1}
+_KIND_PRECISION = {"flat": "float32", "ivf-flat": "float32", "int8": "int8", "binary": "ubinary"}
+
+
+def bytes_per_vector(precision: str, dim: int) -> int:
+    """Bytes one vector of width ``dim`` takes at ``precision`` (codes only; bits packed 8 to a byte)."""
+    if precision not in BITS:
+        raise ConfigError(f"unknown precision {precision!r} (known: {', '.join(BITS)})")
+    return -(-dim * BITS[precision] // 8)
+
+
+def ivf_lists(rows: int) -> int:
+    """Inverted lists for ``rows`` vectors: ~4 sqrt(N) (faiss' guidance), at least
+    :data:`IVF_MIN_POINTS` training points a list."""
+    return max(1, min(int(4 * math.sqrt(rows)), rows // IVF_MIN_POINTS))
+
+
+def default_nprobe(kind: str, nlist: int) -> int:
+    """Lists a query visits when none is given.  ivf-flat scans floats: nlist / 8.  ivf-pq scores
+    cheap codes and re-ranks a shortlist: nlist / 16 but at least 8 (the rates each was measured at)."""
+    if kind == "ivf-pq":
+        return min(nlist, max(8, nlist // 16))
+    return max(1, nlist // 8)
+
+
+def pq_bytes_for(dim: int, budget_per_vector: float) -> int | None:
+    """The most product-quantizer bytes per vector (a divisor of ``dim``, at most 64) within
+    ``budget_per_vector`` (codes + id); None when not even one byte fits."""
+    fitting = [m for m in range(1, min(64, dim) + 1) if dim % m == 0 and m + IVF_ID_BYTES <= budget_per_vector]
+    return max(fitting) if fitting else None
+
+
+def spec_kind(name: str) -> str:
+    """The kind an index name stands for (an alias's kind, else the name)."""
+    return ALIASES.get(name, {}).get("kind", name)
+
+
+def check_rescore(rescore: Any, index: str, flag: str = "--rescore") -> int:
+    """``rescore`` (an int >= 0) when it fits the index: only a code kind's shortlist is re-ranked
+    (the one rescore rule of eval, ``vis-embed search`` and the server)."""
+    if isinstance(rescore, bool) or not isinstance(rescore, int) or rescore < 0:
+        raise ConfigError(f"{flag} must be an integer >= 0, got {rescore!r}")
+    if rescore and spec_kind(index) not in RESCORED_KINDS:
+        raise ConfigError(f"{flag} re-ranks a binary or int8 (or ivf-pq) index's shortlist; a {index} index is "
+                          f"searched exactly or with floats already")
+    return rescore
+
+
+class IndexSpec(Settings):
+    """What to build: the kind and how it searches.  ``dims`` is the vectors' width (filled when
+    the index is chosen for a gallery); None fields take their rule's default when built."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal[KINDS] = AUTO  # type: ignore[valid-type]  (Literal of the one tuple)
+    precision: Literal["float32", "bfloat16"] = Field("float32", description="flat: the products' precision")
+    device: Literal["cpu", "gpu"] = "cpu"
+    dims: int | None = Field(None, gt=0)
+    rescore: int = Field(0, ge=0)
+    nlist: int | None = Field(None, gt=0)
+    nprobe: int | None = Field(None, gt=0)
+    pq_bytes: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> IndexSpec:
+        if (self.precision != "float32" or self.device != "cpu") and self.kind != "flat":
+            raise ValueError(f"precision {self.precision} / device {self.device}: only a flat index has them")
+        check_rescore(self.rescore, self.kind, "rescore")
+        if (self.nlist or self.nprobe) and not self.kind.startswith("ivf"):
+            raise ValueError("nlist / nprobe: only an ivf index has lists")
+        return self
+
+    @classmethod
+    def named(cls, name: str, **fields: Any) -> IndexSpec:
+        """The spec an index name stands for (a kind or an alias), with ``fields`` added."""
+        if name not in INDEX_NAMES:
+            raise ConfigError(f"unknown index kind {name!r} (known: {', '.join(INDEX_NAMES)})")
+        return cls(**{"kind": name, **ALIASES.get(name, {}), **fields})
+
+    @property
+    def bytes_per_vector(self) -> int:
+        """Bytes in memory per indexed vector of what is searched: the codes (flat: the floats,
+        which a bf16 shortlist re-ranks exactly), plus the id an inverted list stores beside each.
+        The rescoring floats are not counted: they can stay on disk, memory-mapped."""
+        if self.dims is None or self.kind == AUTO:
+            raise ValueError("bytes_per_vector: the index's kind and width are not known yet")
+        if self.kind == "ivf-pq":
+            return (self.pq_bytes or 0) + IVF_ID_BYTES
+        codes = bytes_per_vector(_KIND_PRECISION[self.kind], self.dims)
+        return codes + (IVF_ID_BYTES if self.kind == "ivf-flat" else 0)
