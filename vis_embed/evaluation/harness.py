@@ -43,8 +43,8 @@ from vis_embed.evaluation.protocol_runs import apply_protocol, protocol_record
 from vis_embed.evaluation.trec_runs import write_run_files
 from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import EvalSettings
-from vis_embed.gallery.stored_form import warn_if_not_matryoshka
-from vis_embed.gallery.vectors import truncate
+from vis_embed.vectors.stored_form import warn_if_not_matryoshka
+from vis_embed.vectors.transforms import truncate
 from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
 from vis_embed.model.encoder import Encoder
 

@@ -35,8 +35,8 @@ import yaml
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
 from vis_embed.io import fingerprint_json, is_hub_id, read_text
-from vis_embed.gallery.stored_form import StoredForm
-from vis_embed.gallery.vectors import truncate
+from vis_embed.vectors.stored_form import StoredForm
+from vis_embed.vectors.transforms import truncate
 
 require("mteb", "mteb", "the mteb integration")
 
@@ -102,7 +102,7 @@ class VisEmbedMtebModel(AbsEncoder):
                         dim: int | None = None, **overrides: Any) -> VisEmbedMtebModel:
         """Load ``model`` (+ ``adapter``) as ``vis-embed eval`` does (overrides: prompt_format,
         max_pixels, device, ... when not None); ``instructions``: a YAML path or a mapping."""
-        from vis_embed.evaluation.api import load_embedder
+        from vis_embed.model.embedder import load_embedder
 
         if isinstance(instructions, (str, Path)):
             instructions = load_instructions(instructions)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.errors import ConfigError
-from vis_embed.gallery.vectors import vllm_matryoshka_fields
+from vis_embed.vectors.transforms import vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 # re-exported: callers read a reference's kind here as before; the rules live in references.py

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.gallery.vectors import (RANGED_PRECISIONS, calibration_ranges, check_dim, check_precision,
-                                       check_ranges, quantize, truncate)
+from vis_embed.vectors.transforms import (RANGED_PRECISIONS, calibration_ranges, check_dim, check_precision,
+                                          check_ranges, quantize, truncate)
 
 log = logging.getLogger(__name__)
 
