@@ -307,8 +307,8 @@ def test_library_modules_log_instead_of_printing(tmp_path: Path) -> None:
 
 
 def test_no_module_over_the_line_limit() -> None:
-    sizes = {module: len(path.read_text(encoding="utf-8").splitlines())
-             for module, path in _sources().items() if module.startswith("vis_embed")}
+    sizes = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in _sources().items()}
+    assert any(module.startswith("data_prep.") for module in sizes)  # the dataset builders too
     assert {module: lines for module, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}
 
 
