@@ -221,7 +221,7 @@ class Harness:
                                          depth=self.settings.depth,
                                          n_examples=self.settings.n_examples, tie_policy=self.settings.tie_policy,
                                          save_runs=self.settings.save_runs)
-        prepared = layouts.prepare(spec, self.settings.max_queries, options)
+        prepared = layouts.load_for_scoring(spec, self.settings.max_queries, options)
         pools, side_rows = _build_pools(prepared, self.sign, self.encoder_fingerprint)
         key = self._dataset_key(spec, prepared, pools)
         finished = self._finished_result(spec, key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from vis_embed.sampling.draws import capped_inclusion
-from vis_embed.sampling.prepare import SourceState
+from vis_embed.sampling.record_tables import SourceState
 
 
 class IdentitySampler:

@@ -11,13 +11,13 @@ from collections.abc import Callable
 import numpy as np
 
 from vis_embed.sampling.draws import segment_arange
-from vis_embed.sampling.prepare import PreparedData
+from vis_embed.sampling.record_tables import RecordTables
 
 # Hard negatives considered per anchor: k plus a margin for ones already in the batch.
 HARD_NEGATIVE_MARGIN = 5
 
 
-def member_stream(anchor_slot: np.ndarray, anchor_rows: np.ndarray, prep: PreparedData, k: int,
+def member_stream(anchor_slot: np.ndarray, anchor_rows: np.ndarray, tables: RecordTables, k: int,
                   rng: np.random.Generator,
                   in_queue_order: Callable[[np.ndarray], np.ndarray]) -> dict[str, np.ndarray]:
     """The stream of ``anchor_rows`` (candidates of ``anchor_slot``), each followed by up to
@@ -25,7 +25,7 @@ def member_stream(anchor_slot: np.ndarray, anchor_rows: np.ndarray, prep: Prepar
     at this draw (``redrawn``)."""
     order = np.argsort(anchor_slot, kind="stable")
     anchor_slot, anchor_rows = anchor_slot[order], anchor_rows[order]
-    hn_offsets, hn_rows = prep.hn_offsets, prep.hn_rows
+    hn_offsets, hn_rows = tables.hn_offsets, tables.hn_rows
     available = hn_offsets[anchor_rows + 1] - hn_offsets[anchor_rows] if k else \
         np.zeros(len(anchor_rows), dtype=np.int64)
     # random order within each anchor's list, then keep k plus a margin
@@ -52,16 +52,16 @@ def member_stream(anchor_slot: np.ndarray, anchor_rows: np.ndarray, prep: Prepar
     group = np.repeat(np.arange(len(anchor_rows)), sizes)
     return {"row": row, "is_anchor": is_anchor, "group": group, "group_start": group_start,
             "group_available": available, "slot": np.repeat(anchor_slot, sizes),
-            "identity": prep.row_identity[row], "redrawn": in_queue_order(row) & is_anchor}
+            "identity": tables.row_identity[row], "redrawn": in_queue_order(row) & is_anchor}
 
 
-def draw_positives(prep: PreparedData, query: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def draw_positives(tables: RecordTables, query: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Identity rows: uniform among the *other* instances of the identity; a row without another
     instance (a pairs row): itself (its ``positive`` side)."""
-    count = prep.row_instance_count[query]
+    count = tables.row_instance_count[query]
     other = np.floor(rng.random(len(query)) * np.maximum(count - 1, 1)).astype(np.int64)
-    offset = (prep.row_instance_rank[query] + 1 + other) % np.maximum(count, 1)
+    offset = (tables.row_instance_rank[query] + 1 + other) % np.maximum(count, 1)
     has_other = count >= 2
     positive = query.copy()
-    positive[has_other] = prep.instance_rows[prep.row_instance_start[query[has_other]] + offset[has_other]]
+    positive[has_other] = tables.instance_rows[tables.row_instance_start[query[has_other]] + offset[has_other]]
     return positive

@@ -17,7 +17,7 @@ from vis_embed.sampling.effort import worth
 from vis_embed.sampling.greedy import resolve
 from vis_embed.sampling.member_stream import member_stream
 from vis_embed.sampling.pairs_queue import PairsQueue
-from vis_embed.sampling.prepare import PreparedData
+from vis_embed.sampling.record_tables import RecordTables
 from vis_embed.sampling.settings import ScheduleSettings
 
 # A slot that whole groups cannot fill tries other candidate orders, and in the first rounds
@@ -51,10 +51,10 @@ class Candidates:
 
 
 class SlotPacker:
-    def __init__(self, settings: ScheduleSettings, prep: PreparedData, queue: PairsQueue,
+    def __init__(self, settings: ScheduleSettings, tables: RecordTables, queue: PairsQueue,
                  rng: np.random.Generator) -> None:
-        self.settings, self.prep, self.queue, self.rng = settings, prep, queue, rng
-        datasets = len(prep.sources)
+        self.settings, self.tables, self.queue, self.rng = settings, tables, queue, rng
+        datasets = len(tables.sources)
         # per dataset: steps in which packing whole groups was tried, and those it avoided cuts
         self.packing = np.zeros((datasets, 2), dtype=np.int64)
         # per dataset: other orders tried (repack) and how often they filled the short slots
@@ -76,7 +76,8 @@ class SlotPacker:
         return self._stream(slot, rows)
 
     def _stream(self, slot: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
-        return member_stream(slot, rows, self.prep, self.settings.hard_negatives, self.rng, self.queue.in_queue_order)
+        return member_stream(slot, rows, self.tables, self.settings.hard_negatives, self.rng,
+                             self.queue.in_queue_order)
 
     def fill(self, stream: dict[str, np.ndarray], strict: np.ndarray, slots: StepSlots, relax: bool,
              full: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -20,23 +20,23 @@ from __future__ import annotations
 import numpy as np
 
 from vis_embed.sampling.epoch_bound import EpochBound
-from vis_embed.sampling.prepare import PreparedData, SourceState
+from vis_embed.sampling.record_tables import RecordTables, SourceState
 
 _NEVER = np.iinfo(np.int64).max
 
 
 class PairsQueue:
-    def __init__(self, rng: np.random.Generator, prep: PreparedData, steps: int) -> None:
+    def __init__(self, rng: np.random.Generator, tables: RecordTables, steps: int) -> None:
         self.rng = rng
-        self.prep = prep
-        records = len(prep.row_identity)
+        self.tables = tables
+        records = len(tables.row_identity)
         # scratch flags over all records (membership tests in O(n) instead of sorting)
         self._flag = np.zeros(records, dtype=bool)
         self._skipped = np.zeros(records, dtype=bool)           # passed over by a slot, not yet placed
         self._row_epoch = np.full(records, _NEVER, dtype=np.int64)  # epoch of a waiting row's first draw
-        self._source_epochs = np.zeros(len(self.prep.sources), dtype=np.int64)
-        pairs_rows = np.array([source.num_rows if source.kind == "pairs" else 0 for source in self.prep.sources])
-        self._epoch_bound = EpochBound(self.prep.row_dataset, pairs_rows, steps)
+        self._source_epochs = np.zeros(len(self.tables.sources), dtype=np.int64)
+        pairs_rows = np.array([source.num_rows if source.kind == "pairs" else 0 for source in self.tables.sources])
+        self._epoch_bound = EpochBound(self.tables.row_dataset, pairs_rows, steps)
 
     @staticmethod
     def start(source: SourceState) -> None:
@@ -72,7 +72,7 @@ class PairsQueue:
 
     def _overdue(self, rows: np.ndarray) -> np.ndarray:
         """Pairs rows drawn in an epoch older than their dataset's current one."""
-        return self._row_epoch[rows] < self._source_epochs[self.prep.row_dataset[rows]]
+        return self._row_epoch[rows] < self._source_epochs[self.tables.row_dataset[rows]]
 
     def in_queue_order(self, rows: np.ndarray) -> np.ndarray:
         """Pairs rows that must be placed at this draw (see ``_skipped`` / ``_row_epoch``)."""
@@ -87,7 +87,7 @@ class PairsQueue:
         placed = accepted & pairs_slot[slot]
         breaks = self._epoch_bound.would_break(row[placed], row[placed & stream["is_anchor"]])
         in_order = np.zeros(len(pairs_slot), dtype=bool)
-        in_order[slot[breaks[self.prep.row_dataset[row]]]] = True
+        in_order[slot[breaks[self.tables.row_dataset[row]]]] = True
         return in_order
 
     def return_unused(self, pairs_taken: dict[int, list[np.ndarray]], stream: dict[str, np.ndarray],
@@ -104,7 +104,7 @@ class PairsQueue:
         self._row_epoch[used] = _NEVER
         self._skipped[self._passed_over(stream, accepted, pairs_slot)] = True
         for index, chunks in pairs_taken.items():
-            source = self.prep.sources[index]
+            source = self.tables.sources[index]
             taken = np.concatenate(chunks)
             # Multiset difference: across an epoch boundary a row can be taken twice (end of one
             # permutation, start of the next); only the copy that became an anchor is consumed.

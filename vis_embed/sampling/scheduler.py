@@ -58,7 +58,7 @@ from vis_embed.sampling.identity_candidates import IdentitySampler
 from vis_embed.sampling.member_stream import draw_positives
 from vis_embed.sampling.packing import Candidates, SlotPacker, StepSlots
 from vis_embed.sampling.pairs_queue import PairsQueue
-from vis_embed.sampling.prepare import prepare
+from vis_embed.sampling.record_tables import build_record_tables
 from vis_embed.sampling.report import build_report
 from vis_embed.sampling.settings import ScheduleSettings
 from vis_embed.sampling.slot_plan import plan_slots
@@ -84,47 +84,47 @@ class _Scheduler:
         self.settings = settings
         self.datasets = list(datasets)
         self.rng = np.random.default_rng(settings.seed)
-        self.prep = prepare(self.datasets, settings)
-        self.slot_plan = plan_slots(self.prep, settings)
-        self.identities = IdentitySampler(self.rng, self.prep.instance_rows)
-        for source in self.prep.sources:
+        self.tables = build_record_tables(self.datasets, settings)
+        self.slot_plan = plan_slots(self.tables, settings)
+        self.identities = IdentitySampler(self.rng, self.tables.instance_rows)
+        for source in self.tables.sources:
             if source.skipped is None and source.kind == "identity":
                 self.identities.start(source)
             elif source.skipped is None:
                 PairsQueue.start(source)
         self.topup_rounds = 0
         # per dataset: accepted anchors with usable negatives, and their shortfalls by cause
-        self.anchors_wanting = np.zeros(len(self.prep.sources), dtype=np.int64)
-        self.shortfall_counts = np.zeros((len(self.prep.sources), len(SHORTFALL_CAUSES)), dtype=np.int64)
-        self.pairs_datasets = np.array([source.kind == "pairs" for source in self.prep.sources])
-        self.queue = PairsQueue(self.rng, self.prep, settings.steps)
-        self.packer = SlotPacker(settings, self.prep, self.queue, self.rng)
+        self.anchors_wanting = np.zeros(len(self.tables.sources), dtype=np.int64)
+        self.shortfall_counts = np.zeros((len(self.tables.sources), len(SHORTFALL_CAUSES)), dtype=np.int64)
+        self.pairs_datasets = np.array([source.kind == "pairs" for source in self.tables.sources])
+        self.queue = PairsQueue(self.rng, self.tables, settings.steps)
+        self.packer = SlotPacker(settings, self.tables, self.queue, self.rng)
 
     # ---- statistics
 
     def stats(self, query: np.ndarray) -> ScheduleStats:
         """The public statistics of the planned schedule (``query``: global record of each member)."""
-        prep = self.prep
+        tables = self.tables
         datasets = [DatasetStats(
             name=source.name, kind=source.kind, num_rows=source.num_rows, weight=source.weight,
             num_identities=source.num_identities, excluded_identities=source.excluded_identities,
             usable_identities=source.distinct_identities, skipped=source.skipped,
             expected_slots=float(self.slot_plan.expectation[source.index]),
             proportional_share=float(self.slot_plan.share[source.index]),
-            hard_negatives_dropped=prep.hn_dropped[source.name],
+            hard_negatives_dropped=tables.hn_dropped[source.name],
             anchors_wanting_negatives=int(self.anchors_wanting[source.index]),
             hard_negative_shortfalls=dict(zip(SHORTFALL_CAUSES, self.shortfall_counts[source.index].tolist())),
             identity_draws=IdentityDraws(codes=source.identity_codes, instances=source.identity_count,
                                          inclusion=source.inclusion, capped=source.capped_identities)
             if source.kind == "identity" and source.skipped is None else None)
-            for source in prep.sources]
+            for source in tables.sources]
         return ScheduleStats(
             datasets=datasets, max_slots_per_dataset=self.slot_plan.cap,
             hard_negative_groups_truncated=int(self.shortfall_counts[:, SHORTFALL_CAUSES.index("slot_end")].sum()),
             extra_candidate_rounds=self.topup_rounds,
-            member_identity=prep.row_identity[query], member_designated_negatives=prep.designated_hn[query],
-            member_usable_negatives=prep.hn_offsets[query + 1] - prep.hn_offsets[query],
-            identity_labels=prep.identity_labels)
+            member_identity=tables.row_identity[query], member_designated_negatives=tables.designated_hn[query],
+            member_usable_negatives=tables.hn_offsets[query + 1] - tables.hn_offsets[query],
+            identity_labels=tables.identity_labels)
 
     # ---- one step
 
@@ -156,7 +156,7 @@ class _Scheduler:
             self.topup_rounds += 1
             self._add_candidates(short, slots, candidates, pairs_taken, in_batch=stream["identity"][accepted])
         else:
-            names = sorted({self.prep.sources[slots.source[s]].name for s in short})
+            names = sorted({self.tables.sources[slots.source[s]].name for s in short})
             raise ConfigError(
                 f"cannot fill {len(short)} slot(s) with {m} members of distinct identities from "
                 f"dataset(s) {names}: identities collide across slots (shared namespace or several "
@@ -166,16 +166,16 @@ class _Scheduler:
         slot = stream["slot"][accepted]
         query = stream["row"][accepted]
         role = np.where(stream["is_anchor"][accepted], ROLE_ANCHOR, ROLE_HARD_NEGATIVE).astype(np.int8)
-        return slot, query, draw_positives(self.prep, query, self.rng), role
+        return slot, query, draw_positives(self.tables, query, self.rng), role
 
     def _count_shortfalls(self, stream: dict[str, np.ndarray], accepted: np.ndarray) -> None:
         wanting, cause = shortfalls(stream, accepted, self.settings.hard_negatives)
-        dataset = self.prep.row_dataset[stream["row"][stream["group_start"]]]
+        dataset = self.tables.row_dataset[stream["row"][stream["group_start"]]]
         np.add.at(self.anchors_wanting, dataset[wanting], 1)
         short = cause >= 0
         np.add.at(self.shortfall_counts, (dataset[short], cause[short]), 1)
         self.packer.record_cuts(np.bincount(dataset[cause == SHORTFALL_CAUSES.index("slot_end")],
-                                            minlength=len(self.prep.sources)))
+                                            minlength=len(self.tables.sources)))
 
     def _add_candidates(self, slots: np.ndarray, step: StepSlots, candidates: Candidates,
                         pairs_taken: dict[int, list[np.ndarray]], in_batch: np.ndarray | None = None) -> None:
@@ -183,7 +183,7 @@ class _Scheduler:
         batch) draws identity-dataset candidates among the identities not yet in the batch."""
         slots = np.asarray(slots, dtype=np.int64)
         for index in np.unique(step.source[slots]):
-            source = self.prep.sources[index]
+            source = self.tables.sources[index]
             mine = slots[step.source[slots] == index]
             if source.kind == "identity" and in_batch is not None:
                 chunks = self.identities.free_candidates(source, len(mine), in_batch)
@@ -221,8 +221,8 @@ def plan_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettings,
         s, q, p, r = scheduler.step()
         rows = slice(step * batch, (step + 1) * batch)
         slot[rows], query[rows], positive[rows], role[rows] = s, q, p, r
-    dataset[:] = scheduler.prep.row_dataset[query]
-    offsets = np.array([src.offset for src in scheduler.prep.sources], dtype=np.int64)
+    dataset[:] = scheduler.tables.row_dataset[query]
+    offsets = np.array([src.offset for src in scheduler.tables.sources], dtype=np.int64)
     local_query = query - offsets[dataset]
     local_positive = positive - offsets[dataset]
     schedule = Schedule(settings=settings, dataset_names=[ds.name for ds in datasets],

@@ -16,7 +16,7 @@ import numpy as np
 
 from vis_embed.errors import ConfigError
 from vis_embed.sampling.draws import slot_expectations, systematic_sample
-from vis_embed.sampling.prepare import PreparedData
+from vis_embed.sampling.record_tables import RecordTables
 from vis_embed.sampling.settings import ScheduleSettings
 
 
@@ -34,11 +34,11 @@ class SlotPlan:
         return sources[rng.permutation(len(sources))]
 
 
-def plan_slots(prep: PreparedData, settings: ScheduleSettings) -> SlotPlan:
+def plan_slots(tables: RecordTables, settings: ScheduleSettings) -> SlotPlan:
     """Expected slots per batch ``e_d = K p_d``: a dataset takes several slots of one batch when
     its share needs them, up to the ``usable identities // M`` slots it can fill with distinct
     identities (the capacity; the rest of its share goes to the others, reported)."""
-    sources = prep.sources
+    sources = tables.sources
     shares = np.array([0.0 if s.skipped else s.weight * float(s.num_rows) ** settings.size_exponent
                        for s in sources])
     usable = int((shares > 0).sum())
