@@ -264,7 +264,7 @@ def test_the_package_checks_see_a_cycle_and_an_upward_arrow() -> None:
     graph = package_graph()
     assert "vis_embed.vectors" in graph["vis_embed.model"] and "vis_embed.model" in graph["vis_embed.gallery"]
     turned = {**graph, "vis_embed.vectors": graph["vis_embed.vectors"] | {"vis_embed.model"}}
-    assert ["vis_embed.model", "vis_embed.vectors"] in _cycles(turned)
+    assert any({"vis_embed.model", "vis_embed.vectors"} <= set(cycle) for cycle in _cycles(turned))
 
 
 def test_command_modules_come_from_the_registry() -> None:
