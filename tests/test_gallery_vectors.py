@@ -1,5 +1,5 @@
-"""gallery/vectors.py: Matryoshka truncation and sentence-transformers' quantization semantics;
-`vis-embed encode --dim/--precision/--ranges`."""
+"""vectors/transforms.py (also imported as gallery.vectors): Matryoshka truncation and
+sentence-transformers' quantization semantics; `vis-embed encode --dim/--precision/--ranges`."""
 
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ class VisEmbedMtebModel(AbsEncoder):
                  instructions: Mapping[str, Mapping[str, str]] | None = None,
                  batch_size: int = 16, show_progress: bool = False, dim: int | None = None) -> None:
         self.embedder = embedder
-        # Matryoshka width (--dim): vectors cut and renormalised (gallery/vectors.py); a new model for mteb
+        # Matryoshka width (--dim): vectors cut and renormalised (vectors/transforms.py); a new model for mteb
         self.dim = None if dim is None else StoredForm(dim=dim).checked(
             embedder.embedding_dim, embedder.embedding_config).dim
         self.model = embedder  # mteb's AbsEncoder reads `model` for an optional similarity()
