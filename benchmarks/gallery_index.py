@@ -42,8 +42,8 @@ import numpy as np  # noqa: E402
 
 from search_scale import peak_rss  # noqa: E402
 from vis_embed.gallery.quantized_index import QuantizedIndex  # noqa: E402
-from vis_embed.evaluation.search import build_index  # noqa: E402
-from vis_embed.gallery.index_spec import IndexSpec, pq_bytes_for  # noqa: E402
+from vis_embed.gallery.search import build_index  # noqa: E402
+from vis_embed.vectors.index_spec import IndexSpec, pq_bytes_for  # noqa: E402
 from vis_embed.gallery.store import faiss_parameters  # noqa: E402
 
 

@@ -64,7 +64,7 @@ def main() -> None:
         embeddings = {"query": unit(rng, args.queries, args.dim), "corpus": unit(rng, args.corpus, args.dim)}
         report = {"queries": args.queries, "corpus": args.corpus, "dim": args.dim}
         for save_runs in (False, True):
-            prepared = layouts.prepare(spec, options=layouts.ScoringOptions(index="exact", n_examples=0,
+            prepared = layouts.load_for_scoring(spec, options=layouts.ScoringOptions(index="exact", n_examples=0,
                                                                             save_runs=save_runs))
             start = time.perf_counter()
             outcome = prepared.score(embeddings)

@@ -33,7 +33,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import faiss  # noqa: E402  (after the OpenMP setting)
 import numpy as np  # noqa: E402
 
-from vis_embed.evaluation.search import Bf16ShortlistIndex, build_index, numpy_topk, resolve_index, search
+from vis_embed.gallery.search import Bf16ShortlistIndex, build_index, numpy_topk, resolve_index, search
 
 
 def rss_bytes() -> int:

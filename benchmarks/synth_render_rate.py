@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from data_prep.synth import SIZES, generate
-from data_prep.synth.build import Planner, _render_all
+from data_prep.synth.build import Planner
+from data_prep.synth.output import _render_all
 
 
 def folder_size_mb(root: Path) -> float:

@@ -21,25 +21,25 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("vis_embed", "data_prep")
 MAX_MODULE_LINES = 400
 
-# The layers, lowest first: a module may import its own layer and those below, never above.
-# (A module belongs to the longest entry that prefixes its name; the root package "vis_embed"
-# only to itself.)
+# The layers, lowest first (docs/architecture.md lists them): a package may import its own layer
+# and those below, never above, and no two packages import each other (directly or round a
+# circle).  Each entry is a whole package or top-level module: a layer is never split inside a
+# package.  (A module belongs to the longest entry that prefixes its name; the root package
+# "vis_embed" only to itself.)
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("vis_embed.errors",),
     ("vis_embed.io", "vis_embed.config", "vis_embed.distributed", "vis_embed.resources",
-     "vis_embed.embedding_cache", "vis_embed.provenance",
-     "vis_embed.integrations"),  # optional sinks the library reports to (W&B)
-    # gallery: vectors (Matryoshka cut, quantization) and quantized search, below the model
-    ("vis_embed.data", "vis_embed.gallery"),
+     "vis_embed.embedding_cache", "vis_embed.provenance"),
+    # records and manifests; embedding matrices as stored (Matryoshka cut, quantization)
+    ("vis_embed.data", "vis_embed.vectors"),
     ("data_prep",),
     ("vis_embed.model",),
-    ("vis_embed.sampling",),
-    ("vis_embed.training",),
-    # the persistent index and its search encode with the model and search like the evaluation
-    ("vis_embed.evaluation", "vis_embed.gallery.store", "vis_embed.gallery.search_file", "vis_embed.gallery.cli"),
-    ("vis_embed.serving",
-     # integrations built on evaluation (mteb's evaluator)
-     "vis_embed.integrations.mteb", "vis_embed.integrations.mteb_tasks", "vis_embed.integrations.mteb_cli"),
+    # bridges to other tools (W&B, mteb) and the batch scheduler: each built on the model
+    ("vis_embed.integrations", "vis_embed.sampling"),
+    # persistent faiss indexes of encoded galleries
+    ("vis_embed.gallery",),
+    ("vis_embed.evaluation",),
+    ("vis_embed.training", "vis_embed.serving"),
     ("vis_embed.quickstart",),
     # the package's public API (re-exports) and the command-line dispatcher
     ("vis_embed", "vis_embed.cli", "vis_embed.__main__"),
@@ -209,17 +209,50 @@ def test_every_module_is_in_a_layer() -> None:
     assert sorted(module for module in import_graph() if layer_of(module) < 0) == []
 
 
+def _upward_imports() -> set[str]:
+    return {f"{module} imports {target}" for module, targets in import_graph().items()
+            for target in targets if layer_of(target) > layer_of(module)}
+
+
+def package_of(module: str) -> str:
+    """The layer entry a module belongs to: its package (``vis_embed.model``), or the top-level
+    module itself (``vis_embed.io``)."""
+    return max((entry for entries in LAYERS for entry in entries
+                if module == entry or (entry != ROOT_PACKAGE and module.startswith(entry + "."))), key=len)
+
+
+def package_graph() -> dict[str, frozenset[str]]:
+    """Package -> the other packages its modules import."""
+    edges: dict[str, set[str]] = {package_of(module): set() for module in import_graph()}
+    for module, targets in import_graph().items():
+        for target in targets:
+            if package_of(target) != package_of(module):
+                edges[package_of(module)].add(package_of(target))
+    return {package: frozenset(targets) for package, targets in edges.items()}
+
+
 def test_no_module_imports_a_higher_layer() -> None:
-    upward = sorted(f"{module} imports {target}" for module, targets in import_graph().items()
-                    for target in targets if layer_of(target) > layer_of(module))
-    assert upward == []
+    assert sorted(_upward_imports()) == []
 
 
-def test_the_layer_check_sees_an_upward_arrow() -> None:
-    """Guards the check above: the real graph's arrows, turned round, are upward."""
+def test_no_import_cycle_between_packages() -> None:
+    """Packages, not only modules, form no circle: one that imports another is never imported
+    back by it, however indirectly."""
+    assert _cycles(package_graph()) == []
+
+
+def test_the_package_checks_see_a_cycle_and_an_upward_arrow() -> None:
+    """Guards the checks above: the real graph's arrows, turned round, are upward and circular."""
     assert layer_of("vis_embed.training.trainer") > layer_of("vis_embed.model.embedder") > layer_of("vis_embed.data")
     assert layer_of("vis_embed.cli") > layer_of("vis_embed.quickstart.pipeline") > layer_of("vis_embed.serving.app")
-    assert layer_of("vis_embed.evaluation.report") > layer_of("vis_embed.training.recipe")
+    assert layer_of("vis_embed.serving.app") > layer_of("vis_embed.evaluation.report") \
+        > layer_of("vis_embed.gallery.store") > layer_of("vis_embed.model.encode_file") > layer_of("vis_embed.vectors")
+    assert package_of("vis_embed.model.encode_file") == "vis_embed.model"
+    assert package_of("vis_embed.io") == "vis_embed.io"
+    graph = package_graph()
+    assert "vis_embed.vectors" in graph["vis_embed.model"] and "vis_embed.model" in graph["vis_embed.gallery"]
+    turned = {**graph, "vis_embed.vectors": graph["vis_embed.vectors"] | {"vis_embed.model"}}
+    assert any({"vis_embed.model", "vis_embed.vectors"} <= set(cycle) for cycle in _cycles(turned))
 
 
 def test_command_modules_come_from_the_registry() -> None:
@@ -262,8 +295,8 @@ def test_library_modules_log_instead_of_printing(tmp_path: Path) -> None:
 
 
 def test_no_module_over_the_line_limit() -> None:
-    sizes = {module: len(path.read_text(encoding="utf-8").splitlines())
-             for module, path in _sources().items() if module.startswith("vis_embed")}
+    sizes = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in _sources().items()}
+    assert any(module.startswith("data_prep.") for module in sizes)  # the dataset builders too
     assert {module: lines for module, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}
 
 

@@ -12,7 +12,7 @@ from eval_fakes import DIM, FakeEncoder, make_identity_benchmark
 from vis_embed.data import EvalDatasetSpec as DatasetSpec
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation.harness import EvalSettings, Harness
-from vis_embed.evaluation.search import build_index, numpy_topk, search
+from vis_embed.gallery.search import build_index, numpy_topk, search
 from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.gallery.vectors import l2_normalise, truncate
 

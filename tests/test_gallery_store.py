@@ -10,8 +10,8 @@ import pytest
 
 from vis_embed.cli import main
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.evaluation.search import numpy_topk
-from vis_embed.evaluation.index_choice import FLAT_AUTO_ROWS, resolve_index
+from vis_embed.gallery.search import numpy_topk
+from vis_embed.gallery.index_choice import FLAT_AUTO_ROWS, resolve_index
 from vis_embed.gallery.store import GalleryIndex, write_index
 from vis_embed.gallery.vectors import l2_normalise
 

@@ -1,4 +1,4 @@
-"""The one index vocabulary (gallery/index_spec.py): eval's earlier --index names are aliases that
+"""The one index vocabulary (vectors/index_spec.py): eval's earlier --index names are aliases that
 search exactly as before, the store's kinds work in eval, and one factory serves both."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 
 from vis_embed.data.eval_options import INDEX_KINDS, DatasetOptions
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.evaluation import search
+from vis_embed.gallery import search
 from vis_embed.evaluation.settings import EvalSettings
-from vis_embed.gallery.index_spec import ALIASES, IndexSpec, bytes_per_vector, check_rescore
+from vis_embed.vectors.index_spec import ALIASES, IndexSpec, bytes_per_vector, check_rescore
 from vis_embed.gallery.store import GalleryIndex, write_index
 from vis_embed.gallery.vectors import l2_normalise, quantize
 

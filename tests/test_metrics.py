@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from vis_embed.evaluation import metrics, search
+from vis_embed.evaluation import metrics
+from vis_embed.gallery import search
 
 
 def test_single_positive_ranked_third() -> None:

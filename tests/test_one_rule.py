@@ -58,11 +58,11 @@ def _source(node: ast.AST) -> str:
 
 # ------------------------------------------------------------------ the rules, one module each
 def test_one_index_stack() -> None:
-    """gallery/index_spec.py holds the index vocabulary and its rules (bytes per vector, which kinds
+    """vectors/index_spec.py holds the index vocabulary and its rules (bytes per vector, which kinds
     re-rank, the IVF list and probe counts); evaluation/index_choice.resolve_index is the one
     chooser (``auto`` with or without a memory budget) and evaluation/search.build_index the one
     factory: eval, ``vis-embed index``, ``search`` and the server's store call them."""
-    spec = "vis_embed/gallery/index_spec.py"
+    spec = "vis_embed/vectors/index_spec.py"
     for rule in ("bytes_per_vector", "check_rescore", "ivf_lists", "default_nprobe", "pq_bytes_for", "IndexSpec"):
         assert _where(_definition(rule)) == {spec}, rule
     # no other byte count: no second function computing bytes per vector, no other IVF formula
@@ -72,16 +72,16 @@ def test_one_index_stack() -> None:
                           and "rows" in _source(node))
     assert sqrt_of_rows == {spec}
     assert _where(lambda node: isinstance(node, ast.Call) and _source(node.func).startswith("faiss.IndexIVF")) \
-        == {"vis_embed/evaluation/search.py"}
-    assert _where(_call_of("ivf_lists")) == _where(_call_of("default_nprobe")) == {"vis_embed/evaluation/search.py"}
+        == {"vis_embed/gallery/search.py"}
+    assert _where(_call_of("ivf_lists")) == _where(_call_of("default_nprobe")) == {"vis_embed/gallery/search.py"}
     # the rescore rule: defined once, asked by the eval settings, the spec and the stored index's loader
     assert _where(_call_of("check_rescore")) == {spec, "vis_embed/evaluation/settings.py", "vis_embed/gallery/store.py"}
     # the one chooser: auto is decided in index_choice only, and both callers ask it
     for chooser in ("resolve_index", "choose_index", "_by_budget"):
-        assert _where(_definition(chooser)) == {"vis_embed/evaluation/index_choice.py"}, chooser
+        assert _where(_definition(chooser)) == {"vis_embed/gallery/index_choice.py"}, chooser
     assert _where(_call_of("resolve_index")) >= {"vis_embed/evaluation/gallery_ranking.py",
-                                                 "vis_embed/gallery/store.py", "vis_embed/evaluation/search.py"}
-    assert _where(_name("FLAT_AUTO_ROWS")) == {"vis_embed/evaluation/index_choice.py"}
+                                                 "vis_embed/gallery/store.py", "vis_embed/gallery/search.py"}
+    assert _where(_name("FLAT_AUTO_ROWS")) == {"vis_embed/gallery/index_choice.py"}
     # one vocabulary: the kind names are spelled as a tuple in index_spec only
     vocabularies = _where(lambda node: isinstance(node, ast.Tuple) and {"flat", "ivf-pq"} <= {
         element.value for element in node.elts if isinstance(element, ast.Constant)})
@@ -334,13 +334,13 @@ def test_config_objects_cross_module_boundaries_whole() -> None:
 
 
 def test_one_matryoshka_width_rule() -> None:
-    """The widths a model was trained for and a --dim cut are checked by gallery/vectors.py's
+    """The widths a model was trained for and a --dim cut are checked by vectors/transforms.py's
     check_matryoshka_dims / check_dim, which the recipe, EmbeddingConfig, the loss and eval ask."""
     def restates(node: ast.AST) -> bool:
         text = _source(node) if isinstance(node, (ast.JoinedStr, ast.Constant)) else ""
         return "exceeds the model's embedding width" in text or "strictly increasing" in text \
             or "exceed the embedding width" in text
-    assert _where(restates) == {"vis_embed/gallery/vectors.py"}
+    assert _where(restates) == {"vis_embed/vectors/transforms.py"}
     assert _where(_call_of("check_matryoshka_dims")) >= {"vis_embed/model/embedding_config.py",
                                                          "vis_embed/training/losses/matryoshka.py"}
 

@@ -19,7 +19,8 @@ from sklearn.metrics import average_precision_score
 from vis_embed.data import EvalDatasetSpec as DatasetSpec
 from vis_embed.data.taxonomy import group_means
 from vis_embed.errors import DataError
-from vis_embed.evaluation import protocols, search
+from vis_embed.evaluation import protocols
+from vis_embed.gallery import search
 from vis_embed.evaluation.harness import EvalSettings, Harness
 
 NAMES = list(COLOURS)

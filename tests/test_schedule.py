@@ -428,7 +428,7 @@ def _sequential_greedy(stream: dict, k: int, m: int, num_slots: int, strict: np.
 
 @pytest.mark.parametrize("seed", range(30))
 def test_vectorised_resolution_equals_the_sequential_greedy_pass(seed: int) -> None:
-    from vis_embed.sampling.scheduler import _Scheduler
+    from vis_embed.sampling.greedy import resolve
 
     rng = np.random.default_rng(seed)
     num_slots, m, k = int(rng.integers(1, 5)), int(rng.integers(2, 9)), int(rng.integers(0, 4))
@@ -442,15 +442,13 @@ def test_vectorised_resolution_equals_the_sequential_greedy_pass(seed: int) -> N
               "group": np.repeat(np.arange(len(group_sizes)), group_sizes),
               "slot": np.repeat(slots_of_groups, group_sizes),
               "identity": rng.integers(0, max(2, total // 2), total)}  # many collisions
-    scheduler = _Scheduler.__new__(_Scheduler)
-    scheduler.settings = ScheduleSettings(steps=1, global_batch_size=m, interleave_batch_size=m,
-                                          hard_negatives=k if k + 1 <= m else 0)
-    k = scheduler.settings.hard_negatives
+    k = ScheduleSettings(steps=1, global_batch_size=m, interleave_batch_size=m,
+                         hard_negatives=k if k + 1 <= m else 0).hard_negatives
     expected = _sequential_greedy(stream, k, m, num_slots)
-    assert np.array_equal(scheduler._resolve(stream, num_slots), expected)
+    assert np.array_equal(resolve(stream, num_slots, k, m), expected)
     strict = rng.random(num_slots) < 0.7
     expected = _sequential_greedy(stream, k, m, num_slots, strict)
-    assert np.array_equal(scheduler._resolve(stream, num_slots, strict), expected)
+    assert np.array_equal(resolve(stream, num_slots, k, m, strict), expected)
 
 
 def test_systematic_sampling_draws_each_item_its_expected_number_of_times() -> None:

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from vis_embed.evaluation import index_choice, search
+from vis_embed.gallery import index_choice, search
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from vis_embed.evaluation import search
+from vis_embed.gallery import search
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:

@@ -19,10 +19,12 @@ from PIL import Image
 
 from data_prep.synth import GENERATOR_VERSION, SIZES, generate, is_current
 from data_prep.synth import build as synth_build
+from data_prep.synth import output as synth_output
 from data_prep.synth.build import Planner
 from data_prep.synth.dense import DenseLayout
 from data_prep.synth.render import compose
-from data_prep.synth.sampling import apply_edit, identity_signature, single_spec
+from data_prep.synth.edits import apply_edit
+from data_prep.synth.sampling import identity_signature, single_spec
 from vis_embed.cli import main as cli_main
 from vis_embed.data import load_benchmark, load_train_config
 from vis_embed.errors import ConfigError
@@ -334,7 +336,7 @@ def test_a_failed_run_leaves_the_previous_output_untouched(tmp_path: Path, monke
     out = generate(tmp_path / "out", seed=0, size="tiny", workers=1)
     before = tree_digest(out)
     calls = {"n": 0}
-    real = synth_build._render_job
+    real = synth_output._render_job
 
     def failing(job: Any) -> Any:
         calls["n"] += 1
@@ -342,7 +344,7 @@ def test_a_failed_run_leaves_the_previous_output_untouched(tmp_path: Path, monke
             raise RuntimeError("disk full")
         return real(job)
 
-    monkeypatch.setattr(synth_build, "_render_job", failing)
+    monkeypatch.setattr(synth_output, "_render_job", failing)
     with pytest.raises(RuntimeError, match="disk full"):
         generate(out, seed=5, size="tiny", workers=1)
     assert tree_digest(out) == before

@@ -31,7 +31,7 @@ class ImagePlan(Protocol):
 
 
 class Planner(Protocol):
-    """What the dense layout needs of ``build.Planner`` (a protocol, so build -> dense is one-way)."""
+    """What the dense layout needs of ``planner.Planner`` (a protocol, so planner -> dense is one-way)."""
 
     seed: int
     plan: ImagePlan

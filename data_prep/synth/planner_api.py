@@ -16,7 +16,7 @@ EVAL_IMAGE_ROOT = "eval/images"
 
 
 class SynthPlanner(Protocol):
-    """The parts of :class:`data_prep.synth.build.Planner` the modality planners use."""
+    """The parts of :class:`data_prep.synth.planner.Planner` the modality planners use."""
 
     seed: int
     size: Any   # build.SynthSize (its image_size)

@@ -1,4 +1,4 @@
-"""Random draws of identities, near-identity look-alikes, contexts and edits.
+"""Random draws of identities, near-identity look-alikes and contexts (the edits: :mod:`.edits`).
 
 Everything random in the generator goes through a ``numpy.random.Generator`` passed in by
 the caller, so the whole benchmark is a function of ``--seed``.  Identity parameters (what
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from data_prep.synth.render import (
+from data_prep.synth.palette import (
     BACKGROUND_COLOURS, COLOUR_NEIGHBOURS, HAIR_COLOURS, OBJECT_COLOURS, PATTERN_NEIGHBOURS,
     PATTERNS, RIM_COLOURS, SHAPE_NEIGHBOURS, SHAPES, SKIN_TONES, TEXTURES, TROUSER_COLOURS,
     VEHICLE_BODIES, WINDOW_COLOURS,
@@ -23,7 +23,7 @@ Params = dict[str, Any]
 _FREQ_PATTERNS = ("stripes", "checker", "rings", "dots")
 
 
-def _pick(rng: np.random.Generator, options: Any, exclude: Any = ()) -> Any:
+def pick(rng: np.random.Generator, options: Any, exclude: Any = ()) -> Any:
     choices = [o for o in options if o not in exclude]
     return choices[int(rng.integers(len(choices)))]
 
@@ -49,49 +49,49 @@ def _finish_object(params: Params) -> Params:
 
 
 def sample_object(rng: np.random.Generator) -> Params:
-    primary = _pick(rng, OBJECT_COLOURS)
+    primary = pick(rng, OBJECT_COLOURS)
     return _finish_object({
-        "shape": _pick(rng, SHAPES),
-        "pattern": _pick(rng, PATTERNS),
+        "shape": pick(rng, SHAPES),
+        "pattern": pick(rng, PATTERNS),
         "primary": primary,
-        "secondary": _pick(rng, OBJECT_COLOURS, exclude=(primary,)),
+        "secondary": pick(rng, OBJECT_COLOURS, exclude=(primary,)),
         "pattern_freq": int(rng.integers(2, 5)),
-        "texture": _pick(rng, TEXTURES),
+        "texture": pick(rng, TEXTURES),
     })
 
 
 def sample_figure(rng: np.random.Generator) -> Params:
-    top = _pick(rng, OBJECT_COLOURS)
-    headwear = _pick(rng, ("none", "none", "hat"))
-    top_pattern = _pick(rng, ("solid", "stripes", "split", "logo"))
-    bag = _pick(rng, ("none", "backpack", "handbag"))
+    top = pick(rng, OBJECT_COLOURS)
+    headwear = pick(rng, ("none", "none", "hat"))
+    top_pattern = pick(rng, ("solid", "stripes", "split", "logo"))
+    bag = pick(rng, ("none", "backpack", "handbag"))
     return {
-        "skin": _pick(rng, SKIN_TONES),
+        "skin": pick(rng, SKIN_TONES),
         "headwear": headwear,
-        "hair": _pick(rng, HAIR_COLOURS) if headwear == "none" else None,
-        "hat_colour": _pick(rng, OBJECT_COLOURS) if headwear == "hat" else None,
+        "hair": pick(rng, HAIR_COLOURS) if headwear == "none" else None,
+        "hat_colour": pick(rng, OBJECT_COLOURS) if headwear == "hat" else None,
         "top": top,
         "top_pattern": top_pattern,
-        "top_secondary": None if top_pattern == "solid" else _pick(rng, OBJECT_COLOURS, exclude=(top,)),
-        "sleeves": _pick(rng, ("long", "short")),
-        "bottom": _pick(rng, TROUSER_COLOURS),
-        "bottom_style": _pick(rng, ("trousers", "trousers", "shorts", "skirt")),
+        "top_secondary": None if top_pattern == "solid" else pick(rng, OBJECT_COLOURS, exclude=(top,)),
+        "sleeves": pick(rng, ("long", "short")),
+        "bottom": pick(rng, TROUSER_COLOURS),
+        "bottom_style": pick(rng, ("trousers", "trousers", "shorts", "skirt")),
         "bag": bag,
-        "bag_colour": None if bag == "none" else _pick(rng, OBJECT_COLOURS),
+        "bag_colour": None if bag == "none" else pick(rng, OBJECT_COLOURS),
     }
 
 
 def sample_vehicle(rng: np.random.Generator) -> Params:
-    body_colour = _pick(rng, OBJECT_COLOURS)
-    stripe = _pick(rng, ("none", "single", "double"))
+    body_colour = pick(rng, OBJECT_COLOURS)
+    stripe = pick(rng, ("none", "single", "double"))
     return {
-        "body": _pick(rng, VEHICLE_BODIES),
+        "body": pick(rng, VEHICLE_BODIES),
         "body_colour": body_colour,
-        "roof_colour": body_colour if rng.random() < 0.5 else _pick(rng, OBJECT_COLOURS, exclude=(body_colour,)),
-        "windows": _pick(rng, WINDOW_COLOURS),
+        "roof_colour": body_colour if rng.random() < 0.5 else pick(rng, OBJECT_COLOURS, exclude=(body_colour,)),
+        "windows": pick(rng, WINDOW_COLOURS),
         "stripe": stripe,
-        "stripe_colour": None if stripe == "none" else _pick(rng, OBJECT_COLOURS, exclude=(body_colour,)),
-        "rims": _pick(rng, RIM_COLOURS),
+        "stripe_colour": None if stripe == "none" else pick(rng, OBJECT_COLOURS, exclude=(body_colour,)),
+        "rims": pick(rng, RIM_COLOURS),
     }
 
 
@@ -147,15 +147,15 @@ def _change_figure_detail(rng: np.random.Generator, params: Params, anchor: Para
     """Set a figure's ``bottom``, ``bag`` or ``top_pattern`` (in ``params``) to another value
     than ``anchor``'s: the changes look-alikes and family variants share."""
     if attribute == "bottom":
-        params["bottom"] = _pick(rng, TROUSER_COLOURS, exclude=(anchor["bottom"],))
+        params["bottom"] = pick(rng, TROUSER_COLOURS, exclude=(anchor["bottom"],))
     elif attribute == "bag":
-        params["bag"] = _pick(rng, ("none", "backpack", "handbag"), exclude=(anchor["bag"],))
+        params["bag"] = pick(rng, ("none", "backpack", "handbag"), exclude=(anchor["bag"],))
         params["bag_colour"] = (None if params["bag"] == "none"
-                                else anchor["bag_colour"] or _pick(rng, OBJECT_COLOURS))
+                                else anchor["bag_colour"] or pick(rng, OBJECT_COLOURS))
     elif attribute == "top_pattern":
-        params["top_pattern"] = _pick(rng, ("solid", "stripes", "split", "logo"), exclude=(anchor["top_pattern"],))
+        params["top_pattern"] = pick(rng, ("solid", "stripes", "split", "logo"), exclude=(anchor["top_pattern"],))
         params["top_secondary"] = (None if params["top_pattern"] == "solid" else anchor["top_secondary"]
-                                   or _pick(rng, OBJECT_COLOURS, exclude=(anchor["top"],)))
+                                   or pick(rng, OBJECT_COLOURS, exclude=(anchor["top"],)))
     else:
         raise ValueError(f"unknown figure detail {attribute!r}")
 
@@ -172,27 +172,27 @@ def make_lookalike(rng: np.random.Generator, family: str, anchor: Params,
     for _ in range(100):
         params = dict(anchor)
         if family == "object":
-            attribute = _pick(rng, ("primary", "secondary", "shape", "pattern", "texture")
+            attribute = pick(rng, ("primary", "secondary", "shape", "pattern", "texture")
                               if anchor["pattern"] != "solid" else ("primary", "shape", "pattern", "texture"))
             if attribute == "primary":
-                params["primary"] = _pick(rng, COLOUR_NEIGHBOURS[anchor["primary"]], exclude=(anchor["secondary"],))
+                params["primary"] = pick(rng, COLOUR_NEIGHBOURS[anchor["primary"]], exclude=(anchor["secondary"],))
             elif attribute == "secondary":
-                params["secondary"] = _pick(rng, COLOUR_NEIGHBOURS[anchor["secondary"]], exclude=(anchor["primary"],))
+                params["secondary"] = pick(rng, COLOUR_NEIGHBOURS[anchor["secondary"]], exclude=(anchor["primary"],))
             elif attribute == "shape":
-                params["shape"] = _pick(rng, SHAPE_NEIGHBOURS[anchor["shape"]])
+                params["shape"] = pick(rng, SHAPE_NEIGHBOURS[anchor["shape"]])
             elif attribute == "pattern":
-                params["pattern"] = _pick(rng, PATTERN_NEIGHBOURS[anchor["pattern"]])
+                params["pattern"] = pick(rng, PATTERN_NEIGHBOURS[anchor["pattern"]])
                 if params["secondary"] is None:
-                    params["secondary"] = _pick(rng, COLOUR_NEIGHBOURS[anchor["primary"]])
+                    params["secondary"] = pick(rng, COLOUR_NEIGHBOURS[anchor["primary"]])
                 if params["pattern_freq"] is None:
                     params["pattern_freq"] = 3
             else:
-                params["texture"] = _pick(rng, TEXTURES, exclude=(anchor["texture"],))
+                params["texture"] = pick(rng, TEXTURES, exclude=(anchor["texture"],))
             params = _finish_object(params)
         elif family == "figure":
-            attribute = _pick(rng, ("top", "bottom", "bag", "top_pattern"))
+            attribute = pick(rng, ("top", "bottom", "bag", "top_pattern"))
             if attribute == "top":
-                params["top"] = _pick(rng, COLOUR_NEIGHBOURS[anchor["top"]], exclude=(anchor["top_secondary"],))
+                params["top"] = pick(rng, COLOUR_NEIGHBOURS[anchor["top"]], exclude=(anchor["top_secondary"],))
             else:
                 _change_figure_detail(rng, params, anchor, attribute)
         else:
@@ -208,7 +208,7 @@ def make_lookalike(rng: np.random.Generator, family: str, anchor: Params,
 
 def sample_background(rng: np.random.Generator, avoid: tuple[str, ...] = ()) -> Params:
     return {
-        "colour": _pick(rng, BACKGROUND_COLOURS, exclude=avoid),
+        "colour": pick(rng, BACKGROUND_COLOURS, exclude=avoid),
         "gradient_rgb": [int(v) for v in rng.integers(0, 256, 3)],
         "gradient_angle": round(float(rng.uniform(0, 360)), 2),
         "gradient_strength": round(float(rng.uniform(0.0, 0.6)), 3),
@@ -266,7 +266,7 @@ def sample_occluder(rng: np.random.Generator, placement: Params, probability: fl
     return {"box": [round(v, 4) for v in box], "rgb": [grey, grey, grey]}
 
 
-def _avoid_colours(family: str, identity: Params) -> tuple[str, ...]:
+def avoid_colours(family: str, identity: Params) -> tuple[str, ...]:
     # A red object on a background named red would be the benchmark testing camouflage.
     return (identity.get("primary"),) if family == "object" else ()
 
@@ -275,7 +275,7 @@ def sample_context(rng: np.random.Generator, family: str, identity: Params,
                    occlusion_probability: float = 0.3) -> Params:
     placement = sample_placement(rng, family)
     return {
-        "background": sample_background(rng, avoid=_avoid_colours(family, identity)),
+        "background": sample_background(rng, avoid=avoid_colours(family, identity)),
         "placement": placement,
         "lighting": sample_lighting(rng),
         "occluder": sample_occluder(rng, placement, occlusion_probability),
@@ -308,74 +308,6 @@ def sample_scene_placements(rng: np.random.Generator, count: int) -> list[Params
     return placements
 
 
-# ---------------------------------------------------------------------------------------------
-# Edits (ID-Edit): context changes described in words; identity never changes
-# ---------------------------------------------------------------------------------------------
-
-EDIT_KINDS: tuple[str, ...] = ("background", "move", "scale", "lighting")
-_MOVES = {"left": (-0.2, 0.0), "right": (0.2, 0.0), "up": (0.0, -0.2), "down": (0.0, 0.2)}
-_OPPOSITE = {"left": "right", "right": "left", "up": "down", "down": "up",
-             "bigger": "smaller", "smaller": "bigger", "darker": "brighter", "brighter": "darker"}
-
-
-def sample_edit_base(rng: np.random.Generator, identity: Params) -> Params:
-    """A neutral context (centred, medium size, no occluder) that every edit can change visibly."""
-    return {
-        "background": sample_background(rng, avoid=_avoid_colours("object", identity)),
-        "placement": sample_placement(rng, "object", centred=True),
-        "lighting": sample_lighting(rng, spread=0.3 * LIGHTING_SPREAD),
-        "occluder": None,
-    }
-
-
-def sample_edit(rng: np.random.Generator, context: Params, kind: str | None = None,
-                exclude_values: tuple[str, ...] = ()) -> Params:
-    """``{"kind", "value", "instruction"}`` applicable to ``context``."""
-    kind = kind or _pick(rng, EDIT_KINDS)
-    if kind == "background":
-        value = _pick(rng, BACKGROUND_COLOURS, exclude=(context["background"]["colour"], *exclude_values))
-        instruction = f"make the background {value}"
-    elif kind == "move":
-        value = _pick(rng, _MOVES, exclude=exclude_values)
-        instruction = f"move the object {'to the ' if value in ('left', 'right') else ''}{value}"
-    elif kind == "scale":
-        value = _pick(rng, ("bigger", "smaller"), exclude=exclude_values)
-        instruction = f"make the object {value}"
-    elif kind == "lighting":
-        value = _pick(rng, ("darker", "brighter"), exclude=exclude_values)
-        instruction = f"make the image {value}"
-    else:
-        raise ValueError(f"unknown edit kind {kind!r}")
-    return {"kind": kind, "value": value, "instruction": instruction}
-
-
-def contrary_edit(edit: Params, context: Params, rng: np.random.Generator) -> Params:
-    """The same kind of edit with a different value (the instruction-following distractor)."""
-    if edit["kind"] == "background":
-        return sample_edit(rng, context, "background", exclude_values=(edit["value"],))
-    value = _OPPOSITE[edit["value"]]
-    return sample_edit(rng, context, edit["kind"], exclude_values=tuple(
-        v for v in (*_MOVES, "bigger", "smaller", "darker", "brighter") if v != value))
-
-
-def apply_edit(context: Params, edit: Params) -> Params:
-    """The context after ``edit``; the identity is untouched by construction."""
-    edited = {key: (dict(value) if isinstance(value, dict) else value) for key, value in context.items()}
-    if edit["kind"] == "background":
-        edited["background"]["colour"] = edit["value"]
-    elif edit["kind"] == "move":
-        dx, dy = _MOVES[edit["value"]]
-        center = edited["placement"]["center"]
-        edited["placement"]["center"] = [round(center[0] + dx, 4), round(center[1] + dy, 4)]
-    elif edit["kind"] == "scale":
-        factor = 1.6 if edit["value"] == "bigger" else 0.6
-        edited["placement"]["scale"] = round(edited["placement"]["scale"] * factor, 4)
-    elif edit["kind"] == "lighting":
-        factor = 0.55 if edit["value"] == "darker" else 1.45
-        edited["lighting"]["brightness"] = round(edited["lighting"]["brightness"] * factor, 3)
-    return edited
-
-
 # Attributes a dense-preset family variant may change (docs/synth.md, `small-dense`): the
 # object's primary colour and the person's top colour are left alone so that a family keeps
 # its dominant look and the variants differ from the anchor in a detail.
@@ -396,22 +328,22 @@ def make_variant(rng: np.random.Generator, family: str, anchor: Params,
     """
     for _ in range(100):
         params = dict(anchor)
-        attribute = _pick(rng, _VARIANT_ATTRIBUTES[family])
+        attribute = pick(rng, _VARIANT_ATTRIBUTES[family])
         if family == "object":
             if attribute == "secondary" and params["secondary"] is None:
                 attribute = "pattern"  # a solid object has no secondary colour to change
             if attribute == "secondary":
-                params["secondary"] = _pick(rng, OBJECT_COLOURS, exclude=(anchor["primary"], anchor["secondary"]))
+                params["secondary"] = pick(rng, OBJECT_COLOURS, exclude=(anchor["primary"], anchor["secondary"]))
             elif attribute == "shape":
-                params["shape"] = _pick(rng, SHAPES, exclude=(anchor["shape"],))
+                params["shape"] = pick(rng, SHAPES, exclude=(anchor["shape"],))
             elif attribute == "pattern":
-                params["pattern"] = _pick(rng, PATTERNS, exclude=(anchor["pattern"],))
+                params["pattern"] = pick(rng, PATTERNS, exclude=(anchor["pattern"],))
                 if params["secondary"] is None:
-                    params["secondary"] = _pick(rng, OBJECT_COLOURS, exclude=(anchor["primary"],))
+                    params["secondary"] = pick(rng, OBJECT_COLOURS, exclude=(anchor["primary"],))
                 if params["pattern_freq"] is None:
                     params["pattern_freq"] = int(rng.integers(2, 5))
             else:
-                params["texture"] = _pick(rng, TEXTURES, exclude=(anchor["texture"],))
+                params["texture"] = pick(rng, TEXTURES, exclude=(anchor["texture"],))
             params = _finish_object(params)
         elif family == "figure":
             if attribute == "sleeves":

@@ -19,9 +19,9 @@ from pydantic import ConfigDict, PositiveInt, field_validator
 
 from vis_embed.config import Settings, dotted_field, member_of, one_of, validated
 from vis_embed.errors import DataError
-from vis_embed.gallery.index_spec import AUTO, INDEX_NAMES
+from vis_embed.vectors.index_spec import AUTO, INDEX_NAMES
 
-# Gallery search: the one index vocabulary (gallery/index_spec.py: its kinds and eval's earlier
+# Gallery search: the one index vocabulary (vectors/index_spec.py: its kinds and eval's earlier
 # names, exact / exact-bf16 / exact-gpu / ivf, as aliases); "auto" is the machine's fastest exact kind.
 INDEX_KINDS: tuple[str, ...] = INDEX_NAMES
 DEFAULT_INDEX = AUTO

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.data import EvalDatasetSpec, load_benchmark
-from vis_embed.distributed import local_device, torchrun_group
+from vis_embed.distributed import torchrun_group
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.evaluation.harness import Encoder, EvalSettings, Harness, describe_encoder
 from vis_embed.evaluation.protocol_runs import protocol_embedding_values
-from vis_embed.model.embedder import Embedder
+from vis_embed.model.embedder import Embedder, load_embedder  # noqa: F401  (load_embedder re-exported)
 from vis_embed.model.embedding_config import EmbeddingConfig
 
 log = logging.getLogger(__name__)
@@ -41,19 +41,6 @@ def protocol_settings(protocol: str | None, given: dict[str, Any]) -> dict[str, 
     """``Embedder.from_pretrained``'s keywords: the flags given, then the protocol's EmbeddingConfig
     values (:func:`vis_embed.evaluation.protocol_runs.protocol_embedding_values`)."""
     return protocol_embedding_values(protocol, given, EmbeddingConfig.model_fields)
-
-
-def load_embedder(model: str | Path, adapter: str | Path | None = None, **overrides: Any) -> Embedder:
-    """``Embedder.from_pretrained`` with the overrides that are not None (EmbeddingConfig fields such
-    as prompt_format or max_length, device, compile); the others come from the model's recorded
-    ``embedding_config.json``, else the defaults.
-
-    Without a device, each rank of a torchrun launch on GPUs takes its own (``cuda:LOCAL_RANK``).
-    """
-    given = {key: value for key, value in overrides.items() if value is not None}
-    if "device" not in given and local_device() is not None:
-        given["device"] = local_device()
-    return Embedder.from_pretrained(str(model), adapter=None if adapter is None else str(adapter), **given)
 
 
 def evaluate_encoder(encoder: Encoder, specs: list[EvalDatasetSpec], benchmark_fingerprint: str, out: str | Path,

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from vis_embed.evaluation import metrics, search
-from vis_embed.evaluation.index_choice import IndexChoice
-from vis_embed.gallery.index_spec import RESCORED_KINDS
+from vis_embed.evaluation import metrics
+from vis_embed.gallery import search
+from vis_embed.gallery.index_choice import IndexChoice
+from vis_embed.vectors.index_spec import RESCORED_KINDS
 
 # A score tie at the ranking's cut-off is resolved by fetching further results, up to this many:
 # past it (a near-collapsed model on a huge gallery) the tied positives count as missed.

@@ -43,8 +43,8 @@ from vis_embed.evaluation.protocol_runs import apply_protocol, protocol_record
 from vis_embed.evaluation.trec_runs import write_run_files
 from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import EvalSettings
-from vis_embed.gallery.stored_form import warn_if_not_matryoshka
-from vis_embed.gallery.vectors import check_dim, truncate
+from vis_embed.vectors.stored_form import warn_if_not_matryoshka
+from vis_embed.vectors.transforms import check_dim, truncate
 from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
 from vis_embed.model.encoder import Encoder
 
@@ -224,7 +224,7 @@ class Harness:
                                          depth=self.settings.depth,
                                          n_examples=self.settings.n_examples, tie_policy=self.settings.tie_policy,
                                          save_runs=self.settings.save_runs)
-        prepared = layouts.prepare(spec, self.settings.max_queries, options)
+        prepared = layouts.load_for_scoring(spec, self.settings.max_queries, options)
         pools, side_rows = _build_pools(prepared, self.sign, self.encoder_fingerprint)
         key = self._dataset_key(spec, prepared, pools)
         finished = self._finished_result(spec, key)

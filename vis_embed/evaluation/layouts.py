@@ -13,7 +13,7 @@ peer protocols ``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``, ``human_corr`
 retrieval layouts keep their rankings for TREC run files when asked (``ScoringOptions.save_runs``,
 :mod:`vis_embed.evaluation.trec_runs`).
 
-Every layout's ``score`` sees embeddings that passed one boundary (:func:`prepare`): a NaN or
+Every layout's ``score`` sees embeddings that passed one boundary (:func:`load_for_scoring`): a NaN or
 infinite vector is a :class:`DataError` naming the dataset, file, row and field of its item
 (whatever the index kind), and every vector is L2-normalised, so every score is a cosine and
 an encoder cannot game a protocol with its vectors' norms.
@@ -38,7 +38,7 @@ from vis_embed.evaluation.layout_base import (Example, Outcome, PreparedDataset,
 from vis_embed.evaluation.peer_layouts import (prepare_2afc, prepare_asym_recall, prepare_human_corr,
                                                prepare_nearid, prepare_pair_ap)
 
-__all__ = ["Example", "Outcome", "PreparedDataset", "ScoringOptions", "normalise_item", "prepare"]
+__all__ = ["Example", "Outcome", "PreparedDataset", "ScoringOptions", "load_for_scoring", "normalise_item", "prepare"]
 
 
 # ---------------------------------------------------------------- candidates
@@ -164,15 +164,20 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
                             "gallery": (spec.file("gallery"), [(row.line, "image") for row in data.gallery])})
 
 
-PREPARERS: dict[str, Callable[[EvalDatasetSpec, int | None, ScoringOptions], PreparedDataset]] = {
+LAYOUT_LOADERS: dict[str, Callable[[EvalDatasetSpec, int | None, ScoringOptions], PreparedDataset]] = {
     "candidates": prepare_candidates, "gallery": prepare_gallery, "qrels": prepare_qrels, "2afc": prepare_2afc,
     "nearid": prepare_nearid, "asym_recall": prepare_asym_recall, "pair_ap": prepare_pair_ap,
     "human_corr": prepare_human_corr,
 }
 
 
-def prepare(spec: EvalDatasetSpec, max_queries: int | None = None,
-            options: ScoringOptions | None = None) -> PreparedDataset:
-    if spec.layout not in PREPARERS:
+def load_for_scoring(spec: EvalDatasetSpec, max_queries: int | None = None,
+                     options: ScoringOptions | None = None) -> PreparedDataset:
+    """``spec``'s rows read by its layout: the items each side encodes and the score function
+    (behind the one non-finite-embedding boundary)."""
+    if spec.layout not in LAYOUT_LOADERS:
         raise ConfigError(f"dataset {spec.name!r}: unknown layout {spec.layout!r}; expected one of {LAYOUTS}")
-    return scored_at_the_boundary(spec, PREPARERS[spec.layout](spec, max_queries, options or ScoringOptions()))
+    return scored_at_the_boundary(spec, LAYOUT_LOADERS[spec.layout](spec, max_queries, options or ScoringOptions()))
+
+
+prepare = load_for_scoring  # the earlier name (in __all__)

@@ -30,7 +30,7 @@ from pydantic import ConfigDict, Field
 
 from vis_embed.config import Settings, reported
 from vis_embed.errors import DataError
-from vis_embed.gallery.index_spec import STORED_KINDS
+from vis_embed.vectors.index_spec import STORED_KINDS
 from vis_embed.io import not_regular, without_bom
 
 INDEX_FILE, VECTORS_FILE, IDS_FILE, SETTINGS_FILE = "index.faiss", "vectors.npy", "ids.json", "index.json"

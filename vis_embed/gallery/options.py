@@ -1,33 +1,19 @@
 """Command-line vocabulary of galleries (no numpy, torch or faiss: ``--help`` reads it); the index
 kinds and their rules are :mod:`.index_spec`'s.
 
-``--dim`` (Matryoshka width) is one flag on encode, eval, mteb and serve, declared here once.
+The precision names and ``--dim`` belong to the stored vectors (:mod:`vis_embed.vectors.options`),
+re-exported here.
 """
 
 from __future__ import annotations
 
 import argparse
 
-PRECISIONS: tuple[str, ...] = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
-RANGED_PRECISIONS = ("int8", "uint8")   # need per-dimension calibration ranges
-BIT_PRECISIONS = ("binary", "ubinary")  # one bit per dimension, packed 8 to a byte
+from vis_embed.vectors.options import (BIT_PRECISIONS, DIM_HELP, PRECISIONS, RANGED_PRECISIONS,  # noqa: F401
+                                       add_dim_argument, positive_int)  # (re-exported)
 
 ALLOW_ANY_MODEL_HELP = ("search an index whose index.json records no model fingerprint (an older one) with this "
                         "model's queries all the same (default: refused, the vectors' model is unknown)")
-DIM_HELP = ("keep the first N dimensions of every vector, renormalised (Matryoshka); meant for models "
-            "trained with loss.matryoshka_dims (default: the full width)")
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (exit 2 naming the flag otherwise)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
 
 MAX_SEED = 2 ** 31 - 1  # faiss' clustering seed is a C int
 
@@ -43,5 +29,3 @@ def seed_int(text: str) -> int:
     return value
 
 
-def add_dim_argument(parser: argparse.ArgumentParser, help_text: str = DIM_HELP) -> None:
-    parser.add_argument("--dim", type=positive_int, default=None, metavar="N", help=help_text)

@@ -20,7 +20,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from vis_embed.gallery.index_spec import RESCORED_KINDS as CODE_KINDS  # binary, int8, ivf-pq
+from vis_embed.vectors.index_spec import RESCORED_KINDS as CODE_KINDS  # binary, int8, ivf-pq
 from vis_embed.gallery.vectors import quantize
 
 

@@ -15,8 +15,8 @@ A directory, written atomically (a crash leaves the previous one whole):
   are refused.
 
 The kinds, their byte counts and the rescore rule are :mod:`.index_spec`'s; ``auto`` (by size
-and the memory budget) is chosen by :func:`vis_embed.evaluation.index_choice.resolve_index` and
-the index built by :func:`vis_embed.evaluation.search.build_index`, as for an evaluation.
+and the memory budget) is chosen by :func:`vis_embed.gallery.index_choice.resolve_index` and
+the index built by :func:`vis_embed.gallery.search.build_index`, as for an evaluation.
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ import faiss
 import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.evaluation.index_choice import resolve_index  # the one chooser
-from vis_embed.evaluation.search import build_index  # the one factory
-from vis_embed.evaluation.search import search as batched_search  # NaN queries refused
+from vis_embed.gallery.index_choice import resolve_index  # the one chooser
+from vis_embed.gallery.search import build_index  # the one factory
+from vis_embed.gallery.search import search as batched_search  # NaN queries refused
 from vis_embed.gallery.faiss_headers import check_faiss_file
 from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE, SETTINGS_FILE, VECTORS_FILE,
                                            BuildReplaced, IndexSettings, check_finite, file_size, first_duplicate,
                                            mapped_vectors, missing, needed_files, opened_build, read_ids,
                                            read_settings)
-from vis_embed.gallery.index_spec import DEFAULT_RESCORE, RESCORED_KINDS, STORE_KINDS, IndexSpec, check_rescore
+from vis_embed.vectors.index_spec import DEFAULT_RESCORE, RESCORED_KINDS, STORE_KINDS, IndexSpec, check_rescore
 from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.gallery.vectors import l2_normalise
 from vis_embed.io import atomic_directory, atomic_write_json

@@ -35,8 +35,8 @@ import yaml
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
 from vis_embed.io import fingerprint_json, is_hub_id, read_text
-from vis_embed.gallery.stored_form import StoredForm
-from vis_embed.gallery.vectors import truncate
+from vis_embed.vectors.stored_form import StoredForm
+from vis_embed.vectors.transforms import truncate
 
 require("mteb", "mteb", "the mteb integration")
 
@@ -86,7 +86,7 @@ class VisEmbedMtebModel(AbsEncoder):
                  instructions: Mapping[str, Mapping[str, str]] | None = None,
                  batch_size: int = 16, show_progress: bool = False, dim: int | None = None) -> None:
         self.embedder = embedder
-        # Matryoshka width (--dim): vectors cut and renormalised (gallery/vectors.py); a new model for mteb
+        # Matryoshka width (--dim): vectors cut and renormalised (vectors/transforms.py); a new model for mteb
         self.dim = None if dim is None else StoredForm(dim=dim).checked(
             embedder.embedding_dim, embedder.embedding_config).dim
         self.model = embedder  # mteb's AbsEncoder reads `model` for an optional similarity()
@@ -102,7 +102,7 @@ class VisEmbedMtebModel(AbsEncoder):
                         dim: int | None = None, **overrides: Any) -> VisEmbedMtebModel:
         """Load ``model`` (+ ``adapter``) as ``vis-embed eval`` does (overrides: prompt_format,
         max_pixels, device, ... when not None); ``instructions``: a YAML path or a mapping."""
-        from vis_embed.evaluation.api import load_embedder
+        from vis_embed.model.embedder import load_embedder
 
         if isinstance(instructions, (str, Path)):
             instructions = load_instructions(instructions)

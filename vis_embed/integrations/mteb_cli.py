@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 
 from vis_embed.errors import ConfigError, VisEmbedError
-from vis_embed.gallery.options import add_dim_argument
+from vis_embed.vectors.options import add_dim_argument
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.errors import ConfigError
-from vis_embed.gallery.options import PRECISIONS, add_dim_argument
+from vis_embed.vectors.options import PRECISIONS, add_dim_argument
 from vis_embed.model.defaults import COMPILE_HELP, add_preparation_arguments
 from vis_embed.model.embedding_config import add_embedding_config_arguments, given_settings
 from vis_embed.model.tiny import ARCHS, PRESETS, build_tiny_checkpoint
@@ -85,7 +85,7 @@ def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
 def run_encode(args: argparse.Namespace) -> int:
     from vis_embed.distributed import get_rank, get_world_size  # torch: only when the command runs
     from vis_embed.embedding_cache import CacheStats
-    from vis_embed.gallery.stored_form import StoredForm
+    from vis_embed.vectors.stored_form import StoredForm
     from vis_embed.model.encode_file import encode_jsonl
 
     if args.dry_run:

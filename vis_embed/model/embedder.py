@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vis_embed.distributed import local_device
 from vis_embed.errors import DataError
 from vis_embed.model.batching import chunk_order, until_stopped
 from vis_embed.model.aligned_mlp import align_mlps, alignment_for
@@ -212,3 +213,16 @@ def _progress(total: int, enabled: bool) -> Callable[..., None]:
             bar.close()
 
     return update
+
+
+def load_embedder(model: str | Path, adapter: str | Path | None = None, **overrides: Any) -> Embedder:
+    """``Embedder.from_pretrained`` with the overrides that are not None (EmbeddingConfig fields such
+    as prompt_format or max_length, device, compile); the others come from the model's recorded
+    ``embedding_config.json``, else the defaults.
+
+    Without a device, each rank of a torchrun launch on GPUs takes its own (``cuda:LOCAL_RANK``).
+    """
+    given = {key: value for key, value in overrides.items() if value is not None}
+    if "device" not in given and local_device() is not None:
+        given["device"] = local_device()
+    return Embedder.from_pretrained(str(model), adapter=None if adapter is None else str(adapter), **given)

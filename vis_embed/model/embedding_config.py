@@ -31,7 +31,7 @@ from pydantic import ConfigDict, Field, PositiveInt, field_validator, model_vali
 
 from vis_embed.config import Settings, argument_type, invalid, validated
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.gallery.vectors import check_matryoshka_dims
+from vis_embed.vectors.transforms import check_matryoshka_dims
 from vis_embed.io import atomic_write_json, fingerprint_json
 from vis_embed.data.images import DECODE_MODES
 from vis_embed.model.defaults import (DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DEFAULT_VIDEO_FRAMES,
@@ -48,7 +48,7 @@ INSTRUCTIONS = "instructions"
 
 def matryoshka_dims_field(dims: list[int]) -> list[int]:
     """A field validator's body for Matryoshka widths (here and the recipe's ``loss:``): the one
-    rule, :func:`vis_embed.gallery.vectors.check_matryoshka_dims`, reported at the field."""
+    rule, :func:`vis_embed.vectors.transforms.check_matryoshka_dims`, reported at the field."""
     try:
         return check_matryoshka_dims(dims)
     except DataError as exc:

@@ -15,7 +15,7 @@ Outputs (all written atomically):
   (:class:`vis_embed.model.embedding_config.EmbeddingConfig`) and ``model`` its name, adapter
   and fingerprint (weights + adapter + settings).
   It also records the stored form, ``dim`` and ``precision`` (``--dim``, ``--precision``:
-  :mod:`vis_embed.gallery.stored_form`).
+  :mod:`vis_embed.vectors.stored_form`).
 * With ``--precision int8|uint8`` only: ``emb.ranges.npy``, (2, D) float32 per-dimension
   [min; max] the vectors were quantized with (``--ranges emb.ranges.npy`` quantizes queries the
   same way); ``emb.ids.json`` then names where they came from (``ranges``).
@@ -54,7 +54,7 @@ from vis_embed.data.items import check_item
 from vis_embed.distributed import all_gather_object, broadcast_object, get_world_size, local_device, torchrun_group
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.errors import DataError
-from vis_embed.gallery.stored_form import StoredForm, ranges_path
+from vis_embed.vectors.stored_form import StoredForm, ranges_path
 from vis_embed.io import (atomic_path, check_regular_file, parse_jsonl_line, read_json_value,
                           read_text_lines_or_errors)
 from vis_embed.model.embedder import Embedder

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.errors import ConfigError
-from vis_embed.gallery.vectors import vllm_matryoshka_fields
+from vis_embed.vectors.transforms import vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from vis_embed.model.adaptation import saved_kind
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
@@ -218,7 +218,7 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     merged, processor = load_merged(model, None if head is not None else adapter, dtype)
     processor = prepare_processor(processor, config.min_pixels, config.max_pixels)
     embedding_dim = int(merged.config.get_text_config().hidden_size)
-    # vLLM reads these from config.json: it then serves `dimensions` (vis_embed/gallery/vectors.py)
+    # vLLM reads these from config.json: it then serves `dimensions` (vis_embed/vectors/transforms.py)
     full_width = head.out_dim if head is not None else embedding_dim
     merged.config.update(vllm_matryoshka_fields(config.matryoshka_dims, full_width))
     with atomic_directory(out) as tmp:

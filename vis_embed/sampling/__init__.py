@@ -1,7 +1,7 @@
 """Offline identity-aware batch scheduling, schedule I/O and hard-negative mining.
 
 See docs/scheduling.md.  Layout: ``settings`` (the schedule settings, declared once),
-``types`` (input, output and statistics), ``prepare`` (per-dataset tables), ``draws``
+``types`` (input, output and statistics), ``record_tables`` (the global record tables), ``draws``
 (sampling primitives), ``scheduler`` (the algorithm), ``report`` (built from the
 statistics), ``naive`` (the ablation's baseline), ``build`` (data config -> file),
 ``schedule_io`` (the file).  Heavy modules (faiss, torch) are imported only by ``mining``.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,10 +17,13 @@ from vis_embed.sampling.scheduler import plan_schedule
 from vis_embed.sampling.settings import ScheduleSettings
 from vis_embed.sampling.types import Schedule, SubDataset
 
+if TYPE_CHECKING:  # the loader imports images and tables: only when building from a path
+    from vis_embed.data.train import TrainDataConfig
+
 log = logging.getLogger(__name__)
 
 
-def subdatasets_from_config(config: Any) -> list[SubDataset]:
+def subdatasets_from_config(config: TrainDataConfig) -> list[SubDataset]:
     """In-memory scheduler input from a ``TrainDataConfig`` (vis_embed.data).
 
     The loader has already encoded each dataset's identities as int codes into its
@@ -58,7 +61,7 @@ def _merge_identity_keys(keys_per_dataset: list[list[str]]) -> tuple[np.ndarray,
     return codes, np.array(distinct, dtype=object)
 
 
-def member_labels(config: Any, schedule: Schedule) -> np.ndarray:
+def member_labels(config: TrainDataConfig, schedule: Schedule) -> np.ndarray:
     """The loss-label code of every member's positive: the codes the loader computed once
     (``TrainDataset.labels``), looked up by (dataset, positive row); int64, schedule order."""
     labels = [config.dataset(name).labels for name in schedule.dataset_names]
@@ -67,8 +70,8 @@ def member_labels(config: Any, schedule: Schedule) -> np.ndarray:
     return every[offsets[:-1][schedule.dataset.astype(np.int64)] + schedule.positive_row]
 
 
-def build_schedule(data: Any, out: str | Path, settings: ScheduleSettings | None = None, *,
-                   report_path: str | Path | None = None, show_progress: bool = False,
+def build_schedule(data: str | Path | TrainDataConfig, out: str | Path, settings: ScheduleSettings | None = None,
+                   *, report_path: str | Path | None = None, show_progress: bool = False,
                    log_report: bool = False, **setting_values: Any) -> Schedule:
     """Schedule the datasets of ``data`` (a data config path or ``TrainDataConfig``) into ``out``.
 

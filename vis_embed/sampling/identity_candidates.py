@@ -1,7 +1,9 @@
 """Anchor candidates of identity datasets: systematic PPS sampling of identities (exactly
 proportional to their number of instances, capped at one draw per slot) in a periodically
-reshuffled order, and the top-up draws among identities not yet in the batch.  A mixin of
-the scheduler (uses its ``rng`` and ``prep``).
+reshuffled order, and the top-up draws among identities not yet in the batch.
+
+:class:`IdentitySampler` is given what it draws with (the schedule's random generator and the
+instance list); each dataset's sampling state lives in its :class:`SourceState`.
 """
 
 from __future__ import annotations
@@ -9,21 +11,24 @@ from __future__ import annotations
 import numpy as np
 
 from vis_embed.sampling.draws import capped_inclusion
-from vis_embed.sampling.prepare import PreparedData, SourceState
+from vis_embed.sampling.record_tables import SourceState
 
 
-class IdentityCandidates:
-    rng: np.random.Generator
-    prep: PreparedData
+class IdentitySampler:
+    def __init__(self, rng: np.random.Generator, instance_rows: np.ndarray) -> None:
+        self.rng = rng
+        self.instance_rows = instance_rows  # global instance list: rows grouped by identity
 
-    def _init_identity_sampling(self, source: SourceState) -> None:
+    def start(self, source: SourceState) -> None:
+        """Set up ``source``'s inclusion expectations and its first identity order."""
         source.inclusion = self._inclusion(source, 1)
         source.capped_identities = int((source.inclusion >= 1.0 - 1e-12).sum()) \
             if source.candidates < len(source.identity_count) else 0
         source.shuffle_every = max(1, len(source.identity_count) // max(1, source.candidates))
         self._shuffle_identity_order(source)
 
-    def _inclusion(self, source: SourceState, slots: int) -> np.ndarray:
+    @staticmethod
+    def _inclusion(source: SourceState, slots: int) -> np.ndarray:
         """Inclusion expectations for ``slots`` slots' worth of candidates drawn at once.
 
         Drawing the candidates of all of a dataset's slots of one step in one systematic
@@ -44,7 +49,7 @@ class IdentityCandidates:
 
     # ---- candidates
 
-    def _identity_candidates(self, source: SourceState, slots: int) -> list[np.ndarray]:
+    def candidates(self, source: SourceState, slots: int) -> list[np.ndarray]:
         """Candidate anchor rows for ``slots`` slots of ``source`` (random priority order)."""
         if source.draws_since_shuffle >= source.shuffle_every:
             self._shuffle_identity_order(source)
@@ -58,11 +63,11 @@ class IdentityCandidates:
         identity = source.order[np.minimum(picked, len(source.order) - 1)]
         identity = identity[np.argsort(randoms[1:total + 1])]  # random priority within the slot
         draws = (randoms[total + 1:] * source.identity_count[identity]).astype(np.int64)
-        rows = self.prep.instance_rows[source.identity_start[identity] + draws]
+        rows = self.instance_rows[source.identity_start[identity] + draws]
         size = -(-total // slots)
         return [rows[i * size:(i + 1) * size] for i in range(slots)]
 
-    def _free_identity_candidates(self, source: SourceState, slots: int, in_batch: np.ndarray) -> list[np.ndarray]:
+    def free_candidates(self, source: SourceState, slots: int, in_batch: np.ndarray) -> list[np.ndarray]:
         """Top-up candidates: identities not in the batch, ∝ instances, without replacement.
 
         Once hard negatives and other slots hold most of a dataset's identities, drawing from
@@ -75,5 +80,5 @@ class IdentityCandidates:
         count = min(len(free), slots * source.candidates)
         identity = self.rng.choice(free, size=count, replace=False, p=weights / weights.sum())
         draws = (self.rng.random(count) * source.identity_count[identity]).astype(np.int64)
-        rows = self.prep.instance_rows[source.identity_start[identity] + draws]
+        rows = self.instance_rows[source.identity_start[identity] + draws]
         return [rows] * slots  # like pairs: each short slot takes the next free ones in order

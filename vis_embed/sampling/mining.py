@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from vis_embed.config import get_dotted
 from vis_embed.data.factorize import factorize
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.model.encoder import Encoder
+
+if TYPE_CHECKING:
+    from vis_embed.data.train import TrainDataset
 
 _SEARCH_CHUNK = 4096
 SIMILARITIES: tuple[str, str] = ("candidate", "query")
@@ -169,7 +172,7 @@ def _field(record: dict[str, Any], dotted: str) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
 
 
-def mine_dataset(dataset: Any, encoder: Encoder, k: int = 5, group_by: str | None = None,
+def mine_dataset(dataset: TrainDataset, encoder: Encoder, k: int = 5, group_by: str | None = None,
                  min_positive_similarity: float | None = None, remove_noisy: bool = False,
                  batch_size: int = 16, show_progress: bool = False,
                  similarity: str = "candidate") -> tuple[list[dict[str, Any]], MiningResult]:

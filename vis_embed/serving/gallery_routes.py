@@ -1,7 +1,7 @@
 """The server's gallery features: the ``dimensions`` request field and ``POST /v1/search``.
 
 ``dimensions`` (OpenAI's field) cuts the vectors to their first N coordinates, renormalised
-(:func:`vis_embed.gallery.vectors.truncate`).  Like vLLM, only a model that records Matryoshka
+(:func:`vis_embed.vectors.transforms.truncate`).  Like vLLM, only a model that records Matryoshka
 dimensions (``matryoshka_dims`` in its ``embedding_config.json``) takes any N up to its width;
 any other model answers 400 unless N is its full width.  ``vis-embed serve --dim N`` sets the
 width answered when a request names none.
@@ -25,8 +25,8 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from vis_embed.errors import ConfigError
-from vis_embed.gallery.stored_form import warn_if_not_matryoshka
-from vis_embed.gallery.vectors import truncate
+from vis_embed.vectors.stored_form import warn_if_not_matryoshka
+from vis_embed.vectors.transforms import truncate
 from vis_embed.serving.errors import RequestError
 from vis_embed.serving.search_work import SearchWork
 

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.gallery.vectors import check_matryoshka_dims
+from vis_embed.vectors.transforms import check_matryoshka_dims
 
 Objective = Callable[[Tensor, Tensor, Any], Tensor]
 

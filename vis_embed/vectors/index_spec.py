@@ -8,7 +8,7 @@ name their index from one set of kinds:
 - ``binary`` / ``int8``: quantized codes (1 bit / 1 byte a dimension), approximate;
 - ``ivf-flat``: inverted lists of float vectors, ``nprobe`` of ``nlist`` lists visited;
 - ``ivf-pq``: inverted lists of product-quantized codes (``pq_bytes`` a vector);
-- ``auto``: chosen by :func:`vis_embed.evaluation.index_choice.resolve_index` (a memory budget
+- ``auto``: chosen by :func:`vis_embed.gallery.index_choice.resolve_index` (a memory budget
   for a stored index, else this machine's fastest exact search).
 
 Eval's earlier names stay as aliases with the same meaning (:data:`ALIASES`): ``exact`` = flat,

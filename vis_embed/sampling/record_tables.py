@@ -1,4 +1,5 @@
-"""Per-dataset preparation: the global record tables and each dataset's sampling state.
+"""The global record tables of a schedule's datasets (:func:`build_record_tables`) and each
+dataset's sampling state (:class:`SourceState`).
 
 All datasets are laid end to end as *global record numbers* (dataset ``d``'s row ``i`` is
 record ``offset_d + i``).  Identities are encoded once into one int64 code per record
@@ -55,7 +56,7 @@ class SourceState:
 
 
 @dataclass
-class PreparedData:
+class RecordTables:
     sources: list[SourceState]
     row_identity: np.ndarray          # global record -> global identity code
     row_dataset: np.ndarray           # global record -> dataset index
@@ -71,7 +72,7 @@ class PreparedData:
     identity_labels: dict[int, Any]   # global identity code -> label (for the report)
 
 
-def prepare(datasets: Sequence[SubDataset], settings: ScheduleSettings) -> PreparedData:
+def build_record_tables(datasets: Sequence[SubDataset], settings: ScheduleSettings) -> RecordTables:
     names = [ds.name for ds in datasets]
     if len(set(names)) != len(names):
         raise ConfigError(f"dataset names must be unique, got {names}")
@@ -112,7 +113,7 @@ def prepare(datasets: Sequence[SubDataset], settings: ScheduleSettings) -> Prepa
         sources.append(_make_source(index, ds, int(offsets[index]), row_identity, runs_start=run_starts[runs],
                                     runs_count=run_counts[runs], runs_identity=key_identity[run_starts[runs]],
                                     hn_offsets=hn_offsets, settings=settings))
-    return PreparedData(sources, row_identity, row_dataset, is_pairs_row, order, row_instance_start,
+    return RecordTables(sources, row_identity, row_dataset, is_pairs_row, order, row_instance_start,
                         row_instance_count, row_instance_rank, hn_offsets, hn_rows, designated,
                         dropped, identity_labels)
 

@@ -7,15 +7,16 @@ checked once the model's width is known, and says what the output's ``.ids.json`
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.gallery.vectors import (RANGED_PRECISIONS, calibration_ranges, check_dim, check_precision,
-                                       check_ranges, quantize, truncate)
+from vis_embed.vectors.transforms import (RANGED_PRECISIONS, calibration_ranges, check_dim, check_precision,
+                                          check_ranges, quantize, truncate)
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,16 @@ def load_ranges(path: Path, dim: int) -> np.ndarray:
                         field="ranges") from None
 
 
-def warn_if_not_matryoshka(dim: int | None, full_dim: int, matryoshka_dims: Any) -> None:
+def warn_if_not_matryoshka(dim: int | None, full_dim: int, matryoshka_dims: Sequence[int] | None) -> None:
     if dim is not None and dim < full_dim and not matryoshka_dims:
         log.warning("--dim %d: this model records no matryoshka_dims (not trained for truncation); "
                     "its first %d coordinates may embed poorly", dim, dim)
+
+
+class TrainedWidths(Protocol):
+    """What the width check reads of a model's EmbeddingConfig (the model is a layer above)."""
+
+    matryoshka_dims: Sequence[int] | None
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ class StoredForm:
         if self.ranges_file is not None and self.precision not in RANGED_PRECISIONS:
             raise ConfigError(f"--ranges applies to --precision int8 or uint8, not {self.precision}")
 
-    def checked(self, full_dim: int, embedding_config: Any = None) -> StoredForm:
+    def checked(self, full_dim: int, embedding_config: TrainedWidths | None = None) -> StoredForm:
         """This form with ``dim`` checked against the model's width and ``ranges`` loaded."""
         if self.dim is not None:
             try:

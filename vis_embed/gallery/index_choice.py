@@ -1,0 +1,148 @@
+"""The one index chooser: which :class:`~vis_embed.vectors.index_spec.IndexSpec` an index name
+(``auto`` or a named kind) builds, for eval, ``vis-embed index``, ``search`` and the server.
+
+With a memory budget (a stored index: ``vis-embed index --memory``), ``auto`` picks by size and
+budget, like autofaiss does for a memory limit: ``flat`` (exact) while the gallery is small
+enough to scan (at most :data:`FLAT_AUTO_ROWS` rows) and its floats fit the budget; else
+``binary`` (1 bit a dimension, re-ranked with the floats on disk) when its codes fit; else
+``ivf-pq`` with as many code bytes as fit.  A named kind that does not fit is an error.
+
+Without one (an evaluation: its metrics must be exact), ``auto`` is the fastest exact search
+on this machine.  Every exact kind returns the same top-k; they differ only in speed, and which is fastest
+depends on the hardware:
+
+- a GPU torch can use: ``exact-gpu`` (float32 products and top-k on the GPU);
+- a CPU with AMX (``amx_bf16``): ``exact-bf16`` -- its bf16 products run several times faster
+  than float32 ones, so the bf16 shortlist wins clearly;
+- a CPU with ``avx512_bf16`` but no AMX: bf16 products are at most ~2x float32, which the
+  shortlist's overhead may eat, so a short calibration (one timed search of each kind on a
+  synthetic gallery of the real width) decides;
+- any other CPU: ``exact`` (faiss): without native bf16 products every bf16 product is
+  converted in software and the shortlist is ~4x slower than numpy.
+
+The machine's decision is made once per process and width, and is reported in results.json
+(a stored index's in index.json).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+import torch
+
+from vis_embed.errors import ConfigError
+from vis_embed.gallery.search_bf16 import Bf16ShortlistIndex, check_bf16_products
+from vis_embed.vectors.index_spec import AUTO, IndexSpec, bytes_per_vector, pq_bytes_for, spec_kind
+from vis_embed.provenance import cpu_flags  # the one /proc/cpuinfo reader
+
+log = logging.getLogger(__name__)
+
+FLAT_AUTO_ROWS = 262_144       # with a budget: beyond this an exact scan per query is slow; codes are chosen
+# the calibration: large enough that products dominate the search, small enough to take about a second
+CALIBRATION_GALLERY, CALIBRATION_QUERIES, CALIBRATION_REPEATS = 8192, 256, 2
+
+
+@dataclass(frozen=True)
+class IndexChoice:
+    kind: str      # the index name that runs: one of index_spec.INDEX_NAMES except "auto"
+    reason: str    # why, in words (recorded next to the kind in results.json / index.json)
+    spec: IndexSpec = IndexSpec()  # what the name stands for, at the gallery's width
+
+
+def gpu_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def bf16_shortlist_usable(dim: int) -> bool:
+    """Whether this torch build's bf16 products meet the shortlist's error bound (see search)."""
+    try:
+        check_bf16_products(dim)
+    except RuntimeError:
+        return False
+    return True
+
+
+def bf16_faster_than_faiss(dim: int) -> bool:
+    """Time one search of each exact CPU kind on a synthetic gallery of width ``dim`` (best of a few)."""
+    rng = np.random.default_rng(0)
+    gallery = rng.standard_normal((CALIBRATION_GALLERY, dim), dtype=np.float32)
+    gallery /= np.linalg.norm(gallery, axis=1, keepdims=True)
+    queries = gallery[:CALIBRATION_QUERIES] + 0.1 * rng.standard_normal((CALIBRATION_QUERIES, dim), dtype=np.float32)
+    faiss_index = faiss.IndexFlatIP(dim)
+    faiss_index.add(gallery)
+    seconds = {}
+    for kind, index in (("exact", faiss_index), ("exact-bf16", Bf16ShortlistIndex(gallery))):
+        best = float("inf")
+        for _ in range(CALIBRATION_REPEATS):
+            started = time.perf_counter()
+            index.search(queries, 10)
+            best = min(best, time.perf_counter() - started)
+        seconds[kind] = best
+    log.info("index calibration (%d x %d): faiss exact %.3f s, exact-bf16 %.3f s",
+             CALIBRATION_GALLERY, dim, seconds["exact"], seconds["exact-bf16"])
+    return seconds["exact-bf16"] < seconds["exact"]
+
+
+@functools.cache
+def choose_index(dim: int) -> IndexChoice:
+    """The fastest exact index kind for galleries of width ``dim`` on this machine."""
+    if gpu_available():
+        return IndexChoice("exact-gpu", "torch sees a GPU")
+    flags = cpu_flags()
+    if "amx_bf16" in flags and bf16_shortlist_usable(dim):
+        return IndexChoice("exact-bf16", "CPU has AMX (native bf16 matrix products)")
+    if "avx512_bf16" in flags and bf16_shortlist_usable(dim):
+        if bf16_faster_than_faiss(dim):
+            return IndexChoice("exact-bf16", "CPU has avx512_bf16; calibration: bf16 shortlist faster than faiss")
+        return IndexChoice("exact", "CPU has avx512_bf16; calibration: faiss faster than the bf16 shortlist")
+    return IndexChoice("exact", "no GPU and no native bf16 matrix products on this CPU")
+
+
+def resolve_index(kind: str, dim: int, rows: int | None = None, budget: int | None = None,
+                  **fields: object) -> IndexChoice:
+    """The index ``kind`` (a name of :data:`~vis_embed.vectors.index_spec.INDEX_NAMES`) builds for
+    ``rows`` vectors of width ``dim``: itself when named (checked against ``budget``), else the
+    module docstring's choice; ``fields`` (rescore, nlist, ...) are added to its spec."""
+    if kind == AUTO:
+        choice = choose_index(dim) if budget is None else _by_budget(rows or 1, dim, budget)
+    elif budget is None:
+        choice = IndexChoice(kind, "requested")
+    else:
+        choice = _fitting(kind, rows or 1, dim, budget)
+    pq_bytes = choice.spec.pq_bytes
+    if spec_kind(choice.kind) == "ivf-pq" and pq_bytes is None:  # no budget: the most code bytes
+        pq_bytes = pq_bytes_for(dim, math.inf)
+    spec = IndexSpec.named(choice.kind, dims=dim, **{"pq_bytes": pq_bytes, **fields})
+    return IndexChoice(choice.kind, choice.reason, spec)
+
+
+def _by_budget(rows: int, dim: int, budget: int) -> IndexChoice:
+    per_vector = budget / rows
+    binary = bytes_per_vector("ubinary", dim)
+    if per_vector < binary:
+        return _fitting("ivf-pq", rows, dim, budget, "binary codes exceed the memory budget")
+    if rows <= FLAT_AUTO_ROWS and bytes_per_vector("float32", dim) <= per_vector:
+        return IndexChoice("flat", f"{rows} rows (<= {FLAT_AUTO_ROWS}) whose floats fit the budget: exact search")
+    return IndexChoice("binary", f"{rows} rows: binary codes ({binary} B a vector) fit the budget; re-ranked with "
+                                 f"the float vectors on disk")
+
+
+def _fitting(kind: str, rows: int, dim: int, budget: int, why: str = "requested") -> IndexChoice:
+    """``kind`` when ``rows`` of it fit ``budget`` (ivf-pq: with the most code bytes that fit)."""
+    per_vector = budget / rows
+    if spec_kind(kind) == "ivf-pq":
+        pq = pq_bytes_for(dim, per_vector)
+        if pq is None:
+            raise ConfigError(f"--memory: {budget / 2 ** 30:.3g} GB holds no index of {rows} vectors")
+        return IndexChoice(kind, f"{why}; {pq} code bytes per vector fit", IndexSpec(kind="ivf-pq", pq_bytes=pq))
+    needs = IndexSpec.named(kind, dims=dim).bytes_per_vector
+    if needs > per_vector:
+        raise ConfigError(f"--memory: a {kind} index of {rows} x {dim} needs {needs * rows / 2 ** 30:.3g} GB, "
+                          f"over the {budget / 2 ** 30:.3g} GB budget")
+    return IndexChoice(kind, why)

@@ -1,0 +1,198 @@
+"""Top-k inner-product search over an embedding gallery, plus a numpy reference.
+
+Embeddings are L2-normalised, so inner product == cosine similarity.  Index kinds:
+
+- ``auto`` (default): the fastest exact kind for this machine, chosen by
+  :mod:`vis_embed.gallery.index_choice` (a GPU, AMX, or faiss);
+- ``exact``: faiss flat index (float32 brute force, BLAS-blocked inside faiss);
+- ``exact-bf16``: :class:`~vis_embed.gallery.search_bf16.Bf16ShortlistIndex`, the same exact
+  top-k, found faster where bf16 matrix products are native (CPUs with AMX): a bf16 product
+  shortlists candidates with a *proven* error bound, and only the shortlist is scored exactly;
+- ``exact-gpu``: :class:`TorchExactIndex`, float32 products and top-k on a torch device (a GPU);
+- ``ivf``: inverted-file index for very large galleries: it visits only ``nprobe`` of
+  ``nlist`` clusters, trading recall for speed (approximate);
+- ``binary`` / ``int8``: quantized codes (1 bit / 1 byte a dimension,
+  :mod:`vis_embed.gallery.quantized_index`), approximate; ``rescore`` K re-ranks a K x k
+  shortlist with the float vectors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import faiss
+import numpy as np
+import torch
+
+from vis_embed.gallery.index_choice import resolve_index
+from vis_embed.vectors.index_spec import IVF_MIN_POINTS, IndexSpec, default_nprobe, ivf_lists
+from vis_embed.gallery.quantized_index import QuantizedIndex
+from vis_embed.gallery.search_bf16 import Bf16ShortlistIndex, _as_float32, check_bf16_products
+from vis_embed.data.eval_options import INDEX_KINDS, check_index_kind  # noqa: F401  (INDEX_KINDS re-exported)
+
+__all__ = ["Bf16ShortlistIndex", "TorchExactIndex", "build_index", "check_bf16_products", "numpy_topk",
+           "resolve_index", "search"]
+
+def _finite(matrix: np.ndarray, name: str) -> np.ndarray:
+    """``matrix`` (float32, 2-D) when every row is finite; else ValueError naming the first bad
+    row: faiss silently drops a NaN gallery vector and scores a NaN query 0."""
+    matrix = _as_float32(matrix, name)
+    bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+    if len(bad):
+        raise ValueError(f"{name} row {int(bad[0])} is NaN or infinite ({len(bad)} such rows)")
+    return matrix
+
+
+# ivf-pq trains on at most this many rows (a seeded sample): its product quantizer's training is the
+# slow part (minutes at 1,536 dimensions); ivf-flat trains its lists on every row
+PQ_TRAIN_ROWS = 100_000
+# score matrix of one TorchExactIndex query block: at most this many float32 values (1 GiB)
+_GPU_BLOCK_VALUES = 2 ** 28
+
+
+@contextlib.contextmanager
+def _full_float32_products() -> Iterator[None]:
+    """float32 matrix products without TF32 (or bf16) shortcuts, whatever the process set."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+class TorchExactIndex:
+    """Exact top-k on a torch device: float32 products (``highest`` precision) and ``torch.topk``.
+
+    The gallery is copied to the device once; queries go in blocks whose score matrix stays
+    under 1 GiB.  Scores are float32 sums as in faiss; tied scores come in no fixed order.
+    """
+
+    def __init__(self, gallery: np.ndarray, device: str | torch.device = "cuda") -> None:
+        gallery = _as_float32(gallery, "gallery")
+        if gallery.shape[0] == 0:
+            raise ValueError("empty gallery: nothing to search")
+        self.device = torch.device(device)
+        self.gallery = torch.from_numpy(gallery).to(self.device)
+
+    @property
+    def ntotal(self) -> int:
+        return self.gallery.shape[0]
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        queries = _as_float32(queries, "queries")
+        k = min(int(k), self.ntotal)
+        block = max(1, _GPU_BLOCK_VALUES // self.ntotal)
+        scores, ids = [], []
+        with _full_float32_products(), torch.no_grad():
+            for start in range(0, len(queries), block):
+                query_block = torch.from_numpy(queries[start:start + block]).to(self.device)
+                top = torch.topk(query_block @ self.gallery.T, k, dim=1)
+                scores.append(top.values.cpu().numpy())
+                ids.append(top.indices.cpu().numpy())
+        if not scores:
+            return np.empty((0, k), dtype=np.float32), np.empty((0, k), dtype=np.int64)
+        return np.concatenate(scores), np.concatenate(ids).astype(np.int64)
+
+
+def build_index(gallery: np.ndarray, kind: str | IndexSpec = "auto", nlist: int | None = None,
+                nprobe: int | None = None, seed: int = 0, rescore: int = 0) -> Any:
+    """The one index factory: an inner-product index holding ``gallery`` (N, D) as ``kind`` (a name
+    of :data:`~vis_embed.vectors.index_spec.INDEX_NAMES`, resolved by :func:`resolve_index`, or an
+    :class:`IndexSpec` already chosen); every kind answers ``.search(queries, k)``.
+
+    A code kind (binary, int8, ivf-pq) is a :class:`QuantizedIndex` whose ``.codes`` is the faiss
+    index; a NaN or infinite row is an error.
+    """
+    gallery = _finite(gallery, "gallery")
+    if gallery.shape[0] == 0:
+        raise ValueError("empty gallery: nothing to search")
+    rows, dim = gallery.shape
+    spec = kind if isinstance(kind, IndexSpec) else resolve_index(
+        check_index_kind(kind, field="kind"), dim, rows, rescore=rescore, nlist=nlist, nprobe=nprobe).spec
+    if spec.kind == "flat":
+        if spec.precision == "bfloat16":
+            return Bf16ShortlistIndex(gallery)
+        if spec.device == "gpu":
+            return TorchExactIndex(gallery)
+        index = faiss.IndexFlatIP(dim)
+        index.add(gallery)
+        return index
+    if spec.kind in ("binary", "int8"):  # codes, re-ranked with the float gallery when rescore > 0
+        return QuantizedIndex.build(gallery, spec.kind, spec.rescore)
+    return _ivf_index(gallery, spec, seed)
+
+
+def _ivf_index(gallery: np.ndarray, spec: IndexSpec, seed: int) -> Any:
+    """ivf-flat (faiss IndexIVFFlat) or ivf-pq (IndexIVFPQ in a QuantizedIndex) of ``gallery``."""
+    rows, dim = gallery.shape
+    nlist = spec.nlist or ivf_lists(rows)
+    if spec.kind == "ivf-flat":
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    else:  # at least IVF_MIN_POINTS training points per product-quantizer centroid
+        nbits = 8 if rows >= 256 * IVF_MIN_POINTS else max(1, int(math.log2(max(2, rows // IVF_MIN_POINTS))))
+        index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, nlist, spec.pq_bytes, nbits, faiss.METRIC_INNER_PRODUCT)
+    index.cp.seed = seed
+    sample = gallery if spec.kind == "ivf-flat" or rows <= PQ_TRAIN_ROWS else gallery[np.sort(
+        np.random.default_rng(seed).choice(rows, PQ_TRAIN_ROWS, replace=False))]
+    index.train(sample)
+    index.add(gallery)
+    index.nprobe = spec.nprobe or default_nprobe(spec.kind, nlist)
+    if spec.kind == "ivf-flat":
+        return index
+    return QuantizedIndex("ivf-pq", index, dim, gallery if spec.rescore else None, spec.rescore)
+
+
+def search(index: Any, queries: np.ndarray, k: int, batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, ids)`` of shape (Q, k), best first; ids are -1 where fewer than k exist.
+    A NaN or infinite query is an error (every index kind)."""
+    queries = _finite(queries, "queries")
+    k = min(int(k), index.ntotal)
+    if k <= 0:
+        raise ValueError("k must be positive and the index non-empty")
+    scores = np.empty((queries.shape[0], k), dtype=np.float32)
+    ids = np.empty((queries.shape[0], k), dtype=np.int64)
+    for start in range(0, queries.shape[0], batch_size):
+        stop = start + batch_size
+        scores[start:stop], ids[start:stop] = index.search(queries[start:stop], k)
+    return scores, ids
+
+
+def numpy_topk(queries: np.ndarray, gallery: np.ndarray, k: int,
+               query_chunk: int = 1024, gallery_chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k by chunked matmul + argpartition: the reference the indexes are checked against.
+
+    Chunking both sides bounds memory to ``query_chunk x (gallery_chunk + k)`` scores; the score
+    block is one preallocated buffer (a fresh one per block costs page faults).
+    """
+    queries = _as_float32(queries, "queries")
+    gallery = _as_float32(gallery, "gallery")
+    if gallery.shape[0] == 0:
+        raise ValueError("empty gallery: nothing to search")
+    k = min(int(k), gallery.shape[0])
+    out_scores = np.empty((queries.shape[0], k), dtype=np.float32)
+    out_ids = np.empty((queries.shape[0], k), dtype=np.int64)
+    buffer = np.empty(min(query_chunk, len(queries)) * min(gallery_chunk, len(gallery)), dtype=np.float32)
+    for q_start in range(0, queries.shape[0], query_chunk):
+        query_block = queries[q_start:q_start + query_chunk]
+        best_scores = np.full((len(query_block), 0), -np.inf, dtype=np.float32)
+        best_ids = np.zeros((len(query_block), 0), dtype=np.int64)
+        for g_start in range(0, gallery.shape[0], gallery_chunk):
+            gallery_block = gallery[g_start:g_start + gallery_chunk]
+            block = buffer[:len(query_block) * len(gallery_block)].reshape(len(query_block), len(gallery_block))
+            np.matmul(query_block, gallery_block.T, out=block)
+            block_k = min(k, block.shape[1])
+            top = np.argpartition(block, block.shape[1] - block_k, axis=1)[:, -block_k:]
+            merged_scores = np.concatenate([best_scores, np.take_along_axis(block, top, axis=1)], axis=1)
+            merged_ids = np.concatenate([best_ids, top + g_start], axis=1)
+            keep = min(k, merged_scores.shape[1])
+            top = np.argpartition(-merged_scores, keep - 1, axis=1)[:, :keep]
+            best_scores = np.take_along_axis(merged_scores, top, axis=1)
+            best_ids = np.take_along_axis(merged_ids, top, axis=1)
+        order = np.lexsort((best_ids, -best_scores), axis=1)
+        out_scores[q_start:q_start + query_chunk] = np.take_along_axis(best_scores, order, axis=1)
+        out_ids[q_start:q_start + query_chunk] = np.take_along_axis(best_ids, order, axis=1)
+    return out_scores, out_ids
