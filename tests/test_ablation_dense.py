@@ -3,9 +3,9 @@ naive interleaved batch repeats identities often, the identity-aware one never."
 
 from __future__ import annotations
 
+from _eval_scripts import load_eval_script
+
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,12 +19,7 @@ STEPS, BATCH, SLOT = 40, 64, 16  # the ablation's layout: 4 sub-datasets x 16 pe
 
 
 def _table_module():
-    path = Path(__file__).resolve().parents[1] / "eval" / "ablation_table.py"
-    spec = importlib.util.spec_from_file_location("ablation_table", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_eval_script("ablation_table")
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,9 @@ by seed, trained/transfer split, and the page rebuilt from its result files."""
 
 from __future__ import annotations
 
-import importlib.util
+from _eval_scripts import load_eval_script
+
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,12 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(REPO / "eval"))
-    spec = importlib.util.spec_from_file_location(name, REPO / "eval" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_eval_script(name)
 
 
 plateau = _load("ablation_plateau_table")

@@ -3,9 +3,8 @@ comparison gets (paired only for arms on the same batches, Welch's otherwise).""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from _eval_scripts import load_eval_script
+
 from types import ModuleType
 
 import numpy as np
@@ -14,12 +13,7 @@ from scipy import stats
 
 
 def _load(name: str) -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "eval" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_eval_script(name)
 
 
 intervals = _load("intervals")

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from _eval_scripts import load_eval_script
+
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("edit_winners", REPO / "eval" / "edit_winners.py")
-edit_winners = importlib.util.module_from_spec(_spec)
-sys.modules["edit_winners"] = edit_winners
-_spec.loader.exec_module(edit_winners)
+edit_winners = load_eval_script("edit_winners")
 
 
 def test_the_source_is_found_by_its_image_and_the_rest_by_order() -> None:

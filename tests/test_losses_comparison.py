@@ -3,9 +3,9 @@ eval/objectives_table.py (the comparison table read from results files)."""
 
 from __future__ import annotations
 
-import importlib.util
+from _eval_scripts import load_eval_script
+
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,12 +18,7 @@ EVAL_DIR = Path(__file__).resolve().parents[1] / "eval"
 
 
 def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(EVAL_DIR))  # objectives_table imports ablation_table's helpers
-    spec = importlib.util.spec_from_file_location(name, EVAL_DIR / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_eval_script(name)
 
 
 peers, table = _load("objectives_peers"), _load("objectives_table")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
+from _eval_scripts import load_eval_script
+
 import subprocess
 import sys
 from pathlib import Path
@@ -12,11 +13,7 @@ import pytest
 from scipy import stats
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "eval"))
-_spec = importlib.util.spec_from_file_location("power", REPO / "eval" / "power.py")
-power = importlib.util.module_from_spec(_spec)
-sys.modules["power"] = power
-_spec.loader.exec_module(power)
+power = load_eval_script("power")
 
 
 def test_the_paired_power_is_the_textbook_value() -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from _eval_scripts import load_eval_script
+
 import datetime as dt
 import hashlib
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,12 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(REPO / "eval"))
-    spec = importlib.util.spec_from_file_location(name, REPO / "eval" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_eval_script(name)
 
 
 study = _load("study_results")
