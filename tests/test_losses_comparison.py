@@ -14,7 +14,6 @@ import yaml
 
 from vis_embed.data.benchmark import load_benchmark
 
-EVAL_DIR = Path(__file__).resolve().parents[1] / "eval"
 
 
 def _load(name: str) -> ModuleType:
