@@ -2,7 +2,7 @@
 side in one run (issue 35 item 5, CPU part), and the decoder's padding at the batch rule
 (issue 35 item 2).
 
-For each architecture (random weights, ``vis_embed.model.tiny`` preset ``--preset``):
+For each architecture (random weights, ``vis_embed.model.files.tiny`` preset ``--preset``):
 
 1. **forward rate** (benchmarks/model_rate.py): a batch of ``--batch`` square photos, images/s
    of ``EmbeddingModel.forward`` under each attention on the same weights, the attention
@@ -39,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode_throughput import INSTRUCTION, make_items  # noqa: E402
 from model_rate import ATTENTIONS, alternating, describe_rates, rates_side_by_side  # noqa: E402
 
-from vis_embed.model import attention  # noqa: E402
-from vis_embed.model.attention import VARLEN, set_attention  # noqa: E402
-from vis_embed.model.embedder import Embedder  # noqa: E402
-from vis_embed.model.embedding_model import EmbeddingModel  # noqa: E402
-from vis_embed.model.tiny import ARCHS, build_random_model  # noqa: E402
+from vis_embed.model.network import attention  # noqa: E402
+from vis_embed.model.network.attention import VARLEN, set_attention  # noqa: E402
+from vis_embed.model.runtime.embedder import Embedder  # noqa: E402
+from vis_embed.model.network.embedding_model import EmbeddingModel  # noqa: E402
+from vis_embed.model.files.tiny import ARCHS, build_random_model  # noqa: E402
 
 
 class PaddingCounter:
@@ -115,7 +115,7 @@ def encode_side_by_side(model: EmbeddingModel, items: list[dict[str, Any]], batc
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archs", nargs="+", default=list(ARCHS), choices=list(ARCHS))
-    parser.add_argument("--preset", default="tiny", help="vis_embed.model.tiny preset (tiny: the test checkpoints)")
+    parser.add_argument("--preset", default="tiny", help="tiny-model preset (tiny: the test checkpoints)")
     parser.add_argument("--batch", type=int, default=8, help="photos in the forward-rate batch")
     parser.add_argument("--side", type=int, default=448, help="photo side in pixels (448: 256 visual tokens)")
     parser.add_argument("--repeats", type=int, default=5)

@@ -1,8 +1,8 @@
 """Can ``torch.utils.data.DataLoader`` prepare items as fast as the PreparePool (issue 36, item 2)?
 
-The question before replacing ``model/prepare_pool.py`` (and ``model/item_feed.py``'s helper
+The question before replacing ``model/runtime/prepare_pool.py`` (and ``model/runtime/item_feed.py``'s helper
 thread) with the ecosystem's loader: on the same photo mix as ``benchmarks/prepare_throughput.py``
-and the same :class:`~vis_embed.model.preparer.Preparer`, time
+and the same :class:`~vis_embed.model.inputs.preparer.Preparer`, time
 
 * **pool**: ``PreparePool(preparer, N).imap(tasks)`` -- today's path (forkserver processes,
   pickle-5 out-of-band buffers, results in task order, a DataError returned as a value);
@@ -69,7 +69,7 @@ def _batches(count: int) -> list[list[int]]:
 
 
 def pool_seconds(preparer: Any, items: list[dict[str, Any]], base_dir: Path, workers: int) -> float:
-    from vis_embed.model.prepare_pool import PreparePool, PrepareTask
+    from vis_embed.model.runtime.prepare_pool import PreparePool, PrepareTask
 
     pool = PreparePool(preparer, workers)
     try:
@@ -110,9 +110,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from vis_embed.io import read_jsonl
-    from vis_embed.model.dry_run import ProcessorOnlyModel
+    from vis_embed.model.runtime.dry_run import ProcessorOnlyModel
     from vis_embed.model.embedding_config import EmbeddingConfig
-    from vis_embed.model.prepare_pool import available_cores
+    from vis_embed.model.runtime.prepare_pool import available_cores
 
     count = 4 if args.quick else args.photos
     top = 2 if args.quick else (args.workers or available_cores())

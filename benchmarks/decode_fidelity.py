@@ -106,7 +106,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model
         if model is None:
-            from vis_embed.model.tiny import build_tiny_checkpoint
+            from vis_embed.model.files.tiny import build_tiny_checkpoint
 
             model = str(build_tiny_checkpoint(Path(scratch) / "tiny"))
         print("| seed | dataset | P@1 exact | P@1 fast | fast - exact |")

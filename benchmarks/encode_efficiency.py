@@ -43,10 +43,10 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode_throughput import INSTRUCTION, make_items  # noqa: E402
 
-from vis_embed.model.embedder import Embedder  # noqa: E402
-from vis_embed.model.attention import attention_name, resolve_attn_implementation, set_attention  # noqa: E402
-from vis_embed.model.embedding_model import EmbeddingModel  # noqa: E402
-from vis_embed.model.tiny import build_random_model  # noqa: E402
+from vis_embed.model.runtime.embedder import Embedder  # noqa: E402
+from vis_embed.model.network.attention import attention_name, resolve_attn_implementation, set_attention  # noqa: E402
+from vis_embed.model.network.embedding_model import EmbeddingModel  # noqa: E402
+from vis_embed.model.files.tiny import build_random_model  # noqa: E402
 
 
 def synchronize(device: torch.device) -> None:

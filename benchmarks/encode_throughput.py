@@ -32,11 +32,11 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from vis_embed.model.embedder import Embedder
-from vis_embed.model.embedding_model import EmbeddingModel
-from vis_embed.model.pooling import last_token_pool
+from vis_embed.model.runtime.embedder import Embedder
+from vis_embed.model.network.embedding_model import EmbeddingModel
+from vis_embed.model.network.pooling import last_token_pool
 from vis_embed.model.prompts import build_prompt
-from vis_embed.model.tiny import build_random_model
+from vis_embed.model.files.tiny import build_random_model
 
 INSTRUCTION = "Find the image that shows the same object as the given description."
 TEXTS = ["a red car", "the same person as in the photo, seen from the side at a wedding",

@@ -7,8 +7,8 @@ not a script itself.
   index derived on the device and read back), transformers' RMSNorm chain, the original vision
   MLPs (Qwen2.5-VL's 3420 wide, gate and up apart), eager.
 - **fused**: the library's inference path now -- the host-computed metadata
-  (model/vision_metadata.py), the fused RMSNorm (model/rms_norm.py), the aligned vision MLPs
-  (model/aligned_mlp.py), and the regional compilation (model/compile_blocks.py; its first call
+  (model/network/vision_metadata.py), the fused RMSNorm (model/network/rms_norm.py), the aligned vision MLPs
+  (model/network/aligned_mlp.py), and the regional compilation (model/network/compile_blocks.py; its first call
   timed, ``compile=False`` leaves it out).
 
 For each: forward images/s (median of ``repeats`` after two warm-ups), useful TFLOP/s and their
@@ -32,11 +32,11 @@ import torch
 from encode_efficiency import synchronize
 from model_rate import device_batch, square_images, timed, useful_flops
 
-from vis_embed.model.aligned_mlp import align_mlps, alignment_for
-from vis_embed.model.attention import VARLEN, set_attention
-from vis_embed.model.compile_blocks import compile_blocks
-from vis_embed.model.embedding_model import EmbeddingModel
-from vis_embed.model.vision_metadata import METADATA_KEY
+from vis_embed.model.network.aligned_mlp import align_mlps, alignment_for
+from vis_embed.model.network.attention import VARLEN, set_attention
+from vis_embed.model.network.compile_blocks import compile_blocks
+from vis_embed.model.network.embedding_model import EmbeddingModel
+from vis_embed.model.network.vision_metadata import METADATA_KEY
 
 PATHS = ("plain", "fused")
 HOST_READS = frozenset({"tolist", "item", "__bool__", "__index__", "__int__", "__float__"})
@@ -76,7 +76,7 @@ def host_reads(run: Any, device: torch.device) -> dict[str, int | None]:
 def transformers_norms(model: EmbeddingModel) -> Iterator[None]:
     """transformers' own RMSNorm classes for the duration (the fused ones are their subclasses)."""
     switched = [(module, type(module)) for module in model.modules() if type(module).__name__.startswith("Fused")
-                and type(module).__module__ == "vis_embed.model.rms_norm"]
+                and type(module).__module__ == "vis_embed.model.network.rms_norm"]
     for module, cls in switched:
         module.__class__ = cls.__bases__[0]
     try:

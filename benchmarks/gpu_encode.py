@@ -11,7 +11,7 @@ a CPU.  The report records card, driver, torch, transformers and the bf16 GEMM p
    the GEMM peak, host reads and CUDA syncs of one forward, the compile's first call
    (``--skip-compile``: fused without it), and the smallest cosine.
 1. **sdpa vs ours** (only with ``--with-sdpa``; benchmarks/model_rate.py): for each of Qwen2-VL-2B,
-   Qwen2.5-VL-3B and Qwen2.5-VL-7B (``vis_embed.model.tiny`` presets with the published
+   Qwen2.5-VL-3B and Qwen2.5-VL-7B (``vis_embed.model.files.tiny`` presets with the published
    configs: a test pins their parameter counts), a batch of ``--rate-batch`` 448x448 images
    (exactly 256 visual tokens) with the query instruction is prepared once and kept on the
    GPU; the forward pass (``EmbeddingModel.forward``) is timed after warm-up, median of
@@ -72,11 +72,11 @@ from fused_rate import describe_fused, fused_side_by_side  # noqa: E402
 from model_rate import (QUERY_INSTRUCTION, describe_rates, describe_training, rates_side_by_side,  # noqa: E402
                         training_side_by_side)
 
-from vis_embed.model.attention import (VARLEN, flash_attention_available, resolve_attn_implementation,  # noqa: E402
-                                       set_attention)
-from vis_embed.model.embedder import Embedder  # noqa: E402
-from vis_embed.model.embedding_model import EmbeddingModel  # noqa: E402
-from vis_embed.model.tiny import build_random_model  # noqa: E402
+from vis_embed.model.network.attention import (VARLEN, flash_attention_available, resolve_attn_implementation,  # noqa: E402
+                                               set_attention)
+from vis_embed.model.runtime.embedder import Embedder  # noqa: E402
+from vis_embed.model.network.embedding_model import EmbeddingModel  # noqa: E402
+from vis_embed.model.files.tiny import build_random_model  # noqa: E402
 
 MAX_PIXELS = 200704  # 256 visual tokens: the recipes' budget
 RATE_MODELS = {"Qwen2-VL-2B": ("qwen2-vl", "qwen2-vl-2b"), "Qwen2.5-VL-3B": ("qwen2.5-vl", "qwen2.5-vl-3b"),
@@ -181,7 +181,7 @@ def hand_over(variant: str) -> Iterator[None]:
     if variant == "new":
         yield
         return
-    import vis_embed.model.item_feed as feed_module
+    import vis_embed.model.runtime.item_feed as feed_module
 
     saved = EmbeddingModel.preparer, EmbeddingModel.collate, feed_module.one_batch_ahead
     EmbeddingModel.preparer = lambda self: dataclasses.replace(saved[0](self), pixel_dtype=None)

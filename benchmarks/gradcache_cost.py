@@ -49,7 +49,7 @@ def make_items(count: int, seed: int, image_dir: Path, base_side: int) -> list[d
 def run_one(args: argparse.Namespace) -> dict:
     import torch
 
-    from vis_embed.model.embedding_model import EmbeddingModel
+    from vis_embed.model.network.embedding_model import EmbeddingModel
     from vis_embed.training.backends import TorchBackend
     from vis_embed.training.gradcache import contrastive_step
     from vis_embed.training.losses import Temperature, info_nce_loss
@@ -127,7 +127,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model
         if model is None:
-            from vis_embed.model.tiny import build_tiny_checkpoint
+            from vis_embed.model.files.tiny import build_tiny_checkpoint
 
             model = str(build_tiny_checkpoint(Path(scratch) / "tiny", arch="qwen2-vl", seed=0))
         rows = []

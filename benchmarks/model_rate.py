@@ -1,5 +1,5 @@
 """Forward rate and training-chunk time of one model, transformers' sdpa path against ours
-("varlen", vis_embed/model/attention.py) side by side in the same process (issue 35 item 5).
+("varlen", vis_embed/model/network/attention.py) side by side in the same process (issue 35 item 5).
 Used by gpu_encode.py (the published sizes on a GPU) and attention_compare.py (tiny
 checkpoints on a CPU); not a script itself.
 
@@ -29,8 +29,8 @@ import torch
 from encode_efficiency import synchronize
 from prepare_throughput import photo
 
-from vis_embed.model.attention import VARLEN, count_attention_calls, set_attention
-from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.network.attention import VARLEN, count_attention_calls, set_attention
+from vis_embed.model.network.embedding_model import EmbeddingModel
 
 QUERY_INSTRUCTION = "Find the same object as the one in the given image."
 ATTENTIONS = ("sdpa", VARLEN)  # transformers' own path, ours

@@ -1,7 +1,7 @@
 """Item preparation throughput: photos/s per core, both decode modes, 1..N workers, the floor,
 and how many cores keep a GPU fed (issue 28).
 
-What is timed is ``vis-embed encode --dry-run`` (:func:`vis_embed.model.dry_run.dry_run_jsonl`):
+What is timed is ``vis-embed encode --dry-run`` (:func:`vis_embed.model.runtime.dry_run.dry_run_jsonl`):
 every item read, validated, decoded, resized and tokenised exactly as a real encode does, in
 ``--workers`` processes, without the model.  Inputs:
 
@@ -81,7 +81,7 @@ def model_and_photo_mix(model: str | None, count: int, quick: bool,
     or a tiny random checkpoint built there, and :func:`write_photo_mix` of ``count`` photos."""
     with tempfile.TemporaryDirectory() as scratch:
         if model is None:
-            from vis_embed.model.tiny import build_tiny_checkpoint
+            from vis_embed.model.files.tiny import build_tiny_checkpoint
 
             model = str(build_tiny_checkpoint(Path(scratch) / "tiny"))
         photos, copies = write_photo_mix(Path(scratch) / "mix", count, QUICK_SIZES if quick else PHOTO_SIZES,
@@ -110,7 +110,7 @@ def write_photo_mix(root: Path, count: int, sizes: list[tuple[int, int]], max_pi
 
 
 def dry_run_seconds(model: str, items: Path, workers: int, decode: str, max_pixels: int) -> float:
-    from vis_embed.model.dry_run import dry_run_jsonl
+    from vis_embed.model.runtime.dry_run import dry_run_jsonl
 
     started = time.perf_counter()
     dry_run_jsonl(model, items, workers=workers, decode=decode, max_pixels=max_pixels, batch_size=16)
@@ -120,10 +120,10 @@ def dry_run_seconds(model: str, items: Path, workers: int, decode: str, max_pixe
 def estimate_seconds(model: str, items: Path, max_pixels: int) -> float:
     """The length estimate encode runs before preparing (header sizes + prompt tokens): the part of
     an item's work done twice (validated, opened and tokenised again when it is prepared)."""
-    from vis_embed.model.dry_run import ProcessorOnlyModel
+    from vis_embed.model.runtime.dry_run import ProcessorOnlyModel
     from vis_embed.model.embedding_config import EmbeddingConfig
-    from vis_embed.model.encode_file import read_items
-    from vis_embed.model.lengths import estimated_lengths
+    from vis_embed.model.runtime.encode_file import read_items
+    from vis_embed.model.inputs.lengths import estimated_lengths
 
     stand_in = ProcessorOnlyModel.from_pretrained(model, EmbeddingConfig(min_pixels=3136, max_pixels=max_pixels))
     rows = read_items(items, "raise")[0]
@@ -181,7 +181,7 @@ def main() -> None:
                         help="time every measurement (floor and runs) this many times and keep the fastest "
                              "(timeit's rule: the slower ones measure the machine's other work, not this)")
     args = parser.parse_args()
-    from vis_embed.model.prepare_pool import available_cores
+    from vis_embed.model.runtime.prepare_pool import available_cores
 
     cores = available_cores()
     top = 1 if args.quick else (args.workers or cores)

@@ -295,7 +295,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model
         if model is None:
-            from vis_embed.model.tiny import build_tiny_checkpoint
+            from vis_embed.model.files.tiny import build_tiny_checkpoint
 
             model = str(build_tiny_checkpoint(f"{scratch}/tiny"))
         slow = SlowImages(delay_s=10.0)

@@ -33,7 +33,7 @@ def gallery(model: str, out: Path, rows: int, kind: str) -> Path:
     import numpy as np
 
     from vis_embed.gallery.store import write_index
-    from vis_embed.model.embedder import Embedder
+    from vis_embed.model.runtime.embedder import Embedder
 
     embedder = Embedder.from_pretrained(model, device="cpu", workers=0)
     vectors = np.random.default_rng(0).standard_normal((rows, embedder.embedding_dim)).astype(np.float32)
@@ -314,7 +314,7 @@ def slow_urls_within_timeout(model: str, slow_url: str, count: int) -> Row:
 
 def round3_rows(model: str, scale: dict[str, int], scratch: Path, slow_url: str) -> list[Row]:
     """Every round-3 attack (servers of their own)."""
-    from vis_embed.model.embedder import Embedder
+    from vis_embed.model.runtime.embedder import Embedder
 
     dim = Embedder.from_pretrained(model, device="cpu", workers=0).embedding_dim
     binary = gallery(model, scratch, scale["rows"], "binary")

@@ -65,7 +65,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model
         if model is None:
-            from vis_embed.model.tiny import build_tiny_checkpoint
+            from vis_embed.model.files.tiny import build_tiny_checkpoint
 
             model = str(build_tiny_checkpoint(f"{scratch}/tiny"))
         server = Server(model, ["--device", args.device])

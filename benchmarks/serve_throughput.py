@@ -119,13 +119,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="timed direct encodes and served runs; the best counts")
     args = parser.parse_args()
 
-    from vis_embed.model.embedder import Embedder
+    from vis_embed.model.runtime.embedder import Embedder
     from vis_embed.serving.app import ServerSettings, create_app
 
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model
         if model is None:
-            from vis_embed.model.tiny import build_tiny_checkpoint
+            from vis_embed.model.files.tiny import build_tiny_checkpoint
 
             model = str(build_tiny_checkpoint(f"{scratch}/tiny"))
         embedder = Embedder.from_pretrained(model, device=args.device)

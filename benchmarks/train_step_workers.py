@@ -173,7 +173,7 @@ def main() -> None:
         scratch = Path(scratch_name)
         model = args.model
         if model is None:
-            from vis_embed.model.tiny import build_tiny_checkpoint
+            from vis_embed.model.files.tiny import build_tiny_checkpoint
 
             model = str(build_tiny_checkpoint(scratch / "tiny", arch="qwen2-vl", seed=0))
         datasets = write_photo_datasets(scratch / "data", args.identities, sizes, args.max_pixels)
@@ -200,7 +200,7 @@ def main() -> None:
 
 def report(args: argparse.Namespace, sizes: list[tuple[int, int]], rows: list[dict[str, Any]],
            same: dict[int, tuple[bool, float]]) -> None:
-    from vis_embed.model.prepare_pool import available_cores
+    from vis_embed.model.runtime.prepare_pool import available_cores
 
     reference = rows[0]["median_step_s"]
     print(f"\n## Training steps vs num_workers: batch {args.batch} ({2 * args.batch} photos of "

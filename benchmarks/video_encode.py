@@ -59,7 +59,7 @@ def timed_rate(embedder: Any, items: list, batch_size: int, repeats: int) -> tup
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="tiny", help="model size (vis_embed.model.tiny.PRESETS)")
+    parser.add_argument("--preset", default="tiny", help="model size (vis_embed.model.files.tiny.PRESETS)")
     parser.add_argument("--arch", default="qwen2-vl")
     parser.add_argument("--items", type=int, default=16, help="clips, and as many images")
     parser.add_argument("--frames", type=int, default=8, help="video_frames: frames the model sees")
@@ -78,8 +78,8 @@ def main() -> None:
 
     import torch
 
-    from vis_embed.model.embedder import Embedder
-    from vis_embed.model.tiny import build_tiny_checkpoint
+    from vis_embed.model.runtime.embedder import Embedder
+    from vis_embed.model.files.tiny import build_tiny_checkpoint
     from vis_embed.provenance import provenance
 
     if args.threads:

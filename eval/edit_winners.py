@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from vis_embed.io import atomic_write_json  # noqa: E402
-from vis_embed.model.embedder import Embedder  # noqa: E402
+from vis_embed.model.runtime.embedder import Embedder  # noqa: E402
 
 ROLES = ("edit (positive)", "unedited source", "contrary edit", "look-alike's edit")
 OTHER = "another object's edit"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.network.embedding_model import EmbeddingModel
 
 
 def perturbed_adapter(base: Path, out: Path, seed: int = 0) -> Path:

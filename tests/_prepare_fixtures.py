@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image
 
 from vis_embed.errors import ConfigError
-from vis_embed.model.preparer import PreparedItem, Preparer
+from vis_embed.model.inputs.preparer import PreparedItem, Preparer
 
 CRASH_TEXT = "crash this worker"
 CONFIG_ERROR_TEXT = "refuse this configuration"

@@ -22,7 +22,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
     def get(arch: str = "qwen2-vl", seed: int = 0) -> Path:
         key = (arch, seed)
         if key not in built:
-            from vis_embed.model.tiny import build_tiny_checkpoint
+            from vis_embed.model.files.tiny import build_tiny_checkpoint
 
             out_dir = tmp_path_factory.mktemp(f"tiny-{arch}-{seed}")
             built[key] = Path(build_tiny_checkpoint(out_dir, arch=arch, seed=seed))
@@ -71,6 +71,6 @@ def one_torch_thread():
 def embedder(tiny_checkpoint):
     """The tiny checkpoint's Embedder in float32 on the CPU, once per module (the server tests
     share it; a module that needs another embedder defines its own ``embedder``)."""
-    from vis_embed.model.embedder import Embedder
+    from vis_embed.model.runtime.embedder import Embedder
 
     return Embedder.from_pretrained(tiny_checkpoint(), device="cpu", dtype="float32")

@@ -1,4 +1,4 @@
-"""The adaptation objects (model/adaptation.py): each kind saves and loads back to the same
+"""The adaptation objects (model/network/adaptation.py): each kind saves and loads back to the same
 vectors through the one save path, the recipe's section builds the peft config whole, and
 what a model holds is asked of the module (not probed elsewhere)."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vis_embed.model.adaptation import (FullAdaptation, HeadAdaptation, LoraAdaptation, LoraOptions, adaptation_of,
-                                        saved_kind)
-from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.network.adaptation import (FullAdaptation, HeadAdaptation, LoraAdaptation, LoraOptions,
+                                                adaptation_of, saved_kind)
+from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.training.recipe import load_recipe
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -1,4 +1,4 @@
-"""Aligned vision MLPs (model/aligned_mlp.py): the intermediate size padded with zeros to a
+"""Aligned vision MLPs (model/network/aligned_mlp.py): the intermediate size padded with zeros to a
 multiple of 128 and gate/up stacked in one matrix, for inference -- the same outputs, the same
 saved weights and state dict, LoRA on the original linears."""
 
@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from vis_embed import Embedder
-from vis_embed.model.aligned_mlp import AlignedMLP, align_mlps, alignment_for, padded_size, restore_mlps
-from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.network.aligned_mlp import AlignedMLP, align_mlps, alignment_for, padded_size, restore_mlps
+from vis_embed.model.network.embedding_model import EmbeddingModel
 
 ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]
 

@@ -33,7 +33,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # records and manifests; embedding matrices as stored (Matryoshka cut, quantization)
     ("vis_embed.data", "vis_embed.vectors"),
     ("data_prep",),
+    # the model, by role: declarations (no torch), item -> inputs, the network, its files, the
+    # inference runtime, the model's commands
     ("vis_embed.model",),
+    ("vis_embed.model.inputs",),
+    ("vis_embed.model.network",),
+    ("vis_embed.model.files",),
+    ("vis_embed.model.runtime",),
+    ("vis_embed.model.cli", "vis_embed.model.embedder"),
     # bridges to other tools (W&B, mteb) and the batch scheduler: each built on the model
     ("vis_embed.integrations", "vis_embed.sampling"),
     # persistent faiss indexes of encoded galleries
@@ -243,16 +250,23 @@ def test_no_import_cycle_between_packages() -> None:
 
 def test_the_package_checks_see_a_cycle_and_an_upward_arrow() -> None:
     """Guards the checks above: the real graph's arrows, turned round, are upward and circular."""
-    assert layer_of("vis_embed.training.trainer") > layer_of("vis_embed.model.embedder") > layer_of("vis_embed.data")
+    assert layer_of("vis_embed.training.trainer") > layer_of("vis_embed.model.runtime.embedder") \
+        > layer_of("vis_embed.data")
     assert layer_of("vis_embed.cli") > layer_of("vis_embed.quickstart.pipeline") > layer_of("vis_embed.serving.app")
     assert layer_of("vis_embed.serving.app") > layer_of("vis_embed.evaluation.report") \
-        > layer_of("vis_embed.gallery.store") > layer_of("vis_embed.model.encode_file") > layer_of("vis_embed.vectors")
-    assert package_of("vis_embed.model.encode_file") == "vis_embed.model"
+        > layer_of("vis_embed.gallery.store") > layer_of("vis_embed.model.runtime.encode_file") \
+        > layer_of("vis_embed.vectors")
+    # the model's roles, each its own package: runtime > files > network > inputs > declarations
+    assert layer_of("vis_embed.model.cli") > layer_of("vis_embed.model.runtime.embedder") \
+        > layer_of("vis_embed.model.files.export") > layer_of("vis_embed.model.network.embedding_model") \
+        > layer_of("vis_embed.model.inputs.preparer") > layer_of("vis_embed.model.embedding_config")
+    assert package_of("vis_embed.model.runtime.encode_file") == "vis_embed.model.runtime"
     assert package_of("vis_embed.io") == "vis_embed.io"
     graph = package_graph()
-    assert "vis_embed.vectors" in graph["vis_embed.model"] and "vis_embed.model" in graph["vis_embed.gallery"]
-    turned = {**graph, "vis_embed.vectors": graph["vis_embed.vectors"] | {"vis_embed.model"}}
-    assert any({"vis_embed.model", "vis_embed.vectors"} <= set(cycle) for cycle in _cycles(turned))
+    runtime = "vis_embed.model.runtime"
+    assert "vis_embed.vectors" in graph[runtime] and runtime in graph["vis_embed.gallery"]
+    turned = {**graph, "vis_embed.vectors": graph["vis_embed.vectors"] | {runtime}}
+    assert any({runtime, "vis_embed.vectors"} <= set(cycle) for cycle in _cycles(turned))
 
 
 def test_command_modules_come_from_the_registry() -> None:

@@ -22,8 +22,8 @@ from PIL import Image
 
 from vis_embed import Embedder
 from vis_embed.errors import ConfigError
-from vis_embed.model import attention
-from vis_embed.model.attention import VARLEN, count_attention_calls, resolve_attn_implementation, set_attention
+from vis_embed.model.network import attention
+from vis_embed.model.network.attention import VARLEN, count_attention_calls, resolve_attn_implementation, set_attention
 
 ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]
 INSTRUCTION = "Find the same object as the one in the given image."
@@ -105,8 +105,8 @@ def test_gradients_equal_transformers_sdpa_path(tiny_checkpoint: Callable[..., P
 
 def _host_reads(arch: str, depth: int, name: str, monkeypatch: pytest.MonkeyPatch) -> int:
     """``Tensor.tolist`` / ``.item`` calls (device-to-host syncs on a GPU) in one vision forward."""
-    from vis_embed.model.embedding_model import EmbeddingModel
-    from vis_embed.model.tiny import build_random_model
+    from vis_embed.model.network.embedding_model import EmbeddingModel
+    from vis_embed.model.files.tiny import build_random_model
 
     backbone, processor = build_random_model(arch, vision_depth=depth)
     model = EmbeddingModel(backbone, processor)

@@ -12,7 +12,7 @@ import pytest
 
 from vis_embed.cli import main
 from vis_embed.gallery.store import write_index
-from vis_embed.model.lengths import CHARS_PER_TOKEN, estimated_lengths, within_token_budget
+from vis_embed.model.inputs.lengths import CHARS_PER_TOKEN, estimated_lengths, within_token_budget
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.timeout(120)]
 
@@ -26,7 +26,7 @@ def test_a_text_is_cut_to_its_token_budget_by_characters() -> None:
 @pytest.fixture(scope="module")
 def embedder(tiny_checkpoint):
     """The tiny checkpoint with a 128-token budget (its own is the decoder's whole context)."""
-    from vis_embed.model.embedder import Embedder
+    from vis_embed.model.runtime.embedder import Embedder
 
     return Embedder.from_pretrained(tiny_checkpoint(), device="cpu", dtype="float32", max_length=128, workers=0)
 

@@ -19,8 +19,8 @@ from PIL import Image
 
 from vis_embed import Embedder
 from vis_embed.errors import ConfigError
-from vis_embed.model import compile_blocks as compile_module
-from vis_embed.model.compile_blocks import VISION_BLOCK_PARTS, is_compiled
+from vis_embed.model.network import compile_blocks as compile_module
+from vis_embed.model.network.compile_blocks import VISION_BLOCK_PARTS, is_compiled
 
 from _model_fixtures import perturbed_adapter
 
@@ -147,9 +147,9 @@ def test_compiles_through_an_unmerged_lora_adapter(tiny_checkpoint: Callable[...
 def test_each_block_kind_is_compiled_once_and_reused() -> None:
     """Regional compilation: twice the vision blocks and decoder layers (Qwen2.5-VL: windowed and
     full blocks), the same number of graphs -- one per block kind, reused by every block."""
-    from vis_embed.model.attention import VARLEN, set_attention
-    from vis_embed.model.embedding_model import EmbeddingModel
-    from vis_embed.model.tiny import build_random_model
+    from vis_embed.model.network.attention import VARLEN, set_attention
+    from vis_embed.model.network.embedding_model import EmbeddingModel
+    from vis_embed.model.files.tiny import build_random_model
 
     graphs = []
     for depth in (2, 4):

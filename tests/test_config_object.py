@@ -19,9 +19,9 @@ from pydantic import create_model
 
 from vis_embed.errors import ConfigError
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS
-from vis_embed.model.embedder import Embedder
+from vis_embed.model.runtime.embedder import Embedder
 from vis_embed.model.embedding_config import EMBEDDING_CONFIG_FILE, LOADING, EmbeddingConfig, flag_fields
-from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.training import trainer as trainer_module
 from vis_embed.training.backends import TorchBackend
 from vis_embed.training.recipe import ModelOptions, load_recipe

@@ -15,7 +15,7 @@ from vis_embed.data import images as images_module
 from vis_embed.data.images import fast_decode_floor, load_image
 from vis_embed.errors import ConfigError
 from vis_embed.model.embedding_config import EmbeddingConfig
-from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.network.embedding_model import EmbeddingModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _prepare_fixtures import photo  # noqa: E402

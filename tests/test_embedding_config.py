@@ -24,7 +24,7 @@ from PIL import Image
 from vis_embed.cli import load_command, main
 from vis_embed.errors import ConfigError
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
-from vis_embed.model.embedder import Embedder
+from vis_embed.model.runtime.embedder import Embedder
 from vis_embed.model.embedding_config import (
     EMBEDDING_CONFIG_FILE,
     LOADING,
@@ -33,7 +33,7 @@ from vis_embed.model.embedding_config import (
     read_embedding_config,
     resolve_embedding_config,
 )
-from vis_embed.model.embedding_model import resolve_dtype
+from vis_embed.model.network.embedding_model import resolve_dtype
 from vis_embed.training.recipe import load_recipe
 from vis_embed.training.trainer import Trainer
 
@@ -254,7 +254,7 @@ def test_merge_carries_the_settings(trained, items, tmp_path) -> None:
 
 
 def test_export_carries_the_settings_and_refuses_a_format_it_cannot_reproduce(trained, tmp_path) -> None:
-    from vis_embed.model.export import export_sentence_transformers
+    from vis_embed.model.files.export import export_sentence_transformers
 
     with pytest.raises(ConfigError, match="vlm2vec"):  # recorded: the ST layout reproduces "chat" only
         export_sentence_transformers(None, tmp_path / "refused", adapter=trained["final"])
@@ -273,7 +273,7 @@ def test_export_carries_the_settings_and_refuses_a_format_it_cannot_reproduce(tr
 def test_dtype_auto_is_by_device_and_checkpoint_keeps_the_checkpoints(tiny_checkpoint, tmp_path) -> None:
     from transformers import AutoModelForImageTextToText
 
-    from vis_embed.model.export import load_merged
+    from vis_embed.model.files.export import load_merged
 
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
     assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16

@@ -17,9 +17,9 @@ from vis_embed.cli import main
 from vis_embed.data.image_geometry import MAX_ASPECT_RATIO, fit_aspect_ratio
 from vis_embed.data.images import load_image
 from vis_embed.errors import DataError
-from vis_embed.model import encode_file
-from vis_embed.model.embedder import NonFiniteEmbeddingError
-from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.runtime import encode_file
+from vis_embed.model.runtime.embedder import NonFiniteEmbeddingError
+from vis_embed.model.network.embedding_model import EmbeddingModel
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -17,7 +17,7 @@ import yaml
 from eval_fakes import make_identity_benchmark
 
 from vis_embed.cli import main
-from vis_embed.model.embedder import Embedder
+from vis_embed.model.runtime.embedder import Embedder
 
 
 @pytest.fixture()

@@ -20,7 +20,7 @@ from PIL import Image
 
 from vis_embed import Embedder
 from vis_embed.cli import main as cli_main
-from vis_embed.model.export import INSTRUCTION_TEMPLATE_PREFIX, export_sentence_transformers
+from vis_embed.model.files.export import INSTRUCTION_TEMPLATE_PREFIX, export_sentence_transformers
 
 from _model_fixtures import perturbed_adapter
 

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def world(tiny_checkpoint, tmp_path_factory) -> dict[str, Path]:
     """The tiny model, a NaN adapter, images of every kind, a training set and its schedule."""
-    from vis_embed.model.embedding_model import EmbeddingModel
+    from vis_embed.model.network.embedding_model import EmbeddingModel
 
     root = tmp_path_factory.mktemp("probe")
     model = EmbeddingModel.from_pretrained(tiny_checkpoint(), device="cpu", dtype="float32")

@@ -119,7 +119,7 @@ def test_a_failed_int8_write_keeps_the_previous_matrix_and_its_ranges(tmp_path: 
                                                                       monkeypatch) -> None:
     import errno
 
-    from vis_embed.model import encode_file
+    from vis_embed.model.runtime import encode_file
 
     model, items = str(tiny_checkpoint()), _items(tmp_path)
     args = ["encode", "--model", model, "--input", str(items), "--no-progress", "--output", str(tmp_path / "g.npy"),

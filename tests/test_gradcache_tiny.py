@@ -41,7 +41,7 @@ def members(tiny_checkpoint, tmp_path_factory):
 
 
 def _step(members, chunk_size: int, dropout: float = 0.0, check_replay: bool = False):
-    from vis_embed.model.embedding_model import EmbeddingModel
+    from vis_embed.model.network.embedding_model import EmbeddingModel
 
     path, query_items, candidate_items = members
     torch.manual_seed(0)

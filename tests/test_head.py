@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 
 from vis_embed.cli import main as cli_main
 from vis_embed.errors import ConfigError
-from vis_embed.model.embedder import Embedder
-from vis_embed.model.embedding_model import EmbeddingModel
-from vis_embed.model.projection_head import HEAD_CONFIG, HEAD_WEIGHTS, ProjectionHead, load_head, save_head
+from vis_embed.model.runtime.embedder import Embedder
+from vis_embed.model.network.embedding_model import EmbeddingModel
+from vis_embed.model.network.projection_head import HEAD_CONFIG, HEAD_WEIGHTS, ProjectionHead, load_head, save_head
 from vis_embed.training.recipe import load_recipe
 from vis_embed.training.trainer import Trainer
 

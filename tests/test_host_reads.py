@@ -1,7 +1,7 @@
 """No host reads in the forward: the batch's bookkeeping (vision boundaries and rotary positions,
 Qwen2.5-VL's windows, Qwen3-VL's position-grid resampling, ``max_seqlen``, the decoder's M-RoPE
 index, the padding mask, the pooled token) is computed when the batch is collated
-(model/vision_metadata.py), so one ``EmbeddingModel`` forward reads at most 2 values back from the
+(model/network/vision_metadata.py), so one ``EmbeddingModel`` forward reads at most 2 values back from the
 device (on a GPU each read stalls its queue) -- with the same vectors and gradients as
 transformers' own bookkeeping.  The counter is checked to see transformers' reads (~30 a batch).
 """
@@ -16,9 +16,9 @@ import pytest
 import torch
 from PIL import Image
 
-from vis_embed.model.attention import VARLEN
-from vis_embed.model.embedding_model import EmbeddingModel
-from vis_embed.model.vision_metadata import METADATA_KEY
+from vis_embed.model.network.attention import VARLEN
+from vis_embed.model.network.embedding_model import EmbeddingModel
+from vis_embed.model.network.vision_metadata import METADATA_KEY
 
 ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]
 # Tensor methods that copy a value from the device to the host (each a sync on a GPU).
@@ -114,8 +114,8 @@ def test_video_grids_get_the_same_bookkeeping(model: EmbeddingModel) -> None:
     """Generic over modalities: a batch of videos (``video_grid_thw``, ``pixel_values_videos``, and
     Qwen2.5-VL's ``second_per_grid_ts``, as the processor makes it) gets its metadata the same way,
     and the vectors equal transformers' own forward of that batch."""
-    from vis_embed.model.pooling import last_token_pool
-    from vis_embed.model.vision_metadata import describe_batch
+    from vis_embed.model.network.pooling import last_token_pool
+    from vis_embed.model.network.vision_metadata import describe_batch
 
     rng = np.random.default_rng(0)
     videos = [rng.integers(0, 256, shape, dtype=np.uint8) for shape in ((4, 56, 84, 3), (2, 84, 56, 3))]

@@ -16,7 +16,7 @@ from PIL import Image
 
 from vis_embed.data.images import load_image
 from vis_embed.errors import DataError
-from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.network.embedding_model import EmbeddingModel
 
 def _image(width: int, height: int, seed: int = 0) -> Image.Image:
     pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)

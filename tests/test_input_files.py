@@ -19,7 +19,7 @@ from vis_embed.data.yaml_lines import load_yaml_with_lines
 from vis_embed.errors import DataError
 from vis_embed.evaluation.report import read_reference
 from vis_embed.io import read_jsonl, read_text, read_text_lines_or_errors
-from vis_embed.model import encode_file
+from vis_embed.model.runtime import encode_file
 
 BOM = codecs.BOM_UTF8
 

@@ -16,7 +16,7 @@ from vis_embed import Embedder
 from vis_embed.data import check_item, crop_to_bbox, load_benchmark, load_image, load_train_config, write_table
 from vis_embed.errors import DataError
 from vis_embed.evaluation.layouts import normalise_item
-from vis_embed.model.encode_file import read_items
+from vis_embed.model.runtime.encode_file import read_items
 
 BAD_ITEMS = [
     pytest.param({"img": "a.png"}, "img", "unknown item key 'img'", id="typo-img"),
@@ -230,7 +230,7 @@ def test_one_content_signature_for_eval_cache_and_encode_shards(folder: Path) ->
     from vis_embed.data import ResolvedItem
     from vis_embed.embedding_cache import ContentHasher
     from vis_embed.evaluation.harness import _ItemSigner
-    from vis_embed.model.encode_shards import _signatures
+    from vis_embed.model.runtime.encode_shards import _signatures
 
     shutil.copy(folder / "a.png", folder / "copy.png")
     item = {"image": "a.png", "bbox": [0, 0, 8, 6]}

@@ -15,7 +15,7 @@ import yaml
 
 from vis_embed.cli import main as cli_main
 from vis_embed.errors import ConfigError
-from vis_embed.model.embedder import Embedder
+from vis_embed.model.runtime.embedder import Embedder
 from vis_embed.training.recipe import load_recipe
 from vis_embed.training.trainer import Trainer
 

@@ -95,7 +95,7 @@ def test_export_tells_vllm_the_matryoshka_dimensions(tiny_checkpoint, tmp_path) 
     import json
     import shutil
 
-    from vis_embed.model.export import export_sentence_transformers
+    from vis_embed.model.files.export import export_sentence_transformers
 
     base = tmp_path / "base"
     shutil.copytree(tiny_checkpoint("qwen2-vl"), base)

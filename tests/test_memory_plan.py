@@ -134,7 +134,7 @@ def test_a_run_with_auto_records_its_plan(tiny_checkpoint, tmp_path: Path, caplo
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="measures CUDA memory")
 def test_the_probe_measures_less_per_member_with_checkpointing(tiny_checkpoint) -> None:
-    from vis_embed.model.embedding_model import EmbeddingModel
+    from vis_embed.model.network.embedding_model import EmbeddingModel
 
     model = EmbeddingModel.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cuda", dtype="float32")
     model.add_lora(r=4, alpha=8, dropout=0.0)

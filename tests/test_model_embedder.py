@@ -17,7 +17,7 @@ from PIL import Image
 
 from vis_embed import Embedder
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.model.prompts import build_prompt
 
 from _model_fixtures import perturbed_adapter
@@ -266,7 +266,7 @@ def test_batches_run_one_ahead_in_one_thread_errors_at_their_batch_and_an_early_
     order, where an error surfaces and the pool's shutdown must be as without the thread."""
     import threading
 
-    from vis_embed.model.item_feed import one_batch_ahead
+    from vis_embed.model.runtime.item_feed import one_batch_ahead
 
     made: list[tuple[int, str]] = []
     closed = threading.Event()

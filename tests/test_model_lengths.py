@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vis_embed.model.batching import chunk_order
-from vis_embed.model.embedding_model import EmbeddingModel
-from vis_embed.model.lengths import estimated_lengths
+from vis_embed.model.inputs.batching import chunk_order
+from vis_embed.model.network.embedding_model import EmbeddingModel
+from vis_embed.model.inputs.lengths import estimated_lengths
 
 INSTRUCTION = "Find the same object as the one in the given image."
 

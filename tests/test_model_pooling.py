@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vis_embed.model.pooling import last_token_pool
+from vis_embed.model.network.pooling import last_token_pool
 
 
 def _hidden(batch: int, length: int, dim: int = 4) -> torch.Tensor:

@@ -45,7 +45,7 @@ def test_tiny_checkpoint_loads_like_a_hub_model(arch: str, tiny_checkpoint: Call
 def test_same_seed_same_weights_and_different_seed_differs(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from vis_embed.model.tiny import build_tiny_checkpoint
+    from vis_embed.model.files.tiny import build_tiny_checkpoint
 
     first = load_file(build_tiny_checkpoint(tmp_path / "a", seed=1) / "model.safetensors")
     second = load_file(build_tiny_checkpoint(tmp_path / "b", seed=1) / "model.safetensors")
@@ -63,7 +63,7 @@ def test_tiny_model_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_benchmark_preset_has_qwen2_vl_2b_vocab_and_width() -> None:
-    from vis_embed.model.tiny import tiny_config
+    from vis_embed.model.files.tiny import tiny_config
 
     config = tiny_config("qwen2-vl", preset="qwen2-vl-2b-shallow")
     text = config.text_config
@@ -83,7 +83,7 @@ def test_full_size_presets_have_the_published_parameter_counts(arch: str, preset
     import torch
     from transformers import AutoModelForImageTextToText
 
-    from vis_embed.model.tiny import tiny_config
+    from vis_embed.model.files.tiny import tiny_config
 
     with torch.device("meta"):
         model = AutoModelForImageTextToText.from_config(tiny_config(arch, preset))

@@ -126,18 +126,18 @@ def test_pixel_order_and_decode_modes_are_checked_by_the_config_only() -> None:
 def test_items_are_prepared_and_pooled_in_one_place() -> None:
     """Preparer: the one item -> PreparedItem path (prompt included); EmbeddingModel: the one
     forward + pooling."""
-    assert _where(_call_of("build_prompt")) == {"vis_embed/model/preparer.py"}
-    assert _where(_call_of("PreparedItem")) == {"vis_embed/model/preparer.py"}
-    assert _where(_call_of("last_token_pool")) == {"vis_embed/model/embedding_model.py"}
+    assert _where(_call_of("build_prompt")) == {"vis_embed/model/inputs/preparer.py"}
+    assert _where(_call_of("PreparedItem")) == {"vis_embed/model/inputs/preparer.py"}
+    assert _where(_call_of("last_token_pool")) == {"vis_embed/model/network/embedding_model.py"}
 
 
 def test_the_dtype_rule_is_resolve_dtype() -> None:
     by_device = _where(lambda node: isinstance(node, ast.IfExp) and "bfloat16" in _source(node))
-    assert by_device == {"vis_embed/model/embedding_model.py"}
+    assert by_device == {"vis_embed/model/network/embedding_model.py"}
 
 
 def test_one_model_card_writer_and_one_adapter_config_reader() -> None:
-    assert _where(_name("ModelCardData")) | _where(_name("ModelCard")) == {"vis_embed/model/model_card.py"}
+    assert _where(_name("ModelCardData")) | _where(_name("ModelCard")) == {"vis_embed/model/files/model_card.py"}
     assert _where(_name("PeftConfig")) == {"vis_embed/model/references.py"}
     assert _where(_string("adapter_config.json")) == {"vis_embed/model/references.py"}  # ADAPTER_CONFIG
 
@@ -196,7 +196,7 @@ def test_one_bad_item_rule() -> None:
     run, the server and the trainer's worker path."""
     decides = _where(lambda node: _call_of("isinstance")(node) and len(node.args) == 2  # type: ignore[attr-defined]
                      and _name("DataError")(node.args[1]) and "result" in _source(node.args[0]))  # type: ignore[attr-defined]
-    assert decides == {"vis_embed/model/item_feed.py"}
+    assert decides == {"vis_embed/model/runtime/item_feed.py"}
     assert "vis_embed/training/step_items.py" in _where(_call_of("accepted"))
 
 
@@ -207,11 +207,11 @@ def test_one_input_image_format_allow_list() -> None:
 
 
 def test_one_attention_rule() -> None:
-    """model/attention.resolve_attn_implementation picks the kernel; only it asks whether a flash
+    """model/network/attention.resolve_attn_implementation picks the kernel; only it asks whether a flash
     package is usable, only it registers with transformers, and the model's loading calls it."""
     probes = (_name("is_flash_attn_2_available"), _name("is_flash_attn_4_available"), _name("AttentionInterface"))
-    assert set().union(*(_where(probe) for probe in probes)) == {"vis_embed/model/attention.py"}
-    assert _where(_call_of("resolve_attn_implementation")) == {"vis_embed/model/embedding_model.py"}
+    assert set().union(*(_where(probe) for probe in probes)) == {"vis_embed/model/network/attention.py"}
+    assert _where(_call_of("resolve_attn_implementation")) == {"vis_embed/model/network/embedding_model.py"}
 
 
 def test_one_global_ranking_and_one_group_membership_rule() -> None:
@@ -229,21 +229,21 @@ def test_one_frame_rule() -> None:
     linspace, which load_video and the length estimate both call."""
     linspaces = _where(lambda node: isinstance(node, ast.Call) and _source(node.func).endswith("linspace"))
     assert {path for path in linspaces if path.startswith("vis_embed/")} == {"vis_embed/data/video.py"}
-    assert {"vis_embed/data/video.py", "vis_embed/model/lengths.py"} <= _where(_call_of("frame_indices"))
+    assert {"vis_embed/data/video.py", "vis_embed/model/inputs/lengths.py"} <= _where(_call_of("frame_indices"))
 
 
 def test_batch_bookkeeping_is_computed_in_vision_metadata_only() -> None:
-    """model/vision_metadata.py computes a batch's vision boundaries, positions and M-RoPE index
+    """model/network/vision_metadata.py computes a batch's vision boundaries, positions and M-RoPE index
     (transformers' vision_utils, the model's get_rope_index); the collation calls it once."""
     probes = (_call_of("get_rope_index"), _name("vision_utils"), _call_of("get_vision_cu_seqlens"))
-    assert set().union(*(_where(probe) for probe in probes)) == {"vis_embed/model/vision_metadata.py"}
-    assert _where(_call_of("describe_batch")) == {"vis_embed/model/embedding_model.py"}
+    assert set().union(*(_where(probe) for probe in probes)) == {"vis_embed/model/network/vision_metadata.py"}
+    assert _where(_call_of("describe_batch")) == {"vis_embed/model/network/embedding_model.py"}
 
 
 def test_one_compile_rule() -> None:
-    """model/compile_blocks.resolve_compile decides whether to compile; only the Embedder asks it."""
-    assert _where(_definition("resolve_compile")) == {"vis_embed/model/compile_blocks.py"}
-    assert _where(_call_of("resolve_compile")) == {"vis_embed/model/embedder.py"}
+    """model/network/compile_blocks.resolve_compile decides whether to compile; only the Embedder asks it."""
+    assert _where(_definition("resolve_compile")) == {"vis_embed/model/network/compile_blocks.py"}
+    assert _where(_call_of("resolve_compile")) == {"vis_embed/model/runtime/embedder.py"}
 
 
 def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:
@@ -260,12 +260,13 @@ def test_one_regular_file_check() -> None:
 
 
 def test_one_text_cutting_rule() -> None:
-    """Texts are cut by characters before tokenising with model/lengths' CHARS_PER_TOKEN only."""
+    """Texts are cut by characters before tokenising with model/inputs/lengths' CHARS_PER_TOKEN only."""
     defines = _where(lambda node: isinstance(node, ast.Assign) and any(
         isinstance(target, ast.Name) and target.id == "CHARS_PER_TOKEN" for target in node.targets))
-    assert defines == {"vis_embed/model/lengths.py"}
-    assert _where(_definition("within_token_budget")) == {"vis_embed/model/lengths.py"}
-    assert {"vis_embed/model/preparer.py", "vis_embed/serving/limits.py"} <= _where(_call_of("within_token_budget"))
+    assert defines == {"vis_embed/model/inputs/lengths.py"}
+    assert _where(_definition("within_token_budget")) == {"vis_embed/model/inputs/lengths.py"}
+    assert {"vis_embed/model/inputs/preparer.py", "vis_embed/serving/limits.py"} \
+        <= _where(_call_of("within_token_budget"))
 
 
 # Each "the one ..." / "the only ..." phrase of docs/architecture.md, and the test above that makes it true.
@@ -281,16 +282,17 @@ def test_one_dataset_revision_table() -> None:
 
 
 def test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module() -> None:
-    """Probing a backbone for peft (``peft_config``) is model/adaptation.py's alone: the trainer,
+    """Probing a backbone for peft (``peft_config``) is model/network/adaptation.py's alone: the trainer,
     checkpoints, export, the model card and EmbeddingModel ask its objects."""
     probes = _where(lambda node: (isinstance(node, ast.Attribute) and node.attr == "peft_config")
                     or _string("peft_config")(node))
-    assert probes == {"vis_embed/model/adaptation.py"}
-    assert _where(_call_of("get_peft_model")) == {"vis_embed/model/adaptation.py"}
+    assert probes == {"vis_embed/model/network/adaptation.py"}
+    assert _where(_call_of("get_peft_model")) == {"vis_embed/model/network/adaptation.py"}
     assert _where(_string("head_config.json")) == {"vis_embed/model/references.py"}
     # the one save path: only the adaptation objects write a model's weights
-    assert _where(_call_of("save_head")) == {"vis_embed/model/adaptation.py"}
-    assert _where(_call_of("merge_and_unload")) <= {"vis_embed/model/adaptation.py", "vis_embed/model/export.py"}
+    assert _where(_call_of("save_head")) == {"vis_embed/model/network/adaptation.py"}
+    assert _where(_call_of("merge_and_unload")) <= {"vis_embed/model/network/adaptation.py",
+                                                    "vis_embed/model/files/export.py"}
 
 
 def test_one_settings_base() -> None:
@@ -308,7 +310,7 @@ def test_config_objects_cross_module_boundaries_whole() -> None:
     """A settings object is handed on whole, not unpacked into keyword arguments the callee
     re-checks: LossConfig into build_objective, ServerSettings into the image policy, the batcher
     and the input limiter, the recipe's lora: section into the LoRA adaptation."""
-    from vis_embed.model.adaptation import LoraOptions
+    from vis_embed.model.network.adaptation import LoraOptions
     from vis_embed.model.embedding_config import EmbeddingConfig
     from vis_embed.serving.settings import ServerSettings
     from vis_embed.training.recipe import LossConfig
@@ -325,7 +327,7 @@ def test_config_objects_cross_module_boundaries_whole() -> None:
         assert _where(unpacks(callee, server_fields)) == set(), callee
     assert _where(unpacks("add_lora", set(LoraOptions.model_fields))) == set()
     # the one translation of the lora: section into peft
-    assert _where(unpacks("LoraConfig", {"r", "lora_alpha"})) == {"vis_embed/model/adaptation.py"}
+    assert _where(unpacks("LoraConfig", {"r", "lora_alpha"})) == {"vis_embed/model/network/adaptation.py"}
     # from_pretrained takes EmbeddingConfig fields as **settings or config=, not a hand list
     listed = _where(lambda node: isinstance(node, ast.FunctionDef) and node.name == "from_pretrained" and any(
         argument.arg in set(EmbeddingConfig.model_fields) - {"dtype"} for argument in node.args.kwonlyargs

@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vis_embed.model.embedding_model import EmbeddingModel
-from vis_embed.model.patch_embedding import PatchwiseConv3d, use_matmul_patch_embedding
+from vis_embed.model.network.embedding_model import EmbeddingModel
+from vis_embed.model.network.patch_embedding import PatchwiseConv3d, use_matmul_patch_embedding
 
 
 def _patch_conv(bias: bool) -> torch.nn.Conv3d:

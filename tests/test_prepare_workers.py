@@ -1,4 +1,4 @@
-"""Item preparation in worker processes (model/prepare_pool.py): same vectors and rows in input
+"""Item preparation in worker processes (model/runtime/prepare_pool.py): same vectors and rows in input
 order, the same rejects and errors as in one process, a crashed worker named, never a hang;
 ``encode --dry-run``; training with ``num_workers: 2`` ends with the same adapter as with 0."""
 
@@ -19,8 +19,8 @@ from safetensors.torch import load_file
 
 from vis_embed import Embedder
 from vis_embed.errors import DataError
-from vis_embed.model.encode_file import encode_jsonl
-from vis_embed.model.prepare_pool import WorkerCrashedError, resolve_workers
+from vis_embed.model.runtime.encode_file import encode_jsonl
+from vis_embed.model.runtime.prepare_pool import WorkerCrashedError, resolve_workers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _prepare_fixtures import CONFIG_ERROR_TEXT, CRASH_TEXT, crashing_copy, photo, write_items  # noqa: E402
@@ -203,7 +203,7 @@ def test_a_bfloat16_model_gets_bfloat16_patches_with_the_bits_its_forward_pass_c
 
 
 def test_bfloat16_tensors_cross_to_a_worker_process_and_back_unchanged() -> None:
-    from vis_embed.model.preparer import PreparedItem
+    from vis_embed.model.inputs.preparer import PreparedItem
 
     patches = torch.randn(8, 12).to(torch.bfloat16)
     item = PreparedItem(input_ids=torch.arange(5), mm_token_type_ids=torch.zeros(5, dtype=torch.long),

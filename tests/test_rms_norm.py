@@ -1,4 +1,4 @@
-"""The Qwen-VL RMSNorms as torch's fused F.rms_norm (model/rms_norm.py): switched in every
+"""The Qwen-VL RMSNorms as torch's fused F.rms_norm (model/network/rms_norm.py): switched in every
 EmbeddingModel, the same numbers, the same classes (subclasses) and state dict."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vis_embed.model.embedding_model import EmbeddingModel
-from vis_embed.model.rms_norm import RMS_NORM_CLASSES, use_fused_rms_norm
+from vis_embed.model.network.embedding_model import EmbeddingModel
+from vis_embed.model.network.rms_norm import RMS_NORM_CLASSES, use_fused_rms_norm
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -167,7 +167,7 @@ def test_missing_schedule_is_built_first_and_announced(setup, tmp_path, caplog) 
 
 
 def test_merge_writes_a_checkpoint_the_embedder_loads(setup, tmp_path) -> None:
-    from vis_embed.model.embedder import Embedder
+    from vis_embed.model.runtime.embedder import Embedder
     from vis_embed.training.merge import merge_adapter
 
     final = Trainer(_recipe(setup, tmp_path / "run", max_steps=2, optimizer__lr=5e-2)).train()

@@ -215,7 +215,7 @@ def test_a_video_file_gives_the_vector_of_its_frames_extracted_losslessly(qwen2:
 
 
 def test_the_length_estimate_counts_every_frame_pair(qwen2: Embedder, tmp_path: Path) -> None:
-    from vis_embed.model.lengths import estimated_lengths
+    from vis_embed.model.inputs.lengths import estimated_lengths
 
     folder = _folder(tmp_path, 12)
     items = [{"video": str(folder), "text": "a clip"}, {"video": [str(folder / "frame_0.png")] * 3, "text": "a clip"}]
@@ -237,7 +237,7 @@ def _mixed_items(root: Path) -> list[dict]:
 
 
 def test_the_length_estimate_is_exact_for_clips_of_frames(embedder_of_arch: Embedder, tmp_path: Path) -> None:
-    from vis_embed.model.lengths import estimated_lengths
+    from vis_embed.model.inputs.lengths import estimated_lengths
 
     folder = _folder(tmp_path, 12)
     items = [{"video": str(folder), "text": "a clip"}, {"video": [str(folder / "frame_3.png")] * 3},
@@ -258,7 +258,7 @@ def test_a_batch_mixing_images_videos_and_texts_gives_each_items_own_vector(embe
 @pytest.mark.parametrize("arch", ARCHS)
 def test_video_tokens_take_one_attention_call_per_vision_block(arch: str, tiny_checkpoint: Callable[..., Path],
                                                                tmp_path: Path) -> None:
-    from vis_embed.model.attention import VARLEN, count_attention_calls
+    from vis_embed.model.network.attention import VARLEN, count_attention_calls
 
     # ours, asked for by name: on a CPU the default is transformers' sdpa (by measurement)
     model = Embedder.from_pretrained(tiny_checkpoint(arch), device="cpu", dtype="float32",
@@ -272,7 +272,7 @@ def test_video_tokens_take_one_attention_call_per_vision_block(arch: str, tiny_c
     with torch.no_grad():
         # two clips of several frame pairs each, and a text: one call per block and layer
         assert 0 < count_attention_calls(lambda: model(**videos)) <= blocks + layers
-        # images and clips together: the vision tower runs once for both (model/vision_metadata.py),
+        # images and clips together: the vision tower runs once for both (model/network/vision_metadata.py),
         # where transformers' own forward runs it once per kind
         assert 0 < count_attention_calls(lambda: model(**mixed)) <= blocks + layers
 
@@ -344,7 +344,7 @@ def test_far_apart_frames_are_reached_by_seeking_to_the_same_pixels(tmp_path: Pa
 def test_both_prompt_formats_give_a_clip_one_video_placeholder(tiny_checkpoint: Callable[..., Path],
                                                                tmp_path: Path) -> None:
     from vis_embed.model.prompts import build_prompt
-    from vis_embed.model.tiny import build_processor
+    from vis_embed.model.files.tiny import build_processor
 
     processor = build_processor("qwen2-vl")
     assert build_prompt(processor, "video", "Find it.", "a clip", "vlm2vec") == "<|video_pad|> Find it. a clip"

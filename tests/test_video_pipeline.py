@@ -254,7 +254,7 @@ def test_the_server_embeds_a_clip_of_data_uri_frames_like_encode(clips: Path, em
 def _gradcache_step(checkpoint: Path, queries: list, candidates: list, chunk_size: int):
     import torch
 
-    from vis_embed.model.embedding_model import EmbeddingModel
+    from vis_embed.model.network.embedding_model import EmbeddingModel
     from vis_embed.training.backends import TorchBackend
     from vis_embed.training.gradcache import contrastive_step
     from vis_embed.training.losses import Temperature, info_nce_loss

@@ -183,7 +183,7 @@ def test_only_the_main_process_opens_a_wandb_run(tiny_checkpoint, tmp_path: Path
 
 
 def test_card_names_a_hub_base_model_and_parses_back(tmp_path: Path) -> None:
-    from vis_embed.model.model_card import read_facts, write_model_card
+    from vis_embed.model.files.model_card import read_facts, write_model_card
 
     facts = {"base_model": "Qwen/Qwen2-VL-2B-Instruct", "recipe": {"adaptation": "lora"}, "steps": 3,
              "datasets": [{"name": "toy"}], "adapter": True,

@@ -8,13 +8,13 @@ __version__ = "0.1.0"
 __all__ = ["Embedder", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vis_embed.model.embedder import Embedder
+    from vis_embed.model.runtime.embedder import Embedder
 
 
 def __getattr__(name: str) -> Any:
     # Lazy so that `import vis_embed` (and the CLI's --help) does not import torch.
     if name == "Embedder":
-        from vis_embed.model.embedder import Embedder
+        from vis_embed.model.runtime.embedder import Embedder
 
         return Embedder
     raise AttributeError(f"module 'vis_embed' has no attribute {name!r}")

@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mine-negatives": ("vis_embed.sampling.mining_cli", "mine hard negatives with an embedding model"),
     "train": ("vis_embed.training.cli:train", "train from a recipe"),
     "merge": ("vis_embed.training.cli:merge", "merge a LoRA adapter into a full checkpoint"),
-    "export": ("vis_embed.model.export_cli", "export as a sentence-transformers / vLLM model directory"),
+    "export": ("vis_embed.model.files.export_cli", "export as a sentence-transformers / vLLM model directory"),
     "eval": ("vis_embed.evaluation.cli:eval", "evaluate a model on a benchmark manifest"),
     "mteb": ("vis_embed.integrations.mteb_cli", "evaluate with mteb's evaluator (manifest datasets or mteb tasks)"),
     "index": ("vis_embed.gallery.cli:index", "build a persistent faiss index of encoded vectors"),

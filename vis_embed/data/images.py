@@ -25,7 +25,7 @@ Resizing to the model's pixel budget (min/max pixels) is the processor's job, no
 qwen-vl-utils' ``fetch_image`` resizes with PIL, which is not pixel-identical to the
 transformers processor's resize (measured: up to 0.27 in normalised units), so images are
 handed to the processor as loaded.  The token count of an image before decoding it is the
-processor's own rule (:mod:`vis_embed.model.lengths`).
+processor's own rule (:mod:`vis_embed.model.inputs.lengths`).
 
 * ``decode="fast"`` (``--decode fast``) with the model's ``max_pixels``: an image larger than
   the budget is decoded at a reduced scale -- JPEG draft mode, else PIL's box ``reduce`` before
@@ -250,7 +250,7 @@ def fast_decode_floor(width: int, height: int, max_pixels: int | None,
     the size the processor resizes it to (per side), or None when not even a halving stays above.
 
     ``target_size`` is that size, by the processor's own rule (the model passes it:
-    :meth:`vis_embed.model.preparer.Preparer.target_size`).  Without it, an upper bound: the
+    :meth:`vis_embed.model.inputs.preparer.Preparer.target_size`).  Without it, an upper bound: the
     processor keeps the area within ``max_pixels`` (its sides rounded down to the patch grid),
     so ``sqrt(max_pixels / area)`` bounds its scale from above.  The bound is up to one grid
     step per side larger, which kept 4032x3024 photos at JPEG 1/2 where 1/4 is 2x the real

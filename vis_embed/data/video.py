@@ -24,7 +24,7 @@ container's count, or its packets counted without decoding), frames above the
 decompression-bomb limit are refused from the stream header, one deadline bounds the whole
 decode (:data:`MAX_VIDEO_DECODE_S`); picked frames far apart are reached by seeking
 (:data:`SEEK_GAP`), else decoding stops after the last picked frame.  Resizing the
-frames to the model's per-frame budget is the model layer's job (``model/preparer.py``).
+frames to the model's per-frame budget is the model layer's job (``model/inputs/preparer.py``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from vis_embed.distributed import torchrun_group
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.evaluation.harness import Encoder, EvalSettings, Harness, describe_encoder
 from vis_embed.evaluation.protocol_runs import protocol_embedding_values
-from vis_embed.model.embedder import Embedder, load_embedder  # noqa: F401  (load_embedder re-exported)
+from vis_embed.model.runtime.embedder import Embedder, load_embedder  # noqa: F401  (load_embedder re-exported)
 from vis_embed.model.embedding_config import EmbeddingConfig
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def record_run_evaluation(adapter: Path, results: dict[str, Any]) -> None:
     gets the results on its card (model-index) and, when its run logged to Weights & Biases,
     in that run's summary: the run's last evaluation travels with the model."""
     from vis_embed.integrations.wandb import log_evaluation
-    from vis_embed.model.model_card import evaluation_summary, record_evaluation
+    from vis_embed.model.files.model_card import evaluation_summary, record_evaluation
 
     if not record_evaluation(adapter, results):
         return

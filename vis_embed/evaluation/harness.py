@@ -46,7 +46,7 @@ from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.vectors.stored_form import warn_if_not_matryoshka
 from vis_embed.vectors.transforms import check_dim, truncate
 from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
-from vis_embed.model.encoder import Encoder
+from vis_embed.model.runtime.encoder import Encoder
 
 log = logging.getLogger(__name__)
 

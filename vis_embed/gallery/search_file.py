@@ -33,8 +33,8 @@ def search_jsonl(model: str | Path, index_dir: Path, input_path: Path, output: P
     The index is opened and the queries read before the model loads (bad input fails fast);
     the model must be the one that made the gallery (its fingerprint) and ``instruction``
     defaults to the model's recorded query instruction."""
-    from vis_embed.model.embedder import Embedder
-    from vis_embed.model.encode_file import anchor_error, read_items
+    from vis_embed.model.runtime.embedder import Embedder
+    from vis_embed.model.runtime.encode_file import anchor_error, read_items
     from vis_embed.errors import DataError
 
     if k < 1:

@@ -67,7 +67,7 @@ def faiss_parameters(index: Any) -> dict[str, Any]:
 
 def read_embeddings(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
     """The float vectors of an encode output and its ``.ids.json`` record (checked to be one set)."""
-    from vis_embed.model.encode_file import read_encoded  # the one reader of encode outputs
+    from vis_embed.model.runtime.encode_file import read_encoded  # the one reader of encode outputs
 
     vectors, alignment = read_encoded(path)
     if vectors.ndim != 2 or vectors.dtype.kind != "f":

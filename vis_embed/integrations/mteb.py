@@ -2,7 +2,7 @@
 
 ``VisEmbedMtebModel`` is what ``mteb.evaluate`` takes: it implements mteb's
 ``EncoderProtocol`` (``encode`` over a DataLoader of batched dicts, ``similarity``,
-``mteb_model_meta``) on top of :class:`vis_embed.model.embedder.Embedder`.  A DataLoader's
+``mteb_model_meta``) on top of :class:`vis_embed.model.runtime.embedder.Embedder`.  A DataLoader's
 batches are gathered into one list of items and encoded with ONE ``Embedder.encode`` call, so
 everything Embedder does (length-sorted exact batches, the prefetching worker, the item
 contract, NaN checks) holds here too; mteb's batch size only sets how its loader chunks rows.
@@ -47,7 +47,7 @@ from mteb.types import PromptType  # noqa: E402
 if TYPE_CHECKING:
     from mteb.abstasks.task_metadata import TaskMetadata
 
-    from vis_embed.model.embedder import Embedder
+    from vis_embed.model.runtime.embedder import Embedder
 
 ITEM_COLUMN = "vis_embed_item"   # JSON of the exact vis_embed item of a row (manifest tasks)
 PROMPT_TYPES = ("query", "document")
@@ -102,7 +102,7 @@ class VisEmbedMtebModel(AbsEncoder):
                         dim: int | None = None, **overrides: Any) -> VisEmbedMtebModel:
         """Load ``model`` (+ ``adapter``) as ``vis-embed eval`` does (overrides: prompt_format,
         max_pixels, device, ... when not None); ``instructions``: a YAML path or a mapping."""
-        from vis_embed.model.embedder import load_embedder
+        from vis_embed.model.runtime.embedder import load_embedder
 
         if isinstance(instructions, (str, Path)):
             instructions = load_instructions(instructions)

@@ -5,8 +5,8 @@
                      [--workers N|auto] [--decode exact|fast] [--dry-run]
 
 Only light modules are imported at module level (``--help`` must not pay for torch); each
-command imports its library module (:mod:`vis_embed.model.tiny`,
-:mod:`vis_embed.model.encode_file`) when it runs.
+command imports its library module (:mod:`vis_embed.model.files.tiny`,
+:mod:`vis_embed.model.runtime.encode_file`) when it runs.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from vis_embed.errors import ConfigError
 from vis_embed.vectors.options import PRECISIONS, add_dim_argument
 from vis_embed.model.defaults import COMPILE_HELP, add_preparation_arguments
 from vis_embed.model.embedding_config import add_embedding_config_arguments, given_settings
-from vis_embed.model.tiny import ARCHS, PRESETS, build_tiny_checkpoint
+from vis_embed.model.files.tiny import ARCHS, PRESETS, build_tiny_checkpoint
 
 
 def add_tiny_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,7 +86,7 @@ def run_encode(args: argparse.Namespace) -> int:
     from vis_embed.distributed import get_rank, get_world_size  # torch: only when the command runs
     from vis_embed.embedding_cache import CacheStats
     from vis_embed.vectors.stored_form import StoredForm
-    from vis_embed.model.encode_file import encode_jsonl
+    from vis_embed.model.runtime.encode_file import encode_jsonl
 
     if args.dry_run:
         return _dry_run(args)
@@ -108,7 +108,7 @@ def run_encode(args: argparse.Namespace) -> int:
 def _dry_run(args: argparse.Namespace) -> int:
     import json
 
-    from vis_embed.model.dry_run import dry_run_jsonl  # transformers: only when the command runs
+    from vis_embed.model.runtime.dry_run import dry_run_jsonl  # transformers: only when the command runs
 
     report = dry_run_jsonl(
         args.model, args.input, adapter=args.adapter, output=args.output, instruction=args.instruction,

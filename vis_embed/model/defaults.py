@@ -24,7 +24,7 @@ DEFAULT_VIDEO_MAX_PIXELS = 768 * 28 * 28
 # Qwen2/2.5/3-VL); the vision tower's names are in adaptation.VISION_LORA_MODULES.
 TEXT_LORA_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
-# Names a user may give for the weights' dtype (model/embedding_model.resolve_dtype, the one rule):
+# Names a user may give for the weights' dtype (model/network/embedding_model.resolve_dtype, the one rule):
 # "auto" = by device (bfloat16 on CUDA, float32 elsewhere), "checkpoint" = the checkpoint's own.
 DTYPE_NAMES: tuple[str, ...] = ("auto", "checkpoint", "bfloat16", "float32", "float16")
 
@@ -33,7 +33,7 @@ COMPILE_HELP = ("compile the transformer blocks (torch.compile): fused element-w
                 "CUDA, off elsewhere (on CPU a few %% faster encodes after a minute or more of compilation, a few "
                 "s once cached); same vectors up to float rounding")
 
-# Item preparation (model/prepare_pool.py, data/images.py): --workers and --decode on encode,
+# Item preparation (model/runtime/prepare_pool.py, data/images.py): --workers and --decode on encode,
 # eval, mine-negatives and serve; the recipe's num_workers and model_options.decode.
 WORKERS_HELP = ("processes preparing items (decode, resize, tokenise) beside the model: N, 0 = in the main "
                 "process, or auto (default: the cores available to this process shared by the torchrun ranks "

@@ -21,7 +21,7 @@ from vis_embed.errors import ConfigError
 from vis_embed.io import is_hub_id
 
 ADAPTER_CONFIG = "adapter_config.json"
-HEAD_CONFIG = "head_config.json"  # a projection head's config (model/projection_head.HeadFile)
+HEAD_CONFIG = "head_config.json"  # a projection head's config (model/network/projection_head.HeadFile)
 
 
 def looks_like_path(name: str) -> bool:

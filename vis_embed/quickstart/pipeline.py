@@ -34,7 +34,7 @@ from vis_embed.errors import ConfigError
 from vis_embed.evaluation.quickstart_report import plot_training_curve, write_report
 from vis_embed.io import atomic_write_json
 from vis_embed.model.references import ADAPTER_CONFIG, is_peft_adapter
-from vis_embed.model.tiny import build_tiny_checkpoint
+from vis_embed.model.files.tiny import build_tiny_checkpoint
 
 # torch-heavy modules (evaluation.api, training.*) are imported inside the stages that use
 # them, so that ``vis-embed quickstart --help`` answers at once.

@@ -33,7 +33,7 @@ import numpy as np
 from vis_embed.config import get_dotted
 from vis_embed.data.factorize import factorize
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.model.encoder import Encoder
+from vis_embed.model.runtime.encoder import Encoder
 
 if TYPE_CHECKING:
     from vis_embed.data.train import TrainDataset

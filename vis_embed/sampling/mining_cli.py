@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vis_embed.data.tables import write_table
     from vis_embed.io import atomic_write_json
-    from vis_embed.model.embedder import Embedder
+    from vis_embed.model.runtime.embedder import Embedder
 
     dataset = load_mining_dataset(args.data, args.dataset)
     encoder = Embedder.from_pretrained(args.model, adapter=args.adapter, workers=args.workers, **model_settings(args))

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from vis_embed.errors import DataError
-from vis_embed.model.batching import EncodeStopped
+from vis_embed.model.inputs.batching import EncodeStopped
 from vis_embed.serving.errors import RequestError
 from vis_embed.serving.settings import ServerSettings
 
@@ -225,7 +225,7 @@ def _let_go_if_cancelled(job: _Job):
 
 
 def _item_error(position: int, exc: DataError) -> RequestError:
-    from vis_embed.model.embedder import NonFiniteEmbeddingError  # torch: already loaded by now
+    from vis_embed.model.runtime.embedder import NonFiniteEmbeddingError  # torch: already loaded by now
 
     if isinstance(exc, NonFiniteEmbeddingError):
         return RequestError(500, exc.reason, error_type="server_error")

@@ -117,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
     tune_malloc()  # before torch, the pools or uvicorn start threads or allocate (module notes)
     import uvicorn  # heavy imports only when the command runs
 
-    from vis_embed.model.embedder import Embedder
-    from vis_embed.model.prepare_pool import resolve_workers
+    from vis_embed.model.runtime.embedder import Embedder
+    from vis_embed.model.runtime.prepare_pool import resolve_workers
     from vis_embed.gallery.store import GalleryIndex
     from vis_embed.serving.app import create_app
     from vis_embed.serving.protocol import header_timeout_protocol

@@ -7,7 +7,7 @@ aside).  Over ``--max-input-tokens`` an item is refused (400, OpenAI's behaviour
 
 A long text must not cost the server the time of tokenising it whole (1 MB took 50 s, with
 every other client waiting): the text is first cut to ``CHARS_PER_TOKEN`` characters per
-allowed token (model/lengths.within_token_budget, the rule encode and search use too) --
+allowed token (model/inputs/lengths.within_token_budget, the rule encode and search use too) --
 more than any real text needs, so nothing that fits is cut -- and only that prefix is tokenised.
 In refuse mode a text longer than that is refused without tokenising.
 
@@ -27,7 +27,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from vis_embed.model.lengths import CHARS_PER_TOKEN, visual_tokens, within_token_budget
+from vis_embed.model.inputs.lengths import CHARS_PER_TOKEN, visual_tokens, within_token_budget
 from vis_embed.model.prompts import join_instruction
 from vis_embed.serving.errors import RequestError
 from vis_embed.serving.settings import ServerSettings

@@ -17,7 +17,7 @@ Layout of one checkpoint directory::
 optimiser, temperature and RNG state stay in the ``checkpoint-STEP`` directories.  An adapter's
 ``base_model_name_or_path`` is a hub id or an absolute path.  What is saved, and how it is
 loaded back on resume and warm start, the adaptation object decides
-(:mod:`vis_embed.model.adaptation`: the one save path).
+(:mod:`vis_embed.model.network.adaptation`: the one save path).
 
 Writes are atomic: rank 0 opens :func:`vis_embed.io.atomic_directory`, every rank writes its
 part into the temporary directory, and only when all have finished is it renamed into place.
@@ -104,7 +104,7 @@ def write_final_extras(directory: Path, processor: Any, recipe: dict[str, Any], 
     """What ``final/`` adds to the weights: the processor (so the directory is self-describing)
     and the model card ``README.md`` (``data``: the TrainDataConfig; ``adaptation``: the kind
     trained); main process only."""
-    from vis_embed.model.model_card import write_model_card
+    from vis_embed.model.files.model_card import write_model_card
 
     if processor is not None:
         processor.save_pretrained(str(directory))

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vis_embed.model.batching import chunk_order
+from vis_embed.model.inputs.batching import chunk_order
 from vis_embed.training.backends import TrainBackend
 from vis_embed.distributed import gather_with_local_grad, get_world_size
 

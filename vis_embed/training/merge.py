@@ -6,7 +6,7 @@ from any directory: the base is the adapter's recorded ``base_model_name_or_path
 an absolute path) or ``--base``; a base that looks like a path and does not exist fails at
 once, and a path is never looked up on the hub (no network retries).  The command line is in
 :mod:`vis_embed.training.cli`; loading and merging are shared with ``vis-embed export``
-(:func:`vis_embed.model.export.load_merged`).
+(:func:`vis_embed.model.files.export.load_merged`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vis_embed.io import atomic_directory
 from vis_embed.model.embedding_config import resolve_embedding_config
-from vis_embed.model.export import base_model_of, load_merged, recorded_base
+from vis_embed.model.files.export import base_model_of, load_merged, recorded_base
 
 __all__ = ["base_model_of", "merge_adapter"]
 

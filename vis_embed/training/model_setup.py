@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from vis_embed.model.adaptation import Adaptation
+from vis_embed.model.network.adaptation import Adaptation
 from vis_embed.model.embedding_config import EmbeddingConfig, check_adapter_agrees, resolve_embedding_config
-from vis_embed.model.embedding_model import EmbeddingModel
+from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.training.recipe import Recipe
 
 

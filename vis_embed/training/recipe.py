@@ -25,7 +25,7 @@ from vis_embed.config import Settings, validated
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
-from vis_embed.model.adaptation import AdaptationOptions
+from vis_embed.model.network.adaptation import AdaptationOptions
 from vis_embed.model.embedding_config import LOADING, EmbeddingConfig, flag_fields, matryoshka_dims_field
 from vis_embed.sampling.settings import SamplingOptions
 
@@ -187,7 +187,7 @@ class Recipe(Settings):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     deepspeed: str | None = None  # path to a ds_configs/*.json ("auto" values filled in)
-    # processes preparing items (model/prepare_pool.py), the next step's while this one trains; 0: in
+    # processes preparing items (model/runtime/prepare_pool.py), the next step's while this one trains; 0: in
     # the main process, no overlap.  Per rank under torchrun.
     num_workers: int = Field(2, ge=0)
     torch_threads: int | None = Field(None, gt=0)  # torch intra-op threads (None: torch's default)
@@ -344,7 +344,7 @@ def check_optional_dependencies(recipe: Recipe, source: str = "recipe") -> None:
     if recipe.deepspeed is not None:
         needed.append((DEEPSPEED, f"deepspeed: {recipe.deepspeed}"))
     if recipe.model_options.attn_implementation is not None:
-        from vis_embed.model.attention import require_flash_package
+        from vis_embed.model.network.attention import require_flash_package
 
         require_flash_package(recipe.model_options.attn_implementation, f"recipe {source}")
     if recipe.logging.wandb:

@@ -4,7 +4,7 @@
 loss needs every label) into this rank's :class:`PreparedStep` -- its contiguous shard of
 slots, each member's query item (``query_instruction``) and candidate item
 (``candidate_instruction``), prepared in ``num_workers`` processes (a
-:class:`~vis_embed.model.prepare_pool.PreparePool`) or in this one; plus the batch's loss
+:class:`~vis_embed.model.runtime.prepare_pool.PreparePool`) or in this one; plus the batch's loss
 labels, designated hard-negative pairs and explicit negatives (extra_candidates.py).  A bad
 item stops the run (training data was validated at load: one that still fails is a real error).
 """
@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from vis_embed.errors import ConfigError
-from vis_embed.model.item_feed import accepted
-from vis_embed.model.prepare_pool import PreparePool, PrepareTask
+from vis_embed.model.runtime.item_feed import accepted
+from vis_embed.model.runtime.prepare_pool import PreparePool, PrepareTask
 from vis_embed.training.extra_candidates import column_order, extra_count, prepare_extras
 from vis_embed.training.losses import designated_negatives
 from vis_embed.training.losses.diagnostics import own_image_matrix

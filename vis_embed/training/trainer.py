@@ -32,7 +32,7 @@ from transformers import set_seed
 from vis_embed.data import load_train_config
 from vis_embed.errors import ConfigError, VisEmbedError
 from vis_embed.io import atomic_write_json, atomic_write_text
-from vis_embed.model.adaptation import warm_start
+from vis_embed.model.network.adaptation import warm_start
 from vis_embed.training import checkpoint as ckpt
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
 from vis_embed.training.deepspeed_config import fill_deepspeed_config

@@ -1,6 +1,6 @@
 """The form an encode output is stored in: ``--dim`` (Matryoshka width) and ``--precision``.
 
-One class carries both from the command line to the writer (:mod:`vis_embed.model.encode_file`),
+One class carries both from the command line to the writer (:mod:`vis_embed.model.runtime.encode_file`),
 checked once the model's width is known, and says what the output's ``.ids.json`` records.
 """
 

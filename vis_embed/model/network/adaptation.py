@@ -5,8 +5,8 @@ adaptation is this" on its own:
 
 * :class:`LoraAdaptation` holds a peft ``LoraConfig`` (built whole from the recipe's ``lora:``
   section, :class:`LoraOptions`, or read back from a saved ``adapter_config.json``);
-* :class:`HeadAdaptation` a projection head (:mod:`vis_embed.model.projection_head`; its
-  ``head_config.json`` is the pydantic :class:`~vis_embed.model.projection_head.HeadFile`);
+* :class:`HeadAdaptation` a projection head (:mod:`vis_embed.model.network.projection_head`; its
+  ``head_config.json`` is the pydantic :class:`~vis_embed.model.network.projection_head.HeadFile`);
 * :class:`FullAdaptation` full fine-tuning (the whole backbone trains and is saved).
 
 Each owns its config file (:attr:`Adaptation.config_file`), ``apply`` (make a freshly loaded
@@ -157,11 +157,11 @@ class LoraAdaptation(Adaptation):
     def apply(self, model: Any) -> None:
         from peft import get_peft_model
 
-        from vis_embed.model.aligned_mlp import restore_mlps
+        from vis_embed.model.network.aligned_mlp import restore_mlps
 
         if has_lora(model.backbone):
             raise ConfigError("the backbone already has a LoRA adapter; merge it first")
-        restore_mlps(model.base_model())  # LoRA targets the original linears (model/aligned_mlp.py)
+        restore_mlps(model.base_model())  # LoRA targets the original linears (model/network/aligned_mlp.py)
         model.backbone = get_peft_model(model.backbone, self.peft_config)
 
     def save(self, model: Any, directory: Path, state: dict[str, Tensor] | None = None) -> None:
@@ -212,7 +212,7 @@ class HeadAdaptation(Adaptation):
         self.out_dim = out_dim
 
     def apply(self, model: Any) -> None:
-        from vis_embed.model.projection_head import ProjectionHead
+        from vis_embed.model.network.projection_head import ProjectionHead
 
         if model.head is not None or has_lora(model.backbone):
             raise ConfigError("the model already has an adapter (LoRA or head); use one adaptation")
@@ -222,7 +222,7 @@ class HeadAdaptation(Adaptation):
         model.head = ProjectionHead(in_dim, self.out_dim).to(model.device)
 
     def save(self, model: Any, directory: Path, state: dict[str, Tensor] | None = None) -> None:
-        from vis_embed.model.projection_head import save_head
+        from vis_embed.model.network.projection_head import save_head
 
         base = model.name_or_path
         save_head(directory, model.head, absolute_model_reference(base) if base else None,
@@ -233,12 +233,12 @@ class HeadAdaptation(Adaptation):
             raise ConfigError(f"{source}: no projection head ({HEAD_CONFIG}) for adaptation: head")
 
     def load_weights(self, model: Any, directory: Path) -> None:
-        from vis_embed.model.projection_head import load_head
+        from vis_embed.model.network.projection_head import load_head
 
         model.head.load_state_dict(load_head(directory).state_dict())
 
     def attach(self, backbone: Any, directory: Path, device: Any) -> tuple[Any, Any]:
-        from vis_embed.model.projection_head import load_head
+        from vis_embed.model.network.projection_head import load_head
 
         return backbone, load_head(directory).to(device).eval()
 

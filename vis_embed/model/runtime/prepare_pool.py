@@ -6,7 +6,7 @@ The one place where item preparation leaves the main process: ``Embedder.encode`
 the main process).  Decoding a photo and resizing it costs tens of milliseconds of one core
 and holds the GIL for parts of it, so threads do not scale; processes do.
 
-* **Lightweight workers.**  A worker gets a :class:`~vis_embed.model.preparer.Preparer` (the HF
+* **Lightweight workers.**  A worker gets a :class:`~vis_embed.model.inputs.preparer.Preparer` (the HF
   processor + pixel budget, prompt format, token limit, decode mode), never the model.
 * **Order and errors as in one process.**  :meth:`PreparePool.imap` yields results in task
   order; a bad item comes back as its ``DataError`` (``item_index`` set) for the caller to
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.errors import DataError
-from vis_embed.model.preparer import PreparedItem, Preparer
+from vis_embed.model.inputs.preparer import PreparedItem, Preparer
 
 # The default number of workers never exceeds this: past it a GPU is fed, and memory grows.
 MAX_DEFAULT_WORKERS = 8
@@ -314,7 +314,8 @@ class _Collector:
 def _preload_modules(preparer: Preparer) -> list[str]:
     processor = preparer.processor
     parts = [processor, getattr(processor, "image_processor", None), getattr(processor, "tokenizer", None)]
-    return ["vis_embed.model.preparer", *dict.fromkeys(type(part).__module__ for part in parts if part is not None)]
+    modules = dict.fromkeys(type(part).__module__ for part in parts if part is not None)
+    return ["vis_embed.model.inputs.preparer", *modules]
 
 
 def _start_method() -> str:

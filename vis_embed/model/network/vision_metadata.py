@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from vis_embed.model.pooling import last_token_index
+from vis_embed.model.network.pooling import last_token_index
 
 # Key under which collate() puts the metadata into a batch (forward pops it).
 METADATA_KEY = "vis_embed_metadata"
@@ -63,9 +63,9 @@ class BatchMetadata:
         return moved
 
     def note_segments(self) -> None:
-        """Tell the CPU attention path (model/attention.py) the host lengths of these boundaries,
+        """Tell the CPU attention path (model/network/attention.py) the host lengths of these boundaries,
         so its row plan needs no read either."""
-        from vis_embed.model.attention import remember_segment_lengths
+        from vis_embed.model.network.attention import remember_segment_lengths
 
         for key, values in self.segment_lengths.items():
             remember_segment_lengths(self.vision[key], values)

@@ -27,7 +27,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from vis_embed.config import Settings, get_dotted, validated
 from vis_embed.io import atomic_write_json, atomic_write_text, is_hub_id, read_json_object
-from vis_embed.model.adaptation import AdaptationKind
+from vis_embed.model.network.adaptation import AdaptationKind
 
 FACTS_FILE = "model_card.json"
 CARD_FILE = "README.md"

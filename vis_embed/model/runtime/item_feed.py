@@ -1,8 +1,8 @@
 """ItemFeed: items prepared in batch order, one batch ahead of the model, by one bad-item rule.
 
-The preparation side of :class:`~vis_embed.model.embedder.Embedder` (encode, the dry run and
+The preparation side of :class:`~vis_embed.model.runtime.embedder.Embedder` (encode, the dry run and
 the server's batcher all go through it): each batch of indices is prepared -- in the
-``workers`` processes of a :class:`~vis_embed.model.prepare_pool.PreparePool`, or in this
+``workers`` processes of a :class:`~vis_embed.model.runtime.prepare_pool.PreparePool`, or in this
 process -- and collated one batch ahead of the caller in a helper thread
 (:func:`one_batch_ahead`), so batch i+1 is made while the model runs batch i.  A bad item is
 decided by :func:`accepted` wherever it was prepared: raised (``on_error="raise"``) or recorded
@@ -21,8 +21,8 @@ from typing import Any
 
 from vis_embed.data.items import check_item, decoded_items
 from vis_embed.errors import DataError
-from vis_embed.model.preparer import PreparedItem
-from vis_embed.model.prepare_pool import PreparePool, PrepareTask, resolve_workers
+from vis_embed.model.inputs.preparer import PreparedItem
+from vis_embed.model.runtime.prepare_pool import PreparePool, PrepareTask, resolve_workers
 
 
 class ItemFeed:
@@ -31,7 +31,7 @@ class ItemFeed:
     def __init__(self, model: Any, workers: int | str = 0) -> None:
         self.model = model  # what prepares and collates: an EmbeddingModel or the dry run's stand-in
         # Processes preparing items (0: this process; "auto": the cores available, capped,
-        # none for a handful of image items: model/prepare_pool.resolve_workers).
+        # none for a handful of image items: model/runtime/prepare_pool.resolve_workers).
         self.workers: int | str = workers if workers == "auto" else resolve_workers(workers)
         self._pool: PreparePool | None = None
         self._pool_finalizer: weakref.finalize | None = None

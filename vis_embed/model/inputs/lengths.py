@@ -1,7 +1,7 @@
 """How many tokens an item will cost the model, known before its image is decoded.
 
 ``Embedder.encode`` groups items of similar length so that batches carry little padding
-(:func:`vis_embed.model.batching.chunk_order`); that only works if the lengths it groups by are
+(:func:`vis_embed.model.inputs.batching.chunk_order`); that only works if the lengths it groups by are
 the ones the model will see.  An item's sequence is
 
     template tokens (chat turn, generation prompt, vision start/end)

@@ -22,7 +22,7 @@ import numpy as np
 from vis_embed.data.items import ResolvedItem
 from vis_embed.embedding_cache import CacheStats, ContentHasher, EmbeddingCache, Shard
 from vis_embed.errors import DataError
-from vis_embed.model.embedder import Embedder
+from vis_embed.model.runtime.embedder import Embedder
 
 SHARD_SIZE = 4096  # items per shard at most: what a killed rank can lose
 

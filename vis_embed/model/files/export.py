@@ -1,6 +1,6 @@
 """Export a model (plus an optional LoRA adapter) as a sentence-transformers / vLLM directory.
 
-A projection-head directory (``adaptation: head``, :mod:`vis_embed.model.projection_head`) as
+A projection-head directory (``adaptation: head``, :mod:`vis_embed.model.network.projection_head`) as
 ``adapter`` exports the unchanged base plus ``Dense`` (identity activation) and ``Normalize``
 modules after the base's: sentence-transformers applies the head.  Whether ``vllm serve``
 applies it depends on vLLM's support for sentence-transformers ``Dense`` modules on Qwen-VL
@@ -35,7 +35,7 @@ from typing import Any
 from vis_embed.errors import ConfigError
 from vis_embed.vectors.transforms import vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
-from vis_embed.model.adaptation import saved_kind
+from vis_embed.model.network.adaptation import saved_kind
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 # re-exported: callers read a reference's kind here as before; the rules live in references.py
 from vis_embed.model.references import (  # noqa: F401
@@ -113,7 +113,7 @@ def load_merged(base: str | None, adapter: str | Path | None = None,
     """
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from vis_embed.model.embedding_model import resolve_dtype
+    from vis_embed.model.network.embedding_model import resolve_dtype
 
     adapter_dir = None if adapter is None else Path(adapter).expanduser()
     base = recorded_base(base, adapter_dir)
@@ -206,7 +206,7 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     The effective settings are written as the export's ``embedding_config.json``.
     """
     # imported here: `vis-embed export --help` reads this module and must not import torch
-    from vis_embed.model.projection_head import head_base_model, load_head
+    from vis_embed.model.network.projection_head import head_base_model, load_head
 
     head = None
     if adapter is not None and saved_kind(adapter) == "head":  # a projection head: base + Dense module
@@ -254,7 +254,7 @@ def _add_head_modules(directory: Path, files: dict[str, Any], head: Any) -> None
     """Append the projection head (Dense + Normalize) to the module files; write its weights."""
     from safetensors.torch import save
 
-    from vis_embed.model.projection_head import sentence_transformers_head_files
+    from vis_embed.model.network.projection_head import sentence_transformers_head_files
 
     entries, configs, weights = sentence_transformers_head_files(head, first_index=len(files["modules.json"]))
     files["modules.json"] = files["modules.json"] + entries

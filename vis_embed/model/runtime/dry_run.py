@@ -2,7 +2,7 @@
 (the library half, beside encode_file.py; arguments: model/cli.py).
 
 Loads only the processor (and the model's config, for its token limit), then runs the encode
-path's own steps -- reading the JSONL (:func:`~vis_embed.model.encode_file.read_items`), the
+path's own steps -- reading the JSONL (:func:`~vis_embed.model.runtime.encode_file.read_items`), the
 length estimate and length-sorted batches (``chunk_order`` with ``Embedder``'s padding rule),
 and :meth:`Embedder.prepared_batches` in N worker processes (validation, decoding, resizing,
 tokenising) -- and reports the bad items (with ``--on-error skip``: ``OUTPUT.rejects.jsonl``
@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.model.batching import chunk_order
+from vis_embed.model.inputs.batching import chunk_order
 from vis_embed.model.embedding_config import EmbeddingConfig
-from vis_embed.model.preparer import Preparer, PreparesItems, token_limit
+from vis_embed.model.inputs.preparer import Preparer, PreparesItems, token_limit
 
 
 class ProcessorOnlyModel(PreparesItems):
@@ -100,9 +100,9 @@ def dry_run_jsonl(model: str | Path, input_path: Path, *, adapter: str | Path | 
     recorded with ``model`` / ``adapter`` (as a real encode resolves them)."""
     from vis_embed.model.embedding_config import resolve_embedding_config
     from vis_embed.io import write_jsonl
-    from vis_embed.model.embedder import MAX_PADDING, Embedder
-    from vis_embed.model.encode_file import read_items, rejects_of, sidecar_paths
-    from vis_embed.model.lengths import estimated_lengths
+    from vis_embed.model.runtime.embedder import MAX_PADDING, Embedder
+    from vis_embed.model.runtime.encode_file import read_items, rejects_of, sidecar_paths
+    from vis_embed.model.inputs.lengths import estimated_lengths
 
     input_path = Path(input_path)
     items, ids, lines, rejects = read_items(input_path, on_error)
@@ -122,7 +122,7 @@ def dry_run_jsonl(model: str | Path, input_path: Path, *, adapter: str | Path | 
             lengths += batch_lengths
             padded += len(batch_lengths) * max(batch_lengths, default=0) - sum(batch_lengths)
     except DataError as exc:
-        from vis_embed.model.encode_file import anchor_error
+        from vis_embed.model.runtime.encode_file import anchor_error
 
         raise anchor_error(exc, input_path, lines) from None
     finally:
@@ -139,7 +139,7 @@ def dry_run_jsonl(model: str | Path, input_path: Path, *, adapter: str | Path | 
 
 
 def _workers_used(embedder: Any, items: list[dict[str, Any]]) -> int:
-    from vis_embed.model.prepare_pool import resolve_workers
+    from vis_embed.model.runtime.prepare_pool import resolve_workers
 
     from vis_embed.data.items import decoded_items
 

@@ -9,7 +9,7 @@ an item is embedded identically everywhere:
 * ``collate(prepared)`` -- pad to the longest item of THIS list (tokenizer's padding side, or
   the one given) and concatenate the images' patches.  Output = the processor's keys,
   including ``mm_token_type_ids`` which transformers 5 needs for M-RoPE, plus the batch's
-  bookkeeping computed on the host (:mod:`vis_embed.model.vision_metadata`).
+  bookkeeping computed on the host (:mod:`vis_embed.model.network.vision_metadata`).
 * ``forward(**batch)`` -- run the *base* model (``model.model``: vision tower + decoder, not the
   LM head, so no full-vocabulary logits and no per-layer hidden states), pool the final hidden
   state at the last real token (any padding side), L2-normalise, return float32.
@@ -26,20 +26,20 @@ import torch
 import torch.nn.functional as F
 
 from vis_embed.errors import ConfigError
-from vis_embed.model.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
-                                       set_attention)
-from vis_embed.model.adaptation import (HeadAdaptation, LoraAdaptation, LoraOptions, adaptation_of, adapter_kind,
-                                        attach_adapter, build_adaptation, has_lora)
+from vis_embed.model.network.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
+                                               set_attention)
+from vis_embed.model.network.adaptation import (HeadAdaptation, LoraAdaptation, LoraOptions, adaptation_of,
+                                                adapter_kind, attach_adapter, build_adaptation, has_lora)
 from vis_embed.model.defaults import DTYPE_NAMES
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
-from vis_embed.model.patch_embedding import use_matmul_patch_embedding
-from vis_embed.model.pooling import last_token_pool
-from vis_embed.model.projection_head import ProjectionHead
-from vis_embed.model.preparer import (VIDEO_EXTRA_FIELDS, VISUAL_FIELDS, PreparedItem, Preparer, PreparesItems,
+from vis_embed.model.network.patch_embedding import use_matmul_patch_embedding
+from vis_embed.model.network.pooling import last_token_pool
+from vis_embed.model.network.projection_head import ProjectionHead
+from vis_embed.model.inputs.preparer import (VIDEO_EXTRA_FIELDS, VISUAL_FIELDS, PreparedItem, Preparer, PreparesItems,
                                      token_limit)
 from vis_embed.model.references import looks_like_path
-from vis_embed.model.rms_norm import use_fused_rms_norm
-from vis_embed.model.vision_metadata import METADATA_KEY, describe_batch, run_base_model
+from vis_embed.model.network.rms_norm import use_fused_rms_norm
+from vis_embed.model.network.vision_metadata import METADATA_KEY, describe_batch, run_base_model
 
 
 def default_device() -> torch.device:
@@ -205,7 +205,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
     # ------------------------------------------------------------------ adaptations
     def add_lora(self, options: LoraOptions | None = None, **fields: Any) -> None:
         """Wrap the backbone with a fresh peft LoRA adapter: ``options`` (or ``fields``: the
-        recipe's ``lora:`` keys, :class:`~vis_embed.model.adaptation.LoraOptions`)."""
+        recipe's ``lora:`` keys, :class:`~vis_embed.model.network.adaptation.LoraOptions`)."""
         build_adaptation("lora", lora=options or LoraOptions(**fields)).apply(self)
 
     def add_projection_head(self, out_dim: int | None = None) -> ProjectionHead:
@@ -293,7 +293,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         for name in VIDEO_EXTRA_FIELDS:
             if with_videos and all(getattr(p, name) is not None for p in with_videos):
                 batch[name] = torch.cat([getattr(p, name) for p in with_videos])
-        # Every number the forward would otherwise read back from the device (model/vision_metadata.py).
+        # Every number the forward would otherwise read back from the device (model/network/vision_metadata.py).
         batch[METADATA_KEY] = describe_batch(self.base_model(), batch)
         return batch
 

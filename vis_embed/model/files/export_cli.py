@@ -1,10 +1,10 @@
-"""``vis-embed export``: argument parsing only (the library half is :mod:`vis_embed.model.export`).
+"""``vis-embed export``: argument parsing only (the library half is :mod:`vis_embed.model.files.export`).
 
     vis-embed export MODEL [--adapter A] --format sentence-transformers --out DIR
         [--query-instruction TEXT] [--document-instruction TEXT] [--results RESULTS_JSON]
 
 The exported directory carries a model card README.md with Hub metadata
-(:mod:`vis_embed.model.model_card`): the adapter's training facts and last evaluation when it
+(:mod:`vis_embed.model.files.model_card`): the adapter's training facts and last evaluation when it
 is a training run's ``final/``, or the evaluation of ``--results``.
 """
 
@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from vis_embed.model.embedding_config import INSTRUCTIONS, LOADING, add_embedding_config_arguments, given_settings
-from vis_embed.model.export import DEFAULT_DOCUMENT_INSTRUCTION, DEFAULT_QUERY_INSTRUCTION, EXPORT_FORMATS
+from vis_embed.model.files.export import DEFAULT_DOCUMENT_INSTRUCTION, DEFAULT_QUERY_INSTRUCTION, EXPORT_FORMATS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vis_embed.errors import ConfigError
-    from vis_embed.model.export import export_sentence_transformers
-    from vis_embed.model.model_card import export_facts, write_model_card
+    from vis_embed.model.files.export import export_sentence_transformers
+    from vis_embed.model.files.model_card import export_facts, write_model_card
 
     if args.model is None and args.adapter is None:
         raise ConfigError("give MODEL, --adapter, or both")
@@ -73,13 +73,13 @@ def _read_results(path: Path) -> dict:
 def _card_base(model: str | None, adapter: Path | None) -> str:
     """The base model named on the card: MODEL, else the adapter's recorded base."""
     from vis_embed.errors import ConfigError
-    from vis_embed.model.export import absolute_model_reference, base_model_of
+    from vis_embed.model.files.export import absolute_model_reference, base_model_of
 
     if model is not None:
         return absolute_model_reference(model)
     try:
         return base_model_of(adapter)
     except ConfigError:  # a projection head records its base in its own config
-        from vis_embed.model.projection_head import head_base_model
+        from vis_embed.model.network.projection_head import head_base_model
 
         return str(head_base_model(adapter))

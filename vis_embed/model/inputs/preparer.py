@@ -1,11 +1,11 @@
 """Preparer: item -> :class:`PreparedItem` (image loaded, prompt built, tokenised), model-free.
 
-The CPU half of :class:`~vis_embed.model.embedding_model.EmbeddingModel`: everything
+The CPU half of :class:`~vis_embed.model.network.embedding_model.EmbeddingModel`: everything
 ``prepare_one`` needs -- the HF processor, the pixel budget, the prompt format, the token
 limit and the decode mode -- and nothing else, so it pickles to a worker process
-(:mod:`vis_embed.model.prepare_pool`) without the model's weights.  ``EmbeddingModel.preparer()``
+(:mod:`vis_embed.model.runtime.prepare_pool`) without the model's weights.  ``EmbeddingModel.preparer()``
 builds one from the model's EmbeddingConfig (the object itself, not its fields copied); the
-model, the worker processes and the length estimate (:mod:`vis_embed.model.lengths`) all go
+model, the worker processes and the length estimate (:mod:`vis_embed.model.inputs.lengths`) all go
 through it, so an item is prepared one way.
 """
 
@@ -25,7 +25,7 @@ from vis_embed.data.items import check_item
 from vis_embed.data.video import Clip, load_video
 from vis_embed.errors import DataError
 from vis_embed.model.embedding_config import EmbeddingConfig
-from vis_embed.model.lengths import processor_size, within_token_budget
+from vis_embed.model.inputs.lengths import processor_size, within_token_budget
 from vis_embed.model.prompts import build_prompt
 
 

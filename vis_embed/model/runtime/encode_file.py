@@ -35,7 +35,7 @@ without (or not matching) its alignment.
 Texts longer than the model's maximum (``EmbeddingModel.token_limit``) are cut at the end of
 the item's text, never the instruction or image, and counted in the summary.
 
-Under ``torchrun`` the ranks share the items (:mod:`vis_embed.model.encode_shards`: resumable
+Under ``torchrun`` the ranks share the items (:mod:`vis_embed.model.runtime.encode_shards`: resumable
 shards in ``OUTPUT`` with ``.shards/``, removed once the output is written) and rank 0 writes
 the same files as one process would.
 """
@@ -57,8 +57,8 @@ from vis_embed.errors import DataError
 from vis_embed.vectors.stored_form import StoredForm, ranges_path
 from vis_embed.io import (atomic_path, check_regular_file, parse_jsonl_line, read_json_value,
                           read_text_lines_or_errors)
-from vis_embed.model.embedder import Embedder
-from vis_embed.model.encode_shards import encode_across_ranks, remove_shards, shards_dir
+from vis_embed.model.runtime.embedder import Embedder
+from vis_embed.model.runtime.encode_shards import encode_across_ranks, remove_shards, shards_dir
 
 
 def sidecar_paths(output: Path) -> tuple[Path, Path]:

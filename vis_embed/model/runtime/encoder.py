@@ -1,6 +1,6 @@
 """The encoder contract: what evaluation and hard-negative mining need from a model.
 
-:class:`vis_embed.model.embedder.Embedder` implements it; so can any stand-in (tests, other
+:class:`vis_embed.model.runtime.embedder.Embedder` implements it; so can any stand-in (tests, other
 backbones) without importing torch.  One declaration, so the two users agree on ``encode``.
 """
 

@@ -8,7 +8,7 @@ whose forward is ``weight * F.rms_norm(x.float(), eps).to(dtype)``: the same for
 same precision (fp32 inside, the weight applied after the cast back, as transformers does), so
 the same numbers up to float rounding (tested).  The module keeps its class's parameters, names
 and state dict (it *is* one), so checkpoints, peft and ``save_pretrained`` see no difference --
-the convention of :mod:`vis_embed.model.patch_embedding`.  In a compiled block Inductor fuses
+the convention of :mod:`vis_embed.model.network.patch_embedding`.  In a compiled block Inductor fuses
 either form; this is the eager path's (CPU, ``--no-compile``, training).
 """
 

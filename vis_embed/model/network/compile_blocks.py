@@ -16,7 +16,7 @@ its kind, ``dynamic=True``: any token count and batch):
 
 * every decoder layer (``language_model.layers``), whole;
 * every vision block, whole, when the vision attention is the project's "varlen"
-  (model/attention.py): its attention is one call for the batch, wrapped as one opaque operator
+  (model/network/attention.py): its attention is one call for the batch, wrapped as one opaque operator
   (``vis_embed::packed_attention``), so the block is one graph without a break (tested with
   ``torch._dynamo.explain``) and the rotary embedding is fused;
 * under transformers' sdpa vision path (a per-image loop that would recompile for every new
@@ -66,7 +66,7 @@ def compile_blocks(base_model: Any, device: torch.device) -> int:
 def vision_blocks_compile_whole(base_model: Any) -> bool:
     """Whether the vision attention is one call per block (the project's "varlen"), so a whole
     vision block compiles into one graph."""
-    from vis_embed.model.attention import VISION_ATTENTION
+    from vis_embed.model.network.attention import VISION_ATTENTION
 
     vision_config = getattr(getattr(base_model, "config", None), "vision_config", None)
     return getattr(vision_config, "_attn_implementation", None) == VISION_ATTENTION

@@ -143,7 +143,7 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     q, k, v = (tensor[0].transpose(0, 1) for tensor in (query, key, value))  # (tokens, heads, dim)
     if dropout and module.training:
         raise ConfigError(f"{VISION_ATTENTION} does not implement attention dropout (Qwen-VL's is 0)")
-    if torch.compiler.is_compiling():  # a compiled vision block (model/compile_blocks.py): one opaque op
+    if torch.compiler.is_compiling():  # a compiled vision block (model/network/compile_blocks.py): one opaque op
         out = torch.ops.vis_embed.packed_attention(q, k, v, cu_seq_lens_q, max_length_q, scaling)
     else:
         out = _packed(q, k, v, cu_seq_lens_q, int(max_length_q), scaling)
@@ -288,7 +288,7 @@ class _RowPlan:
             if ref() is cu_seqlens and version == _version(cu_seqlens) and cached_len == max_len \
                     and cached_device == device:
                 return plan
-        lengths = known_segment_lengths(cu_seqlens)  # given by the collation (model/vision_metadata.py)
+        lengths = known_segment_lengths(cu_seqlens)  # given by the collation (model/network/vision_metadata.py)
         if lengths is None:
             lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # the batch's one host read
         plan = cls(lengths, max_len, device)
@@ -299,7 +299,7 @@ class _RowPlan:
         return plan
 
 
-# Host lengths of boundary tensors the collation computed (model/vision_metadata.py), by tensor
+# Host lengths of boundary tensors the collation computed (model/network/vision_metadata.py), by tensor
 # identity while the tensor lives: the row plan then needs no read-back at all.
 _SEGMENT_LENGTHS: dict[int, tuple[Any, list[int]]] = {}
 _SEGMENT_LENGTHS_SIZE = 16

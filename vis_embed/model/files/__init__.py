@@ -1,0 +1,1 @@
+"""Model files: export, model cards, fingerprints of model files, tiny checkpoints."""

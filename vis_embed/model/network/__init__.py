@@ -1,0 +1,1 @@
+"""The network: the embedding model (torch modules, attention, pooling, heads, adaptations)."""

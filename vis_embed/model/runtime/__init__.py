@@ -1,0 +1,1 @@
+"""The inference runtime: Embedder, worker pools, batching of items, encoding files."""
