@@ -69,6 +69,7 @@ def _one_error_line(capsys, code: int) -> str:
 @pytest.mark.parametrize("flags, match", [
     (["--memory", "1e300"], "--memory must be a positive number of GB"),
     (["--memory", "nan"], "--memory must be a positive number of GB"),
+    (["--memory", "inf"], "--memory must be a positive number of GB"),
 ])
 def test_index_flags_out_of_range_are_one_error_line(tmp_path, capsys, flags, match) -> None:
     line = _one_error_line(capsys, main(["index", "--embeddings", str(_encoded(tmp_path)), "--out",
