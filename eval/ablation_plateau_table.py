@@ -68,7 +68,8 @@ def pilot_curves(results: Path) -> dict[str, dict[int, dict[str, Any]]]:
 def plateau_step(curves: dict[str, dict[int, dict[str, Any]]], tolerance: float = 0.05,
                  min_steps: int = 600, max_steps: int = 800) -> tuple[int, int | None]:
     """(the steps the arms train, the step the rule found or None): the first step at which every
-    pilot arm's loss is within ``tolerance`` (relative) of its loss at the pilot's last step."""
+    pilot arm's loss is within ``tolerance`` (relative) of its loss at the pilot's last step.  The
+    last step itself is the reference, not a finding: met only there, the rule is not met."""
     if set(curves) != set(ARMS):
         raise ValueError(f"the pilot needs both arms {sorted(ARMS)}, has {sorted(curves)}")
     steps = sorted(set.intersection(*(set(curve) for curve in curves.values())))
@@ -76,7 +77,7 @@ def plateau_step(curves: dict[str, dict[int, dict[str, Any]]], tolerance: float 
     def loss(variant: str, step: int) -> float:
         return curves[variant][step]["training"]["final_loss_mean_last10pct"]
 
-    found = next((step for step in steps
+    found = next((step for step in steps[:-1]
                   if all(loss(v, step) <= (1 + tolerance) * loss(v, steps[-1]) for v in curves)), None)
     return min(max(found if found is not None else max_steps, min_steps), max_steps), found
 
