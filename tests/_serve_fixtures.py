@@ -48,3 +48,20 @@ def wait_until_healthy(process: Any, url: str, output: Any, seconds: float = 60)
                 return
         except httpx.TransportError:
             time.sleep(0.2)
+
+
+def binary_text_index(embedder: Any, texts: list[str], work: Any, rescore: int) -> Any:
+    """A binary ``GalleryIndex`` of ``texts`` embedded by ``embedder`` (ids ``doc0`` ...), built in
+    ``work`` as `vis-embed encode` + `vis-embed index` write it, loaded with ``rescore``."""
+    import json
+
+    import numpy as np
+
+    from vis_embed.gallery.store import GalleryIndex, write_index
+
+    np.save(work / "g.npy", embedder.encode([{"text": text} for text in texts]))
+    (work / "g.ids.json").write_text(json.dumps({
+        "lines": list(range(1, len(texts) + 1)), "ids": [f"doc{i}" for i in range(len(texts))],
+        "model": {"name": "tiny", "adapter": None, "fingerprint": embedder.fingerprint()}}))
+    write_index(work / "g.npy", work / "idx", kind="binary")
+    return GalleryIndex.load(work / "idx", rescore=rescore)

@@ -3,7 +3,6 @@ and `GET /metrics`, on loopback around the tiny checkpoint."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,8 +13,8 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("prometheus_client")
 pytest.importorskip("uvicorn")
 
-from _serve_fixtures import RunningServer  # noqa: E402
-from vis_embed.gallery.store import GalleryIndex, write_index  # noqa: E402
+from _serve_fixtures import RunningServer, binary_text_index  # noqa: E402
+from vis_embed.gallery.store import GalleryIndex  # noqa: E402
 from vis_embed.gallery.vectors import truncate  # noqa: E402
 from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
 
@@ -39,13 +38,7 @@ class MatryoshkaEmbedder:
 
 @pytest.fixture(scope="module")
 def index(embedder, tmp_path_factory) -> GalleryIndex:
-    work = tmp_path_factory.mktemp("gallery")
-    np.save(work / "g.npy", embedder.encode([{"text": text} for text in TEXTS]))
-    (work / "g.ids.json").write_text(json.dumps({
-        "lines": list(range(1, 6)), "ids": [f"doc{i}" for i in range(5)],
-        "model": {"name": "tiny", "adapter": None, "fingerprint": embedder.fingerprint()}}))
-    write_index(work / "g.npy", work / "idx", kind="binary")
-    return GalleryIndex.load(work / "idx", rescore=5)
+    return binary_text_index(embedder, TEXTS, tmp_path_factory.mktemp("gallery"), rescore=5)
 
 
 def _serve(embedder: Any, index: Any = None, **settings: Any) -> RunningServer:

@@ -3,7 +3,6 @@ FIFO in flight), re-ranking in bounded blocks, the search pool, and work stopped
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,9 +14,9 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from _serve_fixtures import RunningServer  # noqa: E402
+from _serve_fixtures import RunningServer, binary_text_index  # noqa: E402
 from vis_embed.gallery.quantized_index import rescored  # noqa: E402
-from vis_embed.gallery.store import GalleryIndex, write_index  # noqa: E402
+from vis_embed.gallery.store import GalleryIndex  # noqa: E402
 from vis_embed.serving import search_work  # noqa: E402
 from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
 
@@ -56,13 +55,7 @@ class WatchedIndex:
 
 @pytest.fixture(scope="module")
 def index(embedder, tmp_path_factory) -> GalleryIndex:
-    work = tmp_path_factory.mktemp("gallery")
-    np.save(work / "g.npy", embedder.encode([{"text": text} for text in TEXTS]))
-    (work / "g.ids.json").write_text(json.dumps({
-        "lines": list(range(1, 13)), "ids": [f"doc{i}" for i in range(12)],
-        "model": {"name": "tiny", "adapter": None, "fingerprint": embedder.fingerprint()}}))
-    write_index(work / "g.npy", work / "idx", kind="binary")
-    return GalleryIndex.load(work / "idx", rescore=2)
+    return binary_text_index(embedder, TEXTS, tmp_path_factory.mktemp("gallery"), rescore=2)
 
 
 def _serve(embedder: Any, index: Any, **settings: Any) -> RunningServer:
