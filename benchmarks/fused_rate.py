@@ -15,7 +15,11 @@ For each: forward images/s (median of ``repeats`` after two warm-ups), useful TF
 share of the measured bf16 peak (model_rate.useful_flops: padding of the MLPs not counted), the
 host reads of one forward (``tolist``/``item``/``__bool__``/``__index__``/``__int__`` calls, as
 tests/test_host_reads.py counts them; on CUDA also the synchronising calls torch's sync debug
-mode reports), and the smallest cosine between the two paths' vectors.
+mode reports), and the smallest cosine between the two paths' vectors.  With ``reference``
+(on a GPU in bf16) also each path's smallest cosine to an fp32 forward on the same weights
+(transformers' sdpa attention: the varlen kernel has no fp32): on random weights 28-36 layers deep
+bf16 rounding alone moves the vectors by ~1e-3, so "fused is as close to fp32 as plain is" is the
+test of the fusion, where plain-vs-fused mixes two paths' rounding (a lent H200: 0.9988-0.9997).
 """
 
 from __future__ import annotations
@@ -86,9 +90,26 @@ def transformers_norms(model: EmbeddingModel) -> Iterator[None]:
             module.__class__ = cls
 
 
+def fp32_vectors(model: EmbeddingModel, batch: dict[str, Any]) -> torch.Tensor:
+    """The plain forward in fp32 under sdpa (the model is put back in its dtype and "varlen":
+    bf16 -> fp32 -> bf16 is exact, so its weights are unchanged)."""
+    dtype = model.dtype
+    model.float()
+    set_attention(model.backbone, "sdpa")
+    try:
+        fp32_batch = {key: value.float() if torch.is_tensor(value) and value.is_floating_point() else value
+                      for key, value in batch.items()}
+        with torch.inference_mode(), transformers_norms(model):
+            return model(**fp32_batch).float()
+    finally:
+        model.to(dtype)
+        set_attention(model.backbone, VARLEN)
+
+
 def fused_side_by_side(model: EmbeddingModel, batch_size: int, repeats: int, side: int,
-                       peak_flops: float | None, compile: bool = True) -> dict[str, Any]:
-    """The plain path, then the fused one (the model is left fused and compiled)."""
+                       peak_flops: float | None, compile: bool = True, reference: bool = False) -> dict[str, Any]:
+    """The plain path, then the fused one (the model is left fused and compiled); ``reference``:
+    each path's smallest cosine to the fp32 forward too."""
     set_attention(model.backbone, VARLEN)
     device = model.device
     prepared, batch = device_batch(model, square_images(batch_size, side))
@@ -97,6 +118,8 @@ def fused_side_by_side(model: EmbeddingModel, batch_size: int, repeats: int, sid
     report: dict[str, Any] = {"batch_size": batch_size, "useful_tflop_per_batch": flops / 1e12,
                               "visual_tokens_per_item": int(prepared[0].image_grid_thw.prod()) // 4}
     vectors, seconds = {}, {}
+    if reference:
+        vectors["fp32"] = fp32_vectors(model, {key: value for key, value in batch.items() if key != METADATA_KEY})
     with torch.inference_mode():
         with transformers_norms(model):
             vectors["plain"] = model(**plain_batch).float()
@@ -122,6 +145,8 @@ def fused_side_by_side(model: EmbeddingModel, batch_size: int, repeats: int, sid
                         "share_of_peak": flops / median / peak_flops if peak_flops else None}
     report["speedup"] = report["fused"]["images_per_s"] / report["plain"]["images_per_s"]
     report["min_cosine"] = float((vectors["plain"] * vectors["fused"]).sum(-1).min())
+    if reference:
+        report["min_cosine_to_fp32"] = {path: float((vectors[path] * vectors["fp32"]).sum(-1).min()) for path in PATHS}
     return report
 
 
@@ -137,4 +162,7 @@ def describe_fused(name: str, report: dict[str, Any]) -> str:
     parts.append(f"  fused / plain: {report['speedup']:.2f}x; min cosine {report['min_cosine']:.6f}; "
                  f"{report['aligned_mlps']} MLPs aligned; compile first call "
                  f"{'not run' if first is None else f'{first:.1f} s'}")
+    to_fp32 = report.get("min_cosine_to_fp32")
+    if to_fp32:
+        parts.append(f"  min cosine to fp32: plain {to_fp32['plain']:.6f}, fused {to_fp32['fused']:.6f}")
     return "\n".join(parts)

@@ -30,4 +30,4 @@ echo "cuda tests: exit $? ($(tail -1 "$OUT/cuda_tests.log"))"
 timeout 420 "$PYTHON" benchmarks/gpu_encode.py --train-recipes Qwen2-VL-2B --workers 14 --items 192 \
     --budget-s "$BUDGET" --json "$OUT/gpu_encode.json" $DEVICE_ARGS > "$OUT/gpu_encode.log" 2>&1
 echo "gpu_encode: exit $?; $(( $(date +%s) - started )) s in all; report $OUT/gpu_encode.json"
-grep -E "images/s|of peak|first call|training|end to end|SKIPPED|step" "$OUT/gpu_encode.log" | head -40
+grep -E "images/s|of peak|first call|fp32|training|end to end|SKIPPED|step" "$OUT/gpu_encode.log" | head -40

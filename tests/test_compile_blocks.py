@@ -163,3 +163,23 @@ def test_each_block_kind_is_compiled_once_and_reused() -> None:
             model.embed(_items()[:3], INSTRUCTION)  # a padded batch with images
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs[0] == graphs[1] <= 3, graphs
+
+
+def test_the_shared_block_code_may_hold_more_graphs_than_torchs_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every decoder layer and vision block runs through ONE transformers function (so one Dynamo
+    cache); a lent H200 filled 7 of its default 8 entries in one process, and past the limit
+    Dynamo runs the blocks eagerly without a word.  Compiling raises the limit, never lowers it."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from vis_embed.model.files.tiny import build_random_model
+
+    backbone, _ = build_random_model("qwen2-vl")
+    base = backbone.model
+    shared = {type(module).__call__ for module in [*base.language_model.layers, *base.visual.blocks]}
+    assert shared == {GradientCheckpointingLayer.__call__}  # the reason: one code object for both kinds
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    compile_module.compile_blocks(base, torch.device("cpu"))
+    assert torch._dynamo.config.recompile_limit >= 32
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1000)
+    compile_module.compile_blocks(base, torch.device("cpu"))
+    assert torch._dynamo.config.recompile_limit == 1000

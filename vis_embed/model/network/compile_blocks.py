@@ -58,9 +58,25 @@ def compile_blocks(base_model: Any, device: torch.device) -> int:
     for block in _vision_blocks(base_model):
         modules.extend([block] if whole else [getattr(block, name) for name in VISION_BLOCK_PARTS
                                               if hasattr(block, name)])
+    raise_recompile_limit()
     for module in modules:
         module.compile(dynamic=True)
     return len(modules)
+
+
+# Dynamo keeps one cache per code object, and in transformers 5 every decoder layer AND every
+# vision block runs through the same ``GradientCheckpointingLayer`` code, so all of them share one
+# cache of torch's default 8 entries.  A lent H200 (docs/benchmarks.md) filled 7 of them in one
+# process: vision (2-D input) and decoder (3-D) graphs, with and without an attention mask, under
+# no_grad and inference_mode.  At the 9th Dynamo silently runs the blocks eagerly, so the limit
+# is raised for this one shared function (vLLM raises it too), never lowered.
+RECOMPILE_LIMIT = 64
+
+
+def raise_recompile_limit() -> None:
+    """Let the shared block code hold a compiled graph per (block kind, mask, grad mode)."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
 
 
 def vision_blocks_compile_whole(base_model: Any) -> bool:
