@@ -11,8 +11,7 @@ import pytest
 
 from vis_embed.cli import main
 from vis_embed.errors import DataError
-from vis_embed.gallery.vectors import (bytes_per_vector, calibration_ranges, check_dim, quantize, truncate,
-                                       unpack_signs)
+from vis_embed.gallery.vectors import bytes_per_vector, calibration_ranges, check_dim, quantize, truncate
 
 
 def _unit(rows: int, dim: int, seed: int = 0) -> np.ndarray:
@@ -43,7 +42,8 @@ def test_binary_is_packbits_of_the_signs() -> None:
     binary = quantize(vectors, "binary")
     assert binary.dtype == np.int8
     np.testing.assert_array_equal(binary.astype(np.int16) + 128, ubinary)
-    np.testing.assert_array_equal(unpack_signs(binary, 20, "binary"), np.where(vectors > 0, 1.0, -1.0))
+    signs = np.unpackbits((binary.astype(np.int16) + 128).astype(np.uint8), axis=1, count=20)
+    np.testing.assert_array_equal(signs * 2.0 - 1, np.where(vectors > 0, 1.0, -1.0))
 
 
 def test_uint8_and_int8_cut_each_dimensions_range_into_256_steps() -> None:

@@ -111,8 +111,8 @@ def test_tie_policies_differ_only_on_ties() -> None:
     untied = np.array([0.2, 0.9, 0.5])
     for policy in metrics.TIE_POLICIES:
         assert metrics.ranked_relevance(untied, positive_first, policy).tolist() == [False, False, True]
-    assert metrics.candidate_list_metrics([tied], [positive_first], tie_policy="first")["P@1"] == 100.0
-    assert metrics.candidate_list_metrics([tied], [positive_first])["P@1"] == 0.0
+    assert _dataset([tied], [positive_first], tie_policy="first")["P@1"] == 100.0
+    assert _dataset([tied], [positive_first])["P@1"] == 0.0
     with pytest.raises(ValueError, match="unknown tie policy"):
         metrics.ranked_relevance(tied, positive_first, "optimistic")
 
@@ -128,8 +128,15 @@ def test_empty_gallery_and_no_positive_are_errors() -> None:
         metrics.ranked_relevance(np.array([np.nan, 0.1]), np.array([True, False]))
 
 
+def _dataset(scores: list[np.ndarray], positives: list[np.ndarray],
+             tie_policy: str = metrics.DEFAULT_TIE_POLICY) -> dict[str, float]:
+    """A dataset's metrics when every query ranks its own candidate list (as the layouts do)."""
+    return metrics.summarize([metrics.query_metrics(metrics.ranked_relevance(s, p, tie_policy))
+                              for s, p in zip(scores, positives, strict=True)])
+
+
 def test_summarize_is_percent_mean_over_queries() -> None:
-    result = metrics.candidate_list_metrics(
+    result = _dataset(
         [np.array([0.9, 0.1]), np.array([0.1, 0.9]), np.array([0.3, 0.3])],
         [np.array([True, False])] * 3)
     assert result["P@1"] == pytest.approx(100 / 3)

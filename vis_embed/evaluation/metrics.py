@@ -131,20 +131,6 @@ def summarize(per_query: Sequence[dict[str, float]]) -> dict[str, float]:
     return {key: 100.0 * float(np.mean([row[key] for row in per_query])) for key in keys}
 
 
-def candidate_list_metrics(scores: Sequence[np.ndarray], positives: Sequence[np.ndarray],
-                           ks: Sequence[int] = DEFAULT_KS, tie_policy: str = DEFAULT_TIE_POLICY) -> dict[str, float]:
-    """Dataset metrics (percent) when every query ranks its own candidate list.
-
-    ``scores[i]`` holds query i's candidate scores and ``positives[i]`` a boolean mask of the
-    same length (MMEB: only the first candidate is positive).
-    """
-    if len(scores) == 0:
-        raise ValueError("dataset has no queries")
-    per_query = [query_metrics(ranked_relevance(s, p, tie_policy), ks=ks)
-                 for s, p in zip(scores, positives, strict=True)]
-    return summarize(per_query)
-
-
 def truncated_relevance(scores: np.ndarray, is_positive: np.ndarray, depth: int, complete: bool,
                         tie_policy: str = DEFAULT_TIE_POLICY) -> np.ndarray:
     """Ranked relevance, cut at ``depth``, of the best results of a larger ranking (e.g. faiss).

@@ -6,7 +6,7 @@
   cosine of the two sign vectors), so higher is better as for every other kind.
 - ``int8``: faiss ``IndexScalarQuantizer`` with ``QT_8bit`` (each dimension's [min, max] range
   learnt from the gallery cut into 256 steps: the int8 calibration of
-  :func:`vis_embed.gallery.vectors.quantize`, done by faiss) and inner-product scores.
+  :func:`vis_embed.vectors.transforms.quantize`, done by faiss) and inner-product scores.
 
 ``rescore`` K: the codes shortlist ``K x k`` hits, which are scored again as float32 inner
 products of the query with the float gallery vectors (``vectors``; a memory-mapped ``.npy``
@@ -21,7 +21,7 @@ import faiss
 import numpy as np
 
 from vis_embed.vectors.index_spec import RESCORED_KINDS as CODE_KINDS  # binary, int8, ivf-pq
-from vis_embed.gallery.vectors import quantize
+from vis_embed.vectors.transforms import quantize
 
 
 def binary_codes_index(gallery: np.ndarray) -> faiss.IndexBinaryFlat:

@@ -14,7 +14,7 @@ import numpy as np
 
 from vis_embed.errors import ConfigError
 from vis_embed.gallery.store import GalleryIndex
-from vis_embed.gallery.vectors import truncate
+from vis_embed.vectors.transforms import truncate
 from vis_embed.io import write_jsonl
 
 

@@ -41,7 +41,7 @@ from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE,
                                            read_settings)
 from vis_embed.vectors.index_spec import DEFAULT_RESCORE, RESCORED_KINDS, STORE_KINDS, IndexSpec, check_rescore
 from vis_embed.gallery.quantized_index import QuantizedIndex
-from vis_embed.gallery.vectors import l2_normalise
+from vis_embed.vectors.transforms import check_dim, l2_normalise
 from vis_embed.io import atomic_directory, atomic_write_json
 
 LOAD_ATTEMPTS = 100            # builds a load may see replaced under it before it gives up
@@ -235,8 +235,10 @@ class GalleryIndex:
             raise DataError(f"the index holds vectors of another model ({name}, adapter "
                             f"{(self.settings.get('model') or {}).get('adapter')}); encode the gallery with "
                             f"this model or search with that one", path=where, field="model")
-        if self.dim > full_dim:
-            raise DataError(f"the index is {self.dim} wide, the model's vectors {full_dim}", path=where, field="dim")
+        try:
+            check_dim(self.dim, full_dim, field="dim")  # the one width rule
+        except DataError as error:
+            raise DataError(f"the index is {self.dim} wide: {error.reason}", path=where, field="dim") from None
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, rows)`` (Q, k) best first; rows -1 where fewer than k exist."""

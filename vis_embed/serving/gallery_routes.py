@@ -24,9 +24,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from vis_embed.errors import ConfigError
+from vis_embed.errors import DataError, SettingsError
 from vis_embed.vectors.stored_form import warn_if_not_matryoshka
-from vis_embed.vectors.transforms import truncate
+from vis_embed.vectors.transforms import check_dim, truncate
 from vis_embed.serving.errors import RequestError
 from vis_embed.serving.search_work import SearchWork
 
@@ -54,8 +54,11 @@ def check_default_dim(dim: int | None, embedder: Any) -> None:
     """``serve --dim``: at most the model's width (checked at start-up); a model not trained for
     it is served cut all the same (the operator's choice), with a warning."""
     full_dim = embedder.embedding_dim
-    if dim is not None and not 1 <= dim <= full_dim:
-        raise ConfigError(f"--dim must be from 1 to the model's width {full_dim}, got {dim}")
+    if dim is not None:
+        try:
+            check_dim(dim, full_dim, field="--dim")  # the one width rule
+        except DataError as error:
+            raise SettingsError(error.reason, field="--dim") from None
     warn_if_not_matryoshka(dim, full_dim, matryoshka_dims_of(embedder))
 
 
@@ -70,9 +73,10 @@ def answered_dimensions(requested: int | None, default: int | None, full_dim: in
         raise RequestError(400, f"dimensions: this model was not trained with Matryoshka dimensions (no "
                                 f"matryoshka_dims recorded); its vectors have {full_dim} dimensions, "
                                 f"got {requested}", param="dimensions")
-    if not 1 <= requested <= full_dim:
-        raise RequestError(400, f"dimensions: must be from 1 to {full_dim}, got {requested}", param="dimensions")
-    return requested
+    try:
+        return check_dim(requested, full_dim, field="dimensions")  # the one width rule
+    except DataError as error:
+        raise RequestError(400, f"dimensions: {error.reason}", param="dimensions") from None
 
 
 def cut(embeddings: np.ndarray, dim: int) -> np.ndarray:

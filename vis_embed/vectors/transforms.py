@@ -107,13 +107,6 @@ def quantize(matrix: np.ndarray, precision: str, ranges: np.ndarray | None = Non
     return levels.astype(np.uint8) if precision == "uint8" else (levels - 128).astype(np.int8)
 
 
-def unpack_signs(codes: np.ndarray, dim: int, precision: str = "ubinary") -> np.ndarray:
-    """±1 float32 (N, dim) from packed sign bits (``binary`` or ``ubinary``)."""
-    codes = np.asarray(codes)
-    as_bytes = (codes.astype(np.int16) + 128).astype(np.uint8) if precision == "binary" else codes.astype(np.uint8)
-    return np.unpackbits(as_bytes, axis=1, count=dim).astype(np.float32) * 2 - 1
-
-
 def vllm_matryoshka_fields(dims: Sequence[int] | None, full_dim: int) -> dict[str, Any]:
     """What an exported ``config.json`` adds for vLLM: ``is_matryoshka`` and
     ``matryoshka_dimensions`` (the trained dims plus the full width: vLLM accepts only listed
