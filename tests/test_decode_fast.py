@@ -115,13 +115,24 @@ def test_the_server_decodes_with_the_models_budget(tmp_path) -> None:
     import base64
     import io
 
-    from vis_embed.serving.images import ImagePolicy, decode_images
+    import asyncio
+    import time
+
+    from vis_embed.serving.budget import WorkBudget
+    from vis_embed.serving.errors import RequestError
+    from vis_embed.serving.images import ImagePolicy, decode_request_images
 
     buffer = io.BytesIO()
     photo(1600, 1200).save(buffer, format="JPEG")
     uri = "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
-    fast, = decode_images([{"image": uri}], ImagePolicy(max_pixels=BUDGET, decode="fast"))
-    exact, = decode_images([{"image": uri}], ImagePolicy(max_pixels=BUDGET))
+
+    async def decoded(policy: ImagePolicy) -> list[dict]:
+        budget = WorkBudget(10**9, lambda amount, total: RequestError(413, "too large"))
+        async with budget.reservation() as reservation:
+            return await decode_request_images([{"image": uri}], policy, reservation, time.monotonic() + 60)
+
+    fast, = asyncio.run(decoded(ImagePolicy(max_pixels=BUDGET, decode="fast")))
+    exact, = asyncio.run(decoded(ImagePolicy(max_pixels=BUDGET)))
     assert fast["image"].width < 1600 and exact["image"].size == (1600, 1200)
 
 

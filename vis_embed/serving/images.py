@@ -110,20 +110,10 @@ class _Visual:
         return item["image"] if self.frame is None else item["video"][self.frame]
 
 
-def decode_images(items: list[dict[str, Any]], policy: ImagePolicy) -> list[dict[str, Any]]:
-    """``items`` with each ``image`` replaced by its decoded RGB PIL image, and each clip's
-    picked frames by theirs (a 4xx names a bad one), in the caller's thread, one image after
-    the other (library use; the server runs :func:`decode_request_images`)."""
-    positions = _image_positions(items, policy)
-    sources = [_image_source(visual.source(items), visual.param, policy) for visual in positions]
-    _check_request_pixels([_header_pixels(source) for source in sources], positions, policy)
-    images = [_decode(items, visual, source, policy) for visual, source in zip(positions, sources)]
-    return _with_images(items, positions, images)
-
-
 async def decode_request_images(items: list[dict[str, Any]], policy: ImagePolicy, reservation: Reservation,
                                 deadline: float) -> list[dict[str, Any]]:
-    """:func:`decode_images` for a request of the server: sources read (URLs fetched, at most
+    """A request's images decoded: each ``image`` replaced by its decoded RGB PIL image, each
+    clip's picked frames by theirs (a 4xx names a bad one); sources read (URLs fetched, at most
     :data:`FETCHES_PER_REQUEST` at once) and images decoded in the server's pools, the
     request's pixels reserved in the global budget (``reservation``) before any is decoded.
     Cancelling the caller cancels the fetches and decodes not yet started."""
