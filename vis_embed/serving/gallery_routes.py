@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from vis_embed.errors import DataError, SettingsError
+from vis_embed.errors import ConfigError, DataError
 from vis_embed.vectors.stored_form import warn_if_not_matryoshka
 from vis_embed.vectors.transforms import check_dim, truncate
 from vis_embed.serving.errors import RequestError
@@ -58,7 +58,7 @@ def check_default_dim(dim: int | None, embedder: Any) -> None:
         try:
             check_dim(dim, full_dim, field="--dim")  # the one width rule
         except DataError as error:
-            raise SettingsError(error.reason, field="--dim") from None
+            raise ConfigError(f"--dim {error.reason}") from None
     warn_if_not_matryoshka(dim, full_dim, matryoshka_dims_of(embedder))
 
 
