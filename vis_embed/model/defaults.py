@@ -6,7 +6,10 @@ validation read these values before any model is loaded.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
 
 # Image pixel budget of the Qwen-VL processors.
 DEFAULT_MIN_PIXELS = 56 * 56
@@ -58,7 +61,7 @@ def parse_workers(value: str) -> int | str:
     return count
 
 
-def add_preparation_arguments(parser: Any) -> None:
+def add_preparation_arguments(parser: argparse.ArgumentParser) -> None:
     """``--workers`` on a command that encodes items (``--decode`` is a loading setting of
     EmbeddingConfig: it travels with the model)."""
     parser.add_argument("--workers", type=parse_workers, default="auto", metavar="N|auto", help=WORKERS_HELP)

@@ -24,9 +24,12 @@ processor expands to the clip's tokens (every frame pair; Qwen3-VL adds its fram
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vis_embed.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import ProcessorMixin
 
 PROMPT_FORMATS = ("chat", "chat-system", "vlm2vec")
 DEFAULT_SYSTEM_INSTRUCTION = "Represent the user's input."  # chat-system without an instruction
@@ -54,7 +57,7 @@ def visual_kind(visual: bool | str | None) -> str | None:
     raise ValueError(f"unknown visual input {visual!r}; expected 'image', 'video' or None")
 
 
-def build_prompt(processor: Any, visual: bool | str | None, instruction: str | None, text: str | None,
+def build_prompt(processor: ProcessorMixin, visual: bool | str | None, instruction: str | None, text: str | None,
                  prompt_format: str = "chat") -> str:
     """The prompt text for one item, with ONE (unexpanded) placeholder of its ``visual`` input:
     ``"image"`` (or True), ``"video"``, or None / False for a text-only item."""

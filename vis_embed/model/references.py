@@ -15,10 +15,13 @@ No torch here (the model card and ``--help`` paths import it).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vis_embed.errors import ConfigError
 from vis_embed.io import is_hub_id
+
+if TYPE_CHECKING:
+    from peft import PeftConfig
 
 ADAPTER_CONFIG = "adapter_config.json"
 HEAD_CONFIG = "head_config.json"  # a projection head's config (model/network/projection_head.HeadFile)
@@ -41,7 +44,7 @@ def is_peft_adapter(directory: str | Path) -> bool:
     return (Path(directory).expanduser() / ADAPTER_CONFIG).is_file()
 
 
-def peft_adapter_config(directory: str | Path) -> Any:
+def peft_adapter_config(directory: str | Path) -> PeftConfig:
     """``directory``'s adapter config as peft reads it (``peft.PeftConfig``); ConfigError naming
     the directory when there is none or peft cannot read it."""
     from peft import PeftConfig

@@ -33,7 +33,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -42,6 +42,11 @@ from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory, atomic_write_json
 from vis_embed.model.references import absolute_model_reference
 from vis_embed.distributed import barrier, broadcast_object, get_rank, is_main_process
+
+if TYPE_CHECKING:
+    from transformers import ProcessorMixin
+
+    from vis_embed.data.train import TrainDataConfig
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
@@ -99,7 +104,7 @@ def shared_atomic_directory(path: Path) -> Iterator[Path]:
     barrier()  # nobody reads the new directory before it is in place
 
 
-def write_final_extras(directory: Path, processor: Any, recipe: dict[str, Any], data: Any,
+def write_final_extras(directory: Path, processor: ProcessorMixin | None, recipe: dict[str, Any], data: TrainDataConfig,
                        steps: int, adaptation: str) -> None:
     """What ``final/`` adds to the weights: the processor (so the directory is self-describing)
     and the model card ``README.md`` (``data``: the TrainDataConfig; ``adaptation``: the kind

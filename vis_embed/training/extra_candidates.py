@@ -11,9 +11,12 @@ global batch, so all ranks compute the same layout without communicating.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from vis_embed.data.train import TrainDataset
 
 
 def column_order(extra_counts: Sequence[int], world_size: int) -> tuple[int, torch.Tensor | None]:
@@ -37,7 +40,7 @@ def column_order(extra_counts: Sequence[int], world_size: int) -> tuple[int, tor
     return padded, torch.tensor(positives + extras, dtype=torch.long)
 
 
-def extra_count(dataset: Any, record_id: str) -> int:
+def extra_count(dataset: TrainDataset, record_id: str) -> int:
     """Explicit negatives of a member's row (pairs rows' ``negatives``; 0 otherwise)."""
     return len(dataset.get(record_id).get("negatives", ())) if dataset.kind == "pairs" else 0
 

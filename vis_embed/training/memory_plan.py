@@ -30,12 +30,15 @@ import dataclasses
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from vis_embed.errors import ConfigError
 from vis_embed.training.gradcache import runs_plain
+
+if TYPE_CHECKING:
+    from vis_embed.model.network.embedding_model import EmbeddingModel
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,7 @@ def needs_plan(chunk_size: int | str, gradient_checkpointing: bool | str) -> boo
     return chunk_size == AUTO or gradient_checkpointing == AUTO
 
 
-def plan_memory(model: Any, collate: Callable[[list[Any]], dict[str, torch.Tensor]],
+def plan_memory(model: EmbeddingModel, collate: Callable[[list[Any]], dict[str, torch.Tensor]],
                 first_members: Callable[[], Sequence[Any]], *, chunk_size: int | str,
                 gradient_checkpointing: bool | str, local_batch_size: int, device: torch.device) -> MemoryPlan:
     """Decide the ``auto`` settings (see the module docstring); turns checkpointing on in
@@ -114,14 +117,14 @@ def _choose(chunk_size: int | str, local: int, budget: float, per_member: float,
     return None
 
 
-def _budget(model: Any, device: torch.device) -> float:
+def _budget(model: EmbeddingModel, device: torch.device) -> float:
     free, _total = torch.cuda.mem_get_info(device)
     cached_unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     return (free + cached_unused) * HEADROOM - OPTIMISER_COPIES * trainable
 
 
-def _probe(model: Any, collate: Callable[[list[Any]], dict[str, torch.Tensor]], members: Sequence[Any],
+def _probe(model: EmbeddingModel, collate: Callable[[list[Any]], dict[str, torch.Tensor]], members: Sequence[Any],
            device: torch.device) -> float:
     """Peak CUDA bytes per member of one forward with graph and its backward."""
     batch = {key: value.to(device) for key, value in collate(list(members)).items()}
@@ -151,7 +154,7 @@ def agree(plans: Sequence[MemoryPlan]) -> MemoryPlan:
     return dataclasses.replace(careful, gradient_checkpointing=checkpointing)
 
 
-def plan_training(model: Any, collate: Callable[[list[Any]], dict[str, torch.Tensor]],
+def plan_training(model: EmbeddingModel, collate: Callable[[list[Any]], dict[str, torch.Tensor]],
                   first_members: Callable[[], Sequence[Any]], *, chunk_size: int | str,
                   gradient_checkpointing: bool | str, local_batch_size: int, device: torch.device) -> MemoryPlan:
     """:func:`plan_memory` on every rank, then :func:`agree`; logged on the main process."""

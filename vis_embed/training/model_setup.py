@@ -9,7 +9,7 @@ every checkpoint and final/ record.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -18,6 +18,9 @@ from vis_embed.model.network.adaptation import Adaptation
 from vis_embed.model.embedding_config import EmbeddingConfig, check_adapter_agrees, resolve_embedding_config
 from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.training.recipe import Recipe
+
+if TYPE_CHECKING:
+    from vis_embed.data.train import TrainDataConfig
 
 
 def training_embedding_config(recipe: Recipe) -> EmbeddingConfig:
@@ -41,7 +44,7 @@ def build_training_model(recipe: Recipe, device: torch.device, adaptation: Adapt
     return model
 
 
-def trained_embedding_config(recipe: Recipe, data: Any, model: EmbeddingModel) -> EmbeddingConfig:
+def trained_embedding_config(recipe: Recipe, data: TrainDataConfig, model: EmbeddingModel) -> EmbeddingConfig:
     """What ``embedding_config.json`` records in every checkpoint and final/: the settings the
     model trained with (recipe model_options over the base's record), the adaptation, and the
     instructions when every dataset shares them; not attn_implementation (the training

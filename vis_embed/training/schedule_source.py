@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vis_embed.io import fingerprint_files
 from vis_embed.sampling.build import build_schedule
@@ -19,10 +19,15 @@ from vis_embed.sampling.schedule_io import LABEL_COLUMN, check_data_fingerprint,
 from vis_embed.sampling.settings import SamplingOptions
 from vis_embed.distributed import barrier, is_main_process
 
+if TYPE_CHECKING:
+    from vis_embed.data.train import TrainDataConfig
+    from vis_embed.sampling.schedule_io import ScheduledBatch
+    from vis_embed.training.recipe import Recipe
+
 log = logging.getLogger(__name__)
 
 
-def write_recipe_schedule(data: Any, path: str | Path, *, steps: int, global_batch_size: int, seed: int,
+def write_recipe_schedule(data: TrainDataConfig, path: str | Path, *, steps: int, global_batch_size: int, seed: int,
                           sampling: SamplingOptions | dict[str, Any] | None = None,
                           show_progress: bool = True) -> Path:
     """Plan and write (atomically, with its report) the schedule a recipe asks for.
@@ -44,7 +49,7 @@ class ScheduleSource:
     written before that column existed is refused: rebuild it).
     """
 
-    def __init__(self, path: str | Path, data_fingerprint: str, data: Any = None) -> None:
+    def __init__(self, path: str | Path, data_fingerprint: str, data: TrainDataConfig | None = None) -> None:
         self.path = Path(path)
         self.data_fingerprint = data_fingerprint
         self.data = data
@@ -61,7 +66,7 @@ class ScheduleSource:
     def shard(self, rank: int, world_size: int) -> slice:
         return rank_rows(self.global_batch_size, self.interleave_batch_size, rank, world_size)
 
-    def steps(self, start_step: int = 0) -> Iterator[Any]:
+    def steps(self, start_step: int = 0) -> Iterator[ScheduledBatch]:
         """Whole steps (``ScheduledBatch``, all B members in slot order) from ``start_step``."""
         for batch in iter_batches(self.path, data_fingerprint=self.data_fingerprint, start_step=start_step,
                                   rank=0, world_size=1):
@@ -74,7 +79,7 @@ def has_label_column(path: Path) -> bool:
     return LABEL_COLUMN in pq.read_schema(path).names
 
 
-def open_schedule(recipe: Any, data: Any) -> ScheduleSource:
+def open_schedule(recipe: Recipe, data: TrainDataConfig) -> ScheduleSource:
     """Open the recipe's schedule, building it first (and saying so) when it does not exist."""
     path = Path(recipe.schedule)
     if not path.is_file():

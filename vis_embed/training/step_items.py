@@ -12,7 +12,7 @@ item stops the run (training data was validated at load: one that still fails is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,6 +22,11 @@ from vis_embed.model.runtime.prepare_pool import PreparePool, PrepareTask
 from vis_embed.training.extra_candidates import column_order, extra_count, prepare_extras
 from vis_embed.training.losses import designated_negatives
 from vis_embed.training.losses.diagnostics import own_image_matrix
+
+if TYPE_CHECKING:
+    from vis_embed.data.train import TrainDataConfig, TrainDataset
+    from vis_embed.model.network.embedding_model import EmbeddingModel
+    from vis_embed.sampling.schedule_io import ScheduledBatch
 
 
 @dataclass
@@ -40,8 +45,8 @@ class PreparedStep:
 class StepItems:
     """Prepares this rank's shard of each scheduled step for ``model``."""
 
-    def __init__(self, model: Any, data: Any, shard: slice, world_size: int, *, schedule_name: str,
-                 data_name: str) -> None:
+    def __init__(self, model: EmbeddingModel, data: TrainDataConfig, shard: slice, world_size: int, *,
+                 schedule_name: str, data_name: str) -> None:
         self.model = model
         self.data = data
         self.shard = shard
@@ -59,7 +64,7 @@ class StepItems:
             self._pool.close()
             self._pool = None
 
-    def prepare_step(self, batch: Any) -> PreparedStep:
+    def prepare_step(self, batch: ScheduledBatch) -> PreparedStep:
         """This rank's shard of one scheduled step, prepared (images loaded, prompts built)."""
         members = batch.members()
         labels = torch.tensor(batch.label, dtype=torch.long)  # computed once, at data load
@@ -97,7 +102,7 @@ class StepItems:
         return [self.model.count_truncated(result) for index, result in enumerate(results)
                 if accepted(index, result, "raise", {})]
 
-    def _dataset(self, name: str) -> Any:
+    def _dataset(self, name: str) -> TrainDataset:
         try:
             return self.data.dataset(name)
         except KeyError:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -54,6 +54,9 @@ from vis_embed.training.run_dir import check_run_directory, clear_run_directory
 from vis_embed.training.run_log import RunLogger
 from vis_embed.training.schedule_source import ScheduleSource, open_schedule
 from vis_embed.training.step_items import PreparedStep, StepItems
+
+if TYPE_CHECKING:
+    from vis_embed.sampling.schedule_io import ScheduledBatch
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +190,7 @@ class Trainer:
         prepared = self.prepare_step(next(self.schedule.steps(step)))
         return prepared.queries + prepared.candidates
 
-    def prepare_step(self, batch: Any) -> PreparedStep:
+    def prepare_step(self, batch: ScheduledBatch) -> PreparedStep:
         """This rank's shard of one scheduled step, prepared (step_items.StepItems)."""
         return self.items.prepare_step(batch)
 

@@ -30,7 +30,7 @@ The library half of ``vis-embed export`` (command line in :mod:`vis_embed.model.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vis_embed.errors import ConfigError
 from vis_embed.vectors.transforms import vllm_matryoshka_fields
@@ -46,6 +46,11 @@ from vis_embed.model.references import (  # noqa: F401
     looks_like_path,
     peft_adapter_config,
 )
+
+if TYPE_CHECKING:
+    from transformers import ProcessorMixin
+
+    from vis_embed.model.network.projection_head import ProjectionHead
 
 EXPORT_FORMATS = ("sentence-transformers",)
 # The identity task's instructions (data_prep.synth's "identity" pair): what the quickstart trains.
@@ -179,7 +184,7 @@ def sentence_transformers_files(embedding_dim: int, query_instruction: str | Non
     }
 
 
-def prepare_processor(processor: Any, min_pixels: int, max_pixels: int) -> Any:
+def prepare_processor(processor: ProcessorMixin, min_pixels: int, max_pixels: int) -> ProcessorMixin:
     """The processor as the export ships it: vis_embed's pixel budget and instruction template."""
     template = getattr(processor, "chat_template", None)
     if not template:
@@ -250,7 +255,7 @@ def export_config(model: str | None, adapter: str | Path | None, **given: Any) -
     return config.model_copy(update={**update, "adaptation": None})  # a plain checkpoint (+ ST modules)
 
 
-def _add_head_modules(directory: Path, files: dict[str, Any], head: Any) -> None:
+def _add_head_modules(directory: Path, files: dict[str, Any], head: ProjectionHead) -> None:
     """Append the projection head (Dense + Normalize) to the module files; write its weights."""
     from safetensors.torch import save
 

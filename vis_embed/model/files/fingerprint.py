@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vis_embed.io import fingerprint_files, fingerprint_json
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.references import ADAPTER_CONFIG, HEAD_CONFIG
+
+if TYPE_CHECKING:
+    import torch
+
+    from vis_embed.model.network.embedding_model import EmbeddingModel
 
 # Keys that record how a file was loaded or written, not what the model computes.
 _VOLATILE_JSON_KEYS = {"is_local", "local_files_only", "name_or_path", "_name_or_path",
@@ -26,7 +31,7 @@ _CHECKPOINT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer.json",
                      "video_preprocessor_config.json", ADAPTER_CONFIG, HEAD_CONFIG)
 
 
-def model_fingerprint(model: Any, config: EmbeddingConfig) -> str:
+def model_fingerprint(model: EmbeddingModel, config: EmbeddingConfig) -> str:
     """Weights + adapter + the effective settings ``config`` of a loaded ``model``."""
     return fingerprint_json({
         "weights": checkpoint_fingerprint(model.name_or_path, model.backbone),
@@ -35,7 +40,7 @@ def model_fingerprint(model: Any, config: EmbeddingConfig) -> str:
     })
 
 
-def checkpoint_fingerprint(name_or_path: str | None, backbone: Any) -> str:
+def checkpoint_fingerprint(name_or_path: str | None, backbone: torch.nn.Module | None) -> str:
     """Content hash of a local checkpoint's files, or hub id + resolved commit.
 
     JSON files are hashed after parsing, without keys that only record how a file was loaded

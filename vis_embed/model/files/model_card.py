@@ -21,13 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
 from vis_embed.config import Settings, get_dotted, validated
 from vis_embed.io import atomic_write_json, atomic_write_text, is_hub_id, read_json_object
 from vis_embed.model.network.adaptation import AdaptationKind
+
+if TYPE_CHECKING:
+    from huggingface_hub import ModelCardData
 
 FACTS_FILE = "model_card.json"
 CARD_FILE = "README.md"
@@ -114,7 +117,7 @@ def _eval_results(evaluation: Mapping[str, Any] | None) -> list[Any] | None:
             for dataset, entry in evaluation["datasets"].items()]
 
 
-def card_data(facts: CardFacts | Mapping[str, Any], merged: bool = False) -> Any:
+def card_data(facts: CardFacts | Mapping[str, Any], merged: bool = False) -> ModelCardData:
     """The card's Hub metadata as huggingface_hub's ``ModelCardData`` (its YAML, its
     ``model-index``).  ``base_model`` only when the base is a Hub id: the Hub accepts nothing
     else there (a local base is named in the card's text)."""

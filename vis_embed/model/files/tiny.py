@@ -22,10 +22,15 @@ builders so that the CLI can read ``ARCHS`` / ``PRESETS`` for ``--help`` without
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vis_embed.io import atomic_directory
 from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+
+if TYPE_CHECKING:  # no torch or transformers at import time: `vis-embed tiny-model --help`
+    import torch
+    from transformers import (PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast,
+                              ProcessorMixin)
 
 ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 PRESETS = ("tiny", "qwen2-vl-2b-shallow", "qwen2-vl-2b", "qwen2.5-vl-3b", "qwen2.5-vl-7b")
@@ -67,7 +72,7 @@ zero one two three four five six seven eight nine ten hundred thousand colours s
 """
 
 
-def _build_tokenizer() -> Any:
+def _build_tokenizer() -> PreTrainedTokenizerFast:
     """Byte-level BPE with a small vocabulary plus the Qwen special tokens, as a HF tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -117,15 +122,16 @@ def _sizes(preset: str) -> dict[str, Any]:
     raise ValueError(f"unknown preset {preset!r}; choose one of {PRESETS}")
 
 
-def _token_ids(tokenizer: Any) -> dict[str, int]:
+def _token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
     ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in (
         ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
         ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
     return ids
 
 
-def tiny_config(arch: str = "qwen2-vl", preset: str = "tiny", tokenizer: Any = None,
-                num_layers: int | None = None, vision_depth: int | None = None) -> Any:
+def tiny_config(arch: str = "qwen2-vl", preset: str = "tiny",
+                tokenizer: PreTrainedTokenizerBase | None = None, num_layers: int | None = None,
+                vision_depth: int | None = None) -> PretrainedConfig:
     """The model config for ``arch`` at ``preset`` size (special-token ids from ``tokenizer``)."""
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {ARCHS}")
@@ -175,8 +181,8 @@ def tiny_config(arch: str = "qwen2-vl", preset: str = "tiny", tokenizer: Any = N
     return Qwen3VLConfig(text_config=text, vision_config=vision, **ids)
 
 
-def build_processor(arch: str = "qwen2-vl", tokenizer: Any = None,
-                    min_pixels: int = DEFAULT_MIN_PIXELS, max_pixels: int = DEFAULT_MAX_PIXELS) -> Any:
+def build_processor(arch: str = "qwen2-vl", tokenizer: PreTrainedTokenizerBase | None = None,
+                    min_pixels: int = DEFAULT_MIN_PIXELS, max_pixels: int = DEFAULT_MAX_PIXELS) -> ProcessorMixin:
     """The Qwen processor (tokenizer + image processor + video processor) for ``arch``."""
     from transformers import Qwen2VLImageProcessor
 
@@ -203,7 +209,8 @@ def build_processor(arch: str = "qwen2-vl", tokenizer: Any = None,
 
 def build_random_model(arch: str = "qwen2-vl", preset: str = "tiny", seed: int = 0,
                        num_layers: int | None = None, vision_depth: int | None = None,
-                       dtype: Any = None, device: Any = None) -> tuple[Any, Any]:
+                       dtype: torch.dtype | None = None,
+                       device: torch.device | str | None = None) -> tuple[PreTrainedModel, ProcessorMixin]:
     """``(model, processor)`` randomly initialised in memory (nothing written).  ``device``: where
     the weights are created and initialised (a 7B model initialised on a GPU takes seconds, on
     a CPU minutes)."""

@@ -28,12 +28,34 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vis_embed.data.image_geometry import fitted_size
 from vis_embed.data.images import image_size, is_url
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
+
+if TYPE_CHECKING:
+    from transformers import BaseImageProcessor, BaseVideoProcessor, ProcessorMixin
+
+    from vis_embed.model.embedding_config import EmbeddingConfig
+
+
+class _Prompts(Protocol):
+    """The model's Preparer, as far as the estimate uses it."""
+
+    def prompt(self, visual: bool | str | None, instruction: str | None, text: str | None) -> str: ...
+
+
+class MeasuredModel(Protocol):
+    """What the estimate reads of a model: an EmbeddingModel or the dry run's processor-only
+    stand-in.  Neither is imported here: the network is a higher layer, and
+    model/inputs/preparer.py (their shared base, PreparesItems) imports this module."""
+
+    processor: ProcessorMixin
+    embedding_config: EmbeddingConfig
+
+    def preparer(self) -> _Prompts: ...
 
 
 CHARS_PER_TOKEN = 16  # English averages ~4 characters per token; 16 leaves room for long tokens
@@ -47,7 +69,7 @@ def within_token_budget(text: str | None, max_tokens: int | None) -> str | None:
     return text[:max_tokens * CHARS_PER_TOKEN]
 
 
-def estimated_lengths(model: Any, items: Sequence[Any], instruction: str | None,
+def estimated_lengths(model: MeasuredModel, items: Sequence[Any], instruction: str | None,
                       base_dir: str | Path | None = None) -> list[int]:
     """Sequence length of each item as ``model.prepare_one`` will build it (see module doc);
     an item that breaks the item contract counts as its text alone."""
@@ -64,7 +86,7 @@ def estimated_lengths(model: Any, items: Sequence[Any], instruction: str | None,
     return [len(ids) + (count - 1 if count is not None else 0) for ids, count in zip(prompt_ids, visual)]
 
 
-def visual_tokens(model: Any, item: Any, base_dir: str | Path | None = None) -> int | None:
+def visual_tokens(model: MeasuredModel, item: Any, base_dir: str | Path | None = None) -> int | None:
     """Merged visual tokens of the item's image; None without an image.  The size comes from
     the bbox or the file's header; for a URL (not fetched here) the pixel budget is assumed."""
     try:
@@ -92,7 +114,7 @@ def visual_tokens(model: Any, item: Any, base_dir: str | Path | None = None) -> 
     return (resized_height // factor) * (resized_width // factor)
 
 
-def video_tokens(model: Any, video: Any, base_dir: str | Path | None = None) -> int:
+def video_tokens(model: MeasuredModel, video: Any, base_dir: str | Path | None = None) -> int:
     """Tokens a clip's placeholder becomes: frame pairs x merged tokens of one frame at the size
     its first frame is resized to (header only; a video file's stream header), plus Qwen3-VL's
     timestamp text around each pair.  Unknown (unreadable, URL frames): the per-frame budget is
@@ -119,7 +141,7 @@ def video_tokens(model: Any, video: Any, base_dir: str | Path | None = None) -> 
     return pairs * per_pair + _timestamp_tokens(model.processor, indices, temporal)
 
 
-def _timestamp_tokens(processor: Any, indices: list[int], temporal: int) -> int:
+def _timestamp_tokens(processor: ProcessorMixin, indices: list[int], temporal: int) -> int:
     """Qwen3-VL's text around each frame pair (``<1.2 seconds>`` + vision start and end tokens),
     as its processor writes it for a clip of frames (data/video.FRAMES_FPS); 0 for processors
     that write none."""
@@ -132,7 +154,8 @@ def _timestamp_tokens(processor: Any, indices: list[int], temporal: int) -> int:
     return sum(len(ids) + 2 for ids in processor.tokenizer(texts, add_special_tokens=False)["input_ids"])
 
 
-def processor_size(image_processor: Any, min_pixels: int, max_pixels: int, width: int, height: int) -> tuple[int, int]:
+def processor_size(image_processor: BaseImageProcessor | BaseVideoProcessor, min_pixels: int, max_pixels: int,
+                   width: int, height: int) -> tuple[int, int]:
     """(width, height) the model's processor resizes a ``width`` x ``height`` image to: its own
     rule (transformers' smart_resize on the patch x merge grid, after fit_aspect_ratio's padding;
     qwen-vl-utils' copy rounds slivers differently).  Token counts and the fast decode's floor

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,8 +28,12 @@ from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.inputs.lengths import processor_size, within_token_budget
 from vis_embed.model.prompts import build_prompt
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-def token_limit(max_length: int | None, tokenizer: Any, config: Any) -> int | None:
+
+def token_limit(max_length: int | None, tokenizer: PreTrainedTokenizerBase,
+                config: PretrainedConfig | None) -> int | None:
     """Most tokens one item may have: ``max_length``, else the model's own maximum (the
     tokenizer's ``model_max_length`` or the decoder's ``max_position_embeddings``)."""
     if max_length is not None:
@@ -146,7 +150,7 @@ class Preparer:
                        for frame in frames]
         return clip
 
-    def load_image(self, item: dict[str, Any], base_dir: str | Path | None = None) -> Any:
+    def load_image(self, item: dict[str, Any], base_dir: str | Path | None = None) -> Image.Image | None:
         """The checked item's image as the model will see it (RGB, cropped, sliver-padded), or None."""
         image = item.get("image")
         if image is None:
@@ -189,7 +193,7 @@ class Preparer:
         prepared.truncated = True
         return prepared
 
-    def process(self, visual: Any, instruction: str | None, text: str | None) -> PreparedItem:
+    def process(self, visual: Image.Image | Clip | None, instruction: str | None, text: str | None) -> PreparedItem:
         """Run the processor on one loaded item (a PIL image, a :class:`Clip` or None): resize an
         image to the pixel budget, tokenise, expand the placeholder."""
         is_clip = isinstance(visual, Clip)

@@ -27,7 +27,7 @@ import re
 import typing
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from pydantic import Field
 
@@ -39,7 +39,14 @@ from vis_embed.model.references import (ADAPTER_CONFIG, HEAD_CONFIG, absolute_mo
                                         peft_adapter_config)
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import torch
+    from peft import LoraConfig
     from torch import Tensor
+    from transformers import PreTrainedModel
+
+    from vis_embed.model.network.projection_head import ProjectionHead
 
 AdaptationKind = Literal["lora", "head", "full"]
 ADAPTATION_KINDS: tuple[str, ...] = typing.get_args(AdaptationKind)
@@ -49,6 +56,23 @@ LORA_WEIGHTS = "adapter_model.safetensors"
 VISION_LORA_MODULES = ("qkv", "proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj",
                        "linear_fc1", "linear_fc2")
 VISION_PATTERN = r"visual\.blocks"
+
+
+class AdaptedModel(Protocol):
+    """What an adaptation reads and sets of the model it adapts: an EmbeddingModel.  That class
+    is not imported here, not even for annotations: model/network/embedding_model.py imports this
+    module, and the import graph stays acyclic (tests/test_architecture.py)."""
+
+    backbone: torch.nn.Module  # the transformers model, peft-wrapped under LoRA
+    head: ProjectionHead | None
+    name_or_path: str | None
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def base_model(self) -> PreTrainedModel: ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
 
 
 class LoraOptions(Settings):
@@ -71,7 +95,7 @@ class LoraOptions(Settings):
             pattern += rf"|.*{VISION_PATTERN}\..*\.({'|'.join(VISION_LORA_MODULES)})"
         return pattern
 
-    def peft_config(self) -> Any:
+    def peft_config(self) -> LoraConfig:
         """These options as the peft ``LoraConfig`` they mean (the one translation)."""
         from peft import LoraConfig
 
@@ -113,7 +137,7 @@ class Adaptation(ABC):
     config_file: ClassVar[str]  # the file a saved directory of this kind is recognised by
 
     @abstractmethod
-    def apply(self, model: Any) -> None:
+    def apply(self, model: AdaptedModel) -> None:
         """Make a freshly loaded EmbeddingModel train this adaptation (fresh weights)."""
 
     @property
@@ -123,20 +147,21 @@ class Adaptation(ABC):
         return False
 
     @abstractmethod
-    def save(self, model: Any, directory: Path, state: dict[str, Tensor] | None = None) -> None:
+    def save(self, model: AdaptedModel, directory: Path, state: dict[str, Tensor] | None = None) -> None:
         """Write this adaptation's files into ``directory``; ``state``: the model's trainable
         weights by parameter name when not taken from the model (gathered by a backend)."""
 
     @abstractmethod
-    def check_saved(self, directory: Path, model: Any, source: str) -> None:
+    def check_saved(self, directory: Path, model: AdaptedModel, source: str) -> None:
         """ConfigError (naming ``source``) unless ``directory`` holds weights this model's
         adaptation can start from."""
 
     @abstractmethod
-    def load_weights(self, model: Any, directory: Path) -> None:
+    def load_weights(self, model: AdaptedModel, directory: Path) -> None:
         """Load saved weights into the already-built training model (resume, warm start)."""
 
-    def attach(self, backbone: Any, directory: Path, device: Any) -> tuple[Any, Any]:
+    def attach(self, backbone: torch.nn.Module, directory: Path,
+               device: torch.device | str) -> tuple[torch.nn.Module, ProjectionHead | None]:
         """(backbone, head) for inference with the saved adaptation in ``directory``."""
         raise ConfigError(f"not a peft adapter directory (no {ADAPTER_CONFIG}): {directory}")
 
@@ -147,14 +172,14 @@ class LoraAdaptation(Adaptation):
     kind = "lora"
     config_file = ADAPTER_CONFIG
 
-    def __init__(self, peft_config: Any) -> None:
+    def __init__(self, peft_config: LoraConfig) -> None:
         self.peft_config = peft_config  # peft.LoraConfig
 
     @property
     def trains_vision(self) -> bool:
         return VISION_PATTERN in str(self.peft_config.target_modules)
 
-    def apply(self, model: Any) -> None:
+    def apply(self, model: AdaptedModel) -> None:
         from peft import get_peft_model
 
         from vis_embed.model.network.aligned_mlp import restore_mlps
@@ -164,13 +189,13 @@ class LoraAdaptation(Adaptation):
         restore_mlps(model.base_model())  # LoRA targets the original linears (model/network/aligned_mlp.py)
         model.backbone = get_peft_model(model.backbone, self.peft_config)
 
-    def save(self, model: Any, directory: Path, state: dict[str, Tensor] | None = None) -> None:
+    def save(self, model: AdaptedModel, directory: Path, state: dict[str, Tensor] | None = None) -> None:
         model.backbone.save_pretrained(str(directory), state_dict=_prefixed(state, "backbone."),
                                        save_embedding_layers=False, safe_serialization=True)
         (directory / "README.md").unlink(missing_ok=True)  # peft's auto model card: noise here
         record_absolute_base(directory)
 
-    def check_saved(self, directory: Path, model: Any, source: str) -> None:
+    def check_saved(self, directory: Path, model: AdaptedModel, source: str) -> None:
         from peft import get_peft_model_state_dict
         from safetensors import safe_open
 
@@ -183,7 +208,7 @@ class LoraAdaptation(Adaptation):
             raise ConfigError(f"{source}: lacks {len(missing)} of the recipe's LoRA weights (e.g. {missing[0]}); "
                               "adaptation.lora.target_modules and adaptation.lora.vision must match the adapter's")
 
-    def load_weights(self, model: Any, directory: Path) -> None:
+    def load_weights(self, model: AdaptedModel, directory: Path) -> None:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
@@ -192,12 +217,13 @@ class LoraAdaptation(Adaptation):
         if unexpected:
             raise ConfigError(f"{directory}: adapter does not match the model (unexpected keys {unexpected[:3]})")
 
-    def attach(self, backbone: Any, directory: Path, device: Any) -> tuple[Any, Any]:
+    def attach(self, backbone: torch.nn.Module, directory: Path,
+               device: torch.device | str) -> tuple[torch.nn.Module, ProjectionHead | None]:
         from peft import PeftModel
 
         return PeftModel.from_pretrained(backbone, str(directory), is_trainable=False), None
 
-    def merge(self, model: Any) -> None:
+    def merge(self, model: AdaptedModel) -> None:
         """Fold the LoRA weights into the base weights (same vectors, no adapter overhead)."""
         model.backbone = model.backbone.merge_and_unload()
 
@@ -211,7 +237,7 @@ class HeadAdaptation(Adaptation):
     def __init__(self, out_dim: int | None = None) -> None:
         self.out_dim = out_dim
 
-    def apply(self, model: Any) -> None:
+    def apply(self, model: AdaptedModel) -> None:
         from vis_embed.model.network.projection_head import ProjectionHead
 
         if model.head is not None or has_lora(model.backbone):
@@ -221,23 +247,24 @@ class HeadAdaptation(Adaptation):
         in_dim = int(model.base_model().config.text_config.hidden_size)
         model.head = ProjectionHead(in_dim, self.out_dim).to(model.device)
 
-    def save(self, model: Any, directory: Path, state: dict[str, Tensor] | None = None) -> None:
+    def save(self, model: AdaptedModel, directory: Path, state: dict[str, Tensor] | None = None) -> None:
         from vis_embed.model.network.projection_head import save_head
 
         base = model.name_or_path
         save_head(directory, model.head, absolute_model_reference(base) if base else None,
                   state=_prefixed(state, "head."))
 
-    def check_saved(self, directory: Path, model: Any, source: str) -> None:
+    def check_saved(self, directory: Path, model: AdaptedModel, source: str) -> None:
         if not (directory / HEAD_CONFIG).is_file():
             raise ConfigError(f"{source}: no projection head ({HEAD_CONFIG}) for adaptation: head")
 
-    def load_weights(self, model: Any, directory: Path) -> None:
+    def load_weights(self, model: AdaptedModel, directory: Path) -> None:
         from vis_embed.model.network.projection_head import load_head
 
         model.head.load_state_dict(load_head(directory).state_dict())
 
-    def attach(self, backbone: Any, directory: Path, device: Any) -> tuple[Any, Any]:
+    def attach(self, backbone: torch.nn.Module, directory: Path,
+               device: torch.device | str) -> tuple[torch.nn.Module, ProjectionHead | None]:
         from vis_embed.model.network.projection_head import load_head
 
         return backbone, load_head(directory).to(device).eval()
@@ -253,20 +280,20 @@ class FullAdaptation(Adaptation):
     def trains_vision(self) -> bool:
         return True
 
-    def apply(self, model: Any) -> None:
+    def apply(self, model: AdaptedModel) -> None:
         for parameter in model.parameters():
             parameter.requires_grad_(True)
 
-    def save(self, model: Any, directory: Path, state: dict[str, Tensor] | None = None) -> None:
+    def save(self, model: AdaptedModel, directory: Path, state: dict[str, Tensor] | None = None) -> None:
         model.backbone.save_pretrained(str(directory), safe_serialization=True)
         if getattr(model, "processor", None) is not None:
             model.processor.save_pretrained(str(directory))
 
-    def check_saved(self, directory: Path, model: Any, source: str) -> None:
+    def check_saved(self, directory: Path, model: AdaptedModel, source: str) -> None:
         if not any(directory.glob("model*.safetensors")):
             raise ConfigError(f"{source}: no model*.safetensors (full fine-tuning needs full weights)")
 
-    def load_weights(self, model: Any, directory: Path) -> None:
+    def load_weights(self, model: AdaptedModel, directory: Path) -> None:
         from safetensors.torch import load_file
 
         state: dict[str, Any] = {}
@@ -285,12 +312,12 @@ def build_adaptation(kind: AdaptationKind, lora: LoraOptions | None = None,
     return FullAdaptation()
 
 
-def has_lora(backbone: Any) -> bool:
+def has_lora(backbone: torch.nn.Module) -> bool:
     """Whether ``backbone`` is peft-wrapped (the one probe: everything else asks :func:`adaptation_of`)."""
     return hasattr(backbone, "peft_config")
 
 
-def adaptation_of(model: Any) -> Adaptation:
+def adaptation_of(model: AdaptedModel) -> Adaptation:
     """The adaptation a (training or loaded) EmbeddingModel holds: its head, its peft LoRA, or
     none (the whole backbone: full weights)."""
     if getattr(model, "head", None) is not None:
@@ -300,7 +327,7 @@ def adaptation_of(model: Any) -> Adaptation:
     return FullAdaptation()
 
 
-def adapter_kind(model: Any) -> AdaptationKind | None:
+def adapter_kind(model: AdaptedModel) -> AdaptationKind | None:
     """"lora" / "head" for a model carrying an adapter, None for a plain backbone (whose
     record, "full" or none, only its embedding_config.json knows)."""
     kind = adaptation_of(model).kind
@@ -313,7 +340,8 @@ def saved_kind(directory: str | Path) -> AdaptationKind | None:
     return "head" if (path / HEAD_CONFIG).is_file() else "lora" if is_peft_adapter(path) else None
 
 
-def attach_adapter(backbone: Any, directory: str | Path, device: Any) -> tuple[Any, Any]:
+def attach_adapter(backbone: torch.nn.Module, directory: str | Path,
+                   device: torch.device | str) -> tuple[torch.nn.Module, ProjectionHead | None]:
     """(backbone, head) with the adapter saved in ``directory`` applied for inference."""
     path = Path(directory).expanduser()
     kind = saved_kind(path)
@@ -336,7 +364,7 @@ def record_absolute_base(adapter_dir: Path) -> None:
         atomic_write_json(config_path, config)
 
 
-def warm_start(model: Any, adaptation: Adaptation, directory: str | Path) -> None:
+def warm_start(model: AdaptedModel, adaptation: Adaptation, directory: str | Path) -> None:
     """Initialise ``model``'s adaptation from a saved one (recipe ``init_adapter``).
 
     Refuses (ConfigError) a directory without weights of the recipe's adaptation, a LoRA adapter

@@ -27,10 +27,13 @@ parameters are released, so no memory is added beyond the padding, 1% for 3420 -
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 ALIGNMENT = 128  # elements: cuBLAS's fast kernels want 16-byte rows; 128 also fills tensor-core tiles
 # (input linears, output linear) of the MLP layouts: gated (Qwen2.5-VL's vision, every decoder), Qwen3-VL's
@@ -164,14 +167,14 @@ def _layout(module: torch.nn.Module) -> tuple[tuple[str, ...], str] | None:
     return None
 
 
-def _blocks(base_model: Any) -> list[torch.nn.Module]:
+def _blocks(base_model: PreTrainedModel) -> list[torch.nn.Module]:
     """The vision blocks and decoder layers (each with an ``mlp``) of a Qwen-VL base model."""
     vision = getattr(getattr(base_model, "visual", None), "blocks", None) or []
     decoder = getattr(getattr(base_model, "language_model", None), "layers", None) or []
     return [block for block in [*vision, *decoder] if hasattr(block, "mlp")]
 
 
-def align_mlps(base_model: Any, alignment: int = ALIGNMENT) -> int:
+def align_mlps(base_model: PreTrainedModel, alignment: int = ALIGNMENT) -> int:
     """Swap each vision block's and decoder layer's MLP for an :class:`AlignedMLP` where that
     changes something (an intermediate size not a multiple of ``alignment``, or gate and up to
     stack); returns how many were swapped."""
@@ -189,7 +192,7 @@ def align_mlps(base_model: Any, alignment: int = ALIGNMENT) -> int:
     return swapped
 
 
-def restore_mlps(base_model: Any) -> int:
+def restore_mlps(base_model: PreTrainedModel) -> int:
     """Put the original MLPs back (before LoRA or training); returns how many."""
     restored = 0
     for block in _blocks(base_model):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -100,7 +101,7 @@ def load_attn_implementation(name: str) -> str:
     return "sdpa" if name == VARLEN else name
 
 
-def set_attention(backbone: Any, name: str) -> None:
+def set_attention(backbone: torch.nn.Module, name: str) -> None:
     """Switch a loaded Qwen-VL backbone (peft-wrapped or not) to attention ``name``."""
     model = backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
     if name != VARLEN:
@@ -110,7 +111,7 @@ def set_attention(backbone: Any, name: str) -> None:
     model.set_attn_implementation({"": "sdpa", "text_config": "sdpa", "vision_config": VISION_ATTENTION})
 
 
-def attention_name(backbone: Any) -> str | None:
+def attention_name(backbone: torch.nn.Module) -> str | None:
     """The attention ``name`` a backbone runs (as :func:`set_attention` takes it)."""
     config = getattr(backbone, "config", None)
     vision = getattr(config, "vision_config", None)
@@ -362,7 +363,7 @@ ATTENTION_OPS = frozenset({
 })
 
 
-def count_attention_calls(run: Any) -> int:
+def count_attention_calls(run: Callable[[], object]) -> int:
     """How many attention operators ``run()`` executes, as the torch profiler records them: an
     operator of :data:`ATTENTION_OPS` called from inside another one is the same attention."""
     from torch.profiler import ProfilerActivity, profile

@@ -30,11 +30,14 @@ disk); the vectors equal the eager ones up to float rounding.
 from __future__ import annotations
 
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from vis_embed.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # Children of a vision block that are compiled under transformers' per-image attention (see above).
 VISION_BLOCK_PARTS = ("norm1", "norm2", "mlp")
@@ -47,7 +50,7 @@ def resolve_compile(requested: bool | None, device: torch.device) -> bool:
     return device.type == "cuda" if requested is None else bool(requested)
 
 
-def compile_blocks(base_model: Any, device: torch.device) -> int:
+def compile_blocks(base_model: PreTrainedModel, device: torch.device) -> int:
     """Compile the decoder layers and the vision blocks (whole under the "varlen" attention,
     else their norms and MLPs) of a Qwen-VL base model in place; return how many modules."""
     if device.type == "cpu" and not any(shutil.which(name) for name in ("g++", "c++", "clang++")):
@@ -79,7 +82,7 @@ def raise_recompile_limit() -> None:
     config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
 
 
-def vision_blocks_compile_whole(base_model: Any) -> bool:
+def vision_blocks_compile_whole(base_model: PreTrainedModel) -> bool:
     """Whether the vision attention is one call per block (the project's "varlen"), so a whole
     vision block compiles into one graph."""
     from vis_embed.model.network.attention import VISION_ATTENTION
@@ -93,7 +96,7 @@ def is_compiled(module: torch.nn.Module) -> bool:
     return getattr(module, "_compiled_call_impl", None) is not None
 
 
-def _decoder_layers(base_model: Any) -> list[torch.nn.Module]:
+def _decoder_layers(base_model: PreTrainedModel) -> list[torch.nn.Module]:
     language_model = getattr(base_model, "language_model", None)
     layers = getattr(language_model, "layers", None)
     if layers is None:
@@ -102,6 +105,6 @@ def _decoder_layers(base_model: Any) -> list[torch.nn.Module]:
     return list(layers)
 
 
-def _vision_blocks(base_model: Any) -> list[torch.nn.Module]:
+def _vision_blocks(base_model: PreTrainedModel) -> list[torch.nn.Module]:
     visual = getattr(base_model, "visual", None)
     return list(getattr(visual, "blocks", None) or [])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +40,9 @@ from vis_embed.model.inputs.preparer import (VIDEO_EXTRA_FIELDS, VISUAL_FIELDS, 
 from vis_embed.model.references import looks_like_path
 from vis_embed.model.network.rms_norm import use_fused_rms_norm
 from vis_embed.model.network.vision_metadata import METADATA_KEY, describe_batch, run_base_model
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, ProcessorMixin
 
 
 def default_device() -> torch.device:
@@ -76,8 +79,9 @@ def dtype_name(dtype: str | torch.dtype | None) -> str | None:
 class EmbeddingModel(torch.nn.Module, PreparesItems):
     """A Qwen-VL backbone (possibly peft-wrapped) + its processor, as an embedding model."""
 
-    def __init__(self, backbone: Any, processor: Any, embedding_config: EmbeddingConfig | None = None, *,
-                 name_or_path: str | None = None, adapter: str | None = None, **settings: Any) -> None:
+    def __init__(self, backbone: torch.nn.Module, processor: ProcessorMixin,
+                 embedding_config: EmbeddingConfig | None = None, *, name_or_path: str | None = None,
+                 adapter: str | None = None, **settings: Any) -> None:
         super().__init__()
         # THE settings this model embeds with (dtype "auto" kept as a policy): prepare_one, the
         # preparer, the fingerprint and embedding_config.json all read this one object.
@@ -195,7 +199,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
             return self.head.out_dim
         return int(self.base_model().config.text_config.hidden_size)
 
-    def base_model(self) -> Any:
+    def base_model(self) -> PreTrainedModel:
         """The Qwen-VL base model (vision tower + decoder, no LM head), LoRA layers included."""
         backbone = self.backbone
         if has_lora(backbone):  # peft wrapper: LoRA layers live inside

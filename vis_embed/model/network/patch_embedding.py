@@ -14,8 +14,6 @@ single patches takes the ordinary convolution.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 
@@ -37,7 +35,7 @@ def _is_patchwise(module: torch.nn.Module) -> bool:
             and module.groups == 1 and module.padding_mode == "zeros")
 
 
-def use_matmul_patch_embedding(model: Any) -> int:
+def use_matmul_patch_embedding(model: torch.nn.Module) -> int:
     """Switch every patch-embedding ``Conv3d`` (kernel == stride, no padding) of ``model`` to
     :class:`PatchwiseConv3d`; returns how many were switched."""
     switched = 0

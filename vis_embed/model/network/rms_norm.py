@@ -14,8 +14,6 @@ either form; this is the eager path's (CPU, ``--no-compile``, training).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 
@@ -37,7 +35,7 @@ def _fused_class(cls: type) -> type:
     return _fused_classes[cls]
 
 
-def use_fused_rms_norm(model: Any) -> int:
+def use_fused_rms_norm(model: torch.nn.Module) -> int:
     """Switch every RMSNorm of :data:`RMS_NORM_CLASSES` in ``model`` to its fused subclass;
     returns how many were switched."""
     switched = 0

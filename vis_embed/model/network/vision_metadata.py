@@ -24,11 +24,15 @@ Generic over modalities (``image``, ``video``): a modality is there when its
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from vis_embed.model.network.pooling import last_token_index
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+    from transformers.utils import ModelOutput
 
 # Key under which collate() puts the metadata into a batch (forward pops it).
 METADATA_KEY = "vis_embed_metadata"
@@ -71,7 +75,7 @@ class BatchMetadata:
             remember_segment_lengths(self.vision[key], values)
 
 
-def describe_batch(base_model: Any, batch: dict[str, Any]) -> BatchMetadata:
+def describe_batch(base_model: PreTrainedModel, batch: dict[str, Any]) -> BatchMetadata:
     """The metadata of a collated CPU ``batch`` for a Qwen-VL base model (vision tower +
     decoder; ``EmbeddingModel.base_model()``).  A batch of images and clips is described as ONE
     vision-tower call over both kinds' grids (images first): each block then attends once for
@@ -89,7 +93,7 @@ def describe_batch(base_model: Any, batch: dict[str, Any]) -> BatchMetadata:
                          padded=not bool(mask.all()), last_index=last_token_index(mask))
 
 
-def vision_kwargs(visual: Any, grid_thw: torch.Tensor) -> tuple[dict[str, Any], dict[str, list[int]]]:
+def vision_kwargs(visual: torch.nn.Module, grid_thw: torch.Tensor) -> tuple[dict[str, Any], dict[str, list[int]]]:
     """Keyword arguments that replace the vision tower's own bookkeeping for ``grid_thw`` (CPU),
     and the host lengths of each boundary tensor among them."""
     from transformers import vision_utils
@@ -114,7 +118,8 @@ def vision_kwargs(visual: Any, grid_thw: torch.Tensor) -> tuple[dict[str, Any], 
     return kwargs, lengths
 
 
-def decoder_positions(base_model: Any, batch: dict[str, Any], grids: dict[str, torch.Tensor]) -> torch.Tensor:
+def decoder_positions(base_model: PreTrainedModel, batch: dict[str, Any],
+                      grids: dict[str, torch.Tensor]) -> torch.Tensor:
     """(3, batch, length) M-RoPE positions: the model's own ``get_rope_index`` on the host for a
     batch with visual items; for text only, real tokens counted (as ``EmbeddingModel.forward``
     does without metadata: each row numbered as if encoded alone)."""
@@ -128,7 +133,8 @@ def decoder_positions(base_model: Any, batch: dict[str, Any], grids: dict[str, t
     return positions
 
 
-def run_base_model(base_model: Any, inputs: dict[str, torch.Tensor], metadata: BatchMetadata) -> Any:
+def run_base_model(base_model: PreTrainedModel, inputs: dict[str, torch.Tensor],
+                   metadata: BatchMetadata) -> ModelOutput:
     """The base model's forward with ``metadata`` (already on the device) instead of its own
     bookkeeping: the vision tower called ONCE with every modality's patches (images, then
     clips) and the precomputed keywords, its output split by the host-known token counts and
@@ -159,7 +165,7 @@ def run_base_model(base_model: Any, inputs: dict[str, torch.Tensor], metadata: B
                       mm_encoder_outputs=encoded or None, use_cache=False, return_dict=True)
 
 
-def decoder_attention_mask(base_model: Any, mask: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+def decoder_attention_mask(base_model: PreTrainedModel, mask: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     """The decoder's causal + padding mask as transformers builds it, materialised without its
     read-back test of whether it could be skipped (a padded batch never can)."""
     from transformers.masking_utils import create_causal_mask

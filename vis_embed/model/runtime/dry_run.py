@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,11 +24,16 @@ from vis_embed.model.inputs.batching import chunk_order
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.inputs.preparer import Preparer, PreparesItems, token_limit
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, ProcessorMixin
+
+    from vis_embed.model.runtime.embedder import Embedder
+
 
 class ProcessorOnlyModel(PreparesItems):
     """What the Embedder's preparation path reads from an EmbeddingModel, without weights."""
 
-    def __init__(self, processor: Any, config: Any, embedding_config: EmbeddingConfig) -> None:
+    def __init__(self, processor: ProcessorMixin, config: PretrainedConfig, embedding_config: EmbeddingConfig) -> None:
         self.processor = processor
         self.config = config  # the checkpoint's transformers config (its token limit)
         self.embedding_config = embedding_config
@@ -138,7 +143,7 @@ def dry_run_jsonl(model: str | Path, input_path: Path, *, adapter: str | Path | 
                         workers=_workers_used(embedder, items), seconds=seconds)
 
 
-def _workers_used(embedder: Any, items: list[dict[str, Any]]) -> int:
+def _workers_used(embedder: Embedder, items: list[dict[str, Any]]) -> int:
     from vis_embed.model.runtime.prepare_pool import resolve_workers
 
     from vis_embed.data.items import decoded_items

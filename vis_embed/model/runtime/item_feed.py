@@ -17,18 +17,23 @@ import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vis_embed.data.items import check_item, decoded_items
 from vis_embed.errors import DataError
 from vis_embed.model.inputs.preparer import PreparedItem
 from vis_embed.model.runtime.prepare_pool import PreparePool, PrepareTask, resolve_workers
 
+if TYPE_CHECKING:
+    import torch
+
+    from vis_embed.model.network.embedding_model import EmbeddingModel
+
 
 class ItemFeed:
     """Prepared batches of one model's items (its preparer; worker processes kept between calls)."""
 
-    def __init__(self, model: Any, workers: int | str = 0) -> None:
+    def __init__(self, model: EmbeddingModel, workers: int | str = 0) -> None:
         self.model = model  # what prepares and collates: an EmbeddingModel or the dry run's stand-in
         # Processes preparing items (0: this process; "auto": the cores available, capped,
         # none for a handful of image items: model/runtime/prepare_pool.resolve_workers).
@@ -86,7 +91,8 @@ class ItemFeed:
         finally:
             stream.close()
 
-    def _batch_of(self, prepared: list[PreparedItem], collate: bool) -> Any:
+    def _batch_of(self, prepared: list[PreparedItem],
+                  collate: bool) -> dict[str, torch.Tensor] | list[PreparedItem] | None:
         """What a prepared batch is handed on as: collated tensors, or the items (None if empty)."""
         if not prepared:
             return None

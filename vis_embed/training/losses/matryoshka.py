@@ -30,13 +30,16 @@ negligible beside the encoder.  Recipe: ``loss: {kind: infonce, matryoshka_dims:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.nn.functional as F
 from torch import Tensor
 
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.vectors.transforms import check_matryoshka_dims
+
+if TYPE_CHECKING:
+    from vis_embed.training.recipe import LossConfig
 
 Objective = Callable[[Tensor, Tensor, Any], Tensor]
 
@@ -63,7 +66,7 @@ def matryoshka_objective(objective: Objective, dims: Sequence[int] | None,
     return loss
 
 
-def matryoshka_for_model(objective: Objective, loss: Any, embedding_dim: int) -> Objective:
+def matryoshka_for_model(objective: Objective, loss: LossConfig, embedding_dim: int) -> Objective:
     """The trainer's objective for the recipe's ``loss`` section (``matryoshka_dims`` /
     ``matryoshka_weights``), checked against the model's width before any step runs."""
     dims = loss.matryoshka_dims
