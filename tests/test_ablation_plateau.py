@@ -109,3 +109,22 @@ def test_the_page_is_its_result_files_rebuilt(tmp_path: Path, monkeypatch: pytes
     rebuilt = plateau.document(copy, markdown, "bash eval/ablation_plateau.sh", Path("recipes/ablation_dense.yaml"))
     assert "**Not run yet.**" not in rebuilt and "| `identity` − `naive_unmasked` | 3 | paired | **+3.0" in rebuilt
     assert rebuilt.split("<!-- results -->")[0] == text.split("<!-- results -->")[0]  # the pre-registration kept
+
+
+def test_the_readme_and_experiments_quote_the_pages_primary_difference() -> None:
+    """README's "What the ablations show" and docs/experiments.md are rebuilt from the study's
+    files through its page: they quote the primary comparison (`identity` − `naive_unmasked`,
+    MVEB, paired) exactly as the page's results block gives it, with its number of pairs; before
+    any arm has run they say so."""
+    page = (REPO / "docs" / "ablation_plateau.md").read_text(encoding="utf-8")
+    block = page.split("<!-- results -->", 1)[1].split("<!-- /results -->", 1)[0]
+    rows = [line for line in block.splitlines() if line.startswith("| `identity` − `naive_unmasked` |")]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    experiments = (REPO / "docs" / "experiments.md").read_text(encoding="utf-8")
+    if not rows:
+        assert "**Not run yet.**" in block and "not run yet" in readme.split("## What the ablations show", 1)[1]
+        return
+    cells = [cell.strip() for cell in rows[0].split("|")]
+    pairs, mveb = cells[2], cells[4].replace("**", "")
+    for name, text in (("README.md", readme), ("docs/experiments.md", experiments)):
+        assert f"MVEB {mveb}" in text and f"{pairs} pairs" in text, name
