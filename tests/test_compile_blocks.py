@@ -168,7 +168,7 @@ def test_each_block_kind_is_compiled_once_and_reused() -> None:
 def test_the_shared_block_code_may_hold_more_graphs_than_torchs_default(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every decoder layer and vision block runs through ONE transformers function (so one Dynamo
     cache); a lent H200 filled 7 of its default 8 entries in one process, and past the limit
-    Dynamo runs the blocks eagerly without a word.  Compiling raises the limit, never lowers it."""
+    Dynamo runs the blocks eagerly (one logged warning).  Compiling raises the limit, never lowers it."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     from vis_embed.model.files.tiny import build_random_model

@@ -71,8 +71,8 @@ def compile_blocks(base_model: PreTrainedModel, device: torch.device) -> int:
 # vision block runs through the same ``GradientCheckpointingLayer`` code, so all of them share one
 # cache of torch's default 8 entries.  A lent H200 (docs/benchmarks.md) filled 7 of them in one
 # process: vision (2-D input) and decoder (3-D) graphs, with and without an attention mask, under
-# no_grad and inference_mode.  At the 9th Dynamo silently runs the blocks eagerly, so the limit
-# is raised for this one shared function (vLLM raises it too), never lowered.
+# no_grad and inference_mode (the benchmark's process, two models).  Past the limit Dynamo runs
+# the blocks eagerly from then on (one logged warning), so the limit is raised, never lowered.
 RECOMPILE_LIMIT = 64
 
 
