@@ -37,7 +37,7 @@ from encode_efficiency import synchronize
 from model_rate import device_batch, square_images, timed, useful_flops
 
 from vis_embed.model.network.aligned_mlp import align_mlps, alignment_for
-from vis_embed.model.network.attention import VARLEN, set_attention
+from vis_embed.model.network.attention import VARLEN, attention_name, set_attention
 from vis_embed.model.network.compile_blocks import compile_blocks
 from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.model.network.vision_metadata import METADATA_KEY
@@ -91,9 +91,9 @@ def transformers_norms(model: EmbeddingModel) -> Iterator[None]:
 
 
 def fp32_vectors(model: EmbeddingModel, batch: dict[str, Any]) -> torch.Tensor:
-    """The plain forward in fp32 under sdpa (the model is put back in its dtype and "varlen":
+    """The plain forward in fp32 under sdpa (the model is put back in its dtype and attention:
     bf16 -> fp32 -> bf16 is exact, so its weights are unchanged)."""
-    dtype = model.dtype
+    dtype, attention = model.dtype, attention_name(model.backbone)
     model.float()
     set_attention(model.backbone, "sdpa")
     try:
@@ -103,7 +103,7 @@ def fp32_vectors(model: EmbeddingModel, batch: dict[str, Any]) -> torch.Tensor:
             return model(**fp32_batch).float()
     finally:
         model.to(dtype)
-        set_attention(model.backbone, VARLEN)
+        set_attention(model.backbone, attention or VARLEN)
 
 
 def fused_side_by_side(model: EmbeddingModel, batch_size: int, repeats: int, side: int,
