@@ -410,7 +410,8 @@ def main() -> int:
             if not checkpoints[name].is_dir() or out_of_time(f"training {name}"):
                 continue
             training = training_side_by_side(RECIPE_DIR / RECIPES[name], checkpoints[name], device,
-                                             args.train_repeats, side, members_per_rank, overrides=train_overrides)
+                                             args.train_repeats, side, members_per_rank, overrides=train_overrides,
+                                             compiled=not args.skip_compile)
             report["training"][name] = training
             print(describe_training(training), flush=True)
             if device.type == "cuda":

@@ -156,10 +156,11 @@ def chunk_seconds(model: Any, members: list[Any], device: torch.device, repeats:
 
 def training_side_by_side(recipe_path: Path, checkpoint: Path, device: torch.device, repeats: int, side: int,
                           members_per_rank: int, overrides: list[str] | None = None,
-                          probe_auto: bool = True) -> dict[str, Any]:
+                          probe_auto: bool = True, compiled: bool = False) -> dict[str, Any]:
     """A recipe's GradCache chunk, as the recipe sets it (chunk, checkpointing), under sdpa and
     ours; then ours under ``chunk_size: auto`` / ``gradient_checkpointing: auto`` (the plan the
-    probe picks on this card, timed as it would run)."""
+    probe picks on this card, timed as it would run); with ``compiled`` that plan once more with
+    the blocks compiled (``model_options.compile: true``)."""
     from vis_embed.training.memory_plan import AUTO, plan_memory
     from vis_embed.training.recipe import load_recipe
     from vis_embed.training.trainer import build_training_model
@@ -199,7 +200,27 @@ def training_side_by_side(recipe_path: Path, checkpoint: Path, device: torch.dev
         report["auto"] = {"plan": plan.as_dict(), **row,
                           "step_ratio_to_sdpa_recipe": row["gpu_s_per_step_per_rank"]
                           / report["sdpa"]["gpu_s_per_step_per_rank"]}
+        if compiled:
+            report["auto_compiled"] = compiled_step(model, timed_members, device, repeats, plain,
+                                                    members_per_rank, plan.chunk_size, report)
     return report
+
+
+def compiled_step(model: Any, members: list[Any], device: torch.device, repeats: int, plain: bool,
+                  members_per_rank: int, chunk: int, report: dict[str, Any]) -> dict[str, Any]:
+    """The auto plan's step again with ``model_options.compile`` (every block compiled, forward and
+    backward): its GPU seconds, their ratio to the sdpa recipe's, and the wall time of the first
+    calls, where the compilation happens (the warm-up of :func:`chunk_seconds`)."""
+    from vis_embed.model.network.compile_blocks import compile_blocks
+
+    compile_blocks(model.base_model(), device)
+    started = time.perf_counter()
+    row = chunk_seconds(model, members, device, repeats, replayed=not plain)
+    row["compile_and_measure_s"] = time.perf_counter() - started
+    row["gpu_s_per_step_per_rank"] = row["forward_backward_s"] if plain else (
+        members_per_rank / chunk * (row["no_graph_forward_s"] + row["forward_backward_s"]))
+    row["step_ratio_to_sdpa_recipe"] = row["gpu_s_per_step_per_rank"] / report["sdpa"]["gpu_s_per_step_per_rank"]
+    return row
 
 
 def describe_training(report: dict[str, Any]) -> str:
@@ -217,4 +238,9 @@ def describe_training(report: dict[str, Any]) -> str:
                      f"{auto['plan']['gradient_checkpointing']} ({auto['plan']['reason']}) -> "
                      f"{auto['gpu_s_per_step_per_rank']:.2f} GPU s per step and rank "
                      f"({auto['step_ratio_to_sdpa_recipe']:.2f} of the sdpa recipe's)")
+    if "auto_compiled" in report:
+        compiled = report["auto_compiled"]
+        lines.append(f"  auto plan, blocks compiled: {compiled['gpu_s_per_step_per_rank']:.2f} GPU s per step "
+                     f"and rank ({compiled['step_ratio_to_sdpa_recipe']:.2f} of the sdpa recipe's); compile "
+                     f"and measure {compiled['compile_and_measure_s']:.1f} s")
     return "\n".join(lines)

@@ -270,3 +270,17 @@ def test_flash_attention_4_is_activated_through_torch_only_when_installed(monkey
         assert attention.use_flash_attention_4(torch.device("cuda")) is expected
         assert attention.use_flash_attention_4(torch.device("cuda")) is expected  # once per process
     assert calls == ["FA4"]
+
+
+def test_packed_operator_trains_through_torch_compile() -> None:
+    """The opaque operator a compiled vision block calls has a backward: torch's own checks of a
+    custom operator (its fake, its autograd registration against finite differences of the
+    eager function) pass, so a compiled block that trains gets the gradients eager gets."""
+    generator = torch.Generator().manual_seed(0)
+    lengths = [5, 3, 7]
+    cu = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.int32)
+    q, k, v = (torch.randn(sum(lengths), 2, 8, generator=generator, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    torch.library.opcheck(torch.ops.vis_embed.packed_attention, (q, k, v, cu, max(lengths), 0.3))
+    torch.autograd.gradcheck(lambda *qkv: torch.ops.vis_embed.packed_attention(*qkv, cu, max(lengths), 0.3),
+                             (q, k, v))

@@ -183,3 +183,33 @@ def test_the_shared_block_code_may_hold_more_graphs_than_torchs_default(monkeypa
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1000)
     compile_module.compile_blocks(base, torch.device("cpu"))
     assert torch._dynamo.config.recompile_limit == 1000
+
+
+def test_training_through_compiled_blocks_gets_eager_gradients(tiny_checkpoint: Callable[..., Path]) -> None:
+    """``model_options.compile``: the LoRA gradients of a compiled model (decoder layers and whole
+    vision blocks, gradient checkpointing on) equal eager's -- the vision attention's operator
+    has a backward, and checkpointing's recomputation runs through the compiled blocks.  LoRA
+    dropout is 0: a compiled graph draws its dropout masks from another random stream."""
+    from vis_embed.model.network.attention import VARLEN
+    from vis_embed.model.network.embedding_model import EmbeddingModel
+
+    def lora_gradients(compiled: bool) -> dict[str, torch.Tensor]:
+        model = EmbeddingModel.from_pretrained(tiny_checkpoint(), device="cpu", attn_implementation=VARLEN)
+        torch.manual_seed(0)
+        model.add_lora(dropout=0.0, vision=True)  # the vision blocks train too: their attention's backward runs
+        model.enable_gradient_checkpointing()
+        model.train()
+        if compiled:
+            compile_module.compile_blocks(model.base_model(), torch.device("cpu"))
+        batch = model.collate(model.prepare(_items(), INSTRUCTION))
+        vectors = model(**batch)
+        (vectors @ vectors.T / 0.05).logsumexp(dim=1).sum().backward()
+        return {name: p.grad for name, p in model.named_parameters() if p.requires_grad and p.grad is not None}
+
+    torch._dynamo.reset()
+    counters.clear()
+    eager, compiled = lora_gradients(False), lora_gradients(True)
+    assert counters["stats"]["unique_graphs"] >= 2  # compiled graphs ran
+    assert eager.keys() == compiled.keys() and any(g.abs().sum() > 0 for g in eager.values())
+    for name, gradient in eager.items():
+        torch.testing.assert_close(compiled[name], gradient, rtol=1e-4, atol=1e-6, msg=name)

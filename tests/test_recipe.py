@@ -138,3 +138,28 @@ def test_deepspeed_config_must_not_define_the_optimizer(tmp_path: Path) -> None:
     recipe = load_recipe(_write(tmp_path, MINIMAL))
     with pytest.raises(ConfigError, match="remove 'optimizer'"):
         fill_deepspeed_config(str(bad), recipe, 4, None)
+
+
+@pytest.mark.parametrize(("name", "refused"), [("zero2", False), ("zero3", True), ("zero3_offload", True)])
+def test_compile_in_training_is_refused_with_zero3_before_any_compilation(tmp_path: Path, name: str,
+                                                                         refused: bool) -> None:
+    """ZeRO-3 gathers partitioned weights in hooks a compiled block would trace over: the recipe
+    naming both fails at the model's build, saying what to change; ZeRO-2 passes."""
+    from vis_embed.training.model_setup import check_compile_backend
+
+    recipe = load_recipe(_write(tmp_path, MINIMAL), [f"deepspeed={REPO / 'ds_configs' / f'{name}.json'}",
+                                                     "model_options.compile=true"])
+    if refused:
+        with pytest.raises(ConfigError, match="compile: true does not combine with ZeRO stage 3"):
+            check_compile_backend(recipe)
+    else:
+        check_compile_backend(recipe)
+
+
+def test_a_deepspeed_config_that_is_not_json_names_the_file(tmp_path: Path) -> None:
+    from vis_embed.training.deepspeed_config import zero_stage
+
+    broken = tmp_path / "ds.json"
+    broken.write_text("{stage: 3")
+    with pytest.raises(ConfigError, match=r"ds\.json: not JSON"):
+        zero_stage(str(broken))

@@ -17,12 +17,30 @@ from vis_embed.distributed import get_world_size
 from vis_embed.training.recipe import Recipe
 
 
-def fill_deepspeed_config(path: str, recipe: Recipe, local_batch_size: int, dtype: torch.dtype) -> dict[str, Any]:
-    """Read a ds_configs/*.json and fill its ``"auto"`` values from the recipe."""
+def read_deepspeed_config(path: str) -> dict[str, Any]:
+    """A ds_configs/*.json as written (ConfigError naming the file when missing or not JSON)."""
     config_path = Path(path)
     if not config_path.is_file():
         raise ConfigError(f"deepspeed config {config_path} not found")
-    config = json.loads(config_path.read_text(encoding="utf-8"))
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"deepspeed config {config_path}: not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"deepspeed config {config_path}: expected a JSON object")
+    return config
+
+
+def zero_stage(path: str) -> int:
+    """The config's ZeRO stage (0 when it has no ``zero_optimization``)."""
+    zero = read_deepspeed_config(path).get("zero_optimization") or {}
+    return int(zero.get("stage", 0)) if isinstance(zero, dict) else 0
+
+
+def fill_deepspeed_config(path: str, recipe: Recipe, local_batch_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Read a ds_configs/*.json and fill its ``"auto"`` values from the recipe."""
+    config_path = Path(path)
+    config = read_deepspeed_config(path)
     for owned in ("optimizer", "scheduler"):
         if owned in config:
             raise ConfigError(f"{config_path}: remove '{owned}': the recipe's optimizer section owns it")

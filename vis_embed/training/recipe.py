@@ -132,6 +132,10 @@ def _inherited(name: str) -> tuple[Any, FieldInfo]:
 class _ModelOptionsBase(Settings):
     # training only: recompute activations in the backward pass; auto: only when needed (training/memory_plan.py)
     gradient_checkpointing: bool | Literal["auto"] = False
+    # training only: torch.compile each decoder layer and vision block (model/network/compile_blocks.py:
+    # the element-wise work fused, forward and backward).  Off by default in training until a GPU
+    # measures the step with it (docs/benchmarks.md); inference compiles by default on CUDA.
+    compile: bool = False
 
     def explicit(self) -> dict[str, Any]:
         """The EmbeddingConfig values this recipe sets (None = not set: inherited)."""

@@ -163,7 +163,7 @@ def _packed_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: to
                scaling: float | None) -> torch.Tensor:
     """:func:`_packed` as one operator that torch.compile does not trace into: its row plan is
     host-side Python (a compiled vision block keeps one graph, no break) and both kernels stay
-    as they are.  Inference only: no backward is registered (compile is an inference option)."""
+    as they are.  Its backward is :func:`_packed_backward_op` (a compiled block that trains)."""
     return _packed(q, k, v, cu_seqlens, max_len, scaling).contiguous()
 
 
@@ -171,6 +171,45 @@ def _packed_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: to
 def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
       scaling: float | None) -> torch.Tensor:
     return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("vis_embed::packed_attention_backward", mutates_args=())
+def _packed_backward_op(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        cu_seqlens: torch.Tensor, max_len: int,
+                        scaling: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of :func:`_packed_op` for q, k and v: the forward run again under autograd
+    and differentiated -- through torch's own backward of whichever kernel :func:`_packed` picks
+    (varlen_attn's, or SDPA's over the padded rows), so no attention backward is written here.
+    Opaque to torch.compile like the forward (the row plan is host-side); the one extra attention
+    forward is what flash-style kernels recompute in their backward anyway."""
+    # torch.func.vjp, not torch.autograd.grad: an operator's body runs below the autograd
+    # dispatch key, where only functorch's own transform records a graph.
+    _out, pullback = torch.func.vjp(lambda *qkv: _packed(*qkv, cu_seqlens, max_len, scaling), q, k, v)
+    dq, dk, dv = pullback(grad)
+    return dq.contiguous(), dk.contiguous(), dv.contiguous()
+
+
+@_packed_backward_op.register_fake
+def _(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
+      max_len: int, scaling: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return tuple(torch.empty_like(tensor, memory_format=torch.contiguous_format)  # type: ignore[return-value]
+                 for tensor in (q, k, v))
+
+
+def _save_for_backward(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    q, k, v, cu_seqlens, max_len, scaling = inputs
+    ctx.save_for_backward(q, k, v, cu_seqlens)
+    ctx.max_len, ctx.scaling = max_len, scaling
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    q, k, v, cu_seqlens = ctx.saved_tensors
+    dq, dk, dv = torch.ops.vis_embed.packed_attention_backward(grad.contiguous(), q, k, v, cu_seqlens,
+                                                                ctx.max_len, ctx.scaling)
+    return dq, dk, dv, None, None, None
+
+
+_packed_op.register_autograd(_backward, setup_context=_save_for_backward)
 
 
 def _varlen_kernel_usable(q: torch.Tensor) -> bool:
