@@ -22,6 +22,8 @@
 #   RESULTS=/tmp/plateau/results TABLE=/tmp/plateau/t.md MODE=pilot bash eval/ablation_plateau.sh  (then MODE=full)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=eval/_study.sh
+source eval/_study.sh  # VIS, PY, one thread; check_mode, batch_shape, ensure_*, evaluate, launch, ...
 MODE=${MODE:-full}
 SIZE=${SIZE:-small-dense}
 OUT=${OUT:-ablation_plateau_out}
@@ -36,33 +38,21 @@ STEPS=${STEPS:-}
 JOBS=${JOBS:-2}
 BATCH=${BATCH:-}
 INTERLEAVE=${INTERLEAVE:-}
-VIS=${VIS:-.venv/bin/vis-embed}
-PY=${PY:-.venv/bin/python}
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-case $MODE in pilot|full) ;; *) echo "MODE must be pilot or full, got '$MODE'" >&2; exit 2 ;; esac
-SHAPE=()
-[ -n "$BATCH" ] && SHAPE+=(--set global_batch_size="$BATCH")
-[ -n "$INTERLEAVE" ] && SHAPE+=(--set sampling.interleave_batch_size="$INTERLEAVE")
+check_mode
+batch_shape
 mkdir -p "$OUT" "$RESULTS"
-
-# an older benchmark version is re-rendered, never evaluated under the new one's name (docs/synth.md)
-$PY -c 'import sys; from data_prep.synth import is_current; sys.exit(not is_current(sys.argv[1]))' "$OUT/synth" \
-  || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
-[ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
+ensure_benchmark
+ensure_model
 
 train() {  # variant, seed, steps, dir, extra --set arguments...
-  local variant=$1 seed=$2 steps=$3 dir=$4 strategy=naive mask=false resume=""; shift 4
+  local variant=$1 seed=$2 steps=$3 dir=$4 strategy=naive mask=false resume; shift 4
   [ "$variant" = identity ] && { strategy=identity_aware; mask=true; }
-  ls -d "$dir"/run/checkpoint-* >/dev/null 2>&1 && resume="--resume"
+  resume=$(resume_flag "$dir")
   [ -f "$dir/run/final/adapter_config.json" ] || $VIS train "$RECIPE" $resume \
     --set model="$OUT/model" --set data="$OUT/synth/train.yaml" --set schedule="$dir/schedule.parquet" \
     --set output_dir="$dir/run" --set seed="$seed" --set max_steps="$steps" \
     --set sampling.strategy="$strategy" --set sampling.hard_negatives=0 --set loss.identity_mask="$mask" \
     --set logging.tensorboard=false --set logging.progress_bar=false "${SHAPE[@]}" "$@"
-}
-evaluate() {  # adapter dir, eval dir
-  [ -f "$2/results.json" ] || $VIS eval --model "$OUT/model" --adapter "$1" \
-    --benchmark "$OUT/synth/benchmark.yaml" --out "$2" --no-pictures --quiet
 }
 
 pilot_one() {  # variant: PILOT_STEPS steps, every checkpoint evaluated and recorded
@@ -97,11 +87,6 @@ run_one() {  # variant, seed
   } > "$dir/log.txt" 2>&1 || { echo "!! $variant, seed $seed failed: see $dir/log.txt" >&2; return 1; }
 }
 
-failed=0
-launch() {
-  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
-  "$@" &
-}
 if [ "$MODE" = pilot ]; then
   COMMAND="MODE=pilot SIZE=$SIZE OUT=$OUT RESULTS=$RESULTS TABLE=$TABLE RECIPE=$RECIPE PILOT_SEED=$PILOT_SEED \
 PILOT_STEPS=$PILOT_STEPS PILOT_EVERY=$PILOT_EVERY JOBS=$JOBS ${BATCH:+BATCH=$BATCH }${INTERLEAVE:+INTERLEAVE=$INTERLEAVE }\
@@ -116,8 +101,7 @@ SEEDS=\"$SEEDS\" JOBS=$JOBS ${BATCH:+BATCH=$BATCH }${INTERLEAVE:+INTERLEAVE=$INT
     for variant in naive_unmasked identity; do launch run_one "$variant" "$seed"; done
   done
 fi
-while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
-[ "$failed" = 0 ] || { echo "some runs failed; rerun the script to resume them" >&2; exit 1; }
+wait_all
 
 [ -f "$TABLE" ] || printf '# Plateau ablation (smoke)\n\n<!-- results -->\n<!-- /results -->\n' > "$TABLE"
 $PY eval/ablation_plateau_table.py table --results "$RESULTS" --out "$TABLE" --recipe "$RECIPE" --command "$COMMAND"

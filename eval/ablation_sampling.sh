@@ -26,6 +26,8 @@
 # Accuracy figures are deterministic (same seed -> same numbers whatever JOBS); timings are not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=eval/_study.sh
+source eval/_study.sh  # VIS, PY, one thread; check_names, ensure_*, evaluate, launch, wait_all, ...
 SIZE=${SIZE:-small}
 case $SIZE in
   # issue 38: >= 10 same-batch pairs for the mask, >= 5 seeds for the identity-aware variants
@@ -50,21 +52,11 @@ RESULTS=${RESULTS:-docs/results/$(basename "$TABLE" .md)}   # per-seed result fi
 # running it as printed never writes into another study's OUT, RESULTS or TABLE)
 COMMAND="SIZE=$SIZE OUT=$OUT RESULTS=$RESULTS TABLE=$TABLE RECIPE=$RECIPE SEEDS=\"$SEEDS\" SEEDS_OTHER=\"$SEEDS_OTHER\" \
 VARIANTS=\"$VARIANTS\" HN=$HN JOBS=$JOBS ${STEPS:+STEPS=$STEPS }bash eval/ablation_sampling.sh"
-VIS=${VIS:-.venv/bin/vis-embed}
-PY=${PY:-.venv/bin/python}
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p "$OUT"
-
-for variant in $VARIANTS; do  # fail before hours of training, not in the middle
-  case $variant in naive_unmasked|naive_masked|naive|identity|identity_hn) ;;
-    *) echo "unknown variant '$variant' (naive_unmasked naive_masked identity identity_hn naive)" >&2; exit 2 ;;
-  esac
-done
-
-# an older benchmark version is re-rendered, never evaluated under the new one's name (docs/synth.md)
-$PY -c 'import sys; from data_prep.synth import is_current; sys.exit(not is_current(sys.argv[1]))' "$OUT/synth" \
-  || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
-[ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
+# shellcheck disable=SC2086  # VARIANTS is a word list
+check_names variant "naive_unmasked naive_masked identity identity_hn naive" $VARIANTS
+ensure_benchmark
+ensure_model
 
 # One training + evaluation; its output goes to OUT/<variant>-<seed>/log.txt.
 run_one() {
@@ -75,10 +67,10 @@ run_one() {
     identity)       strategy=identity_aware ;;
     identity_hn)    strategy=identity_aware; negatives=$HN ;;
   esac
-  local dir="$OUT/$variant-$seed" resume=""
+  local dir="$OUT/$variant-$seed" resume
   [ -f "$dir/eval/results.json" ] && [ -f "$RESULTS/${variant}_seed$seed.json" ] && return 0
   mkdir -p "$dir"
-  ls -d "$dir"/run/checkpoint-* >/dev/null 2>&1 && resume="--resume"
+  resume=$(resume_flag "$dir")
   echo "== $variant, seed $seed (log: $dir/log.txt)"
   {
     [ -f "$dir/run/final/adapter_config.json" ] || $VIS train "$RECIPE" $resume \
@@ -86,8 +78,7 @@ run_one() {
       --set schedule="$dir/schedule.parquet" --set output_dir="$dir/run" --set seed="$seed" \
       --set sampling.strategy="$strategy" --set sampling.hard_negatives="$negatives" \
       --set loss.identity_mask="$mask" --set logging.tensorboard=false ${STEPS:+--set max_steps="$STEPS"}
-    [ -f "$dir/eval/results.json" ] || $VIS eval --model "$OUT/model" --adapter "$dir/run/final" --benchmark "$OUT/synth/benchmark.yaml" \
-      --out "$dir/eval" --no-pictures --quiet
+    evaluate "$dir/run/final" "$dir/eval"
     # the per-seed result file the table is built from (metrics, loss, schedule hash, provenance)
     $PY eval/study_results.py write --study "$(basename "$TABLE" .md)" --arm "$variant" \
       --seed "$seed" --run-dir "$dir/run" --schedule "$dir/schedule.parquet" --data "$OUT/synth/train.yaml" \
@@ -95,7 +86,6 @@ run_one() {
   } > "$dir/log.txt" 2>&1 || { echo "!! $variant, seed $seed failed: see $dir/log.txt" >&2; return 1; }
 }
 
-failed=0
 all_seeds=$(printf '%s\n' $SEEDS $SEEDS_OTHER | sort -n -u | tr '\n' ' ')
 for seed in $all_seeds; do
   for variant in $VARIANTS; do
@@ -103,12 +93,10 @@ for seed in $all_seeds; do
       identity|identity_hn) [[ " $SEEDS_OTHER " == *" $seed "* ]] || continue ;;
       *)                    [[ " $SEEDS " == *" $seed "* ]] || continue ;;
     esac
-    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
-    run_one "$variant" "$seed" &
+    launch run_one "$variant" "$seed"
   done
 done
-while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
-[ "$failed" = 0 ] || { echo "some runs failed; rerun the script to resume them" >&2; exit 1; }
+wait_all
 
 # shellcheck disable=SC2086  # SEEDS and VARIANTS are word lists
 $PY eval/ablation_table.py "$OUT" --seeds $all_seeds --variants $VARIANTS --synth-size "$SIZE" \

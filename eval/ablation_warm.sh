@@ -28,6 +28,8 @@
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
+# shellcheck source=eval/_study.sh
+source eval/_study.sh  # VIS, PY, one thread; check_mode, batch_shape, ensure_*, evaluate, launch, ...
 MODE=${MODE:-pilot}
 SIZE=${SIZE:-small-dense}
 OUT=${OUT:-ablation_warm_out}
@@ -49,29 +51,17 @@ BATCH=${BATCH:-}                 # toy runs only: global_batch_size / interleave
 INTERLEAVE=${INTERLEAVE:-}
 JOBS=${JOBS:-1}
 BUDGET_HOURS=${BUDGET_HOURS:-6}
-VIS=${VIS:-.venv/bin/vis-embed}
-PY=${PY:-.venv/bin/python}
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # every folder spelled out: the printed command never writes into another study's folders
 COMMAND="MODE=$MODE SIZE=$SIZE OUT=$OUT RESULTS=$RESULTS TABLE=$TABLE BASE_STEPS=$BASE_STEPS BASE_EVERY=$BASE_EVERY STEPS=$STEPS PILOT_STEPS=$PILOT_STEPS \
 SEEDS_PAIR=\"$SEEDS_PAIR\" SEEDS_OTHER=\"$SEEDS_OTHER\" TAUS=\"$TAUS\" LEARN_002=$LEARN_002 JOBS=$JOBS \
 ${BATCH:+BATCH=$BATCH }${INTERLEAVE:+INTERLEAVE=$INTERLEAVE }bash eval/ablation_warm.sh"
-case $MODE in pilot|full) ;; *) echo "MODE must be pilot or full, got '$MODE'" >&2; exit 2 ;; esac
-SHAPE=()
-[ -n "$BATCH" ] && SHAPE+=(--set global_batch_size="$BATCH")
-[ -n "$INTERLEAVE" ] && SHAPE+=(--set sampling.interleave_batch_size="$INTERLEAVE")
+check_mode
+batch_shape
 mkdir -p "$OUT" "$RESULTS"
-
-# an older benchmark version is re-rendered, never evaluated under the new one's name (docs/synth.md)
-$PY -c 'import sys; from data_prep.synth import is_current; sys.exit(not is_current(sys.argv[1]))' "$OUT/synth" \
-  || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
-[ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
+ensure_benchmark
+ensure_model
 
 absolute() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-evaluate() {  # adapter dir, eval dir
-  [ -f "$2/results.json" ] || $VIS eval --model "$OUT/model" --adapter "$1" \
-    --benchmark "$OUT/synth/benchmark.yaml" --out "$2" --no-pictures --quiet
-}
 
 # ---------------------------------------------------------------- 1. probe + plan
 probe=$OUT/probe
@@ -104,7 +94,7 @@ base=$OUT/base
 if [ ! -f "$base/run/final/adapter_config.json" ]; then
   echo "== base: $BASE_STEPS identity-aware steps (log: $base/log.txt)"
   mkdir -p "$base"
-  resume=""; ls -d "$base"/run/checkpoint-* >/dev/null 2>&1 && resume="--resume"
+  resume=$(resume_flag "$base")
   $VIS train "$BASE_RECIPE" $resume --set model="$OUT/model" --set data="$OUT/synth/train.yaml" \
     --set schedule="$base/schedule.parquet" --set output_dir="$base/run" --set seed="$BASE_SEED" \
     --set max_steps="$BASE_STEPS" --set checkpoint.every="$BASE_EVERY" --set checkpoint.keep_last=null \
@@ -129,11 +119,11 @@ run_one() {  # group (pilot|arms), arm variant, tau, seed, init adapter, steps, 
   local group=$1 variant=$2 tau=$3 seed=$4 init=$5 steps=$6 arm=$7 strategy=naive mask=true learnable=false
   case $variant in naive_unmasked) mask=false ;; identity) strategy=identity_aware ;; esac
   [ "$tau" = 0.02 ] && learnable=$LEARN_002
-  local dir="$OUT/$group/$arm-$seed" results="$RESULTS" resume=""
+  local dir="$OUT/$group/$arm-$seed" results="$RESULTS" resume
   [ "$group" = pilot ] && results="$RESULTS/pilot"
   [ -f "$results/${arm}_seed$seed.json" ] && return 0
   mkdir -p "$dir"
-  ls -d "$dir"/run/checkpoint-* >/dev/null 2>&1 && resume="--resume"
+  resume=$(resume_flag "$dir")
   echo "== $group: $arm, seed $seed (log: $dir/log.txt)"
   {
     [ -f "$dir/run/final/adapter_config.json" ] || $VIS train "$RECIPE" $resume \
@@ -148,17 +138,12 @@ run_one() {  # group (pilot|arms), arm variant, tau, seed, init adapter, steps, 
   } > "$dir/log.txt" 2>&1 || { echo "!! $arm, seed $seed failed: see $dir/log.txt" >&2; return 1; }
 }
 
-failed=0
-launch() {
-  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
-  run_one "$@" &
-}
 if [ "$MODE" = pilot ]; then
   for adapter in "$base"/run/checkpoint-* "$base/run/final"; do
     step=${adapter##*checkpoint-}; [ "$adapter" = "$base/run/final" ] && step=$BASE_STEPS
     for tau in "${taus[@]}"; do
       for variant in naive_unmasked naive_masked; do
-        launch pilot "$variant" "$tau" 0 "$(absolute "$adapter")" "$PILOT_STEPS" "from$step-$variant-tau$tau"
+        launch run_one pilot "$variant" "$tau" 0 "$(absolute "$adapter")" "$PILOT_STEPS" "from$step-$variant-tau$tau"
       done
     done
   done
@@ -166,20 +151,21 @@ else
   for seed in "${pair_seeds[@]}"; do
     for tau in "${taus[@]}"; do
       for variant in naive_unmasked naive_masked; do
-        launch arms "$variant" "$tau" "$seed" "$(absolute "$best")" "$STEPS" "$variant-tau$tau"
+        launch run_one arms "$variant" "$tau" "$seed" "$(absolute "$best")" "$STEPS" "$variant-tau$tau"
       done
       if [[ " ${other_seeds[*]} " == *" $seed "* ]]; then
-        launch arms identity "$tau" "$seed" "$(absolute "$best")" "$STEPS" "identity-tau$tau"
+        launch run_one arms identity "$tau" "$seed" "$(absolute "$best")" "$STEPS" "identity-tau$tau"
       fi
     done
   done
   for seed in "${other_seeds[@]}"; do  # identity seeds outside SEEDS_PAIR
     [[ " ${pair_seeds[*]} " == *" $seed "* ]] && continue
-    for tau in "${taus[@]}"; do launch arms identity "$tau" "$seed" "$(absolute "$best")" "$STEPS" "identity-tau$tau"; done
+    for tau in "${taus[@]}"; do
+      launch run_one arms identity "$tau" "$seed" "$(absolute "$best")" "$STEPS" "identity-tau$tau"
+    done
   done
 fi
-while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
-[ "$failed" = 0 ] || { echo "some runs failed; rerun the script to resume them" >&2; exit 1; }
+wait_all
 
 # ---------------------------------------------------------------- 5. the table
 $PY eval/ablation_warm_table.py table --results "$RESULTS" --out "$TABLE" --recipe "$RECIPE" \

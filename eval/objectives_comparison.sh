@@ -23,6 +23,8 @@
 # deterministic (same seed -> same numbers whatever JOBS); timings are not, and are not reported.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=eval/_study.sh
+source eval/_study.sh  # VIS, PY, one thread; check_names, ensure_*, evaluate, launch, wait_all, ...
 SIZE=${SIZE:-small}
 OUT=${OUT:-objectives_out}
 RECIPE=${RECIPE:-recipes/ablation_sampling.yaml}
@@ -33,33 +35,17 @@ COMBOS=${COMBOS:-"infonce_lora two_tier_lora hinge_lora infonce_head"}
 JOBS=${JOBS:-2}
 RESULTS=${RESULTS:-docs/results/$(basename "$TABLE" .md)}   # per-seed result files (docs/experiments.md)
 COMMAND="SIZE=$SIZE OUT=$OUT RESULTS=$RESULTS TABLE=$TABLE SEEDS=\"$SEEDS\" COMBOS=\"$COMBOS\" HN=$HN JOBS=$JOBS bash eval/objectives_comparison.sh"
-VIS=${VIS:-.venv/bin/vis-embed}
-PY=${PY:-.venv/bin/python}
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p "$OUT"
-
-for combo in $COMBOS; do  # fail before hours of training, not in the middle
-  case $combo in infonce_lora|two_tier_lora|two_tier_margin_lora|hinge_lora|infonce_head) ;;
-    *) echo "unknown combination '$combo' (infonce_lora two_tier_lora two_tier_margin_lora hinge_lora infonce_head)" >&2
-       exit 2 ;;
-  esac
-done
-
-# an older benchmark version is re-rendered, never evaluated under the new one's name (docs/synth.md)
-$PY -c 'import sys; from data_prep.synth import is_current; sys.exit(not is_current(sys.argv[1]))' "$OUT/synth" \
-  || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
-[ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
+# shellcheck disable=SC2086  # COMBOS is a word list
+check_names combination "infonce_lora two_tier_lora two_tier_margin_lora hinge_lora infonce_head" $COMBOS
+ensure_benchmark
+ensure_model
 [ -f "$OUT/peer/benchmark.yaml" ] || $PY eval/objectives_peers.py "$OUT/synth" "$OUT/peer"
 
 # Both evaluations of one model (ADAPTER may be empty) into DIR/eval and DIR/eval_peer.
-evaluate() {
-  local dir=$1 adapter=$2
-  local with_adapter=()
-  [ -n "$adapter" ] && with_adapter=(--adapter "$adapter")
-  [ -f "$dir/eval/results.json" ] || $VIS eval --model "$OUT/model" "${with_adapter[@]}" \
-    --benchmark "$OUT/synth/benchmark.yaml" --out "$dir/eval" --no-pictures --quiet
-  [ -f "$dir/eval_peer/results.json" ] || $VIS eval --model "$OUT/model" "${with_adapter[@]}" \
-    --benchmark "$OUT/peer/benchmark.yaml" --out "$dir/eval_peer" --no-pictures --quiet
+evaluate_both() {  # dir, adapter
+  evaluate "$2" "$1/eval"
+  evaluate "$2" "$1/eval_peer" "$OUT/peer/benchmark.yaml"
 }
 
 # One training + evaluation; its output goes to OUT/<combo>-<seed>/log.txt.
@@ -72,10 +58,10 @@ run_one() {
     hinge_lora)    kind=triplet_hinge; adaptation=lora ;;
     infonce_head)  kind=infonce;       adaptation=head ;;
   esac
-  local dir="$OUT/$combo-$seed" resume=""
+  local dir="$OUT/$combo-$seed" resume
   [ -f "$RESULTS/${combo}_seed$seed.json" ] && return 0
   mkdir -p "$dir"
-  ls -d "$dir"/run/checkpoint-* >/dev/null 2>&1 && resume="--resume"
+  resume=$(resume_flag "$dir")
   echo "== $combo, seed $seed (log: $dir/log.txt)"
   {
     [ -f "$dir/run/final/trainer_state.json" ] || $VIS train "$RECIPE" $resume \
@@ -83,7 +69,7 @@ run_one() {
       --set schedule="$dir/schedule.parquet" --set output_dir="$dir/run" --set seed="$seed" \
       --set sampling.strategy=identity_aware --set sampling.hard_negatives="$HN" \
       --set loss.kind="$kind" --set adaptation="$adaptation" --set logging.tensorboard=false
-    evaluate "$dir" "$dir/run/final"
+    evaluate_both "$dir" "$dir/run/final"
     # the per-seed result file the table is built from (metrics, loss, schedule hash, provenance)
     $PY eval/study_results.py write --study "$(basename "$TABLE" .md)" --arm "$combo" --seed "$seed" \
       --run-dir "$dir/run" --schedule "$dir/schedule.parquet" --extra-eval peer="$dir/eval_peer" \
@@ -95,23 +81,18 @@ run_one() {
 run_base() {
   mkdir -p "$OUT/base"
   [ -f "$RESULTS/untrained_seed0.json" ] && return 0
-  { evaluate "$OUT/base" ""
+  { evaluate_both "$OUT/base" ""
     $PY eval/study_results.py write --study "$(basename "$TABLE" .md)" --arm untrained --seed 0 \
       --eval-dir "$OUT/base/eval" --extra-eval peer="$OUT/base/eval_peer" --out "$RESULTS" --command "$COMMAND"
   } > "$OUT/base/log.txt" 2>&1 \
     || { echo "!! untrained reference failed: see $OUT/base/log.txt" >&2; return 1; }
 }
 
-failed=0
-run_base &
+launch run_base
 for seed in $SEEDS; do
-  for combo in $COMBOS; do
-    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
-    run_one "$combo" "$seed" &
-  done
+  for combo in $COMBOS; do launch run_one "$combo" "$seed"; done
 done
-while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
-[ "$failed" = 0 ] || { echo "some runs failed; rerun the script to resume them" >&2; exit 1; }
+wait_all
 
 # shellcheck disable=SC2086  # SEEDS and COMBOS are word lists
 $PY eval/objectives_table.py "$OUT" --seeds $SEEDS --combos $COMBOS --synth-size "$SIZE" \
