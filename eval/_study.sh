@@ -46,13 +46,9 @@ ensure_model() {
   [ -f "$OUT/model/config.json" ] || $VIS tiny-model "$OUT/model" --arch qwen2-vl --seed 0
 }
 
-# `--resume` when the run directory DIR holds a checkpoint (DIR/run/checkpoint-N), else nothing:
-# resume=$(resume_flag "$dir").  Under `shopt -s nullglob` (the warm study) an unmatched glob
-# leaves `ls -d` no argument, it lists "." and every run gets --resume; `vis-embed train
-# --resume` with no checkpoint starts from step 0, so that is harmless and kept as it was.
-resume_flag() {
-  if ls -d "$1"/run/checkpoint-* >/dev/null 2>&1; then echo --resume; fi
-}
+# Every training is started with `vis-embed train --resume`: it continues the newest checkpoint,
+# restarts from step 0 a run killed before its first one (its recipe.yaml is compared, not
+# refused), and starts a run that never began -- one flag for all three, no rule to get wrong.
 
 # One evaluation of the model (with ADAPTER; "" for the untrained model) on BENCHMARK (default
 # the synthetic one) into EVAL_DIR, skipped when EVAL_DIR/results.json exists (a finished

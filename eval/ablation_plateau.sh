@@ -45,10 +45,9 @@ ensure_benchmark
 ensure_model
 
 train() {  # variant, seed, steps, dir, extra --set arguments...
-  local variant=$1 seed=$2 steps=$3 dir=$4 strategy=naive mask=false resume; shift 4
+  local variant=$1 seed=$2 steps=$3 dir=$4 strategy=naive mask=false; shift 4
   [ "$variant" = identity ] && { strategy=identity_aware; mask=true; }
-  resume=$(resume_flag "$dir")
-  [ -f "$dir/run/final/adapter_config.json" ] || $VIS train "$RECIPE" $resume \
+  [ -f "$dir/run/final/adapter_config.json" ] || $VIS train "$RECIPE" --resume \
     --set model="$OUT/model" --set data="$OUT/synth/train.yaml" --set schedule="$dir/schedule.parquet" \
     --set output_dir="$dir/run" --set seed="$seed" --set max_steps="$steps" \
     --set sampling.strategy="$strategy" --set sampling.hard_negatives=0 --set loss.identity_mask="$mask" \
@@ -59,19 +58,19 @@ pilot_one() {  # variant: PILOT_STEPS steps, every checkpoint evaluated and reco
   local variant=$1 dir="$OUT/pilot/$1"
   mkdir -p "$dir"
   echo "== pilot: $variant, $PILOT_STEPS steps (log: $dir/log.txt)"
-  {
+  (  # a subshell with `|| exit 1` after each step: `set -e` does not hold on the left of `||`
     train "$variant" "$PILOT_SEED" "$PILOT_STEPS" "$dir" --set checkpoint.every="$PILOT_EVERY" \
-      --set checkpoint.keep_last=null
+      --set checkpoint.keep_last=null || exit 1
     for adapter in "$dir"/run/checkpoint-* "$dir/run/final"; do
       step=${adapter##*checkpoint-}; [ "$adapter" = "$dir/run/final" ] && step=$PILOT_STEPS
       [ -f "$RESULTS/pilot/pilot-$variant-step${step}_seed$PILOT_SEED.json" ] && continue
-      evaluate "$adapter" "$dir/eval-step$step"
+      evaluate "$adapter" "$dir/eval-step$step" || exit 1
       $PY eval/study_results.py write --study ablation_plateau --arm "pilot-$variant-step$step" \
         --seed "$PILOT_SEED" --run-dir "$dir/run" --last-step "$step" --eval-dir "$dir/eval-step$step" \
         --schedule "$dir/schedule.parquet" --data "$OUT/synth/train.yaml" --out "$RESULTS/pilot" \
-        --command "$COMMAND" > /dev/null
+        --command "$COMMAND" > /dev/null || exit 1
     done
-  } > "$dir/log.txt" 2>&1 || { echo "!! pilot $variant failed: see $dir/log.txt" >&2; return 1; }
+  ) > "$dir/log.txt" 2>&1 || { echo "!! pilot $variant failed: see $dir/log.txt" >&2; return 1; }
 }
 
 run_one() {  # variant, seed
@@ -79,9 +78,9 @@ run_one() {  # variant, seed
   [ -f "$RESULTS/${variant}_seed$seed.json" ] && return 0
   mkdir -p "$dir"
   echo "== $variant, seed $seed, $STEPS steps (log: $dir/log.txt)"
-  {
-    train "$variant" "$seed" "$STEPS" "$dir"
-    evaluate "$dir/run/final" "$dir/eval"
+  {  # each step only after the one before succeeded (`set -e` does not hold on the left of `||`)
+    train "$variant" "$seed" "$STEPS" "$dir" &&
+    evaluate "$dir/run/final" "$dir/eval" &&
     $PY eval/study_results.py write --study ablation_plateau --arm "$variant" --seed "$seed" --run-dir "$dir/run" \
       --schedule "$dir/schedule.parquet" --data "$OUT/synth/train.yaml" --out "$RESULTS" --command "$COMMAND"
   } > "$dir/log.txt" 2>&1 || { echo "!! $variant, seed $seed failed: see $dir/log.txt" >&2; return 1; }

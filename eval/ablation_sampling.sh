@@ -67,18 +67,17 @@ run_one() {
     identity)       strategy=identity_aware ;;
     identity_hn)    strategy=identity_aware; negatives=$HN ;;
   esac
-  local dir="$OUT/$variant-$seed" resume
+  local dir="$OUT/$variant-$seed"
   [ -f "$dir/eval/results.json" ] && [ -f "$RESULTS/${variant}_seed$seed.json" ] && return 0
   mkdir -p "$dir"
-  resume=$(resume_flag "$dir")
   echo "== $variant, seed $seed (log: $dir/log.txt)"
-  {
-    [ -f "$dir/run/final/adapter_config.json" ] || $VIS train "$RECIPE" $resume \
+  {  # each step only after the one before succeeded (`set -e` does not hold on the left of `||`)
+    { [ -f "$dir/run/final/adapter_config.json" ] || $VIS train "$RECIPE" --resume \
       --set model="$OUT/model" --set data="$OUT/synth/train.yaml" \
       --set schedule="$dir/schedule.parquet" --set output_dir="$dir/run" --set seed="$seed" \
       --set sampling.strategy="$strategy" --set sampling.hard_negatives="$negatives" \
-      --set loss.identity_mask="$mask" --set logging.tensorboard=false ${STEPS:+--set max_steps="$STEPS"}
-    evaluate "$dir/run/final" "$dir/eval"
+      --set loss.identity_mask="$mask" --set logging.tensorboard=false ${STEPS:+--set max_steps="$STEPS"}; } &&
+    evaluate "$dir/run/final" "$dir/eval" &&
     # the per-seed result file the table is built from (metrics, loss, schedule hash, provenance)
     $PY eval/study_results.py write --study "$(basename "$TABLE" .md)" --arm "$variant" \
       --seed "$seed" --run-dir "$dir/run" --schedule "$dir/schedule.parquet" --data "$OUT/synth/train.yaml" \

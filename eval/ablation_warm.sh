@@ -94,8 +94,7 @@ base=$OUT/base
 if [ ! -f "$base/run/final/adapter_config.json" ]; then
   echo "== base: $BASE_STEPS identity-aware steps (log: $base/log.txt)"
   mkdir -p "$base"
-  resume=$(resume_flag "$base")
-  $VIS train "$BASE_RECIPE" $resume --set model="$OUT/model" --set data="$OUT/synth/train.yaml" \
+  $VIS train "$BASE_RECIPE" --resume --set model="$OUT/model" --set data="$OUT/synth/train.yaml" \
     --set schedule="$base/schedule.parquet" --set output_dir="$base/run" --set seed="$BASE_SEED" \
     --set max_steps="$BASE_STEPS" --set checkpoint.every="$BASE_EVERY" --set checkpoint.keep_last=null \
     --set sampling.strategy=identity_aware --set logging.tensorboard=false --set logging.progress_bar=false \
@@ -119,20 +118,19 @@ run_one() {  # group (pilot|arms), arm variant, tau, seed, init adapter, steps, 
   local group=$1 variant=$2 tau=$3 seed=$4 init=$5 steps=$6 arm=$7 strategy=naive mask=true learnable=false
   case $variant in naive_unmasked) mask=false ;; identity) strategy=identity_aware ;; esac
   [ "$tau" = 0.02 ] && learnable=$LEARN_002
-  local dir="$OUT/$group/$arm-$seed" results="$RESULTS" resume
+  local dir="$OUT/$group/$arm-$seed" results="$RESULTS"
   [ "$group" = pilot ] && results="$RESULTS/pilot"
   [ -f "$results/${arm}_seed$seed.json" ] && return 0
   mkdir -p "$dir"
-  resume=$(resume_flag "$dir")
   echo "== $group: $arm, seed $seed (log: $dir/log.txt)"
-  {
-    [ -f "$dir/run/final/adapter_config.json" ] || $VIS train "$RECIPE" $resume \
+  {  # each step only after the one before succeeded (`set -e` does not hold on the left of `||`)
+    { [ -f "$dir/run/final/adapter_config.json" ] || $VIS train "$RECIPE" --resume \
       --set model="$OUT/model" --set data="$OUT/synth/train.yaml" --set init_adapter="$init" \
       --set schedule="$dir/schedule.parquet" --set output_dir="$dir/run" --set seed="$seed" \
       --set max_steps="$steps" --set sampling.strategy="$strategy" --set loss.identity_mask="$mask" \
       --set temperature.init="$tau" --set temperature.learnable="$learnable" \
-      --set logging.progress_bar=false "${SHAPE[@]}"
-    evaluate "$dir/run/final" "$dir/eval"
+      --set logging.progress_bar=false "${SHAPE[@]}"; } &&
+    evaluate "$dir/run/final" "$dir/eval" &&
     $PY eval/study_results.py write --study ablation_warm --arm "$arm" --seed "$seed" --run-dir "$dir/run" \
       --schedule "$dir/schedule.parquet" --data "$OUT/synth/train.yaml" --out "$results" --command "$COMMAND"
   } > "$dir/log.txt" 2>&1 || { echo "!! $arm, seed $seed failed: see $dir/log.txt" >&2; return 1; }

@@ -44,7 +44,7 @@ ensure_model
 
 # Both evaluations of one model (ADAPTER may be empty) into DIR/eval and DIR/eval_peer.
 evaluate_both() {  # dir, adapter
-  evaluate "$2" "$1/eval"
+  evaluate "$2" "$1/eval" &&
   evaluate "$2" "$1/eval_peer" "$OUT/peer/benchmark.yaml"
 }
 
@@ -58,18 +58,17 @@ run_one() {
     hinge_lora)    kind=triplet_hinge; adaptation=lora ;;
     infonce_head)  kind=infonce;       adaptation=head ;;
   esac
-  local dir="$OUT/$combo-$seed" resume
+  local dir="$OUT/$combo-$seed"
   [ -f "$RESULTS/${combo}_seed$seed.json" ] && return 0
   mkdir -p "$dir"
-  resume=$(resume_flag "$dir")
   echo "== $combo, seed $seed (log: $dir/log.txt)"
-  {
-    [ -f "$dir/run/final/trainer_state.json" ] || $VIS train "$RECIPE" $resume \
+  {  # each step only after the one before succeeded (`set -e` does not hold on the left of `||`)
+    { [ -f "$dir/run/final/trainer_state.json" ] || $VIS train "$RECIPE" --resume \
       --set model="$OUT/model" --set data="$OUT/synth/train.yaml" \
       --set schedule="$dir/schedule.parquet" --set output_dir="$dir/run" --set seed="$seed" \
       --set sampling.strategy=identity_aware --set sampling.hard_negatives="$HN" \
-      --set loss.kind="$kind" --set adaptation="$adaptation" --set logging.tensorboard=false
-    evaluate_both "$dir" "$dir/run/final"
+      --set loss.kind="$kind" --set adaptation="$adaptation" --set logging.tensorboard=false; } &&
+    evaluate_both "$dir" "$dir/run/final" &&
     # the per-seed result file the table is built from (metrics, loss, schedule hash, provenance)
     $PY eval/study_results.py write --study "$(basename "$TABLE" .md)" --arm "$combo" --seed "$seed" \
       --run-dir "$dir/run" --schedule "$dir/schedule.parquet" --extra-eval peer="$dir/eval_peer" \
@@ -81,7 +80,7 @@ run_one() {
 run_base() {
   mkdir -p "$OUT/base"
   [ -f "$RESULTS/untrained_seed0.json" ] && return 0
-  { evaluate_both "$OUT/base" ""
+  { evaluate_both "$OUT/base" "" &&
     $PY eval/study_results.py write --study "$(basename "$TABLE" .md)" --arm untrained --seed 0 \
       --eval-dir "$OUT/base/eval" --extra-eval peer="$OUT/base/eval_peer" --out "$RESULTS" --command "$COMMAND"
   } > "$OUT/base/log.txt" 2>&1 \
