@@ -126,3 +126,14 @@ def test_a_finished_torchrun_rank_skips_interpreter_teardown(monkeypatch, capsys
     exited = _run_as_program(monkeypatch, world_size, group_alive)
     assert (exited.how, exited.code) == (how, 2)
     assert "nothing to report" in capsys.readouterr().err  # the output was flushed first
+
+
+def test_serve_without_the_serve_extra_names_it_before_loading_anything(monkeypatch, capsys) -> None:
+    """fastapi, uvicorn and prometheus_client are the [serve] extra, not core dependencies: the
+    command without them says which extra to install (exit 2), before any model or index loads."""
+    from vis_embed import integrations
+
+    installed = integrations.find_spec
+    monkeypatch.setattr(integrations, "find_spec", lambda module: None if module == "uvicorn" else installed(module))
+    assert main(["serve", "--model", "no/such-model"]) == 2
+    assert "vis-embed serve needs uvicorn: pip install 'vis_embed[serve]'" in capsys.readouterr().err

@@ -113,7 +113,15 @@ def _mallopt(environ: dict[str, str] | os._Environ, variable: str, default: int,
     return value if mallopt(parameter, value) == 1 else None
 
 
+# What `vis-embed serve` imports from the [serve] extra: (module, pip package).
+SERVER_MODULES = (("fastapi", "fastapi"), ("uvicorn", "uvicorn"), ("prometheus_client", "prometheus_client"))
+
+
 def run(args: argparse.Namespace) -> int:
+    from vis_embed.integrations import require
+
+    for module, package in SERVER_MODULES:  # the [serve] extra, named before anything loads
+        require(module, "serve", "vis-embed serve", package)
     tune_malloc()  # before torch, the pools or uvicorn start threads or allocate (module notes)
     import uvicorn  # heavy imports only when the command runs
 
