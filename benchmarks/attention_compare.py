@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode_throughput import INSTRUCTION, make_items  # noqa: E402
 from model_rate import ATTENTIONS, alternating, describe_rates, rates_side_by_side  # noqa: E402
 
-from vis_embed.model.network import attention  # noqa: E402
+from vis_embed.model.network import packed_rows  # noqa: E402
 from vis_embed.model.network.attention import VARLEN, set_attention  # noqa: E402
 from vis_embed.model.runtime.embedder import Embedder  # noqa: E402
 from vis_embed.model.network.embedding_model import EmbeddingModel  # noqa: E402
@@ -55,7 +55,7 @@ class PaddingCounter:
 
     def __enter__(self) -> PaddingCounter:
         model, counter, original_collate = self.model, self, self.model.collate
-        original_padded = attention._padded
+        original_padded = packed_rows.padded_attention
 
         def collate(*args: Any, **kwargs: Any) -> Any:
             batch = original_collate(*args, **kwargs)
@@ -66,14 +66,14 @@ class PaddingCounter:
         def padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_len: int,
                    scaling: float | None) -> torch.Tensor:
             lengths = (cu[1:] - cu[:-1]).tolist()
-            rows = attention._first_fit_decreasing(lengths, max_len)[2]  # the rows the CPU path runs
+            rows = packed_rows.first_fit_decreasing(lengths, max_len)[2]  # the rows the CPU path runs
             counter.scores[0] += sum(length ** 2 for length in lengths)
             counter.scores[1] += rows * max_len ** 2
             counter.scores[2] += len(lengths) * max_len ** 2
             return original_padded(q, k, v, cu, max_len, scaling)
 
-        model.collate, attention._padded = collate, padded
-        self._restore = lambda: (delattr(model, "collate"), setattr(attention, "_padded", original_padded))
+        model.collate, packed_rows.padded_attention = collate, padded
+        self._restore = lambda: (delattr(model, "collate"), setattr(packed_rows, "padded_attention", original_padded))
         return self
 
     def __exit__(self, *exc: Any) -> None:

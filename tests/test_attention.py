@@ -22,7 +22,7 @@ from PIL import Image
 
 from vis_embed import Embedder
 from vis_embed.errors import ConfigError
-from vis_embed.model.network import attention
+from vis_embed.model.network import attention, packed_rows
 from vis_embed.model.network.attention import VARLEN, count_attention_calls, resolve_attn_implementation, set_attention
 
 ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]
@@ -199,7 +199,7 @@ def test_padded_path_equals_per_segment_attention(lengths: list[int]) -> None:
 def test_row_plan_packs_short_segments_into_shared_rows_without_overlap() -> None:
     lengths = [64, 12, 12, 40, 8, 0, 64, 30]
     cu = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.int32)
-    plan = attention._RowPlan.of(cu, 64, torch.device("cpu"))
+    plan = packed_rows.RowPlan.of(cu, 64, torch.device("cpu"))
     assert plan.rows == 4  # 64 | 64 | 40+12+12 | 30+8, where padding to the longest takes 7 rows
     slots = plan.slot.tolist()
     assert len(slots) == sum(lengths) == len(set(slots))  # every token has its own slot
@@ -209,12 +209,12 @@ def test_row_plan_packs_short_segments_into_shared_rows_without_overlap() -> Non
             assert segment == list(range(segment[0], segment[0] + length))
             assert segment[0] // 64 == segment[-1] // 64
     assert plan.mask.shape == (4, 1, 64, 64)
-    assert attention._RowPlan.of(cu, 64, torch.device("cpu")) is plan  # once per batch, not per block
+    assert packed_rows.RowPlan.of(cu, 64, torch.device("cpu")) is plan  # once per batch, not per block
     cu[-1] += 0  # an in-place write: the tensor may now hold other boundaries
-    assert attention._RowPlan.of(cu, 64, torch.device("cpu")) is not plan
+    assert packed_rows.RowPlan.of(cu, 64, torch.device("cpu")) is not plan
     with torch.inference_mode():  # Embedder.encode's mode: its tensors have no write counter
         inference_cu = cu.clone()
-        assert attention._RowPlan.of(inference_cu, 64, torch.device("cpu")).rows == 4
+        assert packed_rows.RowPlan.of(inference_cu, 64, torch.device("cpu")).rows == 4
 
 
 def test_a_call_without_segments_is_refused() -> None:

@@ -19,7 +19,7 @@ from sklearn.metrics import average_precision_score
 from vis_embed.data import EvalDatasetSpec as DatasetSpec
 from vis_embed.data.taxonomy import group_means
 from vis_embed.errors import DataError
-from vis_embed.evaluation import protocols
+from vis_embed.evaluation import peer_metrics
 from vis_embed.gallery import search
 from vis_embed.evaluation.harness import EvalSettings, Harness
 
@@ -138,12 +138,13 @@ def test_constant_group_is_found_by_its_range_and_never_poisons_the_mean() -> No
     rng = np.random.default_rng(1)
     human = rng.random(2 * n)
     varied = human[n:] + 0.5 * rng.random(n)
-    result = protocols.correlation_with_humans(np.concatenate([constant, varied]), human, ["flat"] * n + ["varied"] * n)
+    result = peer_metrics.correlation_with_humans(np.concatenate([constant, varied]), human,
+                                                  ["flat"] * n + ["varied"] * n)
     assert result["n_constant_groups"] == 1 and result["constant_groups"] == ["flat"]
     assert result["n_groups"] == 1
     assert result["spearman"] == pytest.approx(stats.spearmanr(varied, human[n:])[0], abs=1e-9)
     assert result["pearson"] == pytest.approx(stats.pearsonr(varied, human[n:])[0], abs=1e-9)
-    assert protocols.is_constant(constant) and not protocols.is_constant(varied)
+    assert peer_metrics.is_constant(constant) and not peer_metrics.is_constant(varied)
 
 
 # ------------------------------------------------------------- norms cannot buy a score
@@ -171,11 +172,11 @@ def test_norm_gaming_encoder_scores_no_better_than_a_collapsed_one(tmp_path: Pat
     assert got["AFC"]["2AFC"] == 50.0
     # the protocol functions normalise too
     views, negatives = np.full((2, 4), 2.0), np.full((2, 4), 1.0)
-    assert (protocols.nearid_margins(views, negatives, np.ones(2, dtype=bool)) == 0).all()
+    assert (peer_metrics.nearid_margins(views, negatives, np.ones(2, dtype=bool)) == 0).all()
 
 
 def test_unit_rows_keeps_zero_rows_zero_and_nan_rows_nan() -> None:
-    rows = protocols.unit_rows(np.array([[3.0, 4.0], [0.0, 0.0], [np.nan, 1.0], [np.inf, 0.0]]))
+    rows = peer_metrics.unit_rows(np.array([[3.0, 4.0], [0.0, 0.0], [np.nan, 1.0], [np.inf, 0.0]]))
     assert rows[0] == pytest.approx([0.6, 0.8]) and (rows[1] == 0).all()
     assert np.isnan(rows[2]).all() and np.isnan(rows[3]).all()
 
@@ -210,15 +211,15 @@ def test_tied_ap_is_the_mean_over_the_ties_orders() -> None:
                 relevance = labels[list(permutation)]
                 hits = np.cumsum(relevance)
                 values.append(np.mean([hits[i] / (i + 1) for i in range(7) if relevance[i]]))
-        assert protocols.average_precision(scores, labels) == pytest.approx(np.mean(values), abs=1e-12)
+        assert peer_metrics.average_precision(scores, labels) == pytest.approx(np.mean(values), abs=1e-12)
 
 
 def test_collapsed_encoder_ap_equals_the_prevalence() -> None:
     n = 1500
     labels = np.arange(n) % 3 == 0          # prevalence 1/3
     scores = np.full(n, _copies_that_do_not_average_to_themselves(n))
-    assert abs(protocols.average_precision(scores, labels) - labels.mean()) <= 0.02
-    assert protocols.pessimistic_average_precision(scores, labels) < labels.mean()
+    assert abs(peer_metrics.average_precision(scores, labels) - labels.mean()) <= 0.02
+    assert peer_metrics.pessimistic_average_precision(scores, labels) < labels.mean()
 
 
 # ------------------------------------------------------------- IND / OOD per benchmark

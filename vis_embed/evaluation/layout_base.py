@@ -23,7 +23,7 @@ from vis_embed.data.records import ImageChecker, RowContext
 from vis_embed.data.tables import read_table
 from vis_embed.data.video import resolve_video
 from vis_embed.errors import DataError
-from vis_embed.evaluation import metrics, protocols
+from vis_embed.evaluation import metrics, peer_metrics
 from vis_embed.evaluation.settings import DEFAULT_INDEX
 from vis_embed.evaluation.trec_runs import TrecRun
 
@@ -134,7 +134,7 @@ def scored_at_the_boundary(spec: EvalDatasetSpec, prepared: PreparedDataset) -> 
         for side, values in embeddings.items():
             if side in prepared.places and len(values):
                 check_embedded(spec, values, prepared.places[side])
-        return inner({side: protocols.unit_rows(values) if len(values) else np.asarray(values, dtype=np.float64)
+        return inner({side: peer_metrics.unit_rows(values) if len(values) else np.asarray(values, dtype=np.float64)
                       for side, values in embeddings.items()})
 
     prepared.score = score

@@ -1,5 +1,5 @@
 """Layouts of the peer protocols: ``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``,
-``human_corr`` (row formats in docs/evaluation.md; the protocols in :mod:`protocols`).
+``human_corr`` (row formats in docs/evaluation.md; the metrics in :mod:`peer_metrics`).
 
 Their ``score`` functions get embeddings that passed :func:`layout_base.scored_at_the_boundary`
 (finite, L2-normalised), so row-wise products are cosines.
@@ -15,7 +15,7 @@ import numpy as np
 from vis_embed.data.benchmark import EvalDatasetSpec
 from vis_embed.data.items import Item
 from vis_embed.errors import DataError
-from vis_embed.evaluation import protocols
+from vis_embed.evaluation import peer_metrics
 from vis_embed.evaluation.layout_base import (Outcome, Places, PreparedDataset, ScoringOptions, normalise_item,
                                               read_rows, require)
 
@@ -63,9 +63,9 @@ def prepare_2afc(spec: EvalDatasetSpec, max_queries: int | None, options: Scorin
         raise DataError("label must lie in [0, 1]", path=spec.file("path"), line=rows[bad][0], field="label")
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
-        per_triplet = protocols.two_afc_accuracy(_rowwise_cosine(emb["reference"], emb["a"]),
+        per_triplet = peer_metrics.two_afc_accuracy(_rowwise_cosine(emb["reference"], emb["a"]),
                                                  _rowwise_cosine(emb["reference"], emb["b"]), labels)
-        low, high = protocols.bootstrap_interval(per_triplet, seed=spec.options.get("seed", 0))
+        low, high = peer_metrics.bootstrap_interval(per_triplet, seed=spec.options.get("seed", 0))
         return Outcome({"2AFC": 100 * float(per_triplet.mean()), "2AFC_CI95_low": 100 * low,
                         "2AFC_CI95_high": 100 * high}, "2AFC", len(rows))
 
@@ -111,11 +111,11 @@ def prepare_nearid(spec: EvalDatasetSpec, max_queries: int | None, options: Scor
             targets = emb["view"][first:first + count]
             paired = np.zeros_like(anchors)
             paired[slots >= 0] = emb["negative"][slots[slots >= 0]]
-            margins.append(protocols.nearid_margins(anchors, paired, slots >= 0, view_embeddings=targets))
+            margins.append(peer_metrics.nearid_margins(anchors, paired, slots >= 0, view_embeddings=targets))
         if not any(len(m) for m in margins):
             raise DataError(f"dataset {spec.name!r}: no identity has a valid margin (each needs >= 2 views "
                             f"and a negative)", path=path)
-        result = protocols.nearid_scores(margins)
+        result = peer_metrics.nearid_scores(margins)
         return Outcome({"SSR": 100 * result["SSR"], "pairwise_acc": 100 * result["pairwise_acc"],
                         "n_margins": result["n_margins"]}, "SSR", result["n_identities"])
 
@@ -128,10 +128,10 @@ def prepare_nearid(spec: EvalDatasetSpec, max_queries: int | None, options: Scor
 def prepare_asym_recall(spec: EvalDatasetSpec, max_queries: int | None, options: ScoringOptions) -> PreparedDataset:
     """Rows ``{"id", "a": item, "b": item}``: aligned pairs (e.g. two views of one identity)."""
     rows = list(read_rows(spec, "path", max_queries))
-    ks = spec.options.ks or protocols.ASYM_RECALL_KS
+    ks = spec.options.ks or peer_metrics.ASYM_RECALL_KS
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
-        result = protocols.asymmetric_recall_at_k(emb["a"], emb["b"], ks=ks)
+        result = peer_metrics.asymmetric_recall_at_k(emb["a"], emb["b"], ks=ks)
         return Outcome({k: 100 * v for k, v in result.items()}, f"R@{ks[0]}", len(rows))
 
     return _pair_dataset(spec, rows, score)
@@ -152,8 +152,8 @@ def prepare_pair_ap(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
         similarities = _rowwise_cosine(emb["a"], emb["b"])
         same = labels.astype(bool)
         # AP: ties at their expectation (the standard rule); AP_pessimistic: ties against the model
-        return Outcome({"AP": 100 * protocols.average_precision(similarities, same),
-                        "AP_pessimistic": 100 * protocols.pessimistic_average_precision(similarities, same),
+        return Outcome({"AP": 100 * peer_metrics.average_precision(similarities, same),
+                        "AP_pessimistic": 100 * peer_metrics.pessimistic_average_precision(similarities, same),
                         "prevalence": 100 * float(same.mean())}, "AP", len(rows))
 
     return _pair_dataset(spec, rows, score)
@@ -166,7 +166,7 @@ def prepare_human_corr(spec: EvalDatasetSpec, max_queries: int | None, options: 
     groups = [str(row.get("group", "all")) for _line, row in rows]
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
-        result = protocols.correlation_with_humans(_rowwise_cosine(emb["a"], emb["b"]), human, groups)
+        result = peer_metrics.correlation_with_humans(_rowwise_cosine(emb["a"], emb["b"]), human, groups)
         # undefined (every group constant) is null in results.json, not NaN (invalid JSON)
         percent = {key: None if np.isnan(result[key]) else 100 * result[key] for key in ("pearson", "spearman")}
         return Outcome({**percent, "n_groups": result["n_groups"], "n_constant_groups": result["n_constant_groups"]},

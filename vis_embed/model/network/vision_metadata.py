@@ -69,7 +69,7 @@ class BatchMetadata:
     def note_segments(self) -> None:
         """Tell the CPU attention path (model/network/attention.py) the host lengths of these boundaries,
         so its row plan needs no read either."""
-        from vis_embed.model.network.attention import remember_segment_lengths
+        from vis_embed.model.network.packed_rows import remember_segment_lengths
 
         for key, values in self.segment_lengths.items():
             remember_segment_lengths(self.vision[key], values)

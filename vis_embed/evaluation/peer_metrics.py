@@ -1,4 +1,4 @@
-"""Peer protocols of identity-similarity research, as small functions over similarities.
+"""Peer metrics of identity-similarity research (their protocols), as small functions over similarities.
 
 Each function takes cosine similarities (or embeddings) and labels and returns fractions;
 the harness converts them to percent.  Row layouts that feed them from a manifest are

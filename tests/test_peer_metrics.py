@@ -6,40 +6,40 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vis_embed.evaluation import protocols
+from vis_embed.evaluation import peer_metrics
 
 
 def test_2afc_soft_labels_and_ties() -> None:
     # picks A (label 0.8 -> 0.8), picks B (label 0.3 -> 0.7), tie (-> 0.5 whatever the label)
-    per_triplet = protocols.two_afc_accuracy(np.array([0.9, 0.1, 0.4]), np.array([0.2, 0.6, 0.4]),
+    per_triplet = peer_metrics.two_afc_accuracy(np.array([0.9, 0.1, 0.4]), np.array([0.2, 0.6, 0.4]),
                                              np.array([0.8, 0.3, 1.0]))
     np.testing.assert_allclose(per_triplet, [0.8, 0.7, 0.5])
     with pytest.raises(ValueError):
-        protocols.two_afc_accuracy(np.array([1.0]), np.array([0.0]), np.array([1.5]))
+        peer_metrics.two_afc_accuracy(np.array([1.0]), np.array([0.0]), np.array([1.5]))
 
 
 def test_bootstrap_interval_brackets_the_mean_and_shrinks_with_data() -> None:
     rng = np.random.default_rng(0)
     small = rng.random(50)
     large = rng.random(5000)
-    low, high = protocols.bootstrap_interval(small, seed=1)
+    low, high = peer_metrics.bootstrap_interval(small, seed=1)
     assert low < small.mean() < high
-    large_low, large_high = protocols.bootstrap_interval(large, seed=1)
+    large_low, large_high = peer_metrics.bootstrap_interval(large, seed=1)
     assert large_high - large_low < (high - low) / 3
-    assert protocols.bootstrap_interval(small, seed=1) == (low, high)  # seeded: reproducible
+    assert peer_metrics.bootstrap_interval(small, seed=1) == (low, high)  # seeded: reproducible
 
 
 def test_nearid_margins_ssr_and_pairwise_accuracy() -> None:
     e = np.eye(3)
     # identity 1: views p0=e0, p1=e0 ; negatives n0 = e1 (s=0), n1 = e0 (s=1: as close as the view)
-    margins_1 = protocols.nearid_margins(np.stack([e[0], e[0]]), np.stack([e[1], e[0]]), np.array([True, True]))
+    margins_1 = peer_metrics.nearid_margins(np.stack([e[0], e[0]]), np.stack([e[1], e[0]]), np.array([True, True]))
     np.testing.assert_allclose(sorted(margins_1), [0.0, 1.0])  # delta01 = 1 - 0, delta10 = 1 - 1
     # identity 2: three views, only view 0 has a negative -> 2 valid margins, both positive
     views = np.stack([e[2], e[2], e[2]])
     negatives = np.stack([e[0], np.zeros(3), np.zeros(3)])
-    margins_2 = protocols.nearid_margins(views, negatives, np.array([True, False, False]))
+    margins_2 = peer_metrics.nearid_margins(views, negatives, np.array([True, False, False]))
     np.testing.assert_allclose(margins_2, [1.0, 1.0])
-    result = protocols.nearid_scores([margins_1, margins_2, np.array([])])
+    result = peer_metrics.nearid_scores([margins_1, margins_2, np.array([])])
     assert result["SSR"] == pytest.approx(0.5)  # identity 1 fails on its zero margin
     assert result["pairwise_acc"] == pytest.approx(3 / 4)
     assert result["n_identities"] == 2
@@ -50,14 +50,14 @@ def test_asymmetric_recall_counts_either_direction() -> None:
     b = np.array([[0.6, 0.8], [1.0, 0.0]])
     # a0 -> b: best is b1 (1.0) not b0 (0.6); b0 -> a: a1 (0.96) beats a0 (0.6) -> pair 0 fails both ways.
     # a1 -> b: b0 0.96 > b1 0.8 -> fail; b1 -> a: a0 1.0 > a1 0.8 -> fail.
-    assert protocols.asymmetric_recall_at_k(a, b, ks=(1,))["R@1"] == 0.0
+    assert peer_metrics.asymmetric_recall_at_k(a, b, ks=(1,))["R@1"] == 0.0
     b2 = np.array([[0.6, 0.8], [0.0, 1.0]])
     # pair 1: a1 -> b: b0 (0.96) > b1 (0.6) fails, but b1 -> a: a1 (0.6) > a0 (0.0) succeeds.
     # pair 0: a0 -> b: b0 (0.6) > b1 (0.0) succeeds.
-    assert protocols.asymmetric_recall_at_k(a, b2, ks=(1, 2)) == {"R@1": 1.0, "R@2": 1.0}
+    assert peer_metrics.asymmetric_recall_at_k(a, b2, ks=(1, 2)) == {"R@1": 1.0, "R@2": 1.0}
     a3 = np.array([[1.0, 0.0], [1.0, 0.0]])
     b3 = np.array([[1.0, 0.0], [1.0, 0.0]])
-    assert protocols.asymmetric_recall_at_k(a3, b3, ks=(1,))["R@1"] == 0.0  # full tie: pessimistic
+    assert peer_metrics.asymmetric_recall_at_k(a3, b3, ks=(1,))["R@1"] == 0.0  # full tie: pessimistic
 
 
 def test_average_precision_hand_computed_with_tie() -> None:
@@ -65,9 +65,9 @@ def test_average_precision_hand_computed_with_tie() -> None:
     labels = np.array([1, 1, 0, 1])
     # the tie's two orders, equally likely: 1,1,0,1 -> (1 + 1 + 3/4) / 3; 1,0,1,1 -> (1 + 2/3 + 3/4) / 3
     both_orders = ((1 + 1 + 3 / 4) / 3 + (1 + 2 / 3 + 3 / 4) / 3) / 2
-    assert protocols.average_precision(scores, labels) == pytest.approx(both_orders, abs=1e-12)
+    assert peer_metrics.average_precision(scores, labels) == pytest.approx(both_orders, abs=1e-12)
     # pessimistic order: 0.9(1), 0.8(0), 0.8(1), 0.1(1) -> AP = (1/1 + 2/3 + 3/4) / 3
-    assert protocols.pessimistic_average_precision(scores, labels) == pytest.approx((1 + 2 / 3 + 3 / 4) / 3)
+    assert peer_metrics.pessimistic_average_precision(scores, labels) == pytest.approx((1 + 2 / 3 + 3 / 4) / 3)
 
 
 def test_correlations_match_scipy_and_fisher_z_average() -> None:
@@ -75,11 +75,11 @@ def test_correlations_match_scipy_and_fisher_z_average() -> None:
     human = rng.random(40)
     model = human + 0.3 * rng.random(40)
     model[5] = model[6]  # a tie for Spearman's average ranks
-    single = protocols.correlation_with_humans(model, human)
+    single = peer_metrics.correlation_with_humans(model, human)
     assert single["pearson"] == pytest.approx(stats.pearsonr(model, human)[0], abs=1e-6)
     assert single["spearman"] == pytest.approx(stats.spearmanr(model, human)[0], abs=1e-6)
     groups = ["x"] * 20 + ["y"] * 20
-    grouped = protocols.correlation_with_humans(model, human, groups)
+    grouped = peer_metrics.correlation_with_humans(model, human, groups)
     r_x = stats.pearsonr(model[:20], human[:20])[0]
     r_y = stats.pearsonr(model[20:], human[20:])[0]
     assert grouped["pearson"] == pytest.approx(np.tanh((np.arctanh(r_x) + np.arctanh(r_y)) / 2), abs=1e-6)
@@ -94,38 +94,38 @@ def test_nearid_margin_of_identical_vectors_is_exactly_zero() -> None:
         views = rng.standard_normal((4, 33))
         views /= np.linalg.norm(views, axis=1, keepdims=True)
         collapsed = np.repeat(views[:1], 4, axis=0)
-        margins = protocols.nearid_margins(views, collapsed, np.ones(4, bool), view_embeddings=collapsed)
+        margins = peer_metrics.nearid_margins(views, collapsed, np.ones(4, bool), view_embeddings=collapsed)
         assert (margins == 0).all()
-        assert protocols.nearid_scores([margins]) | {"n_margins": 0} == {
+        assert peer_metrics.nearid_scores([margins]) | {"n_margins": 0} == {
             "SSR": 0.0, "pairwise_acc": 0.0, "n_identities": 1, "n_margins": 0}
 
 
 def test_non_finite_inputs_are_errors_naming_the_item() -> None:
     with pytest.raises(ValueError, match="similarity to A of triplet 1"):
-        protocols.two_afc_accuracy(np.array([0.2, np.nan]), np.array([0.1, 0.1]), np.array([1.0, 0.0]))
+        peer_metrics.two_afc_accuracy(np.array([0.2, np.nan]), np.array([0.1, 0.1]), np.array([1.0, 0.0]))
     with pytest.raises(ValueError, match="label of triplet 0"):
-        protocols.two_afc_accuracy(np.array([0.2]), np.array([0.1]), np.array([np.nan]))
+        peer_metrics.two_afc_accuracy(np.array([0.2]), np.array([0.1]), np.array([np.nan]))
     a = np.eye(3)
     b = a.copy()
     b[2, 0] = np.inf
     with pytest.raises(ValueError, match="embedding b of pair 2"):
-        protocols.asymmetric_recall_at_k(a, b)
+        peer_metrics.asymmetric_recall_at_k(a, b)
     with pytest.raises(ValueError, match="human score of pair 1"):
-        protocols.correlation_with_humans(np.arange(4.0), np.array([1.0, np.nan, 2.0, 3.0]))
+        peer_metrics.correlation_with_humans(np.arange(4.0), np.array([1.0, np.nan, 2.0, 3.0]))
     with pytest.raises(ValueError, match="negative embedding"):
-        protocols.nearid_margins(a, np.full((3, 3), np.nan), np.ones(3, bool))
+        peer_metrics.nearid_margins(a, np.full((3, 3), np.nan), np.ones(3, bool))
 
 
 def test_constant_group_is_nan_counted_and_left_out() -> None:
     model = np.array([0.3, 0.3, 0.3, 0.1, 0.5, 0.9])
     human = np.array([1.0, 2.0, 3.0, 1.0, 2.0, 3.0])
-    result = protocols.correlation_with_humans(model, human, ["flat"] * 3 + ["ok"] * 3)
+    result = peer_metrics.correlation_with_humans(model, human, ["flat"] * 3 + ["ok"] * 3)
     assert result["n_groups"] == 1 and result["n_constant_groups"] == 1 and result["constant_groups"] == ["flat"]
     assert result["spearman"] == pytest.approx(1.0)
-    assert np.isnan(protocols.pearson(model[:3], human[:3]))
-    everything_flat = protocols.correlation_with_humans(np.zeros(4), np.arange(4.0))
+    assert np.isnan(peer_metrics.pearson(model[:3], human[:3]))
+    everything_flat = peer_metrics.correlation_with_humans(np.zeros(4), np.arange(4.0))
     assert np.isnan(everything_flat["spearman"]) and everything_flat["n_constant_groups"] == 1
 
 
 def test_asymmetric_recall_defaults_to_tll_ks() -> None:
-    assert set(protocols.asymmetric_recall_at_k(np.eye(3), np.eye(3))) == {"R@1", "R@5", "R@20"}
+    assert set(peer_metrics.asymmetric_recall_at_k(np.eye(3), np.eye(3))) == {"R@1", "R@5", "R@20"}
