@@ -18,7 +18,7 @@ import pytest
 from vis_embed.errors import DataError
 from vis_embed.gallery import store
 from vis_embed.gallery.store import GalleryIndex, write_index
-from vis_embed.gallery.vectors import l2_normalise
+from vis_embed.vectors.transforms import l2_normalise
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[1]

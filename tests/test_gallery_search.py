@@ -14,7 +14,7 @@ from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation.harness import EvalSettings, Harness
 from vis_embed.gallery.search import build_index, numpy_topk, search
 from vis_embed.gallery.quantized_index import QuantizedIndex
-from vis_embed.gallery.vectors import l2_normalise, truncate
+from vis_embed.vectors.transforms import l2_normalise, truncate
 
 
 def _clustered(rows: int, dim: int, seed: int = 0) -> np.ndarray:

@@ -13,7 +13,7 @@ from vis_embed.errors import ConfigError, DataError
 from vis_embed.gallery.search import numpy_topk
 from vis_embed.gallery.index_choice import FLAT_AUTO_ROWS, resolve_index
 from vis_embed.gallery.store import GalleryIndex, write_index
-from vis_embed.gallery.vectors import l2_normalise
+from vis_embed.vectors.transforms import l2_normalise
 
 
 def _encoded(tmp_path: Path, rows: int = 300, dim: int = 32, seed: int = 0, dtype=np.float32) -> Path:

@@ -17,7 +17,7 @@ from vis_embed.gallery import search
 from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.vectors.index_spec import ALIASES, IndexSpec, bytes_per_vector, check_rescore
 from vis_embed.gallery.store import GalleryIndex, write_index
-from vis_embed.gallery.vectors import l2_normalise, quantize
+from vis_embed.vectors.transforms import l2_normalise, quantize
 
 ROWS, DIM, K = 400, 32, 10
 

@@ -20,7 +20,7 @@ from vis_embed.config import Settings, flag, one_of
 
 # The vocabularies (and their one check) live beside the manifest's schema, which uses them too.
 from vis_embed.vectors.index_spec import check_rescore
-from vis_embed.gallery.options import DIM_HELP
+from vis_embed.vectors.options import DIM_HELP
 from vis_embed.data.eval_protocols import PROTOCOL_NAMES
 from vis_embed.data.eval_options import (  # noqa: F401  (re-exported)
     DEFAULT_INDEX,

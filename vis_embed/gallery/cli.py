@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from vis_embed.vectors.index_spec import STORE_KINDS
-from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, positive_int, seed_int
+from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, seed_int
+from vis_embed.vectors.options import positive_int
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 
