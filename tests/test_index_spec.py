@@ -106,12 +106,12 @@ def test_eval_and_the_store_build_the_same_ivf_pq(tmp_path: Path) -> None:
     (tmp_path / "g.ids.json").write_text(json.dumps({"lines": list(range(1, 2001)), "model": None}))
     settings = write_index(tmp_path / "g.npy", tmp_path / "idx", kind="ivf-pq", memory_gb=1.0)
     stored = GalleryIndex.load(tmp_path / "idx").search(queries, K)
-    in_memory = _searched(search.build_index(gallery, kind="ivf-pq", rescore=settings["rescore"]), queries)
+    in_memory = _searched(search.build_index(gallery, kind="ivf-pq", rescore=settings.rescore), queries)
     np.testing.assert_array_equal(stored[1], in_memory[1])
-    assert settings["bytes_per_vector"] == settings["pq_bytes"] + 8
+    assert settings.bytes_per_vector == settings.pq_bytes + 8
     loaded = GalleryIndex.load(tmp_path / "idx").spec  # what the stored index is, in the same vocabulary
-    assert (loaded.kind, loaded.dims, loaded.rescore, loaded.pq_bytes) == ("ivf-pq", DIM, 4, settings["pq_bytes"])
-    assert loaded.bytes_per_vector == settings["bytes_per_vector"]
+    assert (loaded.kind, loaded.dims, loaded.rescore, loaded.pq_bytes) == ("ivf-pq", DIM, 4, settings.pq_bytes)
+    assert loaded.bytes_per_vector == settings.bytes_per_vector
 
 
 def test_the_store_kinds_are_eval_kinds() -> None:

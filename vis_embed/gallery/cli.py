@@ -38,8 +38,8 @@ def run_index(args: argparse.Namespace) -> int:
     from vis_embed.gallery.store import write_index
 
     settings = write_index(args.embeddings, args.out, kind=args.kind, memory_gb=args.memory, seed=args.seed)
-    print(f"wrote a {settings['kind']} index of {settings['rows']} x {settings['dim']} "
-          f"({settings['bytes_per_vector']} B a vector; {settings['kind_reason']}) to {args.out}")
+    print(f"wrote a {settings.kind} index of {settings.rows} x {settings.dim} "
+          f"({settings.bytes_per_vector} B a vector; {settings.kind_reason}) to {args.out}")
     return 0
 
 
