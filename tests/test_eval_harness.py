@@ -159,7 +159,10 @@ def test_index_options_match_exact_on_a_small_gallery(tmp_path: Path, index: str
     files = make_identity_benchmark(tmp_path / "data")
     exact = _run(FakeEncoder(), _specs(files)[1:], tmp_path / "exact", pictures=False)
     other = _run(FakeEncoder(), _specs(files)[1:], tmp_path / index, pictures=False, index=index)
-    assert other["datasets"]["Gal"]["index"] == index
+    # results.json records the canonical kind, the name asked for beside it, and the whole spec
+    recorded = other["datasets"]["Gal"]
+    assert (recorded["index"], recorded["index_requested"]) == ({"ivf": "ivf-flat", "exact-bf16": "flat"}[index], index)
+    assert recorded["index_spec"]["kind"] == recorded["index"]
     # ivf: 18 items -> a single IVF list, searched exhaustively; exact-bf16 is exact by
     # construction: identical metrics either way.
     assert other["datasets"]["Gal"]["metrics"] == exact["datasets"]["Gal"]["metrics"]

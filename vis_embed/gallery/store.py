@@ -9,10 +9,10 @@ A directory, written atomically (a crash leaves the previous one whole):
 - ``vectors.npy``: the float32 vectors (at the index's width), read memory-mapped to re-rank
   a quantized kind's shortlist (``rescore``; not for ``flat``);
 - ``ids.json``: row i's id (the encode input's ``id``, else its row number);
-- ``index.json``: :class:`~.index_files.IndexSettings`, written and read as that model: kind (requested and chosen, with the reason), rows, width,
-  ``bytes_per_vector``, memory budget, rescore, ivf-pq parameters, and the model that made the
-  vectors (name, adapter, fingerprint, embedding config) so queries of another model or width
-  are refused.
+- ``index.json``: :class:`~.index_files.IndexSettings`, written and read as that model: kind
+  (requested and chosen, with the reason), rows, width, ``bytes_per_vector``, memory budget,
+  rescore, ivf-pq parameters, and the model that made the vectors (name, adapter, fingerprint,
+  embedding config) so queries of another model or width are refused.
 
 The kinds, their byte counts and the rescore rule are :mod:`.index_spec`'s; ``auto`` (by size
 and the memory budget) is chosen by :func:`vis_embed.gallery.index_choice.resolve_index` and
@@ -39,7 +39,7 @@ from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE,
                                            BuildReplaced, IndexSettings, check_finite, file_size, first_duplicate,
                                            mapped_vectors, missing, needed_files, opened_build, read_ids,
                                            read_settings)
-from vis_embed.vectors.index_spec import DEFAULT_RESCORE, RESCORED_KINDS, STORE_KINDS, IndexSpec, check_rescore
+from vis_embed.vectors.index_spec import DEFAULT_RESCORE, STORE_KINDS, IndexSpec, check_index_name, check_rescore
 from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.vectors.transforms import check_dim, l2_normalise
 from vis_embed.io import atomic_directory, atomic_write_json
@@ -121,13 +121,12 @@ def _float_parts(codes: Any, kind: str) -> list[np.ndarray]:
 def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: float | None = None,
                 seed: int = 0) -> IndexSettings:
     """Build the index of ``embeddings`` (an encode output) into ``out``; returns its index.json."""
-    if kind not in STORE_KINDS:
-        raise ConfigError(f"--kind: unknown index kind {kind!r} (known: {', '.join(STORE_KINDS)})")
+    check_index_name(kind, STORE_KINDS, "--kind")
     vectors, alignment = read_embeddings(Path(embeddings))
     rows, dim = vectors.shape
     budget = memory_budget_bytes(memory_gb)
     choice = resolve_index(kind, dim, rows, budget)
-    spec = choice.spec.model_copy(update={"rescore": DEFAULT_RESCORE if choice.spec.kind in RESCORED_KINDS else 0})
+    spec = choice.spec.model_copy(update={"rescore": DEFAULT_RESCORE if choice.spec.takes_rescore else 0})
     index = build_index(vectors, spec, seed=seed)
     ids = unique_ids(alignment.get("ids") or [None] * rows, Path(embeddings))
     settings = IndexSettings(
