@@ -34,6 +34,7 @@ import faiss  # noqa: E402  (after the OpenMP setting)
 import numpy as np  # noqa: E402
 
 from vis_embed.gallery.search import Bf16ShortlistIndex, build_index, numpy_topk, resolve_index, search
+from vis_embed.vectors.index_spec import IndexSpec
 
 
 def rss_bytes() -> int:
@@ -103,7 +104,7 @@ def main() -> None:
           f"faiss {faiss.__version__} ({faiss.omp_get_max_threads()} threads), numpy {np.__version__}")
     print(f"gallery {args.gallery_size:,} x {args.dim}, queries {args.queries:,}, top-{args.k}")
     choice = resolve_index("auto", args.dim)  # what `--index auto` (the default) runs on this machine
-    print(f"--index auto on this machine: {choice.kind} ({choice.reason})")
+    print(f"--index auto on this machine: {choice.spec.recorded()} ({choice.reason})")
     setup: dict[str, float] = {}
     with peak_rss(setup):
         gallery = random_unit_rows(args.gallery_size, args.dim, args.seed)
@@ -153,7 +154,7 @@ def main() -> None:
     if args.ivf_nlist:
         ivf_stats: dict[str, float] = {}
         with peak_rss(ivf_stats):
-            index = build_index(gallery, kind="ivf", nlist=args.ivf_nlist, nprobe=args.ivf_nprobe or None)
+            index = build_index(gallery, IndexSpec.named("ivf", nlist=args.ivf_nlist, nprobe=args.ivf_nprobe or None))
             built = time.perf_counter()
             _, ivf_ids = search(index, queries, args.k)
             search_seconds = time.perf_counter() - built

@@ -264,7 +264,7 @@ def index_race(scratch: Path, loads: int) -> Row:
                 errors += 1
                 continue
             by_ids, by_vectors = index.ids[0][0], "AB"[int(np.argmax(index.searcher.vectors[0]))]
-            by_record = Path(index.settings["embeddings"]).stem
+            by_record = Path(index.settings.embeddings).stem
             mixed += len({by_ids, by_vectors, by_record}) != 1
             seen.add(by_ids)
     finally:

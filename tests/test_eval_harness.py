@@ -13,7 +13,7 @@ from eval_fakes import FakeEncoder, make_identity_benchmark, write_image, write_
 from PIL import Image
 
 from vis_embed.errors import DataError
-from vis_embed.evaluation import plots, protocols
+from vis_embed.evaluation import peer_metrics, plots
 from vis_embed.evaluation.harness import EvalSettings, Harness
 from vis_embed.data import EvalDatasetSpec as DatasetSpec
 
@@ -159,7 +159,10 @@ def test_index_options_match_exact_on_a_small_gallery(tmp_path: Path, index: str
     files = make_identity_benchmark(tmp_path / "data")
     exact = _run(FakeEncoder(), _specs(files)[1:], tmp_path / "exact", pictures=False)
     other = _run(FakeEncoder(), _specs(files)[1:], tmp_path / index, pictures=False, index=index)
-    assert other["datasets"]["Gal"]["index"] == index
+    # results.json records the canonical kind, the name asked for beside it, and the whole spec
+    recorded = other["datasets"]["Gal"]
+    assert (recorded["index"], recorded["index_requested"]) == ({"ivf": "ivf-flat", "exact-bf16": "flat"}[index], index)
+    assert recorded["index_spec"]["kind"] == recorded["index"]
     # ivf: 18 items -> a single IVF list, searched exhaustively; exact-bf16 is exact by
     # construction: identical metrics either way.
     assert other["datasets"]["Gal"]["metrics"] == exact["datasets"]["Gal"]["metrics"]
@@ -227,14 +230,15 @@ def test_peer_protocol_layouts_match_the_protocol_functions(tmp_path: Path) -> N
     got = {name: entry["metrics"] for name, entry in results["datasets"].items()}
 
     cos = lambda x, y: float(emb(x) @ emb(y))  # noqa: E731
-    expected_afc = protocols.two_afc_accuracy(
+    expected_afc = peer_metrics.two_afc_accuracy(
         np.array([cos("red_0.png", "red_1.png"), cos("blue_0.png", "red_1.png")]),
         np.array([cos("red_0.png", "blue_1.png"), cos("blue_0.png", "blue_1.png")]), np.array([0.9, 1.0]))
     assert got["AFC"]["2AFC"] == pytest.approx(100 * expected_afc.mean())
     assert got["AFC"]["2AFC_CI95_low"] <= got["AFC"]["2AFC"] <= got["AFC"]["2AFC_CI95_high"]
     views = np.stack([emb(f"red_{v}.png") for v in range(3)])
     negatives = np.stack([emb("yellow_0.png"), np.zeros_like(views[0]), emb("blue_0.png")])
-    expected_nearid = protocols.nearid_scores([protocols.nearid_margins(views, negatives, np.array([1, 0, 1], bool))])
+    margins = peer_metrics.nearid_margins(views, negatives, np.array([1, 0, 1], bool))
+    expected_nearid = peer_metrics.nearid_scores([margins])
     assert got["NearID"]["SSR"] == pytest.approx(100 * expected_nearid["SSR"])
     assert got["NearID"]["pairwise_acc"] == pytest.approx(100 * expected_nearid["pairwise_acc"])
     assert got["NearID"]["n_margins"] == 4
@@ -242,11 +246,11 @@ def test_peer_protocol_layouts_match_the_protocol_functions(tmp_path: Path) -> N
     a = np.stack([emb(r["a"]) for r in rows])
     b = np.stack([emb(r["b"]) for r in rows])
     sims = np.einsum("nd,nd->n", a, b)
-    assert got["TLL"]["R@1"] == pytest.approx(100 * protocols.asymmetric_recall_at_k(a, b, ks=(1,))["R@1"])
+    assert got["TLL"]["R@1"] == pytest.approx(100 * peer_metrics.asymmetric_recall_at_k(a, b, ks=(1,))["R@1"])
     labels = np.array([r["label"] for r in rows])
-    assert got["AP"]["AP"] == pytest.approx(100 * protocols.average_precision(sims, labels))
+    assert got["AP"]["AP"] == pytest.approx(100 * peer_metrics.average_precision(sims, labels))
     assert got["Corr"]["spearman"] == pytest.approx(
-        100 * protocols.spearman(sims, np.array([r["score"] for r in rows])))
+        100 * peer_metrics.spearman(sims, np.array([r["score"] for r in rows])))
     assert results["groups"] == {}  # protocol scores are not mixed into P@1 groups
 
 

@@ -18,7 +18,7 @@ import pytest
 from vis_embed.errors import DataError
 from vis_embed.gallery import store
 from vis_embed.gallery.store import GalleryIndex, write_index
-from vis_embed.gallery.vectors import l2_normalise
+from vis_embed.vectors.transforms import l2_normalise
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +164,7 @@ def _race(tmp_path: Path, loads: int) -> tuple[int, int]:
         for _ in range(loads):
             index = GalleryIndex.load(out)
             by_ids = index.ids[0][0]
-            by_record = Path(index.settings["embeddings"]).stem
+            by_record = Path(index.settings.embeddings).stem
             by_vectors = "AB"[int(np.argmax(index.searcher.vectors[0]))]
             by_codes = {128: "A", 64: "B"}.get(int(index.searcher.codes.reconstruct(0)[0]))  # the sign bits
             mixed += len({by_ids, by_record, by_vectors, by_codes}) != 1

@@ -14,7 +14,8 @@ from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation.harness import EvalSettings, Harness
 from vis_embed.gallery.search import build_index, numpy_topk, search
 from vis_embed.gallery.quantized_index import QuantizedIndex
-from vis_embed.gallery.vectors import l2_normalise, truncate
+from vis_embed.vectors.transforms import l2_normalise, truncate
+from vis_embed.vectors.index_spec import IndexSpec
 
 
 def _clustered(rows: int, dim: int, seed: int = 0) -> np.ndarray:
@@ -35,7 +36,7 @@ def test_binary_scores_are_the_cosine_of_the_sign_vectors() -> None:
 @pytest.mark.parametrize("kind", ["binary", "int8"])
 def test_a_rescore_covering_the_gallery_is_exact(kind: str) -> None:
     gallery, queries = _clustered(60, 24), _clustered(7, 24, seed=2)
-    scores, ids = search(build_index(gallery, kind, rescore=60), queries, 5)
+    scores, ids = search(build_index(gallery, IndexSpec.named(kind, rescore=60)), queries, 5)
     exact_scores, exact_ids = numpy_topk(queries, gallery, 5)
     np.testing.assert_array_equal(ids, exact_ids)
     np.testing.assert_allclose(scores, exact_scores, rtol=1e-5)

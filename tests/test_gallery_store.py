@@ -13,7 +13,7 @@ from vis_embed.errors import ConfigError, DataError
 from vis_embed.gallery.search import numpy_topk
 from vis_embed.gallery.index_choice import FLAT_AUTO_ROWS, resolve_index
 from vis_embed.gallery.store import GalleryIndex, write_index
-from vis_embed.gallery.vectors import l2_normalise
+from vis_embed.vectors.transforms import l2_normalise
 
 
 def _encoded(tmp_path: Path, rows: int = 300, dim: int = 32, seed: int = 0, dtype=np.float32) -> Path:
@@ -59,7 +59,7 @@ def test_a_named_kind_over_budget_is_refused() -> None:
 def test_an_index_with_a_covering_rescore_finds_the_exact_top_k(tmp_path: Path, kind: str) -> None:
     embeddings = _encoded(tmp_path)
     settings = write_index(embeddings, tmp_path / "idx", kind=kind)
-    assert settings["kind"] == kind and settings["rows"] == 300 and settings["model"]["fingerprint"] == "fp-m"
+    assert settings.kind == kind and settings.rows == 300 and settings.fingerprint == "fp-m"
     index = GalleryIndex.load(tmp_path / "idx", rescore=None if kind == "flat" else 300)
     queries = np.load(embeddings)[:10] + 0.01
     scores, rows = index.search(queries, 5)
@@ -70,13 +70,47 @@ def test_an_index_with_a_covering_rescore_finds_the_exact_top_k(tmp_path: Path, 
 def test_ivf_pq_recalls_most_neighbours(tmp_path: Path) -> None:
     embeddings = _encoded(tmp_path, rows=2000)
     settings = write_index(embeddings, tmp_path / "idx", kind="ivf-pq")
-    assert settings["bytes_per_vector"] == settings["pq_bytes"] + 8
+    assert settings.bytes_per_vector == settings.pq_bytes + 8
     index = GalleryIndex.load(tmp_path / "idx")
     gallery = np.load(embeddings)
     _scores, rows = index.search(gallery[:50], 10)
     exact = numpy_topk(gallery[:50], gallery, 10)[1]
     recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(rows, exact)])
     assert recall >= 0.8
+
+
+def test_index_json_is_written_and_read_as_index_settings(tmp_path: Path) -> None:
+    """index.json holds the keys it always held (none dropped), and loads back as IndexSettings."""
+    settings = write_index(_encoded(tmp_path, rows=2000), tmp_path / "idx", kind="ivf-pq")
+    written = json.loads((tmp_path / "idx" / "index.json").read_text())
+    assert set(written) == {"format_version", "kind", "kind_requested", "kind_reason", "rows", "dim",
+                            "bytes_per_vector", "memory_budget_gb", "memory_given", "rescore", "nlist", "nprobe",
+                            "pq_bytes", "pq_bits", "embeddings", "model", "embedding_config"}
+    loaded = GalleryIndex.load(tmp_path / "idx").settings
+    assert loaded == settings and loaded.as_json() == written
+    flat = write_index(_encoded(tmp_path), tmp_path / "flat", kind="flat").as_json()
+    assert "nlist" not in flat and flat["model"]["fingerprint"] == "fp-m"
+
+
+@pytest.mark.parametrize("shape", ["first", "minimal"])
+def test_an_index_json_of_the_old_shape_loads(tmp_path: Path, shape: str) -> None:
+    """An index.json as the first writer wrote it (a raw dict, no model recorded) or with only the
+    required keys, plus a key a newer writer might add: it loads, searches and keeps the extra key."""
+    embeddings = _encoded(tmp_path)
+    write_index(embeddings, tmp_path / "idx", kind="binary")
+    path = tmp_path / "idx" / "index.json"
+    first = {"format_version": 1, "kind": "binary", "kind_requested": "binary", "kind_reason": "requested",
+             "rows": 300, "dim": 32, "bytes_per_vector": 4, "memory_budget_gb": 8.0, "memory_given": False,
+             "rescore": 4, "embeddings": str(embeddings), "model": None, "embedding_config": None}
+    old = first if shape == "first" else {key: first[key] for key in ("format_version", "kind", "rows", "dim")}
+    path.write_text(json.dumps({**old, "added_later": [1, 2]}))
+    with pytest.raises(DataError, match="no model fingerprint"):
+        GalleryIndex.load(tmp_path / "idx").require_model()
+    index = GalleryIndex.load(tmp_path / "idx")
+    index.check_queries("fp-other", 32, allow_any_model=True)
+    assert index.settings.fingerprint is None and index.settings.model_extra == {"added_later": [1, 2]}
+    assert index.rescore == (4 if shape == "first" else 0) and index.spec.kind == "binary"
+    assert index.search(np.load(embeddings)[:2], 3)[1].shape == (2, 3)
 
 
 def test_a_rebuild_replaces_the_directory_whole(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""vectors/transforms.py (also imported as gallery.vectors): Matryoshka truncation and
+"""vectors/transforms.py: Matryoshka truncation and
 sentence-transformers' quantization semantics; `vis-embed encode --dim/--precision/--ranges`."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from vis_embed.cli import main
 from vis_embed.errors import DataError
-from vis_embed.gallery.vectors import bytes_per_vector, calibration_ranges, check_dim, quantize, truncate
+from vis_embed.vectors.transforms import bytes_per_vector, calibration_ranges, check_dim, quantize, truncate
 
 
 def _unit(rows: int, dim: int, seed: int = 0) -> np.ndarray:
@@ -140,13 +140,3 @@ def test_a_failed_int8_write_keeps_the_previous_matrix_and_its_ranges(tmp_path: 
     np.testing.assert_array_equal(np.load(tmp_path / "g.npy"), matrix)
     np.testing.assert_array_equal(np.load(tmp_path / "g.ranges.npy"), ranges)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
-
-
-def test_the_earlier_import_path_is_the_same_module_content() -> None:
-    """``vis_embed.gallery.vectors`` (documented in docs/galleries.md) re-exports the vectors' own module."""
-    import vis_embed.gallery.vectors as earlier
-    import vis_embed.vectors.transforms as transforms
-
-    public = [name for name in vars(transforms) if not name.startswith("_") and callable(getattr(transforms, name))
-              and getattr(getattr(transforms, name), "__module__", "") == transforms.__name__]
-    assert public and all(getattr(earlier, name) is getattr(transforms, name) for name in public)

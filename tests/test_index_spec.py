@@ -11,13 +11,13 @@ import faiss
 import numpy as np
 import pytest
 
-from vis_embed.data.eval_options import INDEX_KINDS, DatasetOptions
+from vis_embed.data.eval_options import DatasetOptions
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.gallery import search
 from vis_embed.evaluation.settings import EvalSettings
-from vis_embed.vectors.index_spec import ALIASES, IndexSpec, bytes_per_vector, check_rescore
+from vis_embed.vectors.index_spec import ALIASES, INDEX_NAMES, IndexSpec, bytes_per_vector, check_rescore
 from vis_embed.gallery.store import GalleryIndex, write_index
-from vis_embed.gallery.vectors import l2_normalise, quantize
+from vis_embed.vectors.transforms import l2_normalise, quantize
 
 ROWS, DIM, K = 400, 32, 10
 
@@ -55,7 +55,7 @@ def _earlier_binary(gallery: np.ndarray, queries: np.ndarray) -> tuple[np.ndarra
 
 
 def test_every_earlier_name_is_an_alias_of_one_spec() -> None:
-    assert set(ALIASES) | {"auto", "binary", "int8"} <= set(INDEX_KINDS)  # every earlier name still accepted
+    assert set(ALIASES) | {"auto", "binary", "int8"} <= set(INDEX_NAMES)  # every earlier name still accepted
     assert IndexSpec.named("exact") == IndexSpec(kind="flat")
     assert IndexSpec.named("exact-bf16") == IndexSpec(kind="flat", precision="bfloat16")
     assert IndexSpec.named("exact-gpu") == IndexSpec(kind="flat", device="gpu")
@@ -70,11 +70,11 @@ def test_earlier_names_search_exactly_as_before() -> None:
     before = {"exact": _searched(flat, queries), "ivf": _searched(_earlier_ivf(gallery), queries),
               "binary": _earlier_binary(gallery, queries)}
     for name, (scores, ids) in before.items():
-        now_scores, now_ids = _searched(search.build_index(gallery, kind=name), queries)
+        now_scores, now_ids = _searched(search.build_index(gallery, IndexSpec.named(name)), queries)
         np.testing.assert_array_equal(now_ids, ids, err_msg=name)
         np.testing.assert_allclose(now_scores, scores, rtol=1e-6, atol=1e-6, err_msg=name)
     # exact-bf16 finds the exact top-k (its scores are the exact float32 re-rank's)
-    bf16_ids = _searched(search.build_index(gallery, kind="exact-bf16"), queries)[1]
+    bf16_ids = _searched(search.build_index(gallery, IndexSpec.named("exact-bf16")), queries)[1]
     np.testing.assert_array_equal(bf16_ids, before["exact"][1])
 
 
@@ -86,7 +86,7 @@ def test_exact_gpu_is_the_torch_exact_index(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(search, "TorchExactIndex", OnCpu)
     gallery, queries = _gallery()
-    index = search.build_index(gallery, kind="exact-gpu")
+    index = search.build_index(gallery, IndexSpec.named("exact-gpu"))
     assert isinstance(index, OnCpu)
     np.testing.assert_array_equal(_searched(index, queries)[1], search.numpy_topk(queries, gallery, K)[1])
 
@@ -94,8 +94,8 @@ def test_exact_gpu_is_the_torch_exact_index(monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.parametrize("alias, kind", [("exact", "flat"), ("ivf", "ivf-flat")])
 def test_an_alias_and_its_kind_search_alike(alias: str, kind: str) -> None:
     gallery, queries = _gallery()
-    for got, want in zip(_searched(search.build_index(gallery, kind=alias), queries),
-                         _searched(search.build_index(gallery, kind=kind), queries)):
+    for got, want in zip(_searched(search.build_index(gallery, IndexSpec.named(alias)), queries),
+                         _searched(search.build_index(gallery, IndexSpec.named(kind)), queries)):
         np.testing.assert_array_equal(got, want)
 
 
@@ -106,12 +106,12 @@ def test_eval_and_the_store_build_the_same_ivf_pq(tmp_path: Path) -> None:
     (tmp_path / "g.ids.json").write_text(json.dumps({"lines": list(range(1, 2001)), "model": None}))
     settings = write_index(tmp_path / "g.npy", tmp_path / "idx", kind="ivf-pq", memory_gb=1.0)
     stored = GalleryIndex.load(tmp_path / "idx").search(queries, K)
-    in_memory = _searched(search.build_index(gallery, kind="ivf-pq", rescore=settings["rescore"]), queries)
+    in_memory = _searched(search.build_index(gallery, IndexSpec.named("ivf-pq", rescore=settings.rescore)), queries)
     np.testing.assert_array_equal(stored[1], in_memory[1])
-    assert settings["bytes_per_vector"] == settings["pq_bytes"] + 8
+    assert settings.bytes_per_vector == settings.pq_bytes + 8
     loaded = GalleryIndex.load(tmp_path / "idx").spec  # what the stored index is, in the same vocabulary
-    assert (loaded.kind, loaded.dims, loaded.rescore, loaded.pq_bytes) == ("ivf-pq", DIM, 4, settings["pq_bytes"])
-    assert loaded.bytes_per_vector == settings["bytes_per_vector"]
+    assert (loaded.kind, loaded.dims, loaded.rescore, loaded.pq_bytes) == ("ivf-pq", DIM, 4, settings.pq_bytes)
+    assert loaded.bytes_per_vector == settings.bytes_per_vector
 
 
 def test_the_store_kinds_are_eval_kinds() -> None:
@@ -145,3 +145,32 @@ def test_the_rescore_rule_and_the_spec_bounds() -> None:
         IndexSpec(kind="ivf-flat", nlist=0)
     with pytest.raises(ConfigError, match="unknown index kind 'hnsw'"):
         IndexSpec.named("hnsw")
+
+
+def test_the_settings_parse_index_and_rescore_into_one_spec() -> None:
+    """--index / --rescore are checked once (index_spec's vocabulary and rescore rule) and handed
+    on as one IndexSpec; an alias parses to its canonical spec."""
+    assert EvalSettings(index="exact-bf16").index_spec == IndexSpec(kind="flat", precision="bfloat16")
+    assert EvalSettings(index="binary", rescore=4).index_spec == IndexSpec(kind="binary", rescore=4)
+    assert EvalSettings().index_spec == IndexSpec()  # auto
+    with pytest.raises(DataError, match="field 'index': unknown index kind 'hnsw'"):
+        EvalSettings(index="hnsw")
+
+
+@pytest.mark.parametrize("dataset, expected", [
+    (None, IndexSpec(kind="binary", rescore=4)),          # the run's spec, whole
+    ("int8", IndexSpec(kind="int8", rescore=4)),          # a code kind re-ranks at the run's rescore
+    ("flat", IndexSpec(kind="flat")),                     # a float kind has nothing to re-rank
+    ("exact-gpu", IndexSpec(kind="flat", device="gpu")),
+])
+def test_a_datasets_index_option_is_its_own_spec(dataset: str | None, expected: IndexSpec) -> None:
+    options = DatasetOptions.from_values({} if dataset is None else {"index": dataset}, "D")
+    assert options.index_spec(IndexSpec(kind="binary", rescore=4)) == expected
+    assert options.as_dict() == ({} if dataset is None else {"index": dataset})  # as the manifest gave it
+
+
+def test_an_earlier_results_json_index_value_still_names_its_spec() -> None:
+    """results.json's ``index`` was the alias that ran (exact, exact-bf16, exact-gpu, ivf); it now
+    records the canonical kind (and ``index_spec``).  An earlier file's value still parses."""
+    assert {name: IndexSpec.named(name).kind for name in ALIASES} == {
+        "exact": "flat", "exact-bf16": "flat", "exact-gpu": "flat", "ivf": "ivf-flat"}

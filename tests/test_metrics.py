@@ -10,6 +10,7 @@ import pytest
 
 from vis_embed.evaluation import metrics
 from vis_embed.gallery import search
+from vis_embed.vectors.index_spec import IndexSpec
 
 
 def test_single_positive_ranked_third() -> None:
@@ -121,7 +122,7 @@ def test_empty_gallery_and_no_positive_are_errors() -> None:
     with pytest.raises(ValueError, match="empty"):
         metrics.ranked_relevance(np.array([]), np.array([], dtype=bool))
     with pytest.raises(ValueError, match="empty gallery"):
-        search.build_index(np.zeros((0, 8), dtype=np.float32))
+        search.build_index(np.zeros((0, 8), dtype=np.float32), IndexSpec())
     with pytest.raises(ValueError, match="no positive"):
         metrics.query_metrics(np.array([False, False]))
     with pytest.raises(ValueError, match="NaN"):
@@ -149,7 +150,8 @@ def test_faiss_exact_equals_numpy_bruteforce(n_gallery: int, k: int) -> None:
     gallery = rng.standard_normal((n_gallery, 32)).astype(np.float32)
     gallery /= np.linalg.norm(gallery, axis=1, keepdims=True)
     queries = rng.standard_normal((50, 32)).astype(np.float32)
-    faiss_scores, faiss_ids = search.search(search.build_index(gallery), queries, k, batch_size=16)
+    exact = search.build_index(gallery, IndexSpec.named("exact"))
+    faiss_scores, faiss_ids = search.search(exact, queries, k, batch_size=16)
     numpy_scores, numpy_ids = search.numpy_topk(queries, gallery, k, query_chunk=7, gallery_chunk=100)
     full = queries @ gallery.T
     expected_ids = np.argsort(-full, axis=1)[:, :min(k, n_gallery)]
@@ -162,9 +164,9 @@ def test_ivf_probing_every_list_is_exact() -> None:
     rng = np.random.default_rng(1)
     gallery = rng.standard_normal((2000, 16)).astype(np.float32)
     queries = rng.standard_normal((20, 16)).astype(np.float32)
-    index = search.build_index(gallery, kind="ivf", nlist=8, nprobe=8)
+    index = search.build_index(gallery, IndexSpec.named("ivf", nlist=8, nprobe=8))
     _, ids = search.search(index, queries, 5)
     _, exact_ids = search.numpy_topk(queries, gallery, 5)
     assert np.array_equal(ids, exact_ids)
     with pytest.raises(ValueError, match="unknown index"):
-        search.build_index(gallery, kind="hnsw")
+        IndexSpec.named("hnsw")

@@ -59,11 +59,12 @@ def _source(node: ast.AST) -> str:
 # ------------------------------------------------------------------ the rules, one module each
 def test_one_index_stack() -> None:
     """vectors/index_spec.py holds the index vocabulary and its rules (bytes per vector, which kinds
-    re-rank, the IVF list and probe counts); evaluation/index_choice.resolve_index is the one
-    chooser (``auto`` with or without a memory budget) and evaluation/search.build_index the one
+    re-rank, the IVF list and probe counts, and the one check of an index name); gallery/index_choice.resolve_index
+    is the one chooser (``auto`` with or without a memory budget) and gallery/search.build_index the one
     factory: eval, ``vis-embed index``, ``search`` and the server's store call them."""
     spec = "vis_embed/vectors/index_spec.py"
-    for rule in ("bytes_per_vector", "check_rescore", "ivf_lists", "default_nprobe", "pq_bytes_for", "IndexSpec"):
+    for rule in ("bytes_per_vector", "check_rescore", "ivf_lists", "default_nprobe", "pq_bytes_for", "IndexSpec",
+                 "check_index_name"):
         assert _where(_definition(rule)) == {spec}, rule
     # no other byte count: no second function computing bytes per vector, no other IVF formula
     assert _where(lambda node: isinstance(node, ast.FunctionDef) and "bytes_per_vector" in node.name
@@ -82,6 +83,17 @@ def test_one_index_stack() -> None:
     assert _where(_call_of("resolve_index")) >= {"vis_embed/evaluation/gallery_ranking.py",
                                                  "vis_embed/gallery/store.py", "vis_embed/gallery/search.py"}
     assert _where(_name("FLAT_AUTO_ROWS")) == {"vis_embed/gallery/index_choice.py"}
+    # one check of a name: only index_spec asks whether a name is in the vocabulary (the
+    # settings, a manifest's options and `vis-embed index --kind` call check_index_name)
+    asks_membership = _where(lambda node: isinstance(node, ast.Compare) and any(
+        isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) and any(
+        _source(c) in ("INDEX_NAMES", "STORE_KINDS", "STORED_KINDS", "ALIASES") for c in node.comparators))
+    assert asks_membership <= {spec}
+    assert _where(_call_of("check_index_name")) == {spec, "vis_embed/data/eval_options.py",
+                                                    "vis_embed/gallery/store.py"}
+    # the factory takes a spec: no call passes it a kind name or loose build parameters
+    assert _where(lambda node: _call_of("build_index")(node) and any(  # type: ignore[attr-defined]
+        keyword.arg in ("kind", "nlist", "nprobe", "rescore") for keyword in node.keywords)) == set()  # type: ignore[attr-defined]
     # one vocabulary: the kind names are spelled as a tuple in index_spec only
     vocabularies = _where(lambda node: isinstance(node, ast.Tuple) and {"flat", "ivf-pq"} <= {
         element.value for element in node.elts if isinstance(element, ast.Constant)})

@@ -22,6 +22,7 @@ from vis_embed.errors import DataError
 from vis_embed.evaluation import peer_metrics
 from vis_embed.gallery import search
 from vis_embed.evaluation.harness import EvalSettings, Harness
+from vis_embed.vectors.index_spec import IndexSpec
 
 NAMES = list(COLOURS)
 DIM = 12
@@ -245,8 +246,8 @@ def test_nan_is_an_error_on_every_index_kind(kind: str) -> None:
     bad = gallery.copy()
     bad[7, 3] = np.nan
     with pytest.raises(ValueError, match="gallery row 7 is NaN"):
-        search.build_index(bad, kind=kind)
-    index = search.build_index(gallery, kind=kind)
+        search.build_index(bad, IndexSpec.named(kind))
+    index = search.build_index(gallery, IndexSpec.named(kind))
     queries = gallery[:3].copy()
     queries[1, 0] = np.inf
     with pytest.raises(ValueError, match="queries row 1 is NaN or infinite"):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from vis_embed.gallery import index_choice, search
+from vis_embed.vectors.index_spec import IndexSpec
 
 
 @pytest.fixture
@@ -43,7 +44,8 @@ def test_auto_picks_the_fastest_exact_kind_for_the_hardware(machine, gpu, flags,
                                                             calibrated) -> None:
     calibrations = machine(gpu=gpu, flags=flags, bf16_faster=bf16_faster)
     choice = search.resolve_index("auto", 64)
-    assert choice.kind == expected
+    assert choice.spec == IndexSpec.named(expected, dims=64)  # canonical: flat, at its precision / device
+    assert choice.kind == "flat"
     assert choice.reason
     assert calibrations == ([64] if calibrated else [])
 
@@ -51,7 +53,7 @@ def test_auto_picks_the_fastest_exact_kind_for_the_hardware(machine, gpu, flags,
 def test_a_named_kind_is_never_replaced(machine) -> None:
     machine(gpu=True, flags=("amx_bf16",))
     for kind in ("exact", "exact-bf16", "ivf"):
-        assert search.resolve_index(kind, 64).kind == kind
+        assert search.resolve_index(kind, 64).spec == IndexSpec.named(kind, dims=64)
 
 
 def test_the_decision_is_made_once_per_width(machine) -> None:
@@ -69,7 +71,7 @@ def test_bf16_is_not_chosen_where_the_product_cannot_be_certified(machine, monke
         raise RuntimeError("partial sums are rounded")
 
     monkeypatch.setattr(index_choice, "check_bf16_products", refuse)
-    assert search.resolve_index("auto", 64).kind == "exact"
+    assert search.resolve_index("auto", 64).spec == IndexSpec(kind="flat", dims=64)
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path) -> None:
@@ -86,7 +88,7 @@ def test_build_index_auto_builds_the_chosen_kind_and_stays_exact(machine, flags,
     rng = np.random.default_rng(0)
     gallery = rng.standard_normal((500, 24)).astype(np.float32)
     queries = rng.standard_normal((20, 24)).astype(np.float32)
-    index = search.build_index(gallery, kind="auto")
+    index = search.build_index(gallery, IndexSpec())
     assert isinstance(index, search.Bf16ShortlistIndex) == (kind == "exact-bf16")
     scores, ids = search.search(index, queries, 5)
     expected_scores, expected_ids = search.numpy_topk(queries, gallery, 5)
@@ -106,9 +108,11 @@ def test_torch_index_equals_numpy(machine) -> None:
     np.testing.assert_allclose(scores, expected_scores, rtol=0, atol=1e-5)
 
 
-def test_unknown_kind_is_refused() -> None:
+def test_unknown_kind_is_refused_and_the_factory_takes_a_spec_only() -> None:
     with pytest.raises(ValueError, match="unknown index kind 'fast'"):
-        search.build_index(np.ones((3, 4), dtype=np.float32), kind="fast")
+        IndexSpec.named("fast")
+    with pytest.raises(TypeError, match="IndexSpec.named"):
+        search.build_index(np.ones((3, 4), dtype=np.float32), "exact")  # type: ignore[arg-type]
 
 
 def _gallery_spec(tmp_path, **options):
@@ -136,10 +140,11 @@ def test_results_json_records_the_kind_auto_chose(machine, tmp_path, flags, kind
     spec = _gallery_spec(tmp_path)
     results = _evaluate(spec, tmp_path / "out")  # auto is the default
     written = json.loads((tmp_path / "out" / "results.json").read_text())["datasets"]["Gal"]
-    assert written["index"] == kind and written["index_requested"] == "auto"
+    assert written["index"] == "flat" and written["index_requested"] == "auto"  # canonical kind recorded
+    assert written["index_spec"] == IndexSpec.named(kind, dims=written["dim"]).recorded()
     assert written["index_reason"] == search.resolve_index("auto", 8).reason
     named = _evaluate(spec, tmp_path / "named", index="exact")["datasets"]["Gal"]
-    assert named["index"] == "exact" and named["index_requested"] == "exact"
+    assert named["index"] == "flat" and named["index_requested"] == "exact"  # the alias asked for, kept
     assert results["datasets"]["Gal"]["metrics"] == named["metrics"]  # both exact
 
 
@@ -147,4 +152,5 @@ def test_manifest_option_auto_is_resolved_too(machine, tmp_path) -> None:
     machine(flags=("amx_bf16",))
     spec = _gallery_spec(tmp_path, index="auto")
     result = _evaluate(spec, tmp_path / "out", index="exact")["datasets"]["Gal"]
-    assert result["index"] == "exact-bf16" and result["index_requested"] == "auto"
+    assert result["index"] == "flat" and result["index_requested"] == "auto"
+    assert result["index_spec"]["precision"] == "bfloat16"

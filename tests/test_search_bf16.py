@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from vis_embed.gallery import search
+from vis_embed.vectors.index_spec import IndexSpec
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -42,8 +43,8 @@ def test_equals_brute_force(n_gallery: int, k: int, gallery_chunk: int, shortlis
 def test_build_index_kind_and_faiss_agree() -> None:
     rng = np.random.default_rng(3)
     gallery, queries = unit_rows(rng, 2000, 32), unit_rows(rng, 40, 32)
-    bf16_scores, bf16_ids = search.search(search.build_index(gallery, kind="exact-bf16"), queries, 10)
-    faiss_scores, faiss_ids = search.search(search.build_index(gallery, kind="exact"), queries, 10)
+    bf16_scores, bf16_ids = search.search(search.build_index(gallery, IndexSpec.named("exact-bf16")), queries, 10)
+    faiss_scores, faiss_ids = search.search(search.build_index(gallery, IndexSpec.named("exact")), queries, 10)
     assert np.array_equal(bf16_ids, faiss_ids)
     np.testing.assert_allclose(bf16_scores, faiss_scores, atol=1e-6)
 

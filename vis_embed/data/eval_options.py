@@ -17,13 +17,12 @@ from typing import Any
 
 from pydantic import ConfigDict, PositiveInt, field_validator
 
-from vis_embed.config import Settings, dotted_field, member_of, one_of, validated
-from vis_embed.errors import DataError
-from vis_embed.vectors.index_spec import AUTO, INDEX_NAMES
+from vis_embed.config import Settings, dotted_field, invalid, member_of, one_of, validated
+from vis_embed.errors import ConfigError, DataError
+from vis_embed.vectors.index_spec import AUTO, IndexSpec, check_index_name
 
-# Gallery search: the one index vocabulary (vectors/index_spec.py: its kinds and eval's earlier
+# Gallery search: the one index vocabulary is vectors/index_spec.py's (its kinds and eval's earlier
 # names, exact / exact-bf16 / exact-gpu / ivf, as aliases); "auto" is the machine's fastest exact kind.
-INDEX_KINDS: tuple[str, ...] = INDEX_NAMES
 DEFAULT_INDEX = AUTO
 # How tied scores are ordered in candidates / gallery rankings (see evaluation.metrics):
 # pessimistic = negatives before positives; first = listed order, as VLM2Vec's argmax.
@@ -33,9 +32,12 @@ DEFAULT_TIE_POLICY = "pessimistic"
 QRELS_PRIMARIES: tuple[str, ...] = ("ndcg_linear@5", "hit@1")
 
 
-def check_index_kind(kind: Any, field: str = "index") -> str:
-    """``kind`` if it is one of INDEX_KINDS, else a DataError naming ``field`` (the one check)."""
-    return member_of(kind, INDEX_KINDS, "index kind", field)
+def index_name(name: Any) -> str:
+    """A pydantic field validator's body: ``name`` when index_spec's one check accepts it."""
+    try:
+        return check_index_name(name)
+    except ConfigError as error:
+        raise invalid(str(error)) from None
 
 
 def check_tie_policy(policy: Any, field: str = "tie_policy") -> str:
@@ -63,7 +65,15 @@ class DatasetOptions(Settings):
     @field_validator("index")
     @classmethod
     def _known_index(cls, kind: str | None) -> str | None:
-        return kind if kind is None else one_of(kind, INDEX_KINDS, "index kind")
+        return kind if kind is None else index_name(kind)
+
+    def index_spec(self, run: IndexSpec) -> IndexSpec:
+        """The index this dataset is searched with: its ``index`` (with the run's rescore when
+        its kind re-ranks a shortlist), else the run's spec ``run``."""
+        if self.index is None:
+            return run
+        spec = IndexSpec.named(self.index)
+        return IndexSpec.named(self.index, rescore=run.rescore) if spec.takes_rescore else spec
 
     @field_validator("tie_policy")
     @classmethod

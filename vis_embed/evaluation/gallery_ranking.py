@@ -19,7 +19,7 @@ import numpy as np
 from vis_embed.evaluation import metrics
 from vis_embed.gallery import search
 from vis_embed.gallery.index_choice import IndexChoice
-from vis_embed.vectors.index_spec import RESCORED_KINDS
+from vis_embed.vectors.index_spec import IndexSpec
 
 # A score tie at the ranking's cut-off is resolved by fetching further results, up to this many:
 # past it (a near-collapsed model on a huge gallery) the tied positives count as missed.
@@ -71,16 +71,16 @@ class GlobalRanking:
     the run chose, and for each query its results past ties at the cut-off (:func:`results_past_ties`)."""
 
     index: Any
-    choice: IndexChoice  # the kind built, why, and its spec
+    choice: IndexChoice  # the spec built (canonical) and why
     depth: int
     n_gallery: int
 
     @classmethod
-    def build(cls, gallery: np.ndarray, index_kind: str, rescore: int, depth: int | None) -> GlobalRanking:
+    def build(cls, gallery: np.ndarray, index: IndexSpec, depth: int | None) -> GlobalRanking:
         # "auto": this machine's fastest exact kind (no memory budget: metrics stay exact)
-        choice = search.resolve_index(index_kind, gallery.shape[1], len(gallery), rescore=rescore)
-        index = search.build_index(gallery, kind=choice.spec)
-        return cls(index, choice, ranking_depth(depth, len(gallery)), len(gallery))
+        choice = search.resolve_index(index, gallery.shape[1], len(gallery))
+        built = search.build_index(gallery, choice.spec)
+        return cls(built, choice, ranking_depth(depth, len(gallery)), len(gallery))
 
     def results(self, queries: np.ndarray, excluded: Sequence[np.ndarray] | None = None,
                 chunk: int = 1024) -> Iterator[tuple[int, np.ndarray, np.ndarray, bool]]:
@@ -99,9 +99,12 @@ class GlobalRanking:
                                                           top_scores[offset], skip, self.depth, self.n_gallery)
                 yield q, ids, scores, complete
 
-    def extras(self, index_kind: str, rescore: int, dim: int) -> dict[str, Any]:
-        """What results.json records about the ranking (depth, index kind and why, sizes)."""
-        return {"depth": self.depth, "n_gallery": self.n_gallery, "index": self.choice.kind,
-                "index_requested": index_kind, "index_reason": self.choice.reason, "dim": int(dim),
-                "bytes_per_vector": self.choice.spec.bytes_per_vector,
-                **({"rescore": rescore} if self.choice.spec.kind in RESCORED_KINDS else {})}
+    def extras(self, requested: str, dim: int) -> dict[str, Any]:
+        """What results.json records about the ranking: depth, sizes, the index's canonical kind
+        (``index``), the name it was asked for (``index_requested``: ``auto``, a kind or an alias),
+        why, and the whole spec built (``index_spec``: precision, device, ivf parameters)."""
+        spec = self.choice.spec
+        return {"depth": self.depth, "n_gallery": self.n_gallery, "index": spec.kind,
+                "index_requested": requested, "index_reason": self.choice.reason, "index_spec": spec.recorded(),
+                "dim": int(dim), "bytes_per_vector": spec.bytes_per_vector,
+                **({"rescore": spec.rescore} if spec.takes_rescore else {})}

@@ -220,7 +220,7 @@ class Harness:
 
     def run_dataset(self, spec: EvalDatasetSpec) -> dict[str, Any] | None:
         """The dataset's result (rank 0; None on the other ranks of a torchrun launch)."""
-        options = layouts.ScoringOptions(index=self.settings.index, rescore=self.settings.rescore,
+        options = layouts.ScoringOptions(index=self.settings.index_spec, index_requested=self.settings.index,
                                          depth=self.settings.depth,
                                          n_examples=self.settings.n_examples, tie_policy=self.settings.tie_policy,
                                          save_runs=self.settings.save_runs)

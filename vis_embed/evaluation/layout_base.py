@@ -24,7 +24,7 @@ from vis_embed.data.tables import read_table
 from vis_embed.data.video import resolve_video
 from vis_embed.errors import DataError
 from vis_embed.evaluation import metrics, peer_metrics
-from vis_embed.evaluation.settings import DEFAULT_INDEX
+from vis_embed.vectors.index_spec import AUTO, IndexSpec
 from vis_embed.evaluation.trec_runs import TrecRun
 
 
@@ -60,8 +60,8 @@ class PreparedDataset:
 
 @dataclass
 class ScoringOptions:
-    index: str = DEFAULT_INDEX
-    rescore: int = 0  # binary / int8 index: shortlist rescore x depth, re-ranked with float vectors
+    index: IndexSpec = field(default_factory=IndexSpec)  # the run's index, rescore included (EvalSettings.index_spec)
+    index_requested: str = AUTO  # the name it was given (--index: auto, a kind or an alias), recorded
     depth: int | None = None
     n_examples: int = 3
     tie_policy: str = metrics.DEFAULT_TIE_POLICY  # candidates and gallery rankings
@@ -96,6 +96,12 @@ def read_rows(spec: EvalDatasetSpec, role: str, max_rows: int | None = None) -> 
     if not rows:
         raise DataError(f"dataset {spec.name!r}: data file has no rows", path=spec.file(role))
     return rows
+
+
+def index_of(spec: EvalDatasetSpec, options: ScoringOptions) -> tuple[IndexSpec, str]:
+    """The index a dataset is searched with and the name it was asked for: its ``options.index``
+    (:meth:`~vis_embed.data.eval_options.DatasetOptions.index_spec`) or the run's."""
+    return spec.options.index_spec(options.index), spec.options.index or options.index_requested
 
 
 def tie_policy_of(spec: EvalDatasetSpec, options: ScoringOptions) -> str:

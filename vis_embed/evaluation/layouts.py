@@ -33,7 +33,7 @@ from vis_embed.evaluation import metrics
 from vis_embed.evaluation.gallery_ranking import GlobalRanking
 from vis_embed.evaluation.qrels_layout import prepare_qrels
 from vis_embed.evaluation.trec_runs import TrecRun
-from vis_embed.evaluation.layout_base import (Example, Outcome, PreparedDataset, ScoringOptions, clean,
+from vis_embed.evaluation.layout_base import (Example, Outcome, PreparedDataset, ScoringOptions, clean, index_of,
                                               normalise_item, scored_at_the_boundary, tie_policy_of)
 from vis_embed.evaluation.peer_layouts import (prepare_2afc, prepare_asym_recall, prepare_human_corr,
                                                prepare_nearid, prepare_pair_ap)
@@ -123,11 +123,11 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
     codes, _identities = factorize([r.identity for r in data.gallery] + [r.identity for r in query_rows])
     gallery_codes, query_codes = codes[:len(data.gallery)], codes[len(data.gallery):]
     tie_policy = tie_policy_of(spec, options)
-    index_kind = spec.options.index or options.index
+    index, requested = index_of(spec, options)
 
     def score(embeddings: dict[str, np.ndarray]) -> Outcome:
         query_emb, gallery_emb = embeddings["query"], embeddings["gallery"]
-        ranking = GlobalRanking.build(gallery_emb, index_kind, options.rescore, spec.options.depth or options.depth)
+        ranking = GlobalRanking.build(gallery_emb, index, spec.options.depth or options.depth)
         per_query, examples, skipped, unresolved_ties = [], [], 0, 0
         run = TrecRun([row.id for row in data.gallery]) if options.save_runs else None
         for q, ids, scores, complete in ranking.results(query_emb, excluded):
@@ -154,7 +154,7 @@ def prepare_gallery(spec: EvalDatasetSpec, max_queries: int | None, options: Sco
             raise DataError("no query has a positive in the gallery", path=spec.file("queries"))
         return Outcome(metrics.summarize(per_query), "P@1", len(per_query), examples,
                        {"n_skipped_queries": skipped,
-                        **ranking.extras(index_kind, options.rescore, gallery_emb.shape[1]),
+                        **ranking.extras(requested, gallery_emb.shape[1]),
                         "tie_policy": tie_policy, "n_unresolved_boundary_ties": unresolved_ties}, run)
 
     return PreparedDataset({"query": (spec.query_instruction, queries),

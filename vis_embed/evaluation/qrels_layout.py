@@ -19,7 +19,8 @@ from vis_embed.data.eval_options import QRELS_PRIMARIES
 from vis_embed.data.qrels import load_qrels_dataset
 from vis_embed.evaluation import metrics
 from vis_embed.evaluation.gallery_ranking import GlobalRanking
-from vis_embed.evaluation.layout_base import Example, Outcome, PreparedDataset, ScoringOptions, clean, tie_policy_of
+from vis_embed.evaluation.layout_base import (Example, Outcome, PreparedDataset, ScoringOptions, clean, index_of,
+                                               tie_policy_of)
 from vis_embed.evaluation.trec_runs import TrecRun
 
 
@@ -31,11 +32,11 @@ def prepare_qrels(spec: EvalDatasetSpec, max_queries: int | None, options: Scori
     corpus = [clean(row.item) for row in data.corpus]
     position = {row.id: k for k, row in enumerate(data.corpus)}
     tie_policy = tie_policy_of(spec, options)
-    index_kind = spec.options.index or options.index
+    index, requested = index_of(spec, options)
 
     def score(embeddings: dict[str, np.ndarray]) -> Outcome:
         query_emb, corpus_emb = embeddings["query"], embeddings["corpus"]
-        ranking = GlobalRanking.build(corpus_emb, index_kind, options.rescore, spec.options.depth or options.depth)
+        ranking = GlobalRanking.build(corpus_emb, index, spec.options.depth or options.depth)
         per_query, examples, unresolved_ties = [], [], 0
         run = TrecRun([row.id for row in data.corpus]) if options.save_runs else None
         gains = np.zeros(len(corpus))  # the current query's grade of every document (reset after it)
@@ -59,7 +60,7 @@ def prepare_qrels(spec: EvalDatasetSpec, max_queries: int | None, options: Scori
             gains[judged_at] = 0.0
         primary = spec.options.primary or QRELS_PRIMARIES[0]
         return Outcome(metrics.summarize(per_query), primary, len(per_query), examples,
-                       {**ranking.extras(index_kind, options.rescore, corpus_emb.shape[1]),
+                       {**ranking.extras(requested, corpus_emb.shape[1]),
                         "n_queries_without_relevant": data.n_unjudged, "tie_policy": tie_policy,
                         "n_unresolved_boundary_ties": unresolved_ties}, run)
 

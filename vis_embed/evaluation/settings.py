@@ -18,17 +18,17 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from vis_embed.config import Settings, flag, one_of
 
-# The vocabularies (and their one check) live beside the manifest's schema, which uses them too.
-from vis_embed.vectors.index_spec import check_rescore
-from vis_embed.gallery.options import DIM_HELP
+# The index vocabulary (and its one check) is vectors/index_spec's; the tie policies live beside
+# the manifest's schema, which uses them too.
+from vis_embed.vectors.index_spec import INDEX_NAMES, IndexSpec, check_rescore
+from vis_embed.vectors.options import DIM_HELP
 from vis_embed.data.eval_protocols import PROTOCOL_NAMES
 from vis_embed.data.eval_options import (  # noqa: F401  (re-exported)
     DEFAULT_INDEX,
     DEFAULT_TIE_POLICY,
-    INDEX_KINDS,
     TIE_POLICIES,
-    check_index_kind,
     check_tie_policy,
+    index_name,
 )
 
 
@@ -48,7 +48,7 @@ class EvalSettings(Settings):
         "bf16: same exact result, bf16 shortlist + exact re-rank; several times faster on CPUs with AMX, slower "
         "without native bf16), exact-gpu (flat on the GPU), ivf-flat (alias ivf) or ivf-pq (approximate), binary "
         "(sign bits, Hamming) or int8 (8-bit codes); binary, int8 and ivf-pq take --rescore",
-        json_schema_extra=flag("--index", choices=INDEX_KINDS))
+        json_schema_extra=flag("--index", choices=INDEX_NAMES))
     rescore: int = Field(0, ge=0, description="binary / int8 / ivf-pq index: shortlist K x depth hits from the "
                          "codes and re-rank them with the float vectors (0: the codes' own scores)",
                          json_schema_extra=flag("--rescore", metavar="K"))
@@ -82,7 +82,7 @@ class EvalSettings(Settings):
     @field_validator("index")
     @classmethod
     def _known_index(cls, kind: str) -> str:
-        return one_of(kind, INDEX_KINDS, "index kind")
+        return index_name(kind)
 
     @field_validator("protocol")
     @classmethod
@@ -100,3 +100,8 @@ class EvalSettings(Settings):
         # index is declared before rescore, so it is validated (or missing, when it failed) here
         return check_rescore(rescore, info.data.get("index", DEFAULT_INDEX))
 
+    @property
+    def index_spec(self) -> IndexSpec:
+        """``--index`` and ``--rescore`` as one :class:`IndexSpec` (both checked when the settings
+        were made): what the harness hands the layouts whole."""
+        return IndexSpec.named(self.index, rescore=self.rescore)

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from vis_embed.vectors.index_spec import STORE_KINDS
-from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, positive_int, seed_int
+from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, seed_int
+from vis_embed.vectors.options import positive_int
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
 
@@ -37,8 +38,8 @@ def run_index(args: argparse.Namespace) -> int:
     from vis_embed.gallery.store import write_index
 
     settings = write_index(args.embeddings, args.out, kind=args.kind, memory_gb=args.memory, seed=args.seed)
-    print(f"wrote a {settings['kind']} index of {settings['rows']} x {settings['dim']} "
-          f"({settings['bytes_per_vector']} B a vector; {settings['kind_reason']}) to {args.out}")
+    print(f"wrote a {settings.kind} index of {settings.rows} x {settings.dim} "
+          f"({settings.bytes_per_vector} B a vector; {settings.kind_reason}) to {args.out}")
     return 0
 
 

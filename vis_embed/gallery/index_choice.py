@@ -1,5 +1,7 @@
-"""The one index chooser: which :class:`~vis_embed.vectors.index_spec.IndexSpec` an index name
-(``auto`` or a named kind) builds, for eval, ``vis-embed index``, ``search`` and the server.
+"""The one index chooser: which :class:`~vis_embed.vectors.index_spec.IndexSpec` a requested one
+(``auto`` or a named kind, as a spec or its name) builds, for eval, ``vis-embed index``, ``search``
+and the server.  What it returns is canonical: a kind of the vocabulary (``flat`` with its
+precision and device, never an alias), at the gallery's width.
 
 With a memory budget (a stored index: ``vis-embed index --memory``), ``auto`` picks by size and
 budget, like autofaiss does for a memory limit: ``flat`` (exact) while the gallery is small
@@ -11,13 +13,13 @@ Without one (an evaluation: its metrics must be exact), ``auto`` is the fastest 
 on this machine.  Every exact kind returns the same top-k; they differ only in speed, and which is fastest
 depends on the hardware:
 
-- a GPU torch can use: ``exact-gpu`` (float32 products and top-k on the GPU);
-- a CPU with AMX (``amx_bf16``): ``exact-bf16`` -- its bf16 products run several times faster
-  than float32 ones, so the bf16 shortlist wins clearly;
+- a GPU torch can use: flat on the GPU (``exact-gpu``: float32 products and top-k on the GPU);
+- a CPU with AMX (``amx_bf16``): flat at bfloat16 (``exact-bf16``) -- its bf16 products run several
+  times faster than float32 ones, so the bf16 shortlist wins clearly;
 - a CPU with ``avx512_bf16`` but no AMX: bf16 products are at most ~2x float32, which the
   shortlist's overhead may eat, so a short calibration (one timed search of each kind on a
   synthetic gallery of the real width) decides;
-- any other CPU: ``exact`` (faiss): without native bf16 products every bf16 product is
+- any other CPU: flat (faiss, ``exact``): without native bf16 products every bf16 product is
   converted in software and the shortlist is ~4x slower than numpy.
 
 The machine's decision is made once per process and width, and is reported in results.json
@@ -38,7 +40,7 @@ import torch
 
 from vis_embed.errors import ConfigError
 from vis_embed.gallery.search_bf16 import Bf16ShortlistIndex, check_bf16_products
-from vis_embed.vectors.index_spec import AUTO, IndexSpec, bytes_per_vector, pq_bytes_for, spec_kind
+from vis_embed.vectors.index_spec import AUTO, IndexSpec, bytes_per_vector, pq_bytes_for
 from vis_embed.provenance import cpu_flags  # the one /proc/cpuinfo reader
 
 log = logging.getLogger(__name__)
@@ -50,9 +52,16 @@ CALIBRATION_GALLERY, CALIBRATION_QUERIES, CALIBRATION_REPEATS = 8192, 256, 2
 
 @dataclass(frozen=True)
 class IndexChoice:
-    kind: str      # the index name that runs: one of index_spec.INDEX_NAMES except "auto"
-    reason: str    # why, in words (recorded next to the kind in results.json / index.json)
-    spec: IndexSpec = IndexSpec()  # what the name stands for, at the gallery's width
+    spec: IndexSpec  # what runs: a canonical kind (never auto or an alias), at the gallery's width when resolved
+    reason: str      # why, in words (recorded next to the kind in results.json / index.json)
+
+    @property
+    def kind(self) -> str:
+        """The canonical kind that runs (results.json's ``index``, index.json's ``kind``)."""
+        return self.spec.kind
+
+
+_FLAT, _FLAT_BF16, _FLAT_GPU = IndexSpec(kind="flat"), IndexSpec.named("exact-bf16"), IndexSpec.named("exact-gpu")
 
 
 def gpu_available() -> bool:
@@ -93,56 +102,59 @@ def bf16_faster_than_faiss(dim: int) -> bool:
 def choose_index(dim: int) -> IndexChoice:
     """The fastest exact index kind for galleries of width ``dim`` on this machine."""
     if gpu_available():
-        return IndexChoice("exact-gpu", "torch sees a GPU")
+        return IndexChoice(_FLAT_GPU, "torch sees a GPU")
     flags = cpu_flags()
     if "amx_bf16" in flags and bf16_shortlist_usable(dim):
-        return IndexChoice("exact-bf16", "CPU has AMX (native bf16 matrix products)")
+        return IndexChoice(_FLAT_BF16, "CPU has AMX (native bf16 matrix products)")
     if "avx512_bf16" in flags and bf16_shortlist_usable(dim):
         if bf16_faster_than_faiss(dim):
-            return IndexChoice("exact-bf16", "CPU has avx512_bf16; calibration: bf16 shortlist faster than faiss")
-        return IndexChoice("exact", "CPU has avx512_bf16; calibration: faiss faster than the bf16 shortlist")
-    return IndexChoice("exact", "no GPU and no native bf16 matrix products on this CPU")
+            return IndexChoice(_FLAT_BF16, "CPU has avx512_bf16; calibration: bf16 shortlist faster than faiss")
+        return IndexChoice(_FLAT, "CPU has avx512_bf16; calibration: faiss faster than the bf16 shortlist")
+    return IndexChoice(_FLAT, "no GPU and no native bf16 matrix products on this CPU")
 
 
-def resolve_index(kind: str, dim: int, rows: int | None = None, budget: int | None = None,
+def resolve_index(requested: str | IndexSpec, dim: int, rows: int | None = None, budget: int | None = None,
                   **fields: object) -> IndexChoice:
-    """The index ``kind`` (a name of :data:`~vis_embed.vectors.index_spec.INDEX_NAMES`) builds for
-    ``rows`` vectors of width ``dim``: itself when named (checked against ``budget``), else the
-    module docstring's choice; ``fields`` (rescore, nlist, ...) are added to its spec."""
-    if kind == AUTO:
+    """What ``requested`` (an :class:`IndexSpec`, or a name of
+    :data:`~vis_embed.vectors.index_spec.INDEX_NAMES`) builds for ``rows`` vectors of width ``dim``:
+    itself when named (checked against ``budget``), else the module docstring's choice.  The spec
+    returned is canonical, at width ``dim``, with ``pq_bytes`` filled; ``fields`` (rescore, nlist,
+    ...) are set on it."""
+    wanted = requested if isinstance(requested, IndexSpec) else IndexSpec.named(requested)
+    if wanted.kind == AUTO:
         choice = choose_index(dim) if budget is None else _by_budget(rows or 1, dim, budget)
-    elif budget is None:
-        choice = IndexChoice(kind, "requested")
+        chosen = choice.spec
     else:
-        choice = _fitting(kind, rows or 1, dim, budget)
-    pq_bytes = choice.spec.pq_bytes
-    if spec_kind(choice.kind) == "ivf-pq" and pq_bytes is None:  # no budget: the most code bytes
+        choice = IndexChoice(wanted, "requested") if budget is None else _fitting(wanted, rows or 1, dim, budget)
+        chosen = wanted.model_copy(update={"pq_bytes": wanted.pq_bytes or choice.spec.pq_bytes})
+    pq_bytes = chosen.pq_bytes
+    if chosen.kind == "ivf-pq" and pq_bytes is None:  # no budget: the most code bytes
         pq_bytes = pq_bytes_for(dim, math.inf)
-    spec = IndexSpec.named(choice.kind, dims=dim, **{"pq_bytes": pq_bytes, **fields})
-    return IndexChoice(choice.kind, choice.reason, spec)
+    return IndexChoice(IndexSpec(**{**chosen.model_dump(), "dims": dim, "pq_bytes": pq_bytes, **fields}),
+                       choice.reason)
 
 
 def _by_budget(rows: int, dim: int, budget: int) -> IndexChoice:
     per_vector = budget / rows
     binary = bytes_per_vector("ubinary", dim)
     if per_vector < binary:
-        return _fitting("ivf-pq", rows, dim, budget, "binary codes exceed the memory budget")
+        return _fitting(IndexSpec(kind="ivf-pq"), rows, dim, budget, "binary codes exceed the memory budget")
     if rows <= FLAT_AUTO_ROWS and bytes_per_vector("float32", dim) <= per_vector:
-        return IndexChoice("flat", f"{rows} rows (<= {FLAT_AUTO_ROWS}) whose floats fit the budget: exact search")
-    return IndexChoice("binary", f"{rows} rows: binary codes ({binary} B a vector) fit the budget; re-ranked with "
-                                 f"the float vectors on disk")
+        return IndexChoice(_FLAT, f"{rows} rows (<= {FLAT_AUTO_ROWS}) whose floats fit the budget: exact search")
+    return IndexChoice(IndexSpec(kind="binary"), f"{rows} rows: binary codes ({binary} B a vector) fit the budget; "
+                                                 f"re-ranked with the float vectors on disk")
 
 
-def _fitting(kind: str, rows: int, dim: int, budget: int, why: str = "requested") -> IndexChoice:
-    """``kind`` when ``rows`` of it fit ``budget`` (ivf-pq: with the most code bytes that fit)."""
+def _fitting(wanted: IndexSpec, rows: int, dim: int, budget: int, why: str = "requested") -> IndexChoice:
+    """``wanted`` when ``rows`` of it fit ``budget`` (ivf-pq: with the most code bytes that fit)."""
     per_vector = budget / rows
-    if spec_kind(kind) == "ivf-pq":
+    if wanted.kind == "ivf-pq" and wanted.pq_bytes is None:
         pq = pq_bytes_for(dim, per_vector)
         if pq is None:
             raise ConfigError(f"--memory: {budget / 2 ** 30:.3g} GB holds no index of {rows} vectors")
-        return IndexChoice(kind, f"{why}; {pq} code bytes per vector fit", IndexSpec(kind="ivf-pq", pq_bytes=pq))
-    needs = IndexSpec.named(kind, dims=dim).bytes_per_vector
+        return IndexChoice(wanted.model_copy(update={"pq_bytes": pq}), f"{why}; {pq} code bytes per vector fit")
+    needs = wanted.model_copy(update={"dims": dim}).bytes_per_vector
     if needs > per_vector:
-        raise ConfigError(f"--memory: a {kind} index of {rows} x {dim} needs {needs * rows / 2 ** 30:.3g} GB, "
+        raise ConfigError(f"--memory: a {wanted.kind} index of {rows} x {dim} needs {needs * rows / 2 ** 30:.3g} GB, "
                           f"over the {budget / 2 ** 30:.3g} GB budget")
-    return IndexChoice(kind, why)
+    return IndexChoice(wanted, why)

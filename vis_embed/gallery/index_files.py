@@ -56,15 +56,39 @@ class IndexModelRecord(Settings):
 
 
 class IndexSettings(Settings):
-    """``index.json``, validated (unknown keys kept: build parameters, the embedding config)."""
+    """``index.json``: what :func:`~vis_embed.gallery.store.write_index` writes and
+    :class:`~vis_embed.gallery.store.GalleryIndex` reads, validated.  Every key but the first four
+    is optional, so an index.json of an earlier vis-embed loads; unknown keys are kept (what a
+    newer writer adds)."""
 
     model_config = ConfigDict(extra="allow", strict=True)
     format_version: Literal[1]
     kind: Literal[STORED_KINDS]  # type: ignore[valid-type]  (Literal of index_spec's tuple)
     rows: int = Field(gt=0)
     dim: int = Field(gt=0)
+    kind_requested: str | None = None   # --kind as given (auto or a stored kind)
+    kind_reason: str | None = None      # why the chooser built this kind
+    bytes_per_vector: int | None = Field(None, gt=0)
+    memory_budget_gb: float | None = None
+    memory_given: bool | None = None    # --memory given (else half the machine's memory)
     rescore: int = Field(0, ge=0)
+    # an ivf-pq build's faiss parameters (absent for the other kinds)
+    nlist: int | None = Field(None, gt=0)
+    nprobe: int | None = Field(None, gt=0)
+    pq_bytes: int | None = Field(None, gt=0)
+    pq_bits: int | None = Field(None, gt=0)
+    embeddings: str | None = None       # the encode output the vectors came from
     model: IndexModelRecord | None = None
+    embedding_config: dict[str, Any] | None = None
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The fingerprint of the model that made the vectors (None: unknown)."""
+        return self.model.fingerprint if self.model is not None else None
+
+    def as_json(self) -> dict[str, Any]:
+        """The keys as written (those given when it was made or read), JSON types."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 @contextmanager

@@ -1,16 +1,12 @@
-"""Command-line vocabulary of galleries (no numpy, torch or faiss: ``--help`` reads it); the index
-kinds and their rules are :mod:`.index_spec`'s.
-
-The precision names and ``--dim`` belong to the stored vectors (:mod:`vis_embed.vectors.options`),
-re-exported here.
+"""Command-line vocabulary of ``vis-embed index`` / ``search`` / ``serve --index`` (no numpy, torch
+or faiss: ``--help`` reads it).  The index kinds and their rules are
+:mod:`vis_embed.vectors.index_spec`'s; the precision names and ``--dim`` the stored vectors'
+(:mod:`vis_embed.vectors.options`).
 """
 
 from __future__ import annotations
 
 import argparse
-
-from vis_embed.vectors.options import (BIT_PRECISIONS, DIM_HELP, PRECISIONS, RANGED_PRECISIONS,  # noqa: F401
-                                       add_dim_argument, positive_int)  # (re-exported)
 
 ALLOW_ANY_MODEL_HELP = ("search an index whose index.json records no model fingerprint (an older one) with this "
                         "model's queries all the same (default: refused, the vectors' model is unknown)")

@@ -1,19 +1,22 @@
 """Top-k inner-product search over an embedding gallery, plus a numpy reference.
 
-Embeddings are L2-normalised, so inner product == cosine similarity.  Index kinds:
+Embeddings are L2-normalised, so inner product == cosine similarity.  :func:`build_index` is the
+one factory: an :class:`~vis_embed.vectors.index_spec.IndexSpec` in, a searchable index out,
+whatever the kind:
 
-- ``auto`` (default): the fastest exact kind for this machine, chosen by
-  :mod:`vis_embed.gallery.index_choice` (a GPU, AMX, or faiss);
-- ``exact``: faiss flat index (float32 brute force, BLAS-blocked inside faiss);
-- ``exact-bf16``: :class:`~vis_embed.gallery.search_bf16.Bf16ShortlistIndex`, the same exact
-  top-k, found faster where bf16 matrix products are native (CPUs with AMX): a bf16 product
-  shortlists candidates with a *proven* error bound, and only the shortlist is scored exactly;
-- ``exact-gpu``: :class:`TorchExactIndex`, float32 products and top-k on a torch device (a GPU);
-- ``ivf``: inverted-file index for very large galleries: it visits only ``nprobe`` of
-  ``nlist`` clusters, trading recall for speed (approximate);
+- ``auto``: resolved first by :func:`vis_embed.gallery.index_choice.resolve_index` (the fastest
+  exact search on this machine: a GPU, AMX, or faiss);
+- ``flat``: faiss flat index (float32 brute force, BLAS-blocked inside faiss); at ``precision``
+  bfloat16 (alias ``exact-bf16``) :class:`~vis_embed.gallery.search_bf16.Bf16ShortlistIndex`, the
+  same exact top-k, found faster where bf16 matrix products are native (CPUs with AMX): a bf16
+  product shortlists candidates with a *proven* error bound, and only the shortlist is scored
+  exactly; on ``device`` gpu (alias ``exact-gpu``) :class:`TorchExactIndex`, float32 products and
+  top-k on a torch device;
+- ``ivf-flat`` (alias ``ivf``) / ``ivf-pq``: inverted-file indexes for very large galleries: they
+  visit only ``nprobe`` of ``nlist`` clusters, trading recall for speed (approximate);
 - ``binary`` / ``int8``: quantized codes (1 bit / 1 byte a dimension,
   :mod:`vis_embed.gallery.quantized_index`), approximate; ``rescore`` K re-ranks a K x k
-  shortlist with the float vectors.
+  shortlist with the float vectors (ivf-pq too).
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from vis_embed.gallery.index_choice import resolve_index
 from vis_embed.vectors.index_spec import IVF_MIN_POINTS, IndexSpec, default_nprobe, ivf_lists
 from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.gallery.search_bf16 import Bf16ShortlistIndex, _as_float32, check_bf16_products
-from vis_embed.data.eval_options import INDEX_KINDS, check_index_kind  # noqa: F401  (INDEX_KINDS re-exported)
 
 __all__ = ["Bf16ShortlistIndex", "TorchExactIndex", "build_index", "check_bf16_products", "numpy_topk",
            "resolve_index", "search"]
@@ -98,21 +100,21 @@ class TorchExactIndex:
         return np.concatenate(scores), np.concatenate(ids).astype(np.int64)
 
 
-def build_index(gallery: np.ndarray, kind: str | IndexSpec = "auto", nlist: int | None = None,
-                nprobe: int | None = None, seed: int = 0, rescore: int = 0) -> Any:
-    """The one index factory: an inner-product index holding ``gallery`` (N, D) as ``kind`` (a name
-    of :data:`~vis_embed.vectors.index_spec.INDEX_NAMES`, resolved by :func:`resolve_index`, or an
-    :class:`IndexSpec` already chosen); every kind answers ``.search(queries, k)``.
+def build_index(gallery: np.ndarray, spec: IndexSpec, seed: int = 0) -> Any:
+    """The one index factory: an inner-product index holding ``gallery`` (N, D) as ``spec`` (``auto``
+    resolved by :func:`resolve_index` first; a name is parsed where it enters, with
+    :meth:`IndexSpec.named`); every kind answers ``.search(queries, k)``.
 
     A code kind (binary, int8, ivf-pq) is a :class:`QuantizedIndex` whose ``.codes`` is the faiss
     index; a NaN or infinite row is an error.
     """
+    if not isinstance(spec, IndexSpec):
+        raise TypeError(f"build_index takes an IndexSpec (IndexSpec.named(name) for a name), got {spec!r}")
     gallery = _finite(gallery, "gallery")
     if gallery.shape[0] == 0:
         raise ValueError("empty gallery: nothing to search")
     rows, dim = gallery.shape
-    spec = kind if isinstance(kind, IndexSpec) else resolve_index(
-        check_index_kind(kind, field="kind"), dim, rows, rescore=rescore, nlist=nlist, nprobe=nprobe).spec
+    spec = resolve_index(spec, dim, rows).spec  # auto chosen; width and ivf-pq's code bytes filled
     if spec.kind == "flat":
         if spec.precision == "bfloat16":
             return Bf16ShortlistIndex(gallery)

@@ -9,10 +9,10 @@ A directory, written atomically (a crash leaves the previous one whole):
 - ``vectors.npy``: the float32 vectors (at the index's width), read memory-mapped to re-rank
   a quantized kind's shortlist (``rescore``; not for ``flat``);
 - ``ids.json``: row i's id (the encode input's ``id``, else its row number);
-- ``index.json``: the settings: kind (requested and chosen, with the reason), rows, width,
-  ``bytes_per_vector``, memory budget, rescore, ivf-pq parameters, and the model that made the
-  vectors (name, adapter, fingerprint, embedding config) so queries of another model or width
-  are refused.
+- ``index.json``: :class:`~.index_files.IndexSettings`, written and read as that model: kind
+  (requested and chosen, with the reason), rows, width, ``bytes_per_vector``, memory budget,
+  rescore, ivf-pq parameters, and the model that made the vectors (name, adapter, fingerprint,
+  embedding config) so queries of another model or width are refused.
 
 The kinds, their byte counts and the rescore rule are :mod:`.index_spec`'s; ``auto`` (by size
 and the memory budget) is chosen by :func:`vis_embed.gallery.index_choice.resolve_index` and
@@ -39,7 +39,7 @@ from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE,
                                            BuildReplaced, IndexSettings, check_finite, file_size, first_duplicate,
                                            mapped_vectors, missing, needed_files, opened_build, read_ids,
                                            read_settings)
-from vis_embed.vectors.index_spec import DEFAULT_RESCORE, RESCORED_KINDS, STORE_KINDS, IndexSpec, check_rescore
+from vis_embed.vectors.index_spec import DEFAULT_RESCORE, STORE_KINDS, IndexSpec, check_index_name, check_rescore
 from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.vectors.transforms import check_dim, l2_normalise
 from vis_embed.io import atomic_directory, atomic_write_json
@@ -119,32 +119,29 @@ def _float_parts(codes: Any, kind: str) -> list[np.ndarray]:
 
 
 def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: float | None = None,
-                seed: int = 0) -> dict[str, Any]:
-    """Build the index of ``embeddings`` (an encode output) into ``out``; returns its settings."""
-    if kind not in STORE_KINDS:
-        raise ConfigError(f"--kind: unknown index kind {kind!r} (known: {', '.join(STORE_KINDS)})")
+                seed: int = 0) -> IndexSettings:
+    """Build the index of ``embeddings`` (an encode output) into ``out``; returns its index.json."""
+    check_index_name(kind, STORE_KINDS, "--kind")
     vectors, alignment = read_embeddings(Path(embeddings))
     rows, dim = vectors.shape
     budget = memory_budget_bytes(memory_gb)
     choice = resolve_index(kind, dim, rows, budget)
-    spec = choice.spec.model_copy(update={"rescore": DEFAULT_RESCORE if choice.spec.kind in RESCORED_KINDS else 0})
+    spec = choice.spec.model_copy(update={"rescore": DEFAULT_RESCORE if choice.spec.takes_rescore else 0})
     index = build_index(vectors, spec, seed=seed)
     ids = unique_ids(alignment.get("ids") or [None] * rows, Path(embeddings))
-    settings = {
-        "format_version": FORMAT_VERSION, "kind": spec.kind, "kind_requested": kind, "kind_reason": choice.reason,
-        "rows": rows, "dim": dim, "bytes_per_vector": spec.bytes_per_vector,
-        "memory_budget_gb": round(budget / 2 ** 30, 3), "memory_given": memory_gb is not None,
-        "rescore": spec.rescore, **faiss_parameters(index),
-        "embeddings": str(embeddings), "model": alignment.get("model"),
-        "embedding_config": alignment.get("embedding_config"),
-    }
+    settings = IndexSettings(
+        format_version=FORMAT_VERSION, kind=spec.kind, kind_requested=kind, kind_reason=choice.reason,
+        rows=rows, dim=dim, bytes_per_vector=spec.bytes_per_vector,
+        memory_budget_gb=round(budget / 2 ** 30, 3), memory_given=memory_gb is not None,
+        rescore=spec.rescore, **faiss_parameters(index),
+        embeddings=str(embeddings), model=alignment.get("model"), embedding_config=alignment.get("embedding_config"))
     codes = index.codes if isinstance(index, QuantizedIndex) else index  # the faiss index to write
     with atomic_directory(out) as tmp:
         (faiss.write_index_binary if spec.kind == "binary" else faiss.write_index)(codes, str(tmp / INDEX_FILE))
         if spec.kind != "flat":
             np.save(tmp / VECTORS_FILE, vectors)
         atomic_write_json(tmp / IDS_FILE, ids, indent=0)
-        atomic_write_json(tmp / SETTINGS_FILE, settings)
+        atomic_write_json(tmp / SETTINGS_FILE, settings.as_json())
     return settings
 
 
@@ -153,10 +150,9 @@ class GalleryIndex:
     """A loaded index directory: ``search(queries, k) -> (scores, row numbers)`` and its ``ids``."""
 
     directory: Path
-    settings: dict[str, Any]
+    settings: IndexSettings  # index.json, validated
     ids: list[Any]
     searcher: Any
-    record: IndexSettings | None = None  # index.json, validated (None: an index built in memory)
 
     @classmethod
     def load(cls, directory: str | Path, rescore: int | None = None) -> GalleryIndex:
@@ -191,11 +187,11 @@ class GalleryIndex:
             ids = read_ids(files[IDS_FILE], directory / IDS_FILE, rows)
             codes = _read_codes(codes_file, kind, directory / INDEX_FILE)
         searcher = codes if kind == "flat" else QuantizedIndex(kind, codes, dim, vectors, rescore)
-        return cls(directory, settings.model_dump(), ids, searcher, settings)
+        return cls(directory, settings, ids, searcher)
 
     @property
     def dim(self) -> int:
-        return int(self.settings["dim"])
+        return self.settings.dim
 
     @property
     def ntotal(self) -> int:
@@ -205,8 +201,9 @@ class GalleryIndex:
     def spec(self) -> IndexSpec:
         """What this index is, in the one vocabulary (index.json's kind, width and build
         parameters, with the rescore it searches at)."""
-        built = {key: self.settings.get(key) for key in ("nlist", "nprobe", "pq_bytes") if self.settings.get(key)}
-        return IndexSpec(kind=self.settings["kind"], dims=self.dim, rescore=self.rescore, **built)
+        settings = self.settings
+        return IndexSpec(kind=settings.kind, dims=self.dim, rescore=self.rescore, nlist=settings.nlist,
+                         nprobe=settings.nprobe, pq_bytes=settings.pq_bytes)
 
     @property
     def rescore(self) -> int:
@@ -217,7 +214,7 @@ class GalleryIndex:
         """An index that records no model fingerprint is refused (a DataError naming ``model``)
         unless ``allow_any_model`` (``--allow-any-model``): its vectors' model is unknown, and
         another model's queries rank its gallery at random.  Checked before any model loads."""
-        if not (self.settings.get("model") or {}).get("fingerprint") and not allow_any_model:
+        if not self.settings.fingerprint and not allow_any_model:
             raise DataError("the index records no model fingerprint (built by an older vis-embed, or from vectors "
                             "encoded without one), so the model of its vectors is unknown; build it again from a "
                             "vis-embed encode output, or pass --allow-any-model", path=self.directory / SETTINGS_FILE,
@@ -228,12 +225,11 @@ class GalleryIndex:
         the index's width at most the model's (and :meth:`require_model`).  Otherwise a DataError
         naming the field."""
         self.require_model(allow_any_model)
-        recorded = (self.settings.get("model") or {}).get("fingerprint")
+        recorded, model = self.settings.fingerprint, self.settings.model
         where = self.directory / SETTINGS_FILE
         if recorded and fingerprint and recorded != fingerprint:
-            name = (self.settings.get("model") or {}).get("name")
-            raise DataError(f"the index holds vectors of another model ({name}, adapter "
-                            f"{(self.settings.get('model') or {}).get('adapter')}); encode the gallery with "
+            raise DataError(f"the index holds vectors of another model ({model and model.name}, adapter "
+                            f"{model and model.adapter}); encode the gallery with "
                             f"this model or search with that one", path=where, field="model")
         try:
             check_dim(self.dim, full_dim, field="dim")  # the one width rule

@@ -125,6 +125,9 @@ def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities
         members = np.flatnonzero(searchable & (group == key))
         if len(members) < 2:
             continue
+        # Exact neighbours within one group, not a gallery search: the index factory
+        # (gallery/search.build_index) sits above sampling/ and vectors/ holds no faiss, so mining
+        # builds its flat index itself (no kind to choose, nothing to re-rank).
         index = faiss.IndexFlatIP(queries.shape[1])
         index.add(candidates[members])
         largest_identity = int(np.unique(identity[members], return_counts=True)[1].max())

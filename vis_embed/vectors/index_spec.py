@@ -12,7 +12,10 @@ name their index from one set of kinds:
   for a stored index, else this machine's fastest exact search).
 
 Eval's earlier names stay as aliases with the same meaning (:data:`ALIASES`): ``exact`` = flat,
-``exact-bf16`` = flat at bfloat16, ``exact-gpu`` = flat on the GPU, ``ivf`` = ivf-flat.
+``exact-bf16`` = flat at bfloat16, ``exact-gpu`` = flat on the GPU, ``ivf`` = ivf-flat.  A name
+(``--index``, a manifest's ``options.index``, ``index --kind``) is checked here only
+(:func:`check_index_name`) and parsed into a spec (:meth:`IndexSpec.named`) where it enters;
+past that the spec travels whole, and what is recorded is its canonical kind.
 
 The rules written once here: bytes per vector (:func:`bytes_per_vector`, :attr:`IndexSpec.bytes_per_vector`),
 which kinds re-rank a shortlist (:func:`check_rescore`), the IVF list count and probe count
@@ -82,6 +85,14 @@ def pq_bytes_for(dim: int, budget_per_vector: float) -> int | None:
     return max(fitting) if fitting else None
 
 
+def check_index_name(name: Any, known: tuple[str, ...] = INDEX_NAMES, flag: str = "") -> str:
+    """``name`` when it is one of ``known`` (every index name by default; ``vis-embed index``:
+    :data:`STORE_KINDS`), else a ConfigError listing them: the one check of the vocabulary."""
+    if not isinstance(name, str) or name not in known:
+        raise ConfigError(f"{flag}{': ' if flag else ''}unknown index kind {name!r} (known: {', '.join(known)})")
+    return name
+
+
 def spec_kind(name: str) -> str:
     """The kind an index name stands for (an alias's kind, else the name)."""
     return ALIASES.get(name, {}).get("kind", name)
@@ -125,9 +136,16 @@ class IndexSpec(Settings):
     @classmethod
     def named(cls, name: str, **fields: Any) -> IndexSpec:
         """The spec an index name stands for (a kind or an alias), with ``fields`` added."""
-        if name not in INDEX_NAMES:
-            raise ConfigError(f"unknown index kind {name!r} (known: {', '.join(INDEX_NAMES)})")
-        return cls(**{"kind": name, **ALIASES.get(name, {}), **fields})
+        return cls(**{"kind": check_index_name(name), **ALIASES.get(name, {}), **fields})
+
+    @property
+    def takes_rescore(self) -> bool:
+        """Whether this kind's shortlist can be re-ranked with the floats (``rescore`` > 0)."""
+        return self.kind in RESCORED_KINDS
+
+    def recorded(self) -> dict[str, Any]:
+        """The spec as results.json records it (``index_spec``): the fields that were set."""
+        return self.model_dump(exclude_none=True)
 
     @property
     def bytes_per_vector(self) -> int:
