@@ -158,3 +158,33 @@ def test_train_refuses_an_infinite_recipe_key_with_exit_2(value, tmp_path, capsy
     err = capsys.readouterr().err
     line = len(REQUIRED) + 2  # the YAML line of size_exponent
     assert f"recipe.yaml:{line}: field 'sampling.size_exponent'" in err and "Traceback" not in err
+
+
+def test_a_validators_message_comes_out_as_written_from_every_entry_point(tmp_path) -> None:
+    """A validator raising a plain ValueError: its message, without pydantic's "Value error, "
+    prefix or an echo of the input, as one error type (SettingsError) whatever the entry point."""
+    from vis_embed.config import validate_document, validated
+    from vis_embed.training.recipe import LossConfig, TwoTierOptions
+
+    moved = "'weight' belongs to the margin variant"
+    entry_points = {
+        "direct": lambda: TwoTierOptions(weight=1.0),
+        "validated": lambda: validated(TwoTierOptions, {"weight": 1.0}, "x.yaml"),
+        "validate_document": lambda: validate_document(TwoTierOptions, {"weight": 1.0}, "x.yaml"),
+    }
+    for name, build in entry_points.items():
+        with pytest.raises(SettingsError) as caught:
+            build()
+        text = str(caught.value)
+        assert moved in text and "Value error" not in text and "(root)" not in text and "(got" not in text, name
+    with pytest.raises(SettingsError) as caught:  # a model validator's message, at the model: no field
+        LossConfig(matryoshka_dims=[4], matryoshka_weights=[1.0, 2.0])
+    assert str(caught.value).startswith("matryoshka_weights needs one weight per matryoshka_dims entry")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("\n".join(f"{k}: {v}" for k, v in REQUIRED.items()) + "\nloss:\n  two_tier:\n    weight: 1\n")
+    with pytest.raises(SettingsError) as caught:  # from a file: the file, the line and the section
+        load_recipe(recipe)
+    line = len(REQUIRED) + 2
+    assert str(caught.value).startswith(f"{recipe}:{line}: field 'loss.two_tier': {moved}")
+    with pytest.raises(SettingsError, match="field 'output_dir': must not be empty$"):  # a field validator's
+        load_recipe(recipe, overrides=["output_dir=' '", "loss.two_tier.weight=null"])
