@@ -106,6 +106,16 @@ class LossConfig(Settings):
     def _matryoshka_dims(cls, dims: list[int] | None) -> list[int] | None:
         return dims if dims is None else matryoshka_dims_field(dims)
 
+    def training_temperature(self, temperature: TemperatureConfig) -> TemperatureConfig:
+        """The temperature this objective trains with: NearID's ``two_tier`` fixes its own tau
+        (``two_tier.temperature``, not learnable, never below itself), so the trainer's
+        temperature -- and the logged tau -- are the ones the loss used; every other kind (and
+        ``two_tier.temperature: null``) trains with the recipe's ``temperature:`` section."""
+        tau = self.two_tier.temperature if self.kind == "two_tier" else None
+        if tau is None:
+            return temperature
+        return temperature.model_copy(update={"init": tau, "learnable": False, "freeze_steps": 0, "min": tau})
+
     @model_validator(mode="after")
     def _matryoshka_consistent(self) -> "LossConfig":
         dims, weights = self.matryoshka_dims, self.matryoshka_weights
