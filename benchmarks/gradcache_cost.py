@@ -52,6 +52,7 @@ def run_one(args: argparse.Namespace) -> dict:
     from vis_embed.model.network.embedding_model import EmbeddingModel
     from vis_embed.training.backends import TorchBackend
     from vis_embed.training.gradcache import contrastive_step
+    from vis_embed.training.recipe import GradCacheConfig, OptimizerConfig
     from vis_embed.training.losses import Temperature, info_nce_loss
     from vis_embed.training.lr_schedule import lr_lambda
 
@@ -66,8 +67,7 @@ def run_one(args: argparse.Namespace) -> dict:
         model.enable_gradient_checkpointing()
     model.train()
     tau = Temperature(0.02)
-    backend = TorchBackend(model, lr=1e-4, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, max_grad_norm=1.0,
-                           lr_schedule=lr_lambda(0, 100))
+    backend = TorchBackend(model, optimizer=OptimizerConfig(lr=1e-4, max_grad_norm=1.0), lr_schedule=lr_lambda(0, 100))
     image_dir = Path(args.image_dir)
     queries = model.prepare(make_items(args.batch_size, 1, image_dir, args.image_side), instruction="Find it.")
     candidates = model.prepare(make_items(args.batch_size, 2, image_dir, args.image_side), instruction=None)
@@ -79,9 +79,9 @@ def run_one(args: argparse.Namespace) -> dict:
             torch.cuda.synchronize()
         started = time.perf_counter()
         result = contrastive_step(backend, model.collate, queries, candidates,
-                                  lambda q, c: info_nce_loss(q, c, tau()), chunk_size=args.chunk,
-                                  query_lengths=q_len, candidate_lengths=c_len, device=device,
-                                  max_padding=args.max_padding)
+                                  lambda q, c: info_nce_loss(q, c, tau()), query_lengths=q_len,
+                                  candidate_lengths=c_len, device=device,
+                                  gradcache=GradCacheConfig(chunk_size=args.chunk, max_padding=args.max_padding))
         backend.step()
         if device == "cuda":
             torch.cuda.synchronize()

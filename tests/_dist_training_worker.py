@@ -20,6 +20,7 @@ from _training_standin import StandInEncoder, TokenItem, random_members  # noqa:
 from vis_embed.training.backends import DeepSpeedBackend, TorchBackend  # noqa: E402
 from vis_embed.distributed import get_rank, get_world_size, init_distributed  # noqa: E402
 from vis_embed.training.gradcache import contrastive_step  # noqa: E402
+from vis_embed.training.recipe import GradCacheConfig, OptimizerConfig  # noqa: E402
 from vis_embed.training.losses import Temperature, info_nce_loss  # noqa: E402
 from vis_embed.training.lr_schedule import lr_lambda  # noqa: E402
 
@@ -35,9 +36,9 @@ def train(mode: str, chunk_size: int) -> dict:
     model = StandInEncoder(dropout=0.0)
     tau = Temperature(0.05)
     tau_optimizer = torch.optim.AdamW([tau.log_tau], lr=LR, weight_decay=0.0)
-    common = dict(lr=LR, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, lr_schedule=lr_lambda(1, STEPS))
+    common = dict(optimizer=OptimizerConfig(lr=LR, max_grad_norm=1.0), lr_schedule=lr_lambda(1, STEPS))
     if mode == "torch":
-        backend = TorchBackend(model, max_grad_norm=1.0, **common)
+        backend = TorchBackend(model, **common)
     else:
         stage = {"zero2": 2, "zero3": 3}[mode]
         local = GLOBAL_BATCH // get_world_size()
@@ -52,7 +53,8 @@ def train(mode: str, chunk_size: int) -> dict:
     for queries, candidates in global_batches():
         shard = slice(rank * local, (rank + 1) * local)
         result = contrastive_step(backend, model.collate, queries[shard], candidates[shard],
-                                  lambda q, c: info_nce_loss(q, c, tau()), chunk_size=chunk_size,
+                                  lambda q, c: info_nce_loss(q, c, tau()),
+                                  gradcache=GradCacheConfig(chunk_size=chunk_size, max_padding=1.0),
                                   query_lengths=[x.length for x in queries[shard]],
                                   candidate_lengths=[x.length for x in candidates[shard]])
         backend.step()

@@ -111,9 +111,9 @@ class _RecordingDeepSpeed(TorchBackend):
 
     configs: list[dict] = []
 
-    def __init__(self, module, *, ds_config, lr_schedule, **common) -> None:
+    def __init__(self, module, *, ds_config, optimizer, lr_schedule) -> None:
         type(self).configs.append(ds_config)
-        super().__init__(module, max_grad_norm=1.0, lr_schedule=lr_schedule, **common)
+        super().__init__(module, optimizer=optimizer, lr_schedule=lr_schedule)
 
 
 def test_dtype_checkpoint_trains_a_bf16_checkpoint_with_deepspeed_bf16(tiny_checkpoint, run_inputs,

@@ -11,6 +11,7 @@ import torch
 
 from _training_standin import StandInEncoder, random_members
 from vis_embed.training.backends import TorchBackend
+from vis_embed.training.recipe import GradCacheConfig, OptimizerConfig
 from vis_embed.training.gradcache import RandomState, chunk_order, contrastive_step, padded_fraction
 from vis_embed.training.losses import Temperature, info_nce_loss
 from vis_embed.training.lr_schedule import lr_lambda
@@ -37,13 +38,14 @@ def _one_step(chunk_size: int, dropout: float = 0.0, check_replay: bool = False,
     torch.manual_seed(0)
     model = StandInEncoder(dropout=dropout)
     tau = Temperature(0.05)
-    backend = CountingBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
-                              max_grad_norm=0.0, lr_schedule=lr_lambda(0, 10))
+    backend = CountingBackend(model, optimizer=OptimizerConfig(lr=1e-3, max_grad_norm=0.0),
+                              lr_schedule=lr_lambda(0, 10))
     if forwards is not None:
         backend.forwards = forwards
     queries, candidates = random_members(BATCH, 1), random_members(BATCH, 2)
     result = contrastive_step(backend, model.collate, queries, candidates,
-                              lambda q, c: info_nce_loss(q, c, tau()), chunk_size=chunk_size,
+                              lambda q, c: info_nce_loss(q, c, tau()),
+                              gradcache=GradCacheConfig(chunk_size=chunk_size, max_padding=1.0),
                               query_lengths=[x.length for x in queries],
                               candidate_lengths=[x.length for x in candidates], check_replay=check_replay)
     grads = {name: p.grad.clone() for name, p in model.named_parameters()}
@@ -122,10 +124,10 @@ def test_each_chunk_is_padded_only_to_its_own_longest() -> None:
 
 def test_mismatched_sides_are_refused() -> None:
     model = StandInEncoder()
-    backend = TorchBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
-                           max_grad_norm=0.0, lr_schedule=lr_lambda(0, 10))
+    backend = TorchBackend(model, optimizer=OptimizerConfig(lr=1e-3, max_grad_norm=0.0), lr_schedule=lr_lambda(0, 10))
     with pytest.raises(ValueError, match="3 queries but 2 candidates"):
-        contrastive_step(backend, model.collate, [[1]] * 3, [[1]] * 2, lambda q, c: q.sum(), chunk_size=1)
+        contrastive_step(backend, model.collate, [[1]] * 3, [[1]] * 2, lambda q, c: q.sum(),
+                         gradcache=GradCacheConfig(chunk_size=1))
 
 
 def test_padding_budget_closes_chunks_early_but_not_below_a_quarter() -> None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from vis_embed.training.backends import TorchBackend
+from vis_embed.training.recipe import GradCacheConfig, OptimizerConfig
 from vis_embed.training.gradcache import contrastive_step
 from vis_embed.training.losses import Temperature, info_nce_loss
 from vis_embed.training.lr_schedule import lr_lambda
@@ -49,13 +50,13 @@ def _step(members, chunk_size: int, dropout: float = 0.0, check_replay: bool = F
     model.add_lora(r=4, alpha=8, dropout=dropout)
     model.train()
     tau = Temperature(0.05)
-    backend = TorchBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, max_grad_norm=0.0,
-                           lr_schedule=lr_lambda(0, 10))
+    backend = TorchBackend(model, optimizer=OptimizerConfig(lr=1e-3, max_grad_norm=0.0), lr_schedule=lr_lambda(0, 10))
     queries = model.prepare(query_items, instruction="Find the same object.")
     candidates = model.prepare(candidate_items, instruction="Represent the given image.")
     torch.manual_seed(1)
     result = contrastive_step(backend, model.collate, queries, candidates, lambda q, c: info_nce_loss(q, c, tau()),
-                              chunk_size=chunk_size, query_lengths=[p.length for p in queries],
+                              gradcache=GradCacheConfig(chunk_size=chunk_size, max_padding=1.0),
+                              query_lengths=[p.length for p in queries],
                               candidate_lengths=[p.length for p in candidates], check_replay=check_replay)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
     return result, grads, tau.log_tau.grad.clone()

@@ -80,6 +80,20 @@ def test_temperature_is_clamped_from_below() -> None:
     assert tau().item() == pytest.approx(0.01)
 
 
+def test_the_temperature_is_built_from_the_recipe_section_and_the_loss_owns_two_tiers_fixed_tau() -> None:
+    from vis_embed.training.recipe import LossConfig, TemperatureConfig
+
+    section = TemperatureConfig(init=0.03, learnable=True, freeze_steps=2, min=0.01, lr=1e-3)
+    recipe_tau = Temperature.from_config(section, LossConfig(kind="infonce"))
+    assert (recipe_tau.value, recipe_tau.learnable, recipe_tau.freeze_steps, recipe_tau.min_value) == \
+        pytest.approx((0.03, True, 2, 0.01))
+    fixed = Temperature.from_config(section, LossConfig(kind="two_tier"))  # NearID: tau 0.07, fixed
+    assert (fixed.value, fixed.learnable, fixed.freeze_steps, fixed.min_value) == pytest.approx((0.07, False, 0, 0.07))
+    unset = LossConfig(kind="two_tier", two_tier={"temperature": None})  # null: the recipe's temperature
+    assert unset.training_temperature(section) is section
+    assert LossConfig(kind="two_tier").training_temperature(section).lr == 1e-3  # tau's lr stays the recipe's
+
+
 # --------------------------------------------------------------------------------------------
 # loss.identity_mask (the paper's naive baseline trains without the mask)
 

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from _training_standin import StandInEncoder, random_members
 from vis_embed.training.backends import TorchBackend
+from vis_embed.training.recipe import GradCacheConfig, OptimizerConfig
 from vis_embed.training.gradcache import contrastive_step
 from vis_embed.training.losses import (
     LOSS_KINDS,
@@ -233,8 +234,7 @@ def _one_step(kind: str, chunk_size: int, learnable_tau: bool = True):
     torch.manual_seed(0)
     model = StandInEncoder()
     tau = Temperature(0.05, learnable=learnable_tau)
-    backend = TorchBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
-                           max_grad_norm=0.0, lr_schedule=lr_lambda(0, 10))
+    backend = TorchBackend(model, optimizer=OptimizerConfig(lr=1e-3, max_grad_norm=0.0), lr_schedule=lr_lambda(0, 10))
     # a large margin keeps every hinge active, so each pair contributes gradient
     # two_tier reads the trainer's temperature (learnable here), so its gradient is compared too
     objective = build_objective(LossConfig(kind=kind, two_tier_margin={"margin": 2.0}, triplet_hinge={"margin": 2.0}),
@@ -242,7 +242,8 @@ def _one_step(kind: str, chunk_size: int, learnable_tau: bool = True):
     labels = BatchLabels(torch.arange(BATCH), designated_negatives(ROLES, SLOTS))
     queries, candidates = random_members(BATCH, 1), random_members(BATCH, 2)
     result = contrastive_step(backend, model.collate, queries, candidates,
-                              lambda q, c: objective(q, c, labels), chunk_size=chunk_size,
+                              lambda q, c: objective(q, c, labels),
+                              gradcache=GradCacheConfig(chunk_size=chunk_size, max_padding=1.0),
                               query_lengths=[x.length for x in queries],
                               candidate_lengths=[x.length for x in candidates])
     grads = {name: p.grad.clone() for name, p in model.named_parameters()}

@@ -10,6 +10,7 @@ from _training_standin import StandInEncoder, random_members
 from vis_embed.errors import ConfigError
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.training.backends import TorchBackend
+from vis_embed.training.recipe import GradCacheConfig, OptimizerConfig
 from vis_embed.training.gradcache import contrastive_step
 from vis_embed.training.losses import Temperature, info_nce_loss
 from vis_embed.training.losses.matryoshka import matryoshka_for_model, matryoshka_objective
@@ -47,12 +48,12 @@ def _step(chunk_size: int):
     torch.manual_seed(0)
     model = StandInEncoder(dim=WIDTH)
     tau = Temperature(0.05)
-    backend = TorchBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
-                           max_grad_norm=0.0, lr_schedule=lr_lambda(0, 10))
+    backend = TorchBackend(model, optimizer=OptimizerConfig(lr=1e-3, max_grad_norm=0.0), lr_schedule=lr_lambda(0, 10))
     objective = matryoshka_objective(lambda q, c, labels: info_nce_loss(q, c, tau()), [2, 4, 8], [1.0, 0.5, 0.25])
     queries, candidates = random_members(BATCH, 1), random_members(BATCH, 2)
     result = contrastive_step(backend, model.collate, queries, candidates, lambda q, c: objective(q, c, None),
-                              chunk_size=chunk_size, query_lengths=[x.length for x in queries],
+                              gradcache=GradCacheConfig(chunk_size=chunk_size, max_padding=1.0),
+                              query_lengths=[x.length for x in queries],
                               candidate_lengths=[x.length for x in candidates])
     return result, {name: p.grad.clone() for name, p in model.named_parameters()}, tau.log_tau.grad.clone()
 

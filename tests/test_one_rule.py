@@ -321,11 +321,13 @@ def test_one_settings_base() -> None:
 def test_config_objects_cross_module_boundaries_whole() -> None:
     """A settings object is handed on whole, not unpacked into keyword arguments the callee
     re-checks: LossConfig into build_objective, ServerSettings into the image policy, the batcher
-    and the input limiter, the recipe's lora: section into the LoRA adaptation."""
+    and the input limiter, the recipe's lora: section into the LoRA adaptation, its optimizer:
+    section into the backends, gradcache: into the memory plan and the GradCache step,
+    temperature: (with loss:, which owns two_tier's fixed tau) into the Temperature."""
     from vis_embed.model.network.adaptation import LoraOptions
     from vis_embed.model.embedding_config import EmbeddingConfig
     from vis_embed.serving.settings import ServerSettings
-    from vis_embed.training.recipe import LossConfig
+    from vis_embed.training.recipe import GradCacheConfig, LossConfig, OptimizerConfig, TemperatureConfig
 
     def unpacks(callee: str, fields: set[str]) -> Callable[[ast.AST], bool]:
         return lambda node: _call_of(callee)(node) and any(  # type: ignore[attr-defined]
@@ -338,6 +340,18 @@ def test_config_objects_cross_module_boundaries_whole() -> None:
     for callee in ("ImagePolicy", "MicroBatcher", "InputLimiter"):
         assert _where(unpacks(callee, server_fields)) == set(), callee
     assert _where(unpacks("add_lora", set(LoraOptions.model_fields))) == set()
+    def passes(callee: str, fields: set[str]) -> Callable[[ast.AST], bool]:  # by exact keyword (lr_schedule= is none)
+        return lambda node: _call_of(callee)(node) and any(  # type: ignore[attr-defined]
+            keyword.arg in fields for keyword in node.keywords)
+
+    for callee in ("TorchBackend", "DeepSpeedBackend", "lr_lambda"):
+        assert _where(passes(callee, set(OptimizerConfig.model_fields) | {"min_ratio"})) == set(), callee
+    assert _where(_call_of("lr_lambda")) == {"vis_embed/training/lr_schedule.py"}  # lr_schedule_of(optimizer)
+    for callee in ("contrastive_step", "plan_training"):
+        assert _where(unpacks(callee, set(GradCacheConfig.model_fields))) == set(), callee
+    # the trainer's temperature: Temperature.from_config(recipe.temperature, recipe.loss), nowhere else built
+    assert _where(_call_of("Temperature")) == set()
+    assert _where(unpacks("Temperature", set(TemperatureConfig.model_fields) | {"min_value"})) == set()
     # the one translation of the lora: section into peft
     assert _where(unpacks("LoraConfig", {"r", "lora_alpha"})) == {"vis_embed/model/network/adaptation.py"}
     # from_pretrained takes EmbeddingConfig fields as **settings or config=, not a hand list

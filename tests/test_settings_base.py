@@ -158,3 +158,44 @@ def test_train_refuses_an_infinite_recipe_key_with_exit_2(value, tmp_path, capsy
     err = capsys.readouterr().err
     line = len(REQUIRED) + 2  # the YAML line of size_exponent
     assert f"recipe.yaml:{line}: field 'sampling.size_exponent'" in err and "Traceback" not in err
+
+
+def test_a_validators_message_comes_out_as_written_from_every_entry_point(tmp_path) -> None:
+    """A validator raising a plain ValueError: its message, without pydantic's "Value error, "
+    prefix or an echo of the input, as one error type (SettingsError) whatever the entry point."""
+    from pydantic import model_validator
+
+    from vis_embed.config import validate_document, validated
+
+    class Checked(Settings):
+        low: int = 0
+        high: int = 1
+
+        @model_validator(mode="after")
+        def _ordered(self) -> "Checked":
+            if self.low > self.high:
+                raise ValueError(f"low {self.low} exceeds high {self.high}")
+            return self
+
+    entry_points = {
+        "direct": lambda: Checked(low=2),
+        "validated": lambda: validated(Checked, {"low": 2}, "x.yaml"),
+        "validate_document": lambda: validate_document(Checked, {"low": 2}, "x.yaml"),
+    }
+    for name, build in entry_points.items():
+        with pytest.raises(SettingsError) as caught:
+            build()
+        text = str(caught.value)  # a check of the whole model: no field to name, no '(root)'
+        assert text in ("low 2 exceeds high 1", "x.yaml: low 2 exceeds high 1"), (name, text)
+    with pytest.raises(SettingsError) as caught:  # a recipe validator names the key it is about
+        load_recipe(raw={**REQUIRED, "loss": {"two_tier": {"weight": 1}}})
+    assert str(caught.value).startswith("recipe: field 'loss.two_tier.weight': 'weight' belongs to the margin variant")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("\n".join(f"{k}: {v}" for k, v in REQUIRED.items()) + "\ntemperature:\n  init: 0.001\n")
+    with pytest.raises(SettingsError) as caught:  # from a file: the file, the line and the key
+        load_recipe(recipe)
+    line = len(REQUIRED) + 2
+    assert str(caught.value) == (f"{recipe}:{line}: field 'temperature.init': "
+                                 "temperature.init 0.001 is below temperature.min 0.005")
+    with pytest.raises(SettingsError, match="field 'output_dir': must not be empty$"):  # a field validator's
+        load_recipe(recipe, overrides=["output_dir=' '", "temperature.init=0.02"])

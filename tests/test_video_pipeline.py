@@ -257,6 +257,7 @@ def _gradcache_step(checkpoint: Path, queries: list, candidates: list, chunk_siz
     from vis_embed.model.network.embedding_model import EmbeddingModel
     from vis_embed.training.backends import TorchBackend
     from vis_embed.training.gradcache import contrastive_step
+    from vis_embed.training.recipe import GradCacheConfig, OptimizerConfig
     from vis_embed.training.losses import Temperature, info_nce_loss
     from vis_embed.training.lr_schedule import lr_lambda
 
@@ -265,12 +266,12 @@ def _gradcache_step(checkpoint: Path, queries: list, candidates: list, chunk_siz
     model.add_lora(r=4, alpha=8, dropout=0.0, vision=True)  # the vision tower trains on the clips too
     model.train()
     tau = Temperature(0.05)
-    backend = TorchBackend(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, max_grad_norm=0.0,
-                           lr_schedule=lr_lambda(0, 10))
+    backend = TorchBackend(model, optimizer=OptimizerConfig(lr=1e-3, max_grad_norm=0.0), lr_schedule=lr_lambda(0, 10))
     prepared_q = model.prepare(queries, instruction="Find the clip.")
     prepared_c = model.prepare(candidates, instruction="Represent the clip.")
     result = contrastive_step(backend, model.collate, prepared_q, prepared_c,
-                              lambda q, c: info_nce_loss(q, c, tau()), chunk_size=chunk_size,
+                              lambda q, c: info_nce_loss(q, c, tau()),
+                              gradcache=GradCacheConfig(chunk_size=chunk_size, max_padding=1.0),
                               query_lengths=[p.length for p in prepared_q],
                               candidate_lengths=[p.length for p in prepared_c])
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None and p.grad.norm() > 0}

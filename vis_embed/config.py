@@ -9,6 +9,18 @@ is); without it the message names file and field.
 Validators raise :func:`invalid` for checks pydantic cannot express (vocabularies, files that
 must exist, keys that depend on another key): its message is shown as written, and it may
 name the field it is about, so a check on a whole entry still points at the offending key.
+A validator that raises a plain ``ValueError`` (or fails an ``assert``) is shown as written
+too (no pydantic "Value error, " prefix, no echo of the input), at the field it validates;
+a model validator's problem on the model itself names no field (there is none to name).
+
+The error type is one rule, whatever the entry point: a bad settings value is a
+:class:`~vis_embed.errors.SettingsError` -- built directly (``Settings(...)``: names the field),
+from a document (:func:`validated`, :func:`validate_document`: names file, line and dotted
+key), from flags (:func:`from_arguments`: names the flag; the CLI exits 2).  It is both a
+DataError (it names where the problem is) and a ConfigError (it is a setting), so callers that
+catch either catch it; further problems of the same validation are listed under the first
+(``  also: ...``).  Only a caller that passes its own ``as_error`` to :func:`reported` raises
+something else (a manifest entry's options reported through the manifest's own validator).
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError
 
-from vis_embed.errors import ConfigError, DataError, SettingsError
+from vis_embed.errors import DataError, SettingsError
 
 Model = TypeVar("Model", bound=BaseModel)
 Entry = TypeVar("Entry", bound=BaseModel)
@@ -38,10 +50,10 @@ class Settings(BaseModel):
     * unknown keys are errors, assignment is validated, and ``allow_inf_nan=False``: pydantic
       floats otherwise take ``inf`` and ``nan`` (``"inf"``, ``.nan``), and ``optimizer.lr=inf``
       or ``max_wait_ms=inf`` would only show up as a diverged run or a server that never answers;
-    * built directly (``ServerSettings(max_wait_ms=-1)``), a bad value is a
-      :class:`~vis_embed.errors.SettingsError` naming the field (further problems listed under
-      it); from a document (:func:`validated`, :func:`validate_document`) each problem names its
-      file, line and dotted key; from flags (:func:`from_arguments`) it names the flag;
+    * a bad value is a :class:`~vis_embed.errors.SettingsError` from every entry point (the
+      module's docstring): built directly (``ServerSettings(max_wait_ms=-1)``) it names the
+      field, from a document (:func:`validated`, :func:`validate_document`) file, line and
+      dotted key, from flags (:func:`from_arguments`) the flag; further problems listed under it;
     * command-line flags are generated from the fields that name one (:func:`flag`,
       :func:`add_model_arguments`).
     """
@@ -49,7 +61,7 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     def __init__(self, **values: Any) -> None:
-        with reported(as_error=_settings_error):
+        with reported(as_error=settings_error):
             super().__init__(**values)
 
     # pydantic routes the validation of a nested model through a custom __init__ unless it is
@@ -58,7 +70,8 @@ class Settings(BaseModel):
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
 
-def _settings_error(problems: list[DataError]) -> SettingsError:
+def settings_error(problems: list[DataError]) -> SettingsError:
+    """The one error of a settings validation: the first problem, the others listed under it."""
     first, *others = problems
     reason = "\n".join([first.reason, *(f"  also: {other}" for other in others)])
     return SettingsError(reason, path=first.path, line=first.line, field=first.field)
@@ -158,6 +171,8 @@ def _location(item: Any) -> tuple[Any, ...]:
 def _reason(item: Any) -> str:
     if item["type"] == _INVALID:
         return item["ctx"]["reason"]
+    if item["type"] in ("value_error", "assertion_error") and "error" in item.get("ctx", {}):
+        return str(item["ctx"]["error"])  # a validator's own message, as written
     if item["type"] == "extra_forbidden":
         return "unknown key"
     if item["type"] == "missing":
@@ -176,28 +191,34 @@ def format_validation_error(error: ValidationError, source: str | Path | None, d
     """
     name = dotted or dotted_field
     return [DataError(_reason(item), path=source, line=None if document is None else line_of(document, _location(item)),
-                      field=name(_location(item))) for item in error.errors()]
+                      field=_field(name, _location(item))) for item in error.errors()]
+
+
+def _field(name: Callable[[tuple[Any, ...]], str], loc: tuple[Any, ...]) -> str | None:
+    """The field a problem names; None for the model itself (a model validator's check on a
+    settings object built directly, or a document that is no mapping)."""
+    field = name(loc)
+    return None if field == dotted_field(()) else field
 
 
 @contextmanager
 def reported(source: str | Path | None = None, document: Any = None, dotted: Any = None,
              as_error: Callable[[list[DataError]], Exception] | None = None) -> Iterator[None]:
-    """Validation inside the block reports like every config of the package: a pydantic
-    ``ValidationError`` becomes a ConfigError, one line a problem,
-    or ``as_error(problems)`` (the DataErrors of :func:`format_validation_error`).  With it,
+    """Validation inside the block reports like every settings class of the package: a pydantic
+    ``ValidationError`` becomes the one :func:`settings_error` (a SettingsError), or
+    ``as_error(problems)`` (the DataErrors of :func:`format_validation_error`).  With it,
     ``except ValidationError`` is written here only (tests/test_one_rule.py)."""
     try:
         yield
     except ValidationError as exc:
         problems = format_validation_error(exc, source, document, dotted)
-        if as_error is not None:
-            raise as_error(problems) from None
-        raise ConfigError("\n".join(str(problem) for problem in problems)) from None
+        raise (as_error or settings_error)(problems) from None
 
 
 def validated(model: type[Model], values: Any, source: str | Path | None = None, document: Any = None,
               dotted: Any = None, as_error: Callable[[list[DataError]], Exception] | None = None) -> Model:
-    """``model.model_validate(values)``, problems reported by :func:`reported`."""
+    """``model.model_validate(values)``; problems reported by :func:`reported` (a SettingsError
+    naming ``source`` and each key, unless ``as_error`` says otherwise)."""
     with reported(source, document, dotted, as_error):
         return model.model_validate(values)
     raise AssertionError("unreachable: reported() re-raises")
@@ -205,18 +226,12 @@ def validated(model: type[Model], values: Any, source: str | Path | None = None,
 
 def validate_document(model: type[Model], document: Any, source: str | Path,
                       context: dict[str, Any] | None = None) -> Model:
-    """``model`` validated from a line-aware YAML ``document``; raises the first problem as a DataError.
-
-    Further problems pydantic found are listed under the first one, so one run shows them all.
-    """
-    try:
+    """``model`` validated from a line-aware YAML ``document`` (with a validation ``context``);
+    a SettingsError naming the first problem's file, line and key, the others listed under it,
+    so one run shows them all."""
+    with reported(source, document):
         return model.model_validate(document, context=context)
-    except ValidationError as exc:
-        first, *others = format_validation_error(exc, source, document)
-    if others:
-        reason = "\n".join([first.reason, *(f"  also: {other}" for other in others)])
-        raise DataError(reason, path=first.path, line=first.line, field=first.field) from None
-    raise first from None
+    raise AssertionError("unreachable: reported() re-raises")
 
 
 # ------------------------------------------------------------------ command-line flags from a model
@@ -290,6 +305,6 @@ def from_arguments(model: type[Model], args: argparse.Namespace, **values: Any) 
         name = str(loc[0]) if loc else "(root)"
         return f"{flags[name]}" if name in flags else dotted_field(loc)
 
-    with reported(dotted=flag_of, as_error=_settings_error):
+    with reported(dotted=flag_of, as_error=settings_error):
         return model.model_validate({**given, **values})
     raise AssertionError("unreachable: reported() re-raises")

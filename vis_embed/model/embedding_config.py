@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from vis_embed.config import Settings, argument_type, invalid, validated
+from vis_embed.config import Settings, argument_type, dotted_field, invalid, validated
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.vectors.transforms import check_matryoshka_dims
 from vis_embed.io import atomic_write_json, fingerprint_json
@@ -149,7 +149,9 @@ def _validated(values: Mapping[str, Any], source: str, flags: bool = False,
     """``values`` as an EmbeddingConfig; problems are a ConfigError naming the source and each field
     (as ``field (--flag)`` for given values), through the project's one ValidationError formatter."""
     def name(loc: tuple[Any, ...]) -> str:
-        field = ".".join(map(str, loc)) or "(root)"
+        field = ".".join(map(str, loc))
+        if not field:  # a check of the whole config (the pixel order): its message names the fields
+            return dotted_field(loc)
         return f"{field} (--{field.replace('_', '-')})" if flags else field
 
     return validated(model, dict(values), source, dotted=name)

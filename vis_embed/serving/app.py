@@ -23,8 +23,10 @@ import base64
 import hmac
 import logging
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,67 +64,111 @@ _log = logging.getLogger(__name__)
 def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> FastAPI:
     """The server around ``embedder``; its micro-batcher runs while the app is up (lifespan).
     ``index``: a loaded GalleryIndex of this model's vectors, searched by ``POST /v1/search``."""
-    metrics = ServerMetrics()
     check_default_dim(settings.dim, embedder)
-    batcher = MicroBatcher(metrics.observing(embedder), settings)
-    metrics.watch_queue(batcher.stats)
-    limiter = InputLimiter(embedder, settings)
-    url_pool = ThreadPoolExecutor(settings.url_workers, thread_name_prefix="vis-embed-fetch") \
-        if settings.allow_urls else None
-    decode_pool = ThreadPoolExecutor(settings.decode_workers, thread_name_prefix="vis-embed-decode")
-    pixel_budget = PixelBudget(settings.max_pixels_in_flight)
-    search_work = None if index is None else SearchWork(index, settings.max_search_floats,
-                                                         settings.max_search_floats_in_flight, settings.search_workers)
+    parts = _Parts.build(embedder, settings, index)
+    # No interactive docs, key or not: they describe the server to anyone who can connect.
+    app = FastAPI(title="vis_embed embeddings", lifespan=parts.lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    _add_middleware(app, settings)
+    _keep_state(app, parts)
+    _install_error_handlers(app)
+    authorized = Depends(_authorization(settings.api_key))
+    _install_routes(app, parts, _Requests(parts), authorized)
+    parts.metrics.install(app, authorized)
+    return app
+
+
+@dataclass
+class _Parts:
+    """What the server's routes share: the batcher, the limits, the pools and the metrics."""
+
+    embedder: Any
+    settings: ServerSettings
+    metrics: ServerMetrics
+    batcher: MicroBatcher
+    limiter: InputLimiter
+    url_pool: ThreadPoolExecutor | None
+    decode_pool: ThreadPoolExecutor
+    pixel_budget: PixelBudget
+    image_policy: ImagePolicy
+    search_work: SearchWork | None
+
+    @classmethod
+    def build(cls, embedder: Any, settings: ServerSettings, index: Any) -> _Parts:
+        metrics = ServerMetrics()
+        batcher = MicroBatcher(metrics.observing(embedder), settings)
+        metrics.watch_queue(batcher.stats)
+        url_pool = ThreadPoolExecutor(settings.url_workers, thread_name_prefix="vis-embed-fetch") \
+            if settings.allow_urls else None
+        decode_pool = ThreadPoolExecutor(settings.decode_workers, thread_name_prefix="vis-embed-decode")
+        search_work = None if index is None else SearchWork(
+            index, settings.max_search_floats, settings.max_search_floats_in_flight, settings.search_workers)
+        return cls(embedder, settings, metrics, batcher, InputLimiter(embedder, settings), url_pool, decode_pool,
+                   PixelBudget(settings.max_pixels_in_flight), _image_policy(embedder, settings, url_pool, decode_pool),
+                   search_work)
+
+    @asynccontextmanager
+    async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
+        """The batcher runs while the app is up; its pools and the search work close with it."""
+        self.batcher.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(self.batcher.stop)
+            for pool in (self.url_pool, self.decode_pool):
+                if pool is not None:
+                    pool.shutdown(wait=False, cancel_futures=True)
+            if self.search_work is not None:
+                self.search_work.close()
+
+
+def _image_policy(embedder: Any, settings: ServerSettings, url_pool: ThreadPoolExecutor | None,
+                  decode_pool: ThreadPoolExecutor) -> ImagePolicy:
+    """How the server takes images: the pixel budget, decode mode and size rule as the model's own
+    preparation uses them, and a clip's frames picked and budgeted as the preparer will take them."""
     model = getattr(embedder, "model", None)
     preparer = model.preparer() if hasattr(model, "preparer") else None
     preparer_config = getattr(preparer, "config", None)  # the EmbeddingConfig it prepares with
-    image_policy = ImagePolicy(
+    return ImagePolicy(
         settings, url_pool=url_pool, decode_pool=decode_pool,
-        # the pixel budget, decode mode and size rule, as the model's own preparation uses them
         max_pixels=getattr(preparer_config, "max_pixels", None), decode=getattr(preparer_config, "decode", "exact"),
         target_size=getattr(preparer, "target_size", None),
-        # a clip's frames: picked and budgeted as the preparer will take them
         video_frames=getattr(preparer_config, "video_frames", 8),
         temporal_patch=int(getattr(getattr(getattr(preparer, "processor", None), "video_processor", None),
                                    "temporal_patch_size", 2)),
         video_max_pixels=getattr(preparer_config, "video_max_pixels", None),
         video_target_size=getattr(preparer, "video_target_size", None))
 
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI):
-        batcher.start()
-        try:
-            yield
-        finally:
-            await asyncio.to_thread(batcher.stop)
-            for pool in (url_pool, decode_pool):
-                if pool is not None:
-                    pool.shutdown(wait=False, cancel_futures=True)
-            if search_work is not None:
-                search_work.close()
 
-    # No interactive docs, key or not: they describe the server to anyone who can connect.
-    app = FastAPI(title="vis_embed embeddings", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+def _add_middleware(app: FastAPI, settings: ServerSettings) -> None:
     app.add_middleware(ExactPaths)  # "/v1/embeddings\n" is not /v1/embeddings
     if settings.allowed_hosts is not None:
         app.add_middleware(AllowedHosts, hosts=settings.allowed_hosts)
-    app.state.batcher = batcher
-    # the send deadline and unsent-byte bounds; `vis-embed serve` hands it to its h11 protocol
+
+
+def _keep_state(app: FastAPI, parts: _Parts) -> None:
+    """``app.state``: the batcher, the limiter and the send guard (the send deadline and
+    unsent-byte bounds; `vis-embed serve` hands it to its h11 protocol)."""
+    settings = parts.settings
+    app.state.batcher = parts.batcher
     app.state.send_guard = SendGuard(settings.send_timeout_s, settings.max_unsent_bytes,
                                      settings.max_unsent_bytes_total)
-    metrics.watch_sends(app.state.send_guard)
-    app.state.limiter = limiter
-    created = int(time.time())
-    # The effective settings the vectors are made with (EmbeddingConfig), listed by /v1/models.
-    config = getattr(embedder, "embedding_config", None)
-    embedding_config = config.to_json() if hasattr(config, "to_json") else None
-    authorized = Depends(_authorization(settings.api_key))
+    parts.metrics.watch_sends(app.state.send_guard)
+    app.state.limiter = parts.limiter
 
-    async def embed_items(request: Request, schema: type[BaseModel] = EmbeddingRequest,
+
+class _Requests:
+    """A request's path from body to answer, shared by the embedding and search routes."""
+
+    def __init__(self, parts: _Parts) -> None:
+        self.parts = parts
+        self.settings = parts.settings
+
+    async def embed_items(self, request: Request, schema: type[BaseModel] = EmbeddingRequest,
                           check: Any = None) -> tuple[Any, Any]:
         """``(the request's other fields, its EmbeddingResult)``: body to vectors, every limit applied;
         ``check(parsed, n_items)`` refuses what the route cannot answer before any work."""
+        settings, parts = self.settings, self.parts
         deadline = time.monotonic() + settings.request_timeout_s  # with_deadline's clock, give or take
         parsed = parse_request(await _read_body(request, settings.max_request_bytes), schema)
         _check_model(parsed, settings.model_name)
@@ -131,40 +177,46 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
         items = parse_items(parsed.input, settings.max_items)
         if check is not None:
             check(parsed, len(items))
-        metrics.items.labels(route_template(request.scope)).inc(len(items))
+        parts.metrics.items.labels(route_template(request.scope)).inc(len(items))
         parsed = parsed.model_copy(update={"input": None})  # the raw input (base64 images) is not held
         # The instruction's share of the token budget, before any image is decoded.
-        await asyncio.to_thread(limiter.check_instruction_share, len(items), instruction)
-        async with pixel_budget.reservation() as reservation:  # the images' pixels, held to the answer
+        await asyncio.to_thread(parts.limiter.check_instruction_share, len(items), instruction)
+        async with parts.pixel_budget.reservation() as reservation:  # the images' pixels, held to the answer
             if any("image" in item or "video" in item for item in items):
-                items = await decode_request_images(items, image_policy, reservation, deadline)
-            items, prompt_tokens = await asyncio.to_thread(limiter.apply, items, instruction)
+                items = await decode_request_images(items, parts.image_policy, reservation, deadline)
+            items, prompt_tokens = await asyncio.to_thread(parts.limiter.apply, items, instruction)
             try:
-                future = batcher.submit(items, instruction, prompt_tokens)
+                future = parts.batcher.submit(items, instruction, prompt_tokens)
             except QueueFullError as exc:
                 raise RequestError(429, f"the server is busy: {exc}; retry later",
                                    error_type="rate_limit_error") from None
             del items  # the job holds the decoded images until it is answered (or given up), then drops them
             return parsed, await answer_unless_abandoned(request, future)
 
-    def dimensions(parsed: EmbeddingRequest, _n_items: int = 0) -> int:
-        return answered_dimensions(parsed.dimensions, settings.dim, embedder.embedding_dim,
+    def dimensions(self, parsed: EmbeddingRequest, _n_items: int = 0) -> int:
+        embedder = self.parts.embedder
+        return answered_dimensions(parsed.dimensions, self.settings.dim, embedder.embedding_dim,
                                    matryoshka_dims_of(embedder))
 
-    async def embed(request: Request) -> JSONResponse:
-        parsed, result = await embed_items(request, check=dimensions)
-        dim = dimensions(parsed)
+    async def embed(self, request: Request) -> JSONResponse:
+        parsed, result = await self.embed_items(request, check=self.dimensions)
+        dim = self.dimensions(parsed)
         return JSONResponse(_response(cut(result.embeddings, dim), result.prompt_tokens, parsed.encoding_format,
-                                      settings.model_name))
+                                      self.settings.model_name))
 
-    async def with_deadline(answer: Any) -> JSONResponse:
+    async def with_deadline(self, answer: Any) -> JSONResponse:
+        timeout = self.settings.request_timeout_s
         try:
-            async with asyncio.timeout(settings.request_timeout_s):  # cancelling it drops the queued job
+            async with asyncio.timeout(timeout):  # cancelling it drops the queued job
                 return await answer
         except TimeoutError:
             raise RequestError(504, f"the request took longer than this server's limit of "
-                                    f"{settings.request_timeout_s:g} s (--request-timeout); send fewer items",
+                                    f"{timeout:g} s (--request-timeout); send fewer items",
                                error_type="server_error") from None
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every refusal as ``{"error": {...}}``; an unexpected error's text stays in the log."""
 
     @app.exception_handler(RequestError)
     async def request_error(_request: Request, exc: RequestError) -> JSONResponse:
@@ -189,13 +241,22 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
         error = RequestError(500, "internal error", error_type="server_error")
         return JSONResponse(error.body(), status_code=500)
 
+
+def _install_routes(app: FastAPI, parts: _Parts, requests: _Requests, authorized: Any) -> None:
+    """``/health``, ``/v1/models``, ``/v1/embeddings`` and, with an index, ``/v1/search``."""
+    settings, embedder = parts.settings, parts.embedder
+    created = int(time.time())
+    # The effective settings the vectors are made with (EmbeddingConfig), listed by /v1/models.
+    config = getattr(embedder, "embedding_config", None)
+    embedding_config = config.to_json() if hasattr(config, "to_json") else None
+
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
         """Liveness for anyone; the model and queue for a request with the key (a key-less
         server shows them to none: its model path is not for whoever can connect)."""
         if settings.api_key is not None and _has_key(request, settings.api_key):
-            return {"status": "ok", "model": settings.model_name, **batcher.stats(),
-                    "pixels_in_flight": pixel_budget.used}
+            return {"status": "ok", "model": settings.model_name, **parts.batcher.stats(),
+                    "pixels_in_flight": parts.pixel_budget.used}
         return {"status": "ok"}
 
     @app.get("/v1/models", dependencies=[authorized])
@@ -206,12 +267,11 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
     @app.post("/v1/embeddings", dependencies=[authorized])
     async def embeddings(request: Request) -> JSONResponse:
         check_content_type(request.headers.get("content-type"))
-        return await with_deadline(embed(request))
+        return await requests.with_deadline(requests.embed(request))
 
-    if search_work is not None:
-        install_search(app, search_work, embed_items, authorized, with_deadline, settings.model_name)
-    metrics.install(app, authorized)
-    return app
+    if parts.search_work is not None:
+        install_search(app, parts.search_work, requests.embed_items, authorized, requests.with_deadline,
+                       settings.model_name)
 
 
 def _authorization(api_key: str | None):

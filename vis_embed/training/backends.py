@@ -21,12 +21,25 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from vis_embed.distributed import get_world_size, is_main_process
+
+if TYPE_CHECKING:
+    from vis_embed.training.recipe import OptimizerConfig
+
+
+def adamw(params: Any, optimizer: OptimizerConfig, *, lr: float | None = None,
+          weight_decay: float | None = None, kind: type[torch.optim.Optimizer] = torch.optim.AdamW) -> Any:
+    """The recipe's ``optimizer:`` section as an AdamW over ``params`` (``kind``: DeepSpeed's CPU
+    Adam under offload); ``lr`` / ``weight_decay``: another value for these parameters (the
+    temperature's own learning rate, no decay)."""
+    return kind(params, lr=optimizer.lr if lr is None else lr,
+                weight_decay=optimizer.weight_decay if weight_decay is None else weight_decay,
+                betas=optimizer.betas, eps=optimizer.eps)
 
 
 class TrainBackend:
@@ -84,11 +97,11 @@ class TrainBackend:
 class TorchBackend(TrainBackend):
     """Single process or DDP with a torch AdamW, the LR schedule and grad-norm clipping.
 
-    ``lr_schedule``: step -> multiplier of ``lr`` (:func:`vis_embed.training.lr_schedule.lr_lambda`).
+    ``optimizer``: the recipe's ``optimizer:`` section (AdamW's settings, ``max_grad_norm``);
+    ``lr_schedule``: step -> multiplier of ``lr`` (:func:`vis_embed.training.lr_schedule.lr_schedule_of`).
     """
 
-    def __init__(self, module: nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
-                 eps: float, max_grad_norm: float, lr_schedule: Callable[[int], float],
+    def __init__(self, module: nn.Module, *, optimizer: OptimizerConfig, lr_schedule: Callable[[int], float],
                  find_unused_parameters: bool = False) -> None:
         world_size = get_world_size()
         super().__init__(module, world_size)
@@ -100,10 +113,9 @@ class TorchBackend(TrainBackend):
             self.kind = "ddp"
         else:
             self.kind = "single"
-        self.optimizer = torch.optim.AdamW(self.trainable_parameters, lr=lr, weight_decay=weight_decay,
-                                           betas=betas, eps=eps)
+        self.optimizer = adamw(self.trainable_parameters, optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_schedule)
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = optimizer.max_grad_norm
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         return self.wrapped(**batch)
@@ -156,8 +168,8 @@ class DeepSpeedBackend(TrainBackend):
 
     kind = "deepspeed"
 
-    def __init__(self, module: nn.Module, *, ds_config: dict[str, Any], lr: float, weight_decay: float,
-                 betas: tuple[float, float], eps: float, lr_schedule: Callable[[int], float]) -> None:
+    def __init__(self, module: nn.Module, *, ds_config: dict[str, Any], optimizer: OptimizerConfig,
+                 lr_schedule: Callable[[int], float]) -> None:
         import deepspeed  # an optional extra: imported only when a recipe asks for DeepSpeed
 
         super().__init__(module, get_world_size())
@@ -166,12 +178,12 @@ class DeepSpeedBackend(TrainBackend):
         if offload in ("cpu", "nvme"):
             from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-            optimizer = DeepSpeedCPUAdam(params, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
+            torch_optimizer = adamw(params, optimizer, kind=DeepSpeedCPUAdam)
         else:
-            optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule)
+            torch_optimizer = adamw(params, optimizer)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(torch_optimizer, lr_schedule)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=module, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config,
+            model=module, optimizer=torch_optimizer, lr_scheduler=scheduler, config=ds_config,
             model_parameters=params)
         self.zero_stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
 

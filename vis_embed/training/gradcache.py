@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -45,6 +45,9 @@ from torch import Tensor
 from vis_embed.model.inputs.batching import chunk_order
 from vis_embed.training.backends import TrainBackend
 from vis_embed.distributed import gather_with_local_grad, get_world_size
+
+if TYPE_CHECKING:
+    from vis_embed.training.recipe import GradCacheConfig
 
 Batch = dict[str, Tensor]
 LossFn = Callable[[Tensor, Tensor], Tensor]  # (global queries, global candidates) -> scalar loss
@@ -104,23 +107,26 @@ def runs_plain(queries: int, candidates: int, chunk_size: int) -> bool:
 
 def contrastive_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch],
                      queries: Sequence[Any], candidates: Sequence[Any], loss_fn: LossFn, *,
-                     chunk_size: int, query_lengths: Sequence[int] | None = None,
+                     gradcache: GradCacheConfig, query_lengths: Sequence[int] | None = None,
                      candidate_lengths: Sequence[int] | None = None,
-                     device: torch.device | str | None = None, check_replay: bool = False,
-                     max_padding: float = 1.0) -> StepResult:
+                     device: torch.device | str | None = None, check_replay: bool = False) -> StepResult:
     """Forward + backward of one global batch (this rank's shard); does not step the optimiser.
 
     ``queries[i]`` / ``candidates[i]`` are this rank's prepared members (what ``collate``
     takes), in schedule order; ``loss_fn`` receives the *global* (gathered) embeddings.
     ``candidates`` may be longer than ``queries`` (extra candidates after the positives, the
-    same count on every rank).
+    same count on every rank).  ``gradcache``: the recipe's ``gradcache:`` section, its
+    ``chunk_size`` a number (``auto`` resolved by the memory plan: ``MemoryPlan.gradcache``).
     """
     if len(candidates) < len(queries):
         raise ValueError(f"{len(queries)} queries but {len(candidates)} candidates (need one per query)")
+    chunk_size = gradcache.chunk_size
+    if not isinstance(chunk_size, int):
+        raise ValueError(f"gradcache.chunk_size {chunk_size!r} is not resolved (training/memory_plan.py)")
     if runs_plain(len(queries), len(candidates), chunk_size):
         return _plain_step(backend, collate, queries, candidates, loss_fn, device)
     return _gradcache_step(backend, collate, queries, candidates, loss_fn, chunk_size,
-                           query_lengths, candidate_lengths, device, check_replay, max_padding)
+                           query_lengths, candidate_lengths, device, check_replay, gradcache.max_padding)
 
 
 def _plain_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch], queries: Sequence[Any],

@@ -12,6 +12,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vis_embed.training.recipe import OptimizerConfig
+
+
+def lr_schedule_of(optimizer: OptimizerConfig, total_steps: int) -> Callable[[int], float]:
+    """:func:`lr_lambda` of the recipe's ``optimizer:`` section (warm-up, decay, floor) over
+    ``total_steps`` (the recipe's max_steps)."""
+    return lr_lambda(optimizer.warmup_steps, total_steps, optimizer.decay, optimizer.min_lr_ratio)
 
 
 def lr_lambda(warmup_steps: int, total_steps: int, decay: str = "cosine",

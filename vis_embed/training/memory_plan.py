@@ -39,6 +39,7 @@ from vis_embed.training.gradcache import runs_plain
 
 if TYPE_CHECKING:
     from vis_embed.model.network.embedding_model import EmbeddingModel
+    from vis_embed.training.recipe import GradCacheConfig
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,10 @@ class MemoryPlan:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def gradcache(self, config: GradCacheConfig) -> GradCacheConfig:
+        """The recipe's ``gradcache:`` section with this plan's chunk size (``auto`` resolved)."""
+        return config.model_copy(update={"chunk_size": self.chunk_size})
 
 
 def needs_plan(chunk_size: int | str, gradient_checkpointing: bool | str) -> bool:
@@ -155,9 +160,11 @@ def agree(plans: Sequence[MemoryPlan]) -> MemoryPlan:
 
 
 def plan_training(model: EmbeddingModel, collate: Callable[[list[Any]], dict[str, torch.Tensor]],
-                  first_members: Callable[[], Sequence[Any]], *, chunk_size: int | str,
+                  first_members: Callable[[], Sequence[Any]], *, gradcache: GradCacheConfig,
                   gradient_checkpointing: bool | str, local_batch_size: int, device: torch.device) -> MemoryPlan:
-    """:func:`plan_memory` on every rank, then :func:`agree`; logged on the main process."""
+    """:func:`plan_memory` on every rank for the recipe's ``gradcache:`` section, then
+    :func:`agree`; logged on the main process."""
+    chunk_size = gradcache.chunk_size
     from vis_embed.distributed import all_gather_object, is_distributed, is_main_process
 
     own = plan_memory(model, collate, first_members, chunk_size=chunk_size,

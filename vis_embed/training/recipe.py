@@ -21,7 +21,7 @@ from pydantic import (Field, PositiveFloat, PositiveInt, create_model,
                       field_validator, model_validator)
 from pydantic.fields import FieldInfo
 
-from vis_embed.config import Settings, validated
+from vis_embed.config import Settings, invalid, validated
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
@@ -69,8 +69,8 @@ class TwoTierOptions(Settings):
     def _margin_keys_moved(self) -> "TwoTierOptions":
         for key in ("weight", "margin"):
             if getattr(self, key) is not None:
-                raise ValueError(f"{key!r} belongs to the margin variant, now `loss.kind: two_tier_margin` "
-                                 f"with `loss.two_tier_margin.{key}`; NearID's two_tier takes alpha and temperature")
+                raise invalid(f"{key!r} belongs to the margin variant, now `loss.kind: two_tier_margin` "
+                              f"with `loss.two_tier_margin.{key}`; NearID's two_tier takes alpha and temperature", key)
         return self
 
 
@@ -106,12 +106,22 @@ class LossConfig(Settings):
     def _matryoshka_dims(cls, dims: list[int] | None) -> list[int] | None:
         return dims if dims is None else matryoshka_dims_field(dims)
 
+    def training_temperature(self, temperature: TemperatureConfig) -> TemperatureConfig:
+        """The temperature this objective trains with: NearID's ``two_tier`` fixes its own tau
+        (``two_tier.temperature``, not learnable, never below itself), so the trainer's
+        temperature -- and the logged tau -- are the ones the loss used; every other kind (and
+        ``two_tier.temperature: null``) trains with the recipe's ``temperature:`` section."""
+        tau = self.two_tier.temperature if self.kind == "two_tier" else None
+        if tau is None:
+            return temperature
+        return temperature.model_copy(update={"init": tau, "learnable": False, "freeze_steps": 0, "min": tau})
+
     @model_validator(mode="after")
     def _matryoshka_consistent(self) -> "LossConfig":
         dims, weights = self.matryoshka_dims, self.matryoshka_weights
         if weights is not None and (dims is None or len(weights) != len(dims)):
-            raise ValueError(f"matryoshka_weights needs one weight per matryoshka_dims entry "
-                             f"({len(dims or [])}), got {len(weights)}")
+            raise invalid(f"matryoshka_weights needs one weight per matryoshka_dims entry "
+                          f"({len(dims or [])}), got {len(weights)}", "matryoshka_weights")
         return self
 
 
@@ -212,8 +222,8 @@ class Recipe(Settings):
     @model_validator(mode="after")
     def _check_temperature(self) -> "Recipe":
         if self.temperature.init < self.temperature.min:
-            raise ValueError(f"temperature.init {self.temperature.init} is below temperature.min "
-                             f"{self.temperature.min}")
+            raise invalid(f"temperature.init {self.temperature.init} is below temperature.min "
+                          f"{self.temperature.min}", "temperature", "init")
         return self
 
 

@@ -34,14 +34,14 @@ from vis_embed.errors import ConfigError, VisEmbedError
 from vis_embed.io import atomic_write_json, atomic_write_text
 from vis_embed.model.network.adaptation import warm_start
 from vis_embed.training import checkpoint as ckpt
-from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend
+from vis_embed.training.backends import DeepSpeedBackend, TorchBackend, TrainBackend, adamw
 from vis_embed.training.deepspeed_config import fill_deepspeed_config
 from vis_embed.distributed import barrier, broadcast_object, get_rank, get_world_size, init_distributed, is_main_process
 from vis_embed.training.gradcache import StepResult, contrastive_step
 from vis_embed.training.losses import BatchLabels, Temperature, build_objective
 from vis_embed.training.losses.diagnostics import false_negative_stats
 from vis_embed.training.losses.matryoshka import matryoshka_for_model
-from vis_embed.training.lr_schedule import lr_lambda
+from vis_embed.training.lr_schedule import lr_schedule_of
 # build_training_model / training_embedding_config re-exported: callers build a recipe's model from here
 from vis_embed.training.model_setup import (  # noqa: F401
     build_training_model,
@@ -113,26 +113,21 @@ class Trainer:
         # Before the backend wraps the model (the probe runs the bare model) and before the
         # per-rank seeds below (the probe's dropout draws do not shift the run's).
         self.memory_plan = plan_training(
-            self.model, self.model.collate, lambda: self._members(0), chunk_size=recipe.gradcache.chunk_size,
+            self.model, self.model.collate, lambda: self._members(0), gradcache=recipe.gradcache,
             gradient_checkpointing=recipe.model_options.gradient_checkpointing,
             local_batch_size=self.local_batch_size, device=self.device)
-        loss = recipe.loss
-        fixed_tau = loss.two_tier.temperature if loss.kind == "two_tier" else None
-        # NearID's two_tier fixes its own tau (loss.two_tier.temperature): the trainer's Temperature
-        # holds it, so the logged tau is the one the loss used
-        self.temperature = (Temperature(fixed_tau, learnable=False, min_value=fixed_tau) if fixed_tau is not None
-                            else Temperature(recipe.temperature.init, recipe.temperature.learnable,
-                                             recipe.temperature.freeze_steps, recipe.temperature.min)).to(self.device)
+        self.gradcache = self.memory_plan.gradcache(recipe.gradcache)  # chunk_size "auto" resolved
+        # the temperature the loss trains with (LossConfig.training_temperature: two_tier's fixed tau)
+        self.temperature = Temperature.from_config(recipe.temperature, recipe.loss).to(self.device)
         # this rank's items of each step (its own worker processes, started by train())
         self.items = StepItems(self.model, self.data, self.shard, self.world_size,
                                schedule_name=recipe.schedule, data_name=recipe.data)
-        lr_schedule = lr_lambda(recipe.optimizer.warmup_steps, recipe.max_steps, recipe.optimizer.decay,
-                                recipe.optimizer.min_lr_ratio)
-        self.objective = build_objective(loss, self.temperature)
-        self.objective = matryoshka_for_model(self.objective, loss, self.model.embedding_dim)
-        self.tau_optimizer = torch.optim.AdamW([self.temperature.log_tau], weight_decay=0.0,
-                                               lr=recipe.temperature.lr or recipe.optimizer.lr,
-                                               betas=recipe.optimizer.betas, eps=recipe.optimizer.eps)
+        lr_schedule = lr_schedule_of(recipe.optimizer, recipe.max_steps)
+        self.objective = build_objective(recipe.loss, self.temperature)
+        self.objective = matryoshka_for_model(self.objective, recipe.loss, self.model.embedding_dim)
+        # tau's own AdamW: the optimizer section's betas and eps, temperature.lr (default optimizer.lr), no decay
+        self.tau_optimizer = adamw([self.temperature.log_tau], recipe.optimizer, weight_decay=0.0,
+                                   lr=recipe.temperature.lr or recipe.optimizer.lr)
         self.tau_scheduler = torch.optim.lr_scheduler.LambdaLR(self.tau_optimizer, lr_schedule)
         self.deepspeed_config: dict[str, Any] | None = None
         self.backend = self._build_backend(lr_schedule)
@@ -145,17 +140,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup helpers
     def _build_backend(self, lr_schedule: Callable[[int], float]) -> TrainBackend:
-        opt = self.recipe.optimizer
-        common = {"lr": opt.lr, "weight_decay": opt.weight_decay, "betas": opt.betas, "eps": opt.eps,
-                  "lr_schedule": lr_schedule}
+        optimizer = self.recipe.optimizer
         if self.recipe.deepspeed:
             ds_config = fill_deepspeed_config(self.recipe.deepspeed, self.recipe, self.local_batch_size, self.dtype)
             self.deepspeed_config = ds_config  # written into the run directory by train()
-            return DeepSpeedBackend(self.model, ds_config=ds_config, **common)
+            return DeepSpeedBackend(self.model, ds_config=ds_config, optimizer=optimizer, lr_schedule=lr_schedule)
         # A chunk without images leaves vision-tower parameters out of the graph; DDP must
         # then be told to look for unused parameters or it waits for their gradients forever.
-        return TorchBackend(self.model, max_grad_norm=opt.max_grad_norm,
-                            find_unused_parameters=self.adaptation.trains_vision, **common)
+        return TorchBackend(self.model, optimizer=optimizer, lr_schedule=lr_schedule,
+                            find_unused_parameters=self.adaptation.trains_vision)
 
     def _resume(self) -> None:
         directory = ckpt.latest_checkpoint(self.output_dir)
@@ -208,11 +201,9 @@ class Trainer:
             return self.objective(queries, candidates, labels)
 
         result = contrastive_step(self.backend, self.model.collate, prepared.queries, prepared.candidates,
-                                  loss_fn, chunk_size=self.memory_plan.chunk_size,
-                                  query_lengths=prepared.query_lengths,
+                                  loss_fn, gradcache=self.gradcache, query_lengths=prepared.query_lengths,
                                   candidate_lengths=prepared.candidate_lengths, device=self.device,
-                                  check_replay=self.check_replay,
-                                  max_padding=self.recipe.gradcache.max_padding)
+                                  check_replay=self.check_replay)
         if not math.isfinite(result.loss):
             self._diverged(prepared.step, f"loss is {result.loss}")
         grad_norm = self.backend.step()

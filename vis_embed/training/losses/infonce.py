@@ -25,11 +25,17 @@ or freeze it for the first steps (``Temperature(freeze_steps=...)``).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vis_embed.training.losses.designated import pad_columns
+
+if TYPE_CHECKING:
+    from vis_embed.training.recipe import LossConfig, TemperatureConfig
+
 
 def false_negative_mask(labels: Tensor, columns: int | None = None) -> Tensor:
     """(N, columns) bool: candidate j is a false negative of query i -- the same loss label
@@ -83,6 +89,13 @@ class Temperature(nn.Module):
         self.freeze_steps = freeze_steps
         self.min_value = min_value
         self._frozen_now = freeze_steps > 0
+
+    @classmethod
+    def from_config(cls, config: TemperatureConfig, loss: LossConfig | None = None) -> Temperature:
+        """The recipe's ``temperature:`` section, or the one ``loss`` trains with
+        (:meth:`~vis_embed.training.recipe.LossConfig.training_temperature`: two_tier's fixed tau)."""
+        config = config if loss is None else loss.training_temperature(config)
+        return cls(config.init, config.learnable, config.freeze_steps, config.min)
 
     def set_step(self, step: int) -> None:
         """Called by the trainer before each step (0-based): handles ``freeze_steps``."""
