@@ -163,7 +163,7 @@ def training_side_by_side(recipe_path: Path, checkpoint: Path, device: torch.dev
     the blocks compiled (``model_options.compile: true``)."""
     from vis_embed.training.memory_plan import AUTO, plan_memory
     from vis_embed.training.recipe import load_recipe
-    from vis_embed.training.trainer import build_training_model
+    from vis_embed.training.model_setup import build_training_model
 
     recipe = load_recipe(recipe_path, overrides=[f"model={checkpoint}", "deepspeed=null",
                                                  f"model_options.attn_implementation={VARLEN}", *(overrides or [])])

@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vis_embed.model.network",),
     ("vis_embed.model.files",),
     ("vis_embed.model.runtime",),
-    ("vis_embed.model.cli", "vis_embed.model.embedder"),
+    ("vis_embed.model.cli",),
     # bridges to other tools (W&B, mteb) and the batch scheduler: each built on the model
     ("vis_embed.integrations", "vis_embed.sampling"),
     # persistent faiss indexes of encoded galleries

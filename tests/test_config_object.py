@@ -25,7 +25,8 @@ from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.training import trainer as trainer_module
 from vis_embed.training.backends import TorchBackend
 from vis_embed.training.recipe import ModelOptions, load_recipe
-from vis_embed.training.trainer import DEEPSPEED_CONFIG_FILE, Trainer, training_embedding_config
+from vis_embed.training.model_setup import training_embedding_config
+from vis_embed.training.trainer import DEEPSPEED_CONFIG_FILE, Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _training_fixtures import tiny_recipe, write_identity_dataset, write_schedule  # noqa: E402

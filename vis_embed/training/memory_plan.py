@@ -95,7 +95,7 @@ def plan_memory(model: EmbeddingModel, collate: Callable[[list[Any]], dict[str, 
             return MemoryPlan(plan[0], False, plan[1], measured)
         if gradient_checkpointing is False:
             raise _does_not_fit(chunk_size, measured)
-    if gradient_checkpointing == AUTO:  # a given true is on already (trainer.build_training_model)
+    if gradient_checkpointing == AUTO:  # a given true is on already (model_setup.build_training_model)
         model.enable_gradient_checkpointing()
     measured["bytes_per_member_checkpointed"] = _probe(model, collate, members, device)
     plan = _choose(chunk_size, local_batch_size, budget, measured["bytes_per_member_checkpointed"],

@@ -42,12 +42,7 @@ from vis_embed.training.losses import BatchLabels, Temperature, build_objective
 from vis_embed.training.losses.diagnostics import false_negative_stats
 from vis_embed.training.losses.matryoshka import matryoshka_for_model
 from vis_embed.training.lr_schedule import lr_schedule_of
-# build_training_model / training_embedding_config re-exported: callers build a recipe's model from here
-from vis_embed.training.model_setup import (  # noqa: F401
-    build_training_model,
-    trained_embedding_config,
-    training_embedding_config,
-)
+from vis_embed.training.model_setup import build_training_model, trained_embedding_config
 from vis_embed.training.memory_plan import PLAN_FILE, plan_training
 from vis_embed.training.recipe import Recipe, recipe_to_dict
 from vis_embed.training.run_dir import check_run_directory, clear_run_directory
