@@ -165,7 +165,7 @@ def test_each_block_kind_is_compiled_once_and_reused() -> None:
     assert graphs[0] == graphs[1] <= 3, graphs
 
 
-def test_the_shared_block_code_may_hold_more_graphs_than_torchs_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_shared_block_code_may_hold_more_graphs_than_torchs_default() -> None:
     """Every decoder layer and vision block runs through ONE transformers function (so one Dynamo
     cache); a lent H200 filled 7 of its default 8 entries in one process, and past the limit
     Dynamo runs the blocks eagerly (one logged warning).  Compiling raises the limit, never lowers it."""
@@ -177,12 +177,13 @@ def test_the_shared_block_code_may_hold_more_graphs_than_torchs_default(monkeypa
     base = backbone.model
     shared = {type(module).__call__ for module in [*base.language_model.layers, *base.visual.blocks]}
     assert shared == {GradientCheckpointingLayer.__call__}  # the reason: one code object for both kinds
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
-    compile_module.compile_blocks(base, torch.device("cpu"))
-    assert torch._dynamo.config.recompile_limit >= 32
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1000)
-    compile_module.compile_blocks(base, torch.device("cpu"))
-    assert torch._dynamo.config.recompile_limit == 1000
+    # Dynamo's own patch(), not monkeypatch: undoing a setattr on its config module deletes the key
+    with torch._dynamo.config.patch(recompile_limit=8):
+        compile_module.compile_blocks(base, torch.device("cpu"))
+        assert torch._dynamo.config.recompile_limit >= 32
+    with torch._dynamo.config.patch(recompile_limit=1000):
+        compile_module.compile_blocks(base, torch.device("cpu"))
+        assert torch._dynamo.config.recompile_limit == 1000
 
 
 def test_training_through_compiled_blocks_gets_eager_gradients(tiny_checkpoint: Callable[..., Path]) -> None:
