@@ -63,18 +63,28 @@ def test_each_kind_round_trips_save_then_load_to_the_same_vectors(kind, tiny_che
     torch.testing.assert_close(_vectors(loaded), before, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("kind", ["lora", "head"])
+def _adaptation(kind: str):
+    return {"lora": lambda: LoraAdaptation(LoraOptions(r=2, alpha=4, dropout=0.0).peft_config()),
+            "head": HeadAdaptation, "full": FullAdaptation}[kind]()
+
+
+def _trainable(model: EmbeddingModel) -> dict[str, torch.Tensor]:
+    return {name: parameter.detach().clone() for name, parameter in model.named_parameters()
+            if parameter.requires_grad}
+
+
+@pytest.mark.parametrize("kind", ["lora", "head", "full"])
 def test_load_weights_restores_a_saved_state_into_a_fresh_model(kind, tiny_checkpoint, tmp_path) -> None:
     """Resume and warm start: save (with the trainable state a backend gathers) -> a freshly
-    built model of the same adaptation -> load_weights -> the same vectors."""
+    built model of the same adaptation -> load_weights -> the same vectors and the same weights.
+    (``full`` once loaded with strict=False under the checkpoint's key names: 1 of 58 matched and
+    the base weights stayed.)"""
     base = tiny_checkpoint("qwen2-vl")
-    adaptation = (LoraAdaptation(LoraOptions(r=2, alpha=4, dropout=0.0).peft_config()) if kind == "lora"
-                  else HeadAdaptation())
+    adaptation = _adaptation(kind)
     model = _load(base)
     adaptation.apply(model)
     _trained(model)
-    state = {name: parameter.detach().clone() for name, parameter in model.named_parameters()
-             if parameter.requires_grad}
+    state = _trainable(model)
     adaptation.save(model, tmp_path, state=state)
     fresh = _load(base)
     adaptation.apply(fresh)
@@ -82,6 +92,43 @@ def test_load_weights_restores_a_saved_state_into_a_fresh_model(kind, tiny_check
     adaptation.check_saved(tmp_path, fresh, "test")
     adaptation.load_weights(fresh, tmp_path)
     torch.testing.assert_close(_vectors(fresh), _vectors(model), atol=1e-6, rtol=0)
+    loaded = _trainable(fresh)
+    assert loaded.keys() == state.keys()
+    for name, value in state.items():
+        assert torch.equal(loaded[name], value), name
+
+
+def test_full_saves_the_gathered_state_not_the_modules_own(tiny_checkpoint, tmp_path) -> None:
+    """Under ZeRO-3 the module's parameters are partitioned: the backend's gathered state is what
+    must be written (in the module's dtype), and resume / warm start read exactly it back."""
+    from vis_embed.model.network.adaptation import warm_start
+
+    base = tiny_checkpoint("qwen2-vl")
+    model = _load(base)
+    FullAdaptation().apply(model)
+    gathered = {name: value.double() + 0.01 for name, value in _trainable(model).items()}  # not the module's
+    FullAdaptation().save(model, tmp_path, state=gathered)
+    fresh = _load(base)
+    FullAdaptation().apply(fresh)
+    warm_start(fresh, FullAdaptation(), tmp_path)  # recipe init_adapter with adaptation: full
+    for name, parameter in fresh.named_parameters():
+        assert parameter.dtype == torch.float32
+        assert torch.equal(parameter, gathered[name].float()), name
+
+
+def test_full_refuses_a_checkpoint_that_lacks_weights(tiny_checkpoint, tmp_path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from vis_embed.errors import ConfigError
+
+    model = _load(tiny_checkpoint("qwen2-vl"))
+    FullAdaptation().save(model, tmp_path)
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    dropped = next(name for name in weights if "layers.0.mlp" in name)
+    save_file({name: value for name, value in weights.items() if name != dropped}, str(tmp_path / "model.safetensors"),
+              metadata={"format": "pt"})
+    with pytest.raises(ConfigError, match="lacks 1 of the model's weights"):
+        FullAdaptation().load_weights(_load(tiny_checkpoint("qwen2-vl")), tmp_path)
 
 
 def _recipe(**sections):

@@ -27,7 +27,7 @@ import re
 import typing
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
 
 from pydantic import Field
 
@@ -285,7 +285,11 @@ class FullAdaptation(Adaptation):
             parameter.requires_grad_(True)
 
     def save(self, model: AdaptedModel, directory: Path, state: dict[str, Tensor] | None = None) -> None:
-        model.backbone.save_pretrained(str(directory), safe_serialization=True)
+        """A checkpoint ``from_pretrained`` loads (transformers writes its own on-disk key names);
+        ``state`` (a backend's gathered weights, e.g. under ZeRO-3 where the module's own are
+        partitioned) replaces the module's parameters, in the module's dtype."""
+        model.backbone.save_pretrained(str(directory), state_dict=_full_state(model.backbone, state),
+                                       safe_serialization=True)
         if getattr(model, "processor", None) is not None:
             model.processor.save_pretrained(str(directory))
 
@@ -294,12 +298,34 @@ class FullAdaptation(Adaptation):
             raise ConfigError(f"{source}: no model*.safetensors (full fine-tuning needs full weights)")
 
     def load_weights(self, model: AdaptedModel, directory: Path) -> None:
-        from safetensors.torch import load_file
+        """Read the checkpoint the way ``from_pretrained`` does (its key mapping: transformers
+        saves Qwen-VL's ``model.language_model.*`` as ``model.*``), then copy every weight into
+        the built model, strictly: a weight missing from the checkpoint is an error, not the
+        base's value kept."""
+        backbone = model.backbone
+        dtype = next(backbone.parameters()).dtype
+        try:
+            saved, info = type(backbone).from_pretrained(str(directory), dtype=dtype, output_loading_info=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ConfigError(f"{directory}: not a checkpoint of this model: {exc}") from None
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:
+            raise ConfigError(f"{directory}: lacks {len(missing)} of the model's weights (e.g. {missing[0]})")
+        backbone.load_state_dict(saved.state_dict(), strict=True)  # RuntimeError: another shape
 
-        state: dict[str, Any] = {}
-        for shard in sorted(directory.glob("model*.safetensors")):
-            state.update(load_file(str(shard)))
-        model.backbone.load_state_dict(state, strict=False)
+
+def _full_state(backbone: torch.nn.Module, state: dict[str, Tensor] | None) -> dict[str, Tensor] | None:
+    """The backbone's state dict with ``state``'s ``backbone.*`` entries in place of its parameters
+    (tied parameters share one tensor, as in the module), cast to each parameter's dtype; None
+    without ``state`` (transformers then takes the module's own)."""
+    gathered = _prefixed(state, "backbone.")
+    if gathered is None:
+        return None
+    by_parameter = {id(parameter): (gathered[name].to(parameter.dtype) if name in gathered else parameter.detach())
+                    for name, parameter in backbone.named_parameters()}
+    full = {name: by_parameter[id(parameter)] for name, parameter in backbone.named_parameters(remove_duplicate=False)}
+    full.update((name, buffer) for name, buffer in backbone.state_dict().items() if name not in full)
+    return full
 
 
 def build_adaptation(kind: AdaptationKind, lora: LoraOptions | None = None,
