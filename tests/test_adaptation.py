@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vis_embed.model.network.adaptation import (FullAdaptation, HeadAdaptation, LoraAdaptation, LoraOptions,
-                                                adaptation_of, saved_kind)
+from vis_embed.model.network.adaptation import (ADAPTATIONS, FullAdaptation, HeadAdaptation, LoraAdaptation,
+                                                LoraOptions, adaptation_of)
+from vis_embed.model.network.saved_adaptation import saved_adaptation
 from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.training.recipe import load_recipe
 
@@ -55,26 +56,36 @@ def test_each_kind_round_trips_save_then_load_to_the_same_vectors(kind, tiny_che
     recorded = json.loads((saved / "embedding_config.json").read_text())["adaptation"]
     assert recorded == (None if kind == "full" else kind)  # a plain backbone: its record says
     if kind == "full":
-        assert saved_kind(saved) is None
+        assert saved_adaptation(saved) is None  # nothing recorded, no adapter file: a plain checkpoint
         loaded = _load(saved)  # a checkpoint of its own
     else:
-        assert saved_kind(saved) == kind
+        assert type(saved_adaptation(saved)) is ADAPTATIONS[kind]
         loaded = _load(base, adapter=saved)
     torch.testing.assert_close(_vectors(loaded), before, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("kind", ["lora", "head"])
+def _adaptation(kind: str):
+    return {"lora": lambda: LoraAdaptation(LoraOptions(r=2, alpha=4, dropout=0.0).peft_config()),
+            "head": HeadAdaptation, "full": FullAdaptation}[kind]()
+
+
+def _trainable(model: EmbeddingModel) -> dict[str, torch.Tensor]:
+    return {name: parameter.detach().clone() for name, parameter in model.named_parameters()
+            if parameter.requires_grad}
+
+
+@pytest.mark.parametrize("kind", ["lora", "head", "full"])
 def test_load_weights_restores_a_saved_state_into_a_fresh_model(kind, tiny_checkpoint, tmp_path) -> None:
     """Resume and warm start: save (with the trainable state a backend gathers) -> a freshly
-    built model of the same adaptation -> load_weights -> the same vectors."""
+    built model of the same adaptation -> load_weights -> the same vectors and the same weights.
+    (``full`` once loaded with strict=False under the checkpoint's key names: 1 of 58 matched and
+    the base weights stayed.)"""
     base = tiny_checkpoint("qwen2-vl")
-    adaptation = (LoraAdaptation(LoraOptions(r=2, alpha=4, dropout=0.0).peft_config()) if kind == "lora"
-                  else HeadAdaptation())
+    adaptation = _adaptation(kind)
     model = _load(base)
     adaptation.apply(model)
     _trained(model)
-    state = {name: parameter.detach().clone() for name, parameter in model.named_parameters()
-             if parameter.requires_grad}
+    state = _trainable(model)
     adaptation.save(model, tmp_path, state=state)
     fresh = _load(base)
     adaptation.apply(fresh)
@@ -82,6 +93,43 @@ def test_load_weights_restores_a_saved_state_into_a_fresh_model(kind, tiny_check
     adaptation.check_saved(tmp_path, fresh, "test")
     adaptation.load_weights(fresh, tmp_path)
     torch.testing.assert_close(_vectors(fresh), _vectors(model), atol=1e-6, rtol=0)
+    loaded = _trainable(fresh)
+    assert loaded.keys() == state.keys()
+    for name, value in state.items():
+        assert torch.equal(loaded[name], value), name
+
+
+def test_full_saves_the_gathered_state_not_the_modules_own(tiny_checkpoint, tmp_path) -> None:
+    """Under ZeRO-3 the module's parameters are partitioned: the backend's gathered state is what
+    must be written (in the module's dtype), and resume / warm start read exactly it back."""
+    from vis_embed.model.network.adaptation import warm_start
+
+    base = tiny_checkpoint("qwen2-vl")
+    model = _load(base)
+    FullAdaptation().apply(model)
+    gathered = {name: value.double() + 0.01 for name, value in _trainable(model).items()}  # not the module's
+    FullAdaptation().save(model, tmp_path, state=gathered)
+    fresh = _load(base)
+    FullAdaptation().apply(fresh)
+    warm_start(fresh, FullAdaptation(), tmp_path)  # recipe init_adapter with adaptation: full
+    for name, parameter in fresh.named_parameters():
+        assert parameter.dtype == torch.float32
+        assert torch.equal(parameter, gathered[name].float()), name
+
+
+def test_full_refuses_a_checkpoint_that_lacks_weights(tiny_checkpoint, tmp_path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from vis_embed.errors import ConfigError
+
+    model = _load(tiny_checkpoint("qwen2-vl"))
+    FullAdaptation().save(model, tmp_path)
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    dropped = next(name for name in weights if "layers.0.mlp" in name)
+    save_file({name: value for name, value in weights.items() if name != dropped}, str(tmp_path / "model.safetensors"),
+              metadata={"format": "pt"})
+    with pytest.raises(ConfigError, match="lacks 1 of the model's weights"):
+        FullAdaptation().load_weights(_load(tiny_checkpoint("qwen2-vl")), tmp_path)
 
 
 def _recipe(**sections):
@@ -139,3 +187,70 @@ def test_a_run_recorded_with_the_older_spelling_resumes_with_the_new_one(tmp_pat
     other = recipe_to_dict(load_recipe(raw={**raw, "adaptation": {"lora": {"r": 4}}}))
     with pytest.raises(ConfigError, match=r"adaptation\.lora\.r: 8 -> 4"):
         check_resumed_recipe(tmp_path, other)
+
+
+def test_one_class_per_declared_kind() -> None:
+    """The kind vocabulary is declared once (embedding_config.AdaptationKind); the registry has
+    one class per kind, and the recipe's kind builds that class."""
+    import typing
+
+    from vis_embed.model.embedding_config import AdaptationKind, EmbeddingConfig
+
+    kinds = typing.get_args(AdaptationKind)
+    assert set(ADAPTATIONS) == set(kinds)
+    assert EmbeddingConfig.model_fields["adaptation"].annotation == AdaptationKind | None
+    for kind in kinds:
+        assert type(_recipe(adaptation={"kind": kind}).adaptation.build()) is ADAPTATIONS[kind]
+
+
+def _write(directory: Path, files: dict[str, object]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (directory / name).write_text(json.dumps(content))
+    return directory
+
+
+LORA_CONFIG = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"],
+               "base_model_name_or_path": "org/base"}
+HEAD_FILE = {"in_dim": 4, "out_dim": 2, "base_model_name_or_path": "org/head-base"}
+
+
+def test_the_recorded_kind_decides_and_the_files_only_without_a_record(tmp_path) -> None:
+    from vis_embed.errors import ConfigError
+    from vis_embed.model.network.saved_adaptation import saved_adapter
+
+    lora = _write(tmp_path / "lora", {"adapter_config.json": LORA_CONFIG,
+                                      "embedding_config.json": {"adaptation": "lora"}})
+    assert isinstance(saved_adaptation(lora), LoraAdaptation)
+    assert saved_adapter(lora).base_model(lora) == "org/base"
+    older = _write(tmp_path / "older", {"head_config.json": HEAD_FILE})  # written before the kind was recorded
+    head = saved_adaptation(older)
+    assert isinstance(head, HeadAdaptation) and head.out_dim == 2
+    assert head.base_model(older) == "org/head-base"
+    full = _write(tmp_path / "full", {"config.json": {}, "embedding_config.json": {"adaptation": "full"}})
+    assert isinstance(saved_adaptation(full), FullAdaptation)
+    assert saved_adaptation(_write(tmp_path / "plain", {"config.json": {}})) is None
+    with pytest.raises(ConfigError, match="not an adapter directory"):
+        saved_adapter(full)  # a full checkpoint is a model, not an adapter over one
+    # a record the files contradict: refused, naming the record
+    contradicted = _write(tmp_path / "contradicted", {"head_config.json": HEAD_FILE,
+                                                      "embedding_config.json": {"adaptation": "lora"}})
+    with pytest.raises(ConfigError, match=r"contradicted/embedding_config\.json: records adaptation 'lora'.*"
+                                          r"holds head's head_config\.json"):
+        saved_adaptation(contradicted)
+    missing = _write(tmp_path / "missing", {"embedding_config.json": {"adaptation": "head"}})
+    with pytest.raises(ConfigError, match=r"records adaptation 'head', but the directory has no head_config\.json"):
+        saved_adaptation(missing)
+
+
+def test_what_the_model_card_says_is_asked_of_the_registry() -> None:
+    from vis_embed.model.files.model_card import CardFacts, card_data, model_card
+
+    for kind, title, library in (("lora", "LoRA adapter", "peft"), ("head", "Projection head", "vis_embed"),
+                                 ("full", "Model", "transformers"), (None, "Model", "transformers")):
+        facts = CardFacts(base_model="org/base", adaptation=kind)
+        assert facts.adapter == (kind in ("lora", "head"))
+        assert f"# {title} for `org/base`" in model_card(facts)
+        assert card_data(facts).library_name == library
+        assert ("lora" in card_data(facts).tags) == (kind == "lora")
+        assert card_data(facts, merged=True).library_name == "sentence-transformers"

@@ -303,8 +303,37 @@ def test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module() -> No
     assert _where(_string("head_config.json")) == {"vis_embed/model/references.py"}
     # the one save path: only the adaptation objects write a model's weights
     assert _where(_call_of("save_head")) == {"vis_embed/model/network/adaptation.py"}
-    assert _where(_call_of("merge_and_unload")) <= {"vis_embed/model/network/adaptation.py",
-                                                    "vis_embed/model/files/export.py"}
+    assert _where(_call_of("merge_and_unload")) == {"vis_embed/model/network/adaptation.py"}  # the one merge
+
+
+def test_the_saved_adaptation_is_decided_by_the_kind_registry() -> None:
+    """What a directory holds is model/network/adaptation.saved_adaptation's answer (its recorded
+    kind selects the class from ADAPTATIONS; the files only for an older directory): export,
+    merge, the quickstart and the model card ask it and the class it returns; the kinds are
+    declared once (embedding_config.AdaptationKind)."""
+    adaptation, references = "vis_embed/model/network/adaptation.py", "vis_embed/model/references.py"
+    saved = "vis_embed/model/network/saved_adaptation.py"
+    for rule, where in (("saved_adaptation", saved), ("saved_adapter", saved), ("_kind_by_files", saved),
+                        ("ADAPTATIONS", adaptation)):
+        assert _where(lambda node, rule=rule: _definition(rule)(node) or (
+            isinstance(node, ast.AnnAssign) and _source(node.target) == rule)) == {where}, rule
+    # the adapter files and the two base readers are asked by saved_adaptation and the objects only
+    assert _where(_call_of("is_peft_adapter")) == {references, saved}
+    assert _where(_call_of("base_model_of")) | _where(_call_of("head_base_model")) == {adaptation}
+    # one vocabulary: the kinds are spelled together in embedding_config only
+    def spells_kinds(node: ast.AST) -> bool:
+        constants = {element.value for element in ast.walk(node) if isinstance(element, ast.Constant)}
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Subscript)) and \
+            len({"lora", "head", "full"} & constants) >= 2
+    vocabularies = _where(spells_kinds)
+    # (recipe.py: the older top-level `lora:` / `head:` sections, section names, not kinds)
+    assert vocabularies == {"vis_embed/model/embedding_config.py", "vis_embed/training/recipe.py"}
+    # no module compares a kind by name, but the readers of the older spellings (a recipe's
+    # `lora.enabled: false`, a model_card.json written before the kind was recorded)
+    compares_a_kind = _where(lambda node: isinstance(node, ast.Compare) and any(
+        isinstance(operand, ast.Constant) and operand.value in ("lora", "head", "full")
+        for operand in (node.left, *node.comparators)))
+    assert compares_a_kind == {"vis_embed/training/recipe.py", "vis_embed/model/files/model_card.py"}
 
 
 def test_one_settings_base() -> None:
@@ -353,7 +382,7 @@ def test_config_objects_cross_module_boundaries_whole() -> None:
     assert _where(_call_of("Temperature")) == set()
     assert _where(unpacks("Temperature", set(TemperatureConfig.model_fields) | {"min_value"})) == set()
     # the one translation of the lora: section into peft
-    assert _where(unpacks("LoraConfig", {"r", "lora_alpha"})) == {"vis_embed/model/network/adaptation.py"}
+    assert _where(unpacks("LoraConfig", {"r", "lora_alpha"})) == {"vis_embed/model/network/adaptation_spec.py"}
     # from_pretrained takes EmbeddingConfig fields as **settings or config=, not a hand list
     listed = _where(lambda node: isinstance(node, ast.FunctionDef) and node.name == "from_pretrained" and any(
         argument.arg in set(EmbeddingConfig.model_fields) - {"dtype"} for argument in node.args.kwonlyargs
@@ -406,6 +435,8 @@ CLAIMS = {
     "the ONE adaptation decision": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
     "the one save path": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
     "the one peft probe": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
+    "the one kind registry": test_the_saved_adaptation_is_decided_by_the_kind_registry,
+    "the one merge": test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module,
     "the one settings base": test_one_settings_base,
     "the one Matryoshka": test_one_matryoshka_width_rule,
     "the one index vocabulary": test_one_index_stack,

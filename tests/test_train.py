@@ -226,3 +226,33 @@ def test_a_plain_step_wider_than_a_chunk_is_announced(setup, tmp_path, caplog, c
     with caplog.at_level(logging.INFO, logger="vis_embed"):
         Trainer(_recipe(setup, tmp_path / "run", max_steps=1, gradcache__chunk_size=chunk_size))
     assert ("one plain forward of 8 members" in caplog.text) == announced
+
+
+def test_adaptation_full_resumes_and_warm_starts_from_its_saved_weights(setup, tmp_path) -> None:
+    """``adaptation: full``: --resume and init_adapter load the checkpoint's weights into the
+    model (they once kept the base's: the checkpoint's key names did not match the module's)."""
+    import shutil
+
+    from transformers import AutoModelForImageTextToText
+
+    out = tmp_path / "full"
+    recipe = _recipe(setup, out, max_steps=2, checkpoint__every=1, adaptation="full")
+    final = Trainer(recipe).train()
+    checkpoint = out / "checkpoint-1"
+    saved = AutoModelForImageTextToText.from_pretrained(checkpoint).state_dict()
+    base = AutoModelForImageTextToText.from_pretrained(setup[0]).state_dict()
+    assert any(not torch.equal(saved[name], base[name]) for name in saved)  # training moved the weights
+
+    def assert_holds(trainer: Trainer, expected: dict[str, torch.Tensor]) -> None:
+        own = trainer.model.backbone.state_dict()
+        assert own.keys() == expected.keys()
+        for name, value in expected.items():
+            assert torch.equal(own[name], value), name
+
+    shutil.rmtree(final)
+    shutil.rmtree(out / "checkpoint-2", ignore_errors=True)
+    resumed = Trainer(recipe, resume=True)
+    assert resumed.start_step == 1
+    assert_holds(resumed, saved)
+    warm = Trainer(_recipe(setup, tmp_path / "warm", max_steps=2, adaptation="full", init_adapter=str(checkpoint)))
+    assert_holds(warm, saved)

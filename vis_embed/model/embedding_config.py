@@ -39,6 +39,9 @@ from vis_embed.model.defaults import (DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_M
 from vis_embed.model.prompts import PROMPT_FORMATS
 
 EMBEDDING_CONFIG_FILE = "embedding_config.json"
+# The adaptation kinds, declared once: model/network/adaptation.py has one class per kind (its
+# registry, ADAPTATIONS), the recipe's adaptation.kind and the model card's facts take this type.
+AdaptationKind = Literal["lora", "head", "full"]
 
 # Flag groups: "loading" = how the model embeds (encode, eval, serve, mine-negatives, export);
 # "instructions" = the task prompts (export's sentence-transformers prompts).
@@ -102,7 +105,7 @@ class EmbeddingConfig(Settings):
         json_schema_extra=_flag(INSTRUCTIONS, "TEXT"))
     # Descriptive, not flags: one pooling exists; the adaptation is what the directory holds.
     pooling: Literal["last_token"] = "last_token"
-    adaptation: Literal["lora", "head", "full"] | None = None
+    adaptation: AdaptationKind | None = None
     # the widths trained with loss.matryoshka_dims (training/losses/matryoshka.py): a model that
     # records them serves any `dimensions` (--dim); None: not trained for truncation
     matryoshka_dims: list[PositiveInt] | None = None

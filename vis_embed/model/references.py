@@ -14,11 +14,12 @@ No torch here (the model card and ``--help`` paths import it).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vis_embed.errors import ConfigError
-from vis_embed.io import is_hub_id
+from vis_embed.io import atomic_write_json, is_hub_id
 
 if TYPE_CHECKING:
     from peft import PeftConfig
@@ -64,3 +65,17 @@ def base_model_of(adapter_dir: str | Path) -> str:
     if not base:
         raise ConfigError(f"{Path(adapter_dir) / ADAPTER_CONFIG}: no base_model_name_or_path; pass --base")
     return str(base)
+
+
+def record_absolute_base(adapter_dir: Path) -> None:
+    """Rewrite ``base_model_name_or_path`` as a hub id or an ABSOLUTE path, so that
+    ``AutoPeftModel.from_pretrained(adapter)`` and ``vis-embed merge`` work from any directory
+    (peft records the name the model was loaded with, often relative to the training cwd).
+    The file is edited as JSON, not through peft.PeftConfig: saving that would rewrite every
+    field with this peft version's defaults, and only the base's name must change."""
+    config_path = adapter_dir / ADAPTER_CONFIG
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    base = config.get("base_model_name_or_path")
+    if base and absolute_model_reference(base) != base:
+        config["base_model_name_or_path"] = absolute_model_reference(base)
+        atomic_write_json(config_path, config)

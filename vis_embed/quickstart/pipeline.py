@@ -33,7 +33,8 @@ from vis_embed import resources
 from vis_embed.errors import ConfigError
 from vis_embed.evaluation.quickstart_report import plot_training_curve, write_report
 from vis_embed.io import atomic_write_json
-from vis_embed.model.references import ADAPTER_CONFIG, is_peft_adapter
+from vis_embed.model.embedding_config import EMBEDDING_CONFIG_FILE
+from vis_embed.model.network.saved_adaptation import saved_adaptation
 from vis_embed.model.files.tiny import build_tiny_checkpoint
 
 # torch-heavy modules (evaluation.api, training.*) are imported inside the stages that use
@@ -130,7 +131,7 @@ def train(out: Path, model_dir: Path, synth_dir: Path, seed: int, steps: int | N
 
     run_dir = out / "run"
     final = run_dir / "final"
-    if is_peft_adapter(final):
+    if saved_adaptation(final) is not None:  # the run finished (final/ is written whole)
         return final
     settings = [f"model={model_dir}", f"data={synth_dir / 'train.yaml'}",
                 f"schedule={out / 'schedule.parquet'}", f"output_dir={run_dir}", f"seed={seed}"]
@@ -165,7 +166,7 @@ def run_quickstart(out: Path, seed: int = 0, steps: int | None = None, size: str
             return train(out, model_dir, synth_dir, seed, steps, recipe_file, list(overrides or []), show_progress)
 
     adapter = clock.run("schedule + train", "scheduling and training (LoRA, GradCache)",
-                        out / "run" / "final" / ADAPTER_CONFIG, schedule_and_train)
+                        out / "run" / "final" / EMBEDDING_CONFIG_FILE, schedule_and_train)
     after = clock.run("evaluate trained", "evaluating the trained adapter", out / "after" / "results.json",
                       lambda: evaluate(model_dir, adapter, benchmark, out / "after", show_progress))
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from vis_embed.io import atomic_directory
 from vis_embed.model.embedding_config import resolve_embedding_config
-from vis_embed.model.files.export import base_model_of, load_merged, recorded_base
+from vis_embed.model.files.export import load_merged, recorded_base
 
-__all__ = ["base_model_of", "merge_adapter"]
+__all__ = ["merge_adapter"]
 
 
 def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,

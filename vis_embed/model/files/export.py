@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING, Any
 from vis_embed.errors import ConfigError
 from vis_embed.vectors.transforms import vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
-from vis_embed.model.network.adaptation import saved_kind
+from vis_embed.model.network.saved_adaptation import saved_adapter
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 # re-exported: callers read a reference's kind here as before; the rules live in references.py
+# (what an adapter directory holds, and its base: model/network/adaptation.saved_adapter)
 from vis_embed.model.references import (  # noqa: F401
     ADAPTER_CONFIG,
     absolute_model_reference,
@@ -102,26 +103,50 @@ def recorded_base(base: str | None, adapter_dir: Path | None) -> str:
     if base is None:
         if adapter_dir is None:
             raise ConfigError("no model given")
-        base = base_model_of(adapter_dir)
-        check_base_exists(base, adapter_dir / ADAPTER_CONFIG)
+        adaptation = saved_adapter(adapter_dir)
+        base = adaptation.base_model(adapter_dir)
+        check_base_exists(base, adapter_dir / adaptation.config_file)
     else:
         check_base_exists(base)
     return base
 
 
-def load_merged(base: str | None, adapter: str | Path | None = None,
-                dtype: Any = "checkpoint") -> tuple[Any, Any]:
-    """``(model, processor)``: ``base`` with ``adapter`` folded in (base from the adapter if None).
+def load_folded(base: str | None, adapter: str | Path | None = None,
+                dtype: Any = "checkpoint") -> tuple[Any, ProjectionHead | None, Any]:
+    """``(model, head, processor)``: ``base`` with the adapter saved in ``adapter`` made standalone
+    by its adaptation object (``Adaptation.fold``: a LoRA merged into the weights; a projection
+    head returned beside the unchanged base); the base is the adapter's if None.
 
     ``dtype``: the written weights' dtype, by the one rule (``embedding_model.resolve_dtype``):
     "checkpoint" (default) keeps the checkpoint's own, "auto" is by device (float32 on CPU).
     """
+    adapter_dir = None if adapter is None else Path(adapter).expanduser()
+    adaptation = None if adapter_dir is None else saved_adapter(adapter_dir)  # a clear error first
+    model, processor = _load_base(recorded_base(base, adapter_dir), dtype)
+    head = None
+    if adaptation is not None:
+        model, head = adaptation.fold(model, adapter_dir)
+    model.eval()
+    return model, head, processor
+
+
+def load_merged(base: str | None, adapter: str | Path | None = None,
+                dtype: Any = "checkpoint") -> tuple[Any, Any]:
+    """``(model, processor)``: ``base`` with the LoRA ``adapter`` merged in (:func:`load_folded`);
+    a projection head is refused (it is no weights of the base: ``vis-embed export`` ships it)."""
+    if adapter is not None and not saved_adapter(adapter).merges:
+        raise ConfigError(f"{adapter}: a projection head is not merged into the base's weights; "
+                          "`vis-embed export --adapter` ships it as a sentence-transformers Dense module")
+    model, _, processor = load_folded(base, adapter, dtype)
+    return model, processor
+
+
+def _load_base(base: str, dtype: Any) -> tuple[Any, Any]:
+    """``(model, processor)`` of the checkpoint ``base`` (never the hub for a path)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from vis_embed.model.network.embedding_model import resolve_dtype
 
-    adapter_dir = None if adapter is None else Path(adapter).expanduser()
-    base = recorded_base(base, adapter_dir)
     torch_dtype = resolve_dtype(dtype or "checkpoint")
     local_only = looks_like_path(base)  # a path never needs the hub: no network retries
     try:
@@ -130,12 +155,6 @@ def load_merged(base: str | None, adapter: str | Path | None = None,
         processor = AutoProcessor.from_pretrained(base, local_files_only=local_only)
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot load base model {base!r}: {exc}") from exc
-    if adapter_dir is not None:
-        from peft import PeftModel
-
-        peft_adapter_config(adapter_dir)  # a clear error for a directory that is not one
-        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
-    model.eval()
     return model, processor
 
 
@@ -210,17 +229,12 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     ``dtype``: the written weights' (default "checkpoint": the base checkpoint's own).
     The effective settings are written as the export's ``embedding_config.json``.
     """
-    # imported here: `vis-embed export --help` reads this module and must not import torch
-    from vis_embed.model.network.projection_head import head_base_model, load_head
-
-    head = None
-    if adapter is not None and saved_kind(adapter) == "head":  # a projection head: base + Dense module
-        head, model = load_head(adapter), model or head_base_model(adapter)
     config = export_config(model, adapter, query_instruction=query_instruction,
                            dtype=None if dtype in (None, "checkpoint") else dtype,
                            document_instruction=document_instruction, min_pixels=min_pixels,
                            max_pixels=max_pixels, **settings)
-    merged, processor = load_merged(model, None if head is not None else adapter, dtype)
+    # a LoRA merged into the weights; a projection head beside the base, as a Dense module
+    merged, head, processor = load_folded(model, adapter, dtype)
     processor = prepare_processor(processor, config.min_pixels, config.max_pixels)
     embedding_dim = int(merged.config.get_text_config().hidden_size)
     # vLLM reads these from config.json: it then serves `dimensions` (vis_embed/vectors/transforms.py)
@@ -242,8 +256,8 @@ def export_config(model: str | None, adapter: str | Path | None, **given: Any) -
     """The export's settings: given > recorded (adapter's over base's) > defaults, checked to
     be what the sentence-transformers layout can reproduce (the ``chat`` prompt format)."""
     base = model
-    if base is None and adapter is not None and is_peft_adapter(adapter):
-        base = base_model_of(adapter)
+    if base is None and adapter is not None:
+        base = saved_adapter(adapter).base_model(Path(adapter).expanduser())
     config = resolve_embedding_config(base, adapter, **given)
     if config.prompt_format != "chat":
         raise ConfigError(f"the model's prompt_format is {config.prompt_format!r} (recorded in its "

@@ -71,15 +71,11 @@ def _read_results(path: Path) -> dict:
 
 
 def _card_base(model: str | None, adapter: Path | None) -> str:
-    """The base model named on the card: MODEL, else the adapter's recorded base."""
-    from vis_embed.errors import ConfigError
-    from vis_embed.model.files.export import absolute_model_reference, base_model_of
+    """The base model named on the card: MODEL, else the adapter's recorded base (a LoRA's or a
+    projection head's: its adaptation object reads it)."""
+    from vis_embed.model.files.export import absolute_model_reference
+    from vis_embed.model.network.saved_adaptation import saved_adapter
 
     if model is not None:
         return absolute_model_reference(model)
-    try:
-        return base_model_of(adapter)
-    except ConfigError:  # a projection head records its base in its own config
-        from vis_embed.model.network.projection_head import head_base_model
-
-        return str(head_base_model(adapter))
+    return saved_adapter(adapter).base_model(Path(adapter).expanduser())

@@ -27,7 +27,8 @@ from pydantic import ConfigDict, Field, model_validator
 
 from vis_embed.config import Settings, get_dotted, validated
 from vis_embed.io import atomic_write_json, atomic_write_text, is_hub_id, read_json_object
-from vis_embed.model.network.adaptation import AdaptationKind
+from vis_embed.model.embedding_config import AdaptationKind
+from vis_embed.model.network.adaptation import ADAPTATIONS, Adaptation
 
 if TYPE_CHECKING:
     from huggingface_hub import ModelCardData
@@ -68,9 +69,14 @@ class CardFacts(Settings):
         return values
 
     @property
+    def kind(self) -> type[Adaptation] | None:
+        """The adaptation class of the recorded kind (what the card says of it); None: a plain model."""
+        return None if self.adaptation is None else ADAPTATIONS[self.adaptation]
+
+    @property
     def adapter(self) -> bool:
         """Whether the directory holds an adapter over its base (LoRA or head), not a model."""
-        return self.adaptation in ("lora", "head")
+        return self.kind is not None and self.kind.is_adapter
 
 
 def _facts(facts: CardFacts | Mapping[str, Any]) -> CardFacts:
@@ -101,7 +107,7 @@ def evaluation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
 def _library_name(facts: CardFacts, merged: bool) -> str:
     if merged:
         return "sentence-transformers"
-    return {"head": "vis_embed", "lora": "peft"}.get(str(facts.adaptation), "transformers")
+    return facts.kind.card_library if facts.kind is not None else "transformers"
 
 
 def _eval_results(evaluation: Mapping[str, Any] | None) -> list[Any] | None:
@@ -126,8 +132,8 @@ def card_data(facts: CardFacts | Mapping[str, Any], merged: bool = False) -> Mod
     facts = _facts(facts)
     base = facts.base_model
     tags = ["vis_embed", "embeddings", "multimodal", "sentence-similarity"]
-    if facts.adaptation == "lora" and not merged:
-        tags.append("lora")
+    if facts.kind is not None and not merged:
+        tags += facts.kind.card_tags
     datasets = [d["name"] for d in facts.datasets if d.get("name")]
     results = _eval_results(facts.evaluation)
     return ModelCardData(base_model=base if is_hub_id(base) else None,
@@ -142,8 +148,7 @@ def model_card(facts: CardFacts | Mapping[str, Any], merged: bool = False) -> st
     facts = _facts(facts)
     base_model, recipe = facts.base_model, facts.recipe
     adapter = facts.adapter and not merged
-    kind = ("Merged model" if merged else {"head": "Projection head", "lora": "LoRA adapter"}.get(
-        str(facts.adaptation), "Model"))
+    kind = "Merged model" if merged else facts.kind.card_title if facts.kind is not None else "Model"
     lines = ["---", card_data(facts, merged).to_yaml(), "---", "",
              f"# {kind} for `{base_model}` (vis_embed)", "",
              ("Instruction-conditioned multimodal embedding model trained with vis_embed "

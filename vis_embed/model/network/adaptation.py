@@ -1,112 +1,57 @@
 """The adaptation a model trains and ships: a LoRA adapter, a projection head, or full weights.
 
 One object per kind answers every question about it, so no other module decides "which
-adaptation is this" on its own:
-
-* :class:`LoraAdaptation` holds a peft ``LoraConfig`` (built whole from the recipe's ``lora:``
-  section, :class:`LoraOptions`, or read back from a saved ``adapter_config.json``);
-* :class:`HeadAdaptation` a projection head (:mod:`vis_embed.model.network.projection_head`; its
-  ``head_config.json`` is the pydantic :class:`~vis_embed.model.network.projection_head.HeadFile`);
-* :class:`FullAdaptation` full fine-tuning (the whole backbone trains and is saved).
+adaptation is this" on its own: :class:`LoraAdaptation` holds a peft ``LoraConfig`` (built whole
+from the recipe's ``lora:`` section, :class:`LoraOptions`, or read back from a saved
+``adapter_config.json``); :class:`HeadAdaptation` a projection head
+(:mod:`vis_embed.model.network.projection_head`, ``head_config.json``); :class:`FullAdaptation`
+full fine-tuning (the whole backbone trains and is saved as a checkpoint).
 
 Each owns its config file (:attr:`Adaptation.config_file`), ``apply`` (make a freshly loaded
 EmbeddingModel train that way: which parameters train is decided there and nowhere else),
 ``save`` (the ONE save path: ``EmbeddingModel.save_pretrained`` and the trainer's checkpoints
 both call it), ``load_weights`` (resume and warm start into a built model), ``attach`` (load a
-saved one for inference) and ``kind`` (what embedding_config.json and the model card record).
-:func:`adaptation_of` (what a loaded model holds: the one place that probes a backbone for
-peft) and :func:`saved_kind` (what a directory holds) find the object.
+saved one for inference), ``base_model`` (the base a saved one names), ``fold`` (a saved one
+made standalone: merge and export), what the model card says of it, and ``kind``.
+
+:data:`ADAPTATIONS` is the registry, keyed on the kind (``embedding_config.AdaptationKind``, the
+vocabulary declared once): the recipe's kind and a directory's recorded kind
+(:mod:`vis_embed.model.network.saved_adaptation`) select the class, as peft's ``peft_type`` does.
+:func:`adaptation_of` finds what a loaded model holds (the one place that probes for peft).
 
 No torch at module level: the recipe (read by ``--help``) and the export command import this.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import typing
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field
 
 from vis_embed.config import Settings
 from vis_embed.errors import ConfigError
-from vis_embed.io import atomic_write_json
-from vis_embed.model.defaults import TEXT_LORA_MODULES
-from vis_embed.model.references import (ADAPTER_CONFIG, HEAD_CONFIG, absolute_model_reference, is_peft_adapter,
-                                        peft_adapter_config)
+from vis_embed.model.embedding_config import AdaptationKind
+from vis_embed.model.network.adaptation_spec import (VISION_PATTERN, AdaptedModel, HeadOptions, LoraOptions,
+                                                     full_state, prefixed)
+from vis_embed.model.references import (ADAPTER_CONFIG, HEAD_CONFIG, absolute_model_reference, base_model_of,
+                                        peft_adapter_config, record_absolute_base)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     import torch
     from peft import LoraConfig
     from torch import Tensor
-    from transformers import PreTrainedModel
 
     from vis_embed.model.network.projection_head import ProjectionHead
 
-AdaptationKind = Literal["lora", "head", "full"]
+__all__ = ["ADAPTATIONS", "ADAPTATION_KINDS", "Adaptation", "AdaptationOptions", "AdaptedModel", "FullAdaptation",
+           "HeadAdaptation", "HeadOptions", "LoraAdaptation", "LoraOptions", "adaptation_of", "adapter_kind",
+           "build_adaptation", "has_lora", "record_absolute_base", "warm_start"]
+
 ADAPTATION_KINDS: tuple[str, ...] = typing.get_args(AdaptationKind)
 LORA_WEIGHTS = "adapter_model.safetensors"
-# Linear layers of the Qwen-VL vision blocks (names across Qwen2/2.5/3-VL); the decoder's
-# (TEXT_LORA_MODULES) live in model/defaults.py, read without torch.
-VISION_LORA_MODULES = ("qkv", "proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj",
-                       "linear_fc1", "linear_fc2")
-VISION_PATTERN = r"visual\.blocks"
-
-
-class AdaptedModel(Protocol):
-    """What an adaptation reads and sets of the model it adapts: an EmbeddingModel.  That class
-    is not imported here, not even for annotations: model/network/embedding_model.py imports this
-    module, and the import graph stays acyclic (tests/test_architecture.py)."""
-
-    backbone: torch.nn.Module  # the transformers model, peft-wrapped under LoRA
-    head: ProjectionHead | None
-    name_or_path: str | None
-
-    @property
-    def device(self) -> torch.device: ...
-
-    def base_model(self) -> PreTrainedModel: ...
-
-    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
-
-
-class LoraOptions(Settings):
-    """The recipe's ``adaptation.lora:`` section: the LoRA adaptation's config (:meth:`peft_config`)."""
-
-    r: int = Field(16, gt=0)
-    alpha: float = Field(32, gt=0)
-    dropout: float = Field(0.05, ge=0, lt=1)
-    # leaf names restricted to the language model; a string is used verbatim as peft's regex
-    target_modules: list[str] | str = Field(default_factory=lambda: list(TEXT_LORA_MODULES))
-    vision: bool = False  # also adapt the vision tower's blocks
-
-    def target_pattern(self) -> str:
-        """peft's ``target_modules`` regex of these options."""
-        if isinstance(self.target_modules, str):
-            return self.target_modules
-        names = tuple(self.target_modules or TEXT_LORA_MODULES)
-        pattern = rf".*language_model\..*\.({'|'.join(map(re.escape, names))})"
-        if self.vision:
-            pattern += rf"|.*{VISION_PATTERN}\..*\.({'|'.join(VISION_LORA_MODULES)})"
-        return pattern
-
-    def peft_config(self) -> LoraConfig:
-        """These options as the peft ``LoraConfig`` they mean (the one translation)."""
-        from peft import LoraConfig
-
-        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
-                          target_modules=self.target_pattern(), bias="none")
-
-
-class HeadOptions(Settings):
-    """The recipe's ``adaptation.head:`` section: the projection head's config."""
-
-    dim: int | None = Field(None, gt=0)  # the head's output dimension; None = the backbone's hidden size
 
 
 class AdaptationOptions(Settings):
@@ -120,14 +65,10 @@ class AdaptationOptions(Settings):
     head: HeadOptions = Field(default_factory=HeadOptions)
 
     def build(self) -> Adaptation:
-        return build_adaptation(self.kind, lora=self.lora, head=self.head)
+        return ADAPTATIONS[self.kind].from_options(self)
 
 
-def _prefixed(state: dict[str, Tensor] | None, prefix: str) -> dict[str, Tensor] | None:
-    """The entries of ``state`` under ``prefix``, the prefix cut (None: take the module's own)."""
-    if state is None:
-        return None
-    return {name[len(prefix):]: tensor for name, tensor in state.items() if name.startswith(prefix)}
+ADAPTATIONS: dict[str, type[Adaptation]] = {}  # kind -> class (each subclass registers itself)
 
 
 class Adaptation(ABC):
@@ -135,6 +76,27 @@ class Adaptation(ABC):
 
     kind: ClassVar[AdaptationKind]
     config_file: ClassVar[str]  # the file a saved directory of this kind is recognised by
+    is_adapter: ClassVar[bool] = True  # saved over a base model (not a model of its own)
+    card_title: ClassVar[str]  # what the model card calls a directory of this kind
+    card_library: ClassVar[str]  # the card's library_name
+    card_tags: ClassVar[tuple[str, ...]] = ()  # the card's tags of this kind (unless merged)
+    merges: ClassVar[bool] = False  # folds into the base's weights (``vis-embed merge``)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.kind not in ADAPTATION_KINDS or cls.kind in ADAPTATIONS:
+            raise TypeError(f"{cls.__name__}: kind {cls.kind!r} is not a new one of {ADAPTATION_KINDS}")
+        ADAPTATIONS[cls.kind] = cls
+
+    @classmethod
+    @abstractmethod
+    def from_options(cls, options: AdaptationOptions) -> Adaptation:
+        """This kind configured by the recipe's ``adaptation:`` section."""
+
+    @classmethod
+    @abstractmethod
+    def from_saved(cls, directory: Path) -> Adaptation:
+        """This kind as saved in ``directory`` (its config file read)."""
 
     @abstractmethod
     def apply(self, model: AdaptedModel) -> None:
@@ -163,7 +125,20 @@ class Adaptation(ABC):
     def attach(self, backbone: torch.nn.Module, directory: Path,
                device: torch.device | str) -> tuple[torch.nn.Module, ProjectionHead | None]:
         """(backbone, head) for inference with the saved adaptation in ``directory``."""
-        raise ConfigError(f"not a peft adapter directory (no {ADAPTER_CONFIG}): {directory}")
+        raise not_an_adapter(directory)
+
+    def base_model(self, directory: Path) -> str:
+        """The base model ``directory`` (saved of this kind) records (a hub id or a path)."""
+        raise not_an_adapter(directory)
+
+    def fold(self, backbone: torch.nn.Module, directory: Path) -> tuple[torch.nn.Module, ProjectionHead | None]:
+        """(backbone, head): the base ``backbone`` with the adaptation saved in ``directory`` made
+        standalone (what ``vis-embed merge`` writes and ``vis-embed export`` ships)."""
+        raise not_an_adapter(directory)
+
+
+def not_an_adapter(directory: Path) -> ConfigError:
+    return ConfigError(f"not an adapter directory (no {ADAPTER_CONFIG} or {HEAD_CONFIG}): {directory}")
 
 
 class LoraAdaptation(Adaptation):
@@ -171,9 +146,21 @@ class LoraAdaptation(Adaptation):
 
     kind = "lora"
     config_file = ADAPTER_CONFIG
+    card_title = "LoRA adapter"
+    card_library = "peft"
+    card_tags = ("lora",)
+    merges = True
 
     def __init__(self, peft_config: LoraConfig) -> None:
         self.peft_config = peft_config  # peft.LoraConfig
+
+    @classmethod
+    def from_options(cls, options: AdaptationOptions) -> Adaptation:
+        return cls(options.lora.peft_config())
+
+    @classmethod
+    def from_saved(cls, directory: Path) -> Adaptation:
+        return cls(peft_adapter_config(directory))  # type: ignore[arg-type]
 
     @property
     def trains_vision(self) -> bool:
@@ -190,7 +177,7 @@ class LoraAdaptation(Adaptation):
         model.backbone = get_peft_model(model.backbone, self.peft_config)
 
     def save(self, model: AdaptedModel, directory: Path, state: dict[str, Tensor] | None = None) -> None:
-        model.backbone.save_pretrained(str(directory), state_dict=_prefixed(state, "backbone."),
+        model.backbone.save_pretrained(str(directory), state_dict=prefixed(state, "backbone."),
                                        save_embedding_layers=False, safe_serialization=True)
         (directory / "README.md").unlink(missing_ok=True)  # peft's auto model card: noise here
         record_absolute_base(directory)
@@ -223,9 +210,22 @@ class LoraAdaptation(Adaptation):
 
         return PeftModel.from_pretrained(backbone, str(directory), is_trainable=False), None
 
+    def base_model(self, directory: Path) -> str:
+        return base_model_of(directory)
+
+    def fold(self, backbone: torch.nn.Module, directory: Path) -> tuple[torch.nn.Module, ProjectionHead | None]:
+        from peft import PeftModel
+
+        return _merged(PeftModel.from_pretrained(backbone, str(directory))), None
+
     def merge(self, model: AdaptedModel) -> None:
         """Fold the LoRA weights into the base weights (same vectors, no adapter overhead)."""
-        model.backbone = model.backbone.merge_and_unload()
+        model.backbone = _merged(model.backbone)
+
+
+def _merged(peft_model: torch.nn.Module) -> torch.nn.Module:
+    """The base model with the LoRA weights folded in (the one merge)."""
+    return peft_model.merge_and_unload()
 
 
 class HeadAdaptation(Adaptation):
@@ -233,9 +233,21 @@ class HeadAdaptation(Adaptation):
 
     kind = "head"
     config_file = HEAD_CONFIG
+    card_title = "Projection head"
+    card_library = "vis_embed"
 
     def __init__(self, out_dim: int | None = None) -> None:
         self.out_dim = out_dim
+
+    @classmethod
+    def from_options(cls, options: AdaptationOptions) -> Adaptation:
+        return cls(options.head.dim)
+
+    @classmethod
+    def from_saved(cls, directory: Path) -> Adaptation:
+        from vis_embed.model.network.projection_head import read_head_file
+
+        return cls(read_head_file(directory).out_dim)
 
     def apply(self, model: AdaptedModel) -> None:
         from vis_embed.model.network.projection_head import ProjectionHead
@@ -252,7 +264,7 @@ class HeadAdaptation(Adaptation):
 
         base = model.name_or_path
         save_head(directory, model.head, absolute_model_reference(base) if base else None,
-                  state=_prefixed(state, "head."))
+                  state=prefixed(state, "head."))
 
     def check_saved(self, directory: Path, model: AdaptedModel, source: str) -> None:
         if not (directory / HEAD_CONFIG).is_file():
@@ -269,12 +281,33 @@ class HeadAdaptation(Adaptation):
 
         return backbone, load_head(directory).to(device).eval()
 
+    def base_model(self, directory: Path) -> str:
+        from vis_embed.model.network.projection_head import head_base_model
+
+        return head_base_model(directory)
+
+    def fold(self, backbone: torch.nn.Module, directory: Path) -> tuple[torch.nn.Module, ProjectionHead | None]:
+        from vis_embed.model.network.projection_head import load_head
+
+        return backbone, load_head(directory)  # the base unchanged; the head beside it
+
 
 class FullAdaptation(Adaptation):
     """Full fine-tuning: the whole backbone trains; saved as a checkpoint (weights + processor)."""
 
     kind = "full"
     config_file = "config.json"
+    is_adapter = False
+    card_title = "Model"
+    card_library = "transformers"
+
+    @classmethod
+    def from_options(cls, options: AdaptationOptions) -> Adaptation:
+        return cls()
+
+    @classmethod
+    def from_saved(cls, directory: Path) -> Adaptation:
+        return cls()
 
     @property
     def trains_vision(self) -> bool:
@@ -285,7 +318,11 @@ class FullAdaptation(Adaptation):
             parameter.requires_grad_(True)
 
     def save(self, model: AdaptedModel, directory: Path, state: dict[str, Tensor] | None = None) -> None:
-        model.backbone.save_pretrained(str(directory), safe_serialization=True)
+        """A checkpoint ``from_pretrained`` loads (transformers writes its own on-disk key names);
+        ``state`` (a backend's gathered weights, e.g. under ZeRO-3 where the module's own are
+        partitioned) replaces the module's parameters, in the module's dtype."""
+        model.backbone.save_pretrained(str(directory), state_dict=full_state(model.backbone, state),
+                                       safe_serialization=True)
         if getattr(model, "processor", None) is not None:
             model.processor.save_pretrained(str(directory))
 
@@ -294,22 +331,31 @@ class FullAdaptation(Adaptation):
             raise ConfigError(f"{source}: no model*.safetensors (full fine-tuning needs full weights)")
 
     def load_weights(self, model: AdaptedModel, directory: Path) -> None:
-        from safetensors.torch import load_file
+        """Read the checkpoint the way ``from_pretrained`` does (its key mapping: transformers
+        saves Qwen-VL's ``model.language_model.*`` as ``model.*``), then copy every weight into
+        the built model, strictly: a weight missing from the checkpoint is an error, not the
+        base's value kept."""
+        backbone = model.backbone
+        dtype = next(backbone.parameters()).dtype
+        try:
+            saved, info = type(backbone).from_pretrained(str(directory), dtype=dtype, output_loading_info=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ConfigError(f"{directory}: not a checkpoint of this model: {exc}") from None
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:
+            raise ConfigError(f"{directory}: lacks {len(missing)} of the model's weights (e.g. {missing[0]})")
+        backbone.load_state_dict(saved.state_dict(), strict=True)  # RuntimeError: another shape
 
-        state: dict[str, Any] = {}
-        for shard in sorted(directory.glob("model*.safetensors")):
-            state.update(load_file(str(shard)))
-        model.backbone.load_state_dict(state, strict=False)
+
+if set(ADAPTATIONS) != set(ADAPTATION_KINDS):  # one class per declared kind
+    raise TypeError(f"adaptation classes {sorted(ADAPTATIONS)} != the declared kinds {ADAPTATION_KINDS}")
 
 
 def build_adaptation(kind: AdaptationKind, lora: LoraOptions | None = None,
                      head: HeadOptions | None = None) -> Adaptation:
     """The adaptation of ``kind`` configured by its section (the recipe's ``lora:`` / ``head:``)."""
-    if kind == "lora":
-        return LoraAdaptation((lora or LoraOptions()).peft_config())
-    if kind == "head":
-        return HeadAdaptation((head or HeadOptions()).dim)
-    return FullAdaptation()
+    options = AdaptationOptions(kind=kind, lora=lora or LoraOptions(), head=head or HeadOptions())
+    return options.build()
 
 
 def has_lora(backbone: torch.nn.Module) -> bool:
@@ -330,38 +376,8 @@ def adaptation_of(model: AdaptedModel) -> Adaptation:
 def adapter_kind(model: AdaptedModel) -> AdaptationKind | None:
     """"lora" / "head" for a model carrying an adapter, None for a plain backbone (whose
     record, "full" or none, only its embedding_config.json knows)."""
-    kind = adaptation_of(model).kind
-    return None if kind == "full" else kind
-
-
-def saved_kind(directory: str | Path) -> AdaptationKind | None:
-    """"head" / "lora" by the directory's config file (no file is read), else None."""
-    path = Path(directory).expanduser()
-    return "head" if (path / HEAD_CONFIG).is_file() else "lora" if is_peft_adapter(path) else None
-
-
-def attach_adapter(backbone: torch.nn.Module, directory: str | Path,
-                   device: torch.device | str) -> tuple[torch.nn.Module, ProjectionHead | None]:
-    """(backbone, head) with the adapter saved in ``directory`` applied for inference."""
-    path = Path(directory).expanduser()
-    kind = saved_kind(path)
-    adaptation: Adaptation = HeadAdaptation() if kind == "head" else LoraAdaptation(
-        peft_adapter_config(path))  # a clear error for a directory that is neither
-    return adaptation.attach(backbone, path, device)
-
-
-def record_absolute_base(adapter_dir: Path) -> None:
-    """Rewrite ``base_model_name_or_path`` as a hub id or an ABSOLUTE path, so that
-    ``AutoPeftModel.from_pretrained(adapter)`` and ``vis-embed merge`` work from any directory
-    (peft records the name the model was loaded with, often relative to the training cwd).
-    The file is edited as JSON, not through peft.PeftConfig: saving that would rewrite every
-    field with this peft version's defaults, and only the base's name must change."""
-    config_path = adapter_dir / ADAPTER_CONFIG
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    base = config.get("base_model_name_or_path")
-    if base and absolute_model_reference(base) != base:
-        config["base_model_name_or_path"] = absolute_model_reference(base)
-        atomic_write_json(config_path, config)
+    adaptation = adaptation_of(model)
+    return adaptation.kind if adaptation.is_adapter else None
 
 
 def warm_start(model: AdaptedModel, adaptation: Adaptation, directory: str | Path) -> None:

@@ -29,7 +29,8 @@ from vis_embed.errors import ConfigError
 from vis_embed.model.network.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
                                                set_attention)
 from vis_embed.model.network.adaptation import (HeadAdaptation, LoraAdaptation, LoraOptions, adaptation_of,
-                                                adapter_kind, attach_adapter, build_adaptation, has_lora)
+                                                adapter_kind, build_adaptation, has_lora)
+from vis_embed.model.network.saved_adaptation import attach_adapter
 from vis_embed.model.defaults import DTYPE_NAMES
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.network.patch_embedding import use_matmul_patch_embedding
@@ -238,6 +239,8 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         adaptation = adaptation_of(self)
         if isinstance(adaptation, LoraAdaptation):
             adaptation.merge(self)
+            # a plain checkpoint now: what it saves records no adapter (as `vis-embed merge` writes)
+            self.embedding_config = self.embedding_config.model_copy(update={"adaptation": None})
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
         """Adapter-only if peft-wrapped (peft format), the head only with a projection head,
