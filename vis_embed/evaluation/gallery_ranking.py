@@ -18,6 +18,7 @@ import numpy as np
 
 from vis_embed.evaluation import metrics
 from vis_embed.gallery import search
+from vis_embed.gallery.search import SearchIndex
 from vis_embed.gallery.index_choice import IndexChoice
 from vis_embed.vectors.index_spec import IndexSpec
 
@@ -33,7 +34,7 @@ def gallery_order(ids: np.ndarray, scores: np.ndarray, excluded: np.ndarray) -> 
     return ids[keep][order], scores[keep][order]
 
 
-def results_past_ties(index: Any, query: np.ndarray, ids: np.ndarray, scores: np.ndarray, excluded: np.ndarray,
+def results_past_ties(index: SearchIndex, query: np.ndarray, ids: np.ndarray, scores: np.ndarray, excluded: np.ndarray,
                       depth: int, n_gallery: int) -> tuple[np.ndarray, np.ndarray, bool]:
     """One query's results and whether they are every eligible row.
 
@@ -70,7 +71,7 @@ class GlobalRanking:
     """Every query ranked over one shared gallery or corpus (gallery and qrels layouts): the index
     the run chose, and for each query its results past ties at the cut-off (:func:`results_past_ties`)."""
 
-    index: Any
+    index: SearchIndex
     choice: IndexChoice  # the spec built (canonical) and why
     depth: int
     n_gallery: int

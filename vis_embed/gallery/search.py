@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Protocol
 
 import faiss
 import numpy as np
@@ -35,8 +35,20 @@ from vis_embed.vectors.index_spec import IVF_MIN_POINTS, IndexSpec, default_npro
 from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.gallery.search_bf16 import Bf16ShortlistIndex, _as_float32, check_bf16_products
 
-__all__ = ["Bf16ShortlistIndex", "TorchExactIndex", "build_index", "check_bf16_products", "numpy_topk",
-           "resolve_index", "search"]
+__all__ = ["Bf16ShortlistIndex", "SearchIndex", "TorchExactIndex", "build_index", "check_bf16_products",
+           "numpy_topk", "resolve_index", "search"]
+
+
+class SearchIndex(Protocol):
+    """What every index :func:`build_index` returns answers -- faiss's own interface (a faiss index
+    is one as it is), which the project's kinds (:class:`TorchExactIndex`,
+    :class:`Bf16ShortlistIndex`, :class:`QuantizedIndex`) implement too."""
+
+    ntotal: int  # vectors held
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)`` of shape (Q, k), best first; ids -1 past the vectors held."""
+        ...
 
 def _finite(matrix: np.ndarray, name: str) -> np.ndarray:
     """``matrix`` (float32, 2-D) when every row is finite; else ValueError naming the first bad
@@ -100,7 +112,7 @@ class TorchExactIndex:
         return np.concatenate(scores), np.concatenate(ids).astype(np.int64)
 
 
-def build_index(gallery: np.ndarray, spec: IndexSpec, seed: int = 0) -> Any:
+def build_index(gallery: np.ndarray, spec: IndexSpec, seed: int = 0) -> SearchIndex:
     """The one index factory: an inner-product index holding ``gallery`` (N, D) as ``spec`` (``auto``
     resolved by :func:`resolve_index` first; a name is parsed where it enters, with
     :meth:`IndexSpec.named`); every kind answers ``.search(queries, k)``.
@@ -128,7 +140,7 @@ def build_index(gallery: np.ndarray, spec: IndexSpec, seed: int = 0) -> Any:
     return _ivf_index(gallery, spec, seed)
 
 
-def _ivf_index(gallery: np.ndarray, spec: IndexSpec, seed: int) -> Any:
+def _ivf_index(gallery: np.ndarray, spec: IndexSpec, seed: int) -> SearchIndex:
     """ivf-flat (faiss IndexIVFFlat) or ivf-pq (IndexIVFPQ in a QuantizedIndex) of ``gallery``."""
     rows, dim = gallery.shape
     nlist = spec.nlist or ivf_lists(rows)
@@ -148,7 +160,7 @@ def _ivf_index(gallery: np.ndarray, spec: IndexSpec, seed: int) -> Any:
     return QuantizedIndex("ivf-pq", index, dim, gallery if spec.rescore else None, spec.rescore)
 
 
-def search(index: Any, queries: np.ndarray, k: int, batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+def search(index: SearchIndex, queries: np.ndarray, k: int, batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, ids)`` of shape (Q, k), best first; ids are -1 where fewer than k exist.
     A NaN or infinite query is an error (every index kind)."""
     queries = _finite(queries, "queries")

@@ -32,7 +32,7 @@ import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.gallery.index_choice import resolve_index  # the one chooser
-from vis_embed.gallery.search import build_index  # the one factory
+from vis_embed.gallery.search import SearchIndex, build_index  # the one factory
 from vis_embed.gallery.search import search as batched_search  # NaN queries refused
 from vis_embed.gallery.faiss_headers import check_faiss_file
 from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE, SETTINGS_FILE, VECTORS_FILE,
@@ -152,7 +152,7 @@ class GalleryIndex:
     directory: Path
     settings: IndexSettings  # index.json, validated
     ids: list[Any]
-    searcher: Any
+    searcher: SearchIndex
 
     @classmethod
     def load(cls, directory: str | Path, rescore: int | None = None) -> GalleryIndex:

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from fastapi import Depends, FastAPI, Request
@@ -58,10 +58,14 @@ from vis_embed.serving.schemas import (
 from vis_embed.serving.settings import ServerSettings  # its home; imported from here too
 from vis_embed.serving.waiting import answer_unless_abandoned
 
+if TYPE_CHECKING:
+    from vis_embed.model.runtime.embedder import Embedder
+    from vis_embed.gallery.store import GalleryIndex
+
 _log = logging.getLogger(__name__)
 
 
-def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> FastAPI:
+def create_app(embedder: Embedder, settings: ServerSettings, index: GalleryIndex | None = None) -> FastAPI:
     """The server around ``embedder``; its micro-batcher runs while the app is up (lifespan).
     ``index``: a loaded GalleryIndex of this model's vectors, searched by ``POST /v1/search``."""
     check_default_dim(settings.dim, embedder)
@@ -82,7 +86,7 @@ def create_app(embedder: Any, settings: ServerSettings, index: Any = None) -> Fa
 class _Parts:
     """What the server's routes share: the batcher, the limits, the pools and the metrics."""
 
-    embedder: Any
+    embedder: Embedder
     settings: ServerSettings
     metrics: ServerMetrics
     batcher: MicroBatcher
@@ -94,7 +98,7 @@ class _Parts:
     search_work: SearchWork | None
 
     @classmethod
-    def build(cls, embedder: Any, settings: ServerSettings, index: Any) -> _Parts:
+    def build(cls, embedder: Embedder, settings: ServerSettings, index: GalleryIndex | None) -> _Parts:
         metrics = ServerMetrics()
         batcher = MicroBatcher(metrics.observing(embedder), settings)
         metrics.watch_queue(batcher.stats)
@@ -122,7 +126,7 @@ class _Parts:
                 self.search_work.close()
 
 
-def _image_policy(embedder: Any, settings: ServerSettings, url_pool: ThreadPoolExecutor | None,
+def _image_policy(embedder: Embedder, settings: ServerSettings, url_pool: ThreadPoolExecutor | None,
                   decode_pool: ThreadPoolExecutor) -> ImagePolicy:
     """How the server takes images: the pixel budget, decode mode and size rule as the model's own
     preparation uses them, and a clip's frames picked and budgeted as the preparer will take them."""

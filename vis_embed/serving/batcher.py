@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from vis_embed.errors import DataError
 from vis_embed.model.inputs.batching import EncodeStopped
 from vis_embed.serving.errors import RequestError
 from vis_embed.serving.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from vis_embed.model.runtime.embedder import Embedder
 
 
 class QueueFullError(Exception):
@@ -69,7 +72,7 @@ class _Job:
 class MicroBatcher:
     """Owns the worker thread that runs ``embedder``; :meth:`submit` is thread-safe."""
 
-    def __init__(self, embedder: Any, settings: ServerSettings) -> None:
+    def __init__(self, embedder: Embedder, settings: ServerSettings) -> None:
         # max_batch_size, max_wait_ms, max_queue: bounds checked where the settings were built
         self.embedder = embedder
         self.max_batch_size = settings.max_batch_size

@@ -17,7 +17,7 @@ searched (:mod:`vis_embed.gallery.store`), the work bounded by :mod:`.search_wor
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -29,6 +29,9 @@ from vis_embed.vectors.stored_form import warn_if_not_matryoshka
 from vis_embed.vectors.transforms import check_dim, truncate
 from vis_embed.serving.errors import RequestError
 from vis_embed.serving.search_work import SearchWork
+
+if TYPE_CHECKING:
+    from vis_embed.model.runtime.embedder import Embedder
 
 MAX_SEARCH_K = 1000
 
@@ -45,12 +48,12 @@ class SearchRequest(BaseModel):
     user: str | None = None
 
 
-def matryoshka_dims_of(embedder: Any) -> list[int] | None:
+def matryoshka_dims_of(embedder: Embedder) -> list[int] | None:
     config = getattr(embedder, "embedding_config", None)
     return getattr(config, "matryoshka_dims", None)
 
 
-def check_default_dim(dim: int | None, embedder: Any) -> None:
+def check_default_dim(dim: int | None, embedder: Embedder) -> None:
     """``serve --dim``: at most the model's width (checked at start-up); a model not trained for
     it is served cut all the same (the operator's choice), with a warning."""
     full_dim = embedder.embedding_dim

@@ -25,18 +25,21 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vis_embed.model.inputs.lengths import CHARS_PER_TOKEN, visual_tokens, within_token_budget
 from vis_embed.model.prompts import join_instruction
 from vis_embed.serving.errors import RequestError
 from vis_embed.serving.settings import ServerSettings
 
+if TYPE_CHECKING:
+    from vis_embed.model.runtime.embedder import Embedder
+
 DEFAULT_MAX_INPUT_TOKENS = 8192  # OpenAI's embeddings limit, for a model that records none
 TYPICAL_CHARS_PER_TOKEN = 4
 
 
-def model_max_tokens(embedder: Any) -> int:
+def model_max_tokens(embedder: Embedder) -> int:
     """The model's recorded maximum length (``EmbeddingModel.token_limit``), else 8192."""
     limit = getattr(getattr(embedder, "model", None), "token_limit", None)
     return int(limit) if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_INPUT_TOKENS
@@ -45,7 +48,7 @@ def model_max_tokens(embedder: Any) -> int:
 class InputLimiter:
     """Applies the token limit to a request's items and counts their tokens."""
 
-    def __init__(self, embedder: Any, settings: ServerSettings) -> None:
+    def __init__(self, embedder: Embedder, settings: ServerSettings) -> None:
         # max_input_tokens, long_input, max_request_tokens: checked where the settings were built
         self.max_tokens = settings.max_input_tokens or model_max_tokens(embedder)
         self.max_request_tokens = settings.max_request_tokens
