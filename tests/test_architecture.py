@@ -32,7 +32,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "vis_embed.embedding_cache", "vis_embed.provenance"),
     # records and manifests; embedding matrices as stored (Matryoshka cut, quantization)
     ("vis_embed.data", "vis_embed.vectors"),
-    ("data_prep",),
+    # the dataset builders; the offline batch scheduler (numpy and pyarrow over the data's records)
+    ("data_prep", "vis_embed.sampling"),
     # the model, by role: declarations (no torch), item -> inputs, the network, its files, the
     # inference runtime, the model's commands
     ("vis_embed.model",),
@@ -41,11 +42,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vis_embed.model.files",),
     ("vis_embed.model.runtime",),
     ("vis_embed.model.cli",),
-    # bridges to other tools (W&B, mteb) and the batch scheduler: each built on the model
-    ("vis_embed.integrations", "vis_embed.sampling"),
+    # bridges to other tools (W&B, mteb), built on the model
+    ("vis_embed.integrations",),
     # persistent faiss indexes of encoded galleries
     ("vis_embed.gallery",),
-    ("vis_embed.evaluation",),
+    # evaluation, and mining hard negatives with an auxiliary model: both search through the index stack
+    ("vis_embed.evaluation", "vis_embed.mining"),
     ("vis_embed.training", "vis_embed.serving"),
     ("vis_embed.quickstart",),
     # the package's public API (re-exports) and the command-line dispatcher

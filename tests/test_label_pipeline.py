@@ -17,7 +17,7 @@ from PIL import Image
 from vis_embed.data import load_train_config
 from vis_embed.errors import ConfigError
 from vis_embed.sampling import build_schedule, iter_batches
-from vis_embed.sampling.mining import mine_dataset
+from vis_embed.mining.hard_negatives import mine_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vis_embed.sampling.mining import load_mining_dataset, mine_dataset, mine_from_embeddings
+from vis_embed.mining.hard_negatives import load_mining_dataset, mine_dataset, mine_from_embeddings
 
 
 def _unit(rows: list[list[float]]) -> np.ndarray:

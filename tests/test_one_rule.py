@@ -228,9 +228,13 @@ def test_one_attention_rule() -> None:
 
 def test_one_global_ranking_and_one_group_membership_rule() -> None:
     """The gallery and qrels layouts rank through GlobalRanking: only it builds an evaluation's
-    search index (the stored index, ``vis-embed index``, calls the same factory) and resolves ties
-    at the cut-off; group_means and group_counts share one membership rule."""
-    assert _where(_call_of("build_index")) == {"vis_embed/evaluation/gallery_ranking.py", "vis_embed/gallery/store.py"}
+    search index (the stored index, ``vis-embed index``, and mining's neighbours call the same
+    factory) and resolves ties at the cut-off; group_means and group_counts share one membership rule."""
+    assert _where(_call_of("build_index")) == {"vis_embed/evaluation/gallery_ranking.py", "vis_embed/gallery/store.py",
+                                               "vis_embed/mining/hard_negatives.py"}
+    flat_indexes = _where(lambda node: isinstance(node, ast.Attribute) and node.attr == "IndexFlatIP")
+    # no faiss index built outside the index stack (the chooser times one to pick the fastest kind)
+    assert flat_indexes == {"vis_embed/gallery/search.py", "vis_embed/gallery/index_choice.py"}
     assert _where(_call_of("results_past_ties")) == {"vis_embed/evaluation/gallery_ranking.py"}
     assert _where(_call_of("_group_keys")) == {"vis_embed/data/taxonomy.py"}
     assert _where(_definition("_group_keys")) == {"vis_embed/data/taxonomy.py"}

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prep": ("data_prep.cli", "convert MMEB / identity folders / CSVs into vis_embed data"),
     "synth": ("data_prep.synth.cli", "render the synthetic identity benchmark"),
     "schedule": ("vis_embed.sampling.cli", "pre-generate the identity-aware batch schedule"),
-    "mine-negatives": ("vis_embed.sampling.mining_cli", "mine hard negatives with an embedding model"),
+    "mine-negatives": ("vis_embed.mining.cli", "mine hard negatives with an embedding model"),
     "train": ("vis_embed.training.cli:train", "train from a recipe"),
     "merge": ("vis_embed.training.cli:merge", "merge a LoRA adapter into a full checkpoint"),
     "export": ("vis_embed.model.files.export_cli", "export as a sentence-transformers / vLLM model directory"),

@@ -1,10 +1,10 @@
-"""Offline identity-aware batch scheduling, schedule I/O and hard-negative mining.
+"""Offline identity-aware batch scheduling and schedule I/O (hard-negative mining: vis_embed/mining/).
 
 See docs/scheduling.md.  Layout: ``settings`` (the schedule settings, declared once),
 ``types`` (input, output and statistics), ``record_tables`` (the global record tables), ``draws``
 (sampling primitives), ``scheduler`` (the algorithm), ``report`` (built from the
 statistics), ``naive`` (the ablation's baseline), ``build`` (data config -> file),
-``schedule_io`` (the file).  Heavy modules (faiss, torch) are imported only by ``mining``.
+``schedule_io`` (the file).  No faiss and no torch: numpy and pyarrow only.
 """
 
 from vis_embed.sampling.build import build_schedule, subdatasets_from_config

@@ -3,7 +3,7 @@
 For every record: embed its query side (with the dataset's query instruction) and its
 candidate side (with the candidate instruction); among the records that share the group key
 (``group_by``, e.g. the same edit instruction) but *not* the identity, the ``k`` nearest
-become its ``hard_negatives`` (ids, nearest first; faiss inner product on unit vectors).
+become its ``hard_negatives`` (ids, nearest first; an exact inner-product index on unit vectors).
 "Nearest" is ``similarity="candidate"`` (the default, the paper's: the record's own
 candidate against the others' candidates -- for edits, the generated images closest to its
 generated image) or ``similarity="query"`` (the record's query against the others'
@@ -16,7 +16,7 @@ DATA is either a training data config YAML (``dataset_name`` picks the sub-datas
 be omitted when there is one) or a single ``.jsonl`` / ``.parquet`` data file (kind inferred
 from its rows, images relative to the file, no instructions).  OUT is a data file of the same
 rows with ``hard_negatives`` set; point the data config at it.  The command line
-(``vis-embed mine-negatives``) is :mod:`vis_embed.sampling.mining_cli`.
+(``vis-embed mine-negatives``) is :mod:`vis_embed.mining.cli`.
 """
 
 from __future__ import annotations
@@ -94,7 +94,10 @@ def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities
     ``groups=None``: one group.  ``similarity``: ``candidate`` (rank the others' candidates by
     similarity to the record's candidate) or ``query`` (to the record's query).
     """
-    import faiss
+    # here, not at the top: `vis-embed mine-negatives --help` imports this module, and the index
+    # stack brings faiss and torch
+    from vis_embed.gallery.search import build_index, search
+    from vis_embed.vectors.index_spec import IndexSpec
 
     if similarity not in SIMILARITIES:
         raise ConfigError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
@@ -125,17 +128,15 @@ def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities
         members = np.flatnonzero(searchable & (group == key))
         if len(members) < 2:
             continue
-        # Exact neighbours within one group, not a gallery search: the index factory
-        # (gallery/search.build_index) sits above sampling/ and vectors/ holds no faiss, so mining
-        # builds its flat index itself (no kind to choose, nothing to re-rank).
-        index = faiss.IndexFlatIP(queries.shape[1])
-        index.add(candidates[members])
+        # Exact neighbours within one group: a flat index from the one index factory (float32
+        # products: the nearest must be the nearest), searched in chunks by the batched search
+        # (depth can be large -- k + the biggest identity -- so memory stays bounded).
+        index = build_index(candidates[members], IndexSpec(kind="flat"))
         largest_identity = int(np.unique(identity[members], return_counts=True)[1].max())
         depth = min(len(members), k + largest_identity)
-        # queries in chunks: depth can be large (k + the biggest identity), so bound memory
         for start in range(0, len(members), _SEARCH_CHUNK):
             chunk = members[start:start + _SEARCH_CHUNK]
-            _scores, neighbours = index.search(probes[chunk], depth)
+            _scores, neighbours = search(index, probes[chunk], depth)
             for row, found in zip(chunk, neighbours):
                 found = members[found[found >= 0]]
                 found = found[identity[found] != identity[row]]

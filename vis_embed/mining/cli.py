@@ -1,4 +1,4 @@
-"""``vis-embed mine-negatives``: the command line of :mod:`vis_embed.sampling.mining`.
+"""``vis-embed mine-negatives``: the command line of :mod:`vis_embed.mining.hard_negatives`.
 
 The library module holds the method (and says what the flags mean); this one only maps
 flags onto it and writes the outputs.
@@ -12,7 +12,7 @@ from pathlib import Path
 from vis_embed.config import finite_float
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_preparation_arguments
-from vis_embed.sampling.mining import SIMILARITIES, load_mining_dataset, mine_dataset
+from vis_embed.mining.hard_negatives import SIMILARITIES, load_mining_dataset, mine_dataset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
