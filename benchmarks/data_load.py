@@ -39,7 +39,7 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from data_prep.mmeb import convert_mmeb_eval, convert_mmeb_train
+    from vis_embed.prep.mmeb import convert_mmeb_eval, convert_mmeb_train
     from vis_embed.data import load_train_config, write_table
 
     with tempfile.TemporaryDirectory() as tmp_name:

@@ -1,6 +1,6 @@
 """Does ``--decode fast`` change retrieval?  Paired P@1 of exact vs fast on the synthetic benchmark.
 
-For each seed: render the synthetic benchmark (``data_prep.synth.generate``), store every
+For each seed: render the synthetic benchmark (``vis_embed.prep.synth.generate``), store every
 evaluation image ``--upscale`` times larger as a JPEG (bicubic; boxes scaled with it) so that
 the images are photo-sized next to the pixel budget and fast decoding actually reduces them,
 then evaluate the same model on it twice -- ``decode="exact"`` and ``decode="fast"`` -- and
@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--max-queries", type=int, default=None)
     parser.add_argument("--quick", action="store_true", help="tiny synth, one seed, a tiny random model")
     args = parser.parse_args()
-    from data_prep.synth import generate
+    from vis_embed.prep.synth import generate
 
     seeds = args.seeds[:1] if args.quick else args.seeds
     datasets = [name.strip() for name in args.datasets.split(",")] if args.datasets else None

@@ -1,4 +1,4 @@
-"""Frame-extraction rate of `vis-embed prep mmeb-v2` (data_prep/mmeb_v2_media.extract_wanted).
+"""Frame-extraction rate of `vis-embed prep mmeb-v2` (vis_embed/prep/mmeb_v2_media.extract_wanted).
 
 Builds a gzip tar shaped like MMEB-V2's frame archives (``<Task>/<clip>/frame_NNNN.jpg``;
 incompressible 8 KiB members stand in for JPEGs), then times one pass that extracts every
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from data_prep.mmeb_v2_media import Target, extract_wanted
+from vis_embed.prep.mmeb_v2_media import Target, extract_wanted
 
 
 def build_archive(path: Path, clips: int, frames: int, frame_bytes: int) -> None:

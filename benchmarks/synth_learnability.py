@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from data_prep.synth import generate
+from vis_embed.prep.synth import generate
 
 
 def load_images(root: Path, split: str, table: str) -> tuple[torch.Tensor, np.ndarray]:

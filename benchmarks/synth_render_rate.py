@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from data_prep.synth import SIZES, generate
-from data_prep.synth.build import Planner
-from data_prep.synth.output import _render_all
+from vis_embed.prep.synth import SIZES, generate
+from vis_embed.prep.synth.build import Planner
+from vis_embed.prep.synth.output import _render_all
 
 
 def folder_size_mb(root: Path) -> float:

@@ -37,7 +37,7 @@ batch_shape() {
 # OUT/synth: the synthetic benchmark of SIZE.  An older benchmark version is re-rendered, never
 # evaluated under the new one's name (docs/synth.md).
 ensure_benchmark() {
-  $PY -c 'import sys; from data_prep.synth import is_current; sys.exit(not is_current(sys.argv[1]))' "$OUT/synth" \
+  $PY -c 'import sys; from vis_embed.prep.synth import is_current; sys.exit(not is_current(sys.argv[1]))' "$OUT/synth" \
     || $VIS synth "$OUT/synth" --seed 0 --size "$SIZE"
 }
 

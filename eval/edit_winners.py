@@ -1,6 +1,6 @@
 """Which candidate wins the synthetic ID-Edit queries (issue 38: why ID-Edit scores below chance).
 
-SynthEdit (data_prep/synth/planner.py, ``eval_edit``) lists each query's candidates in a fixed
+SynthEdit (vis_embed/prep/synth/planner.py, ``eval_edit``) lists each query's candidates in a fixed
 order: the right edit (the positive), the contrary edit of the same object, the same edit of its
 look-alike, then right edits of other objects.  Benchmark version 1 also listed the unedited
 source (the query's own image, without the instruction) second; it is recognised as the

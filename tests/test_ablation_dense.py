@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.synth import SIZES, generate
+from vis_embed.prep.synth import SIZES, generate
 from vis_embed.data import load_train_config
 from vis_embed.sampling import build_schedule
 from vis_embed.sampling.schedule_io import read_schedule_info

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("vis_embed", "data_prep")
+PACKAGES = ("vis_embed",)
 MAX_MODULE_LINES = 400
 
 # The layers, lowest first (docs/architecture.md lists them): a package may import its own layer
@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # records and manifests; embedding matrices as stored (Matryoshka cut, quantization)
     ("vis_embed.data", "vis_embed.vectors"),
     # the dataset builders; the offline batch scheduler (numpy and pyarrow over the data's records)
-    ("data_prep", "vis_embed.sampling"),
+    ("vis_embed.prep", "vis_embed.sampling"),
     # the model, by role: declarations (no torch), item -> inputs, the network, its files, the
     # inference runtime, the model's commands
     ("vis_embed.model",),
@@ -281,8 +281,8 @@ def test_command_modules_come_from_the_registry() -> None:
     assert sorted(named_like_cli - command_modules()) == []
 
 
-def test_data_and_data_prep_import_no_model_training_or_evaluation() -> None:
-    assert _violations(lambda module: _in(module, "vis_embed.data", "data_prep"),
+def test_data_and_prep_import_no_model_training_or_evaluation() -> None:
+    assert _violations(lambda module: _in(module, "vis_embed.data", "vis_embed.prep"),
                        ("vis_embed.model", "vis_embed.training", "vis_embed.evaluation")) == []
 
 
@@ -312,7 +312,7 @@ def test_library_modules_log_instead_of_printing(tmp_path: Path) -> None:
 
 def test_no_module_over_the_line_limit() -> None:
     sizes = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in _sources().items()}
-    assert any(module.startswith("data_prep.") for module in sizes)  # the dataset builders too
+    assert any(module.startswith("vis_embed.prep.") for module in sizes)  # the dataset builders too
     assert {module: lines for module, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}
 
 

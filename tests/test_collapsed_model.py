@@ -142,7 +142,7 @@ def test_nan_human_score_and_nan_embedding_are_errors_naming_the_row(tmp_path: P
 
 @pytest.fixture(scope="module")
 def synth_manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from data_prep.synth import generate
+    from vis_embed.prep.synth import generate
 
     return generate(tmp_path_factory.mktemp("synth") / "out", seed=0, size="tiny", workers=1) / "benchmark.yaml"
 

@@ -52,7 +52,7 @@ def torchrun(arguments: list[str], **env: str) -> tuple[int, str, dict[int, tupl
 
 @pytest.fixture(scope="module")
 def setup(tiny_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from data_prep.synth import generate
+    from vis_embed.prep.synth import generate
 
     root = tmp_path_factory.mktemp("dist-eval")
     synth = Path(generate(root / "synth", seed=0, size="tiny", workers=1, show_progress=False))

@@ -12,7 +12,7 @@ import ir_measures
 import pytest
 from ir_measures import Success, nDCG
 
-from data_prep.synth import generate
+from vis_embed.prep.synth import generate
 from vis_embed.cli import main
 
 NEW_TASKS = {"SynthVideoRet": ("V-RET", "gallery"), "SynthVideoCls": ("V-CLS", "candidates"),

@@ -29,7 +29,7 @@ from vis_embed.errors import ConfigError, DataError  # noqa: E402
 
 @pytest.fixture(scope="module")
 def synth_manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from data_prep.synth import generate
+    from vis_embed.prep.synth import generate
 
     return generate(tmp_path_factory.mktemp("synth") / "out", seed=0, size="tiny", workers=1) / "benchmark.yaml"
 

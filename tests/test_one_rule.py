@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("vis_embed", "data_prep")
+PACKAGES = ("vis_embed",)
 
 
 @cache
@@ -287,14 +287,14 @@ def test_one_text_cutting_rule() -> None:
 
 # Each "the one ..." / "the only ..." phrase of docs/architecture.md, and the test above that makes it true.
 def test_one_dataset_revision_table() -> None:
-    """data_prep/mmeb_v2_sources.REVISIONS is the one dataset -> revision table, and hub.py the
+    """vis_embed/prep/mmeb_v2_sources.REVISIONS is the one dataset -> revision table, and hub.py the
     one reader of hub datasets and files: every pinned load goes through it."""
     tables = _where(lambda node: (isinstance(node, ast.AnnAssign) and _source(node.target) == "REVISIONS")
                     or (isinstance(node, ast.Assign) and any(_source(t) == "REVISIONS" for t in node.targets)))
-    assert tables == {"data_prep/mmeb_v2_sources.py"}
+    assert tables == {"vis_embed/prep/mmeb_v2_sources.py"}
     readers = _where(lambda node: isinstance(node, ast.Call) and _source(node.func).rpartition(".")[2] in
                      ("load_dataset", "get_dataset_config_names", "hf_hub_download", "snapshot_download"))
-    assert readers == {"data_prep/hub.py"}
+    assert readers == {"vis_embed/prep/hub.py"}
 
 
 def test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module() -> None:

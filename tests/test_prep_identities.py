@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from data_prep.identities import convert_identity_csv, convert_identity_folder
+from vis_embed.prep.identities import convert_identity_csv, convert_identity_folder
 from vis_embed.cli import main as cli_main
 from vis_embed.data import load_train_config
 from vis_embed.errors import DataError

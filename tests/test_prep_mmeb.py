@@ -11,7 +11,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from data_prep.mmeb import convert_mmeb_eval, convert_mmeb_train, strip_placeholder
+from vis_embed.prep.mmeb import convert_mmeb_eval, convert_mmeb_train, strip_placeholder
 from vis_embed.cli import main as cli_main
 from vis_embed.data import load_benchmark, load_train_config
 from vis_embed.errors import DataError
@@ -226,7 +226,7 @@ def test_hub_dataset_train_subsets_and_split(tmp_path: Path, monkeypatch: pytest
 
 
 def test_hub_ids_are_recognised_and_need_an_image_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from data_prep.hub import is_hub_id
+    from vis_embed.prep.hub import is_hub_id
 
     monkeypatch.chdir(tmp_path)
     assert is_hub_id("TIGER-Lab/MMEB-eval") and is_hub_id("TIGER-Lab/MMEB-train")

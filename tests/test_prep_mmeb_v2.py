@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from data_prep.mmeb_v2 import convert_mmeb_v2, select_tasks
-from data_prep.mmeb_v2_sources import REVISIONS, all_tasks
+from vis_embed.prep.mmeb_v2 import convert_mmeb_v2, select_tasks
+from vis_embed.prep.mmeb_v2_sources import REVISIONS, all_tasks
 from tests._mmeb_v2_fakes import frames, frames_archive, hub_dataset, jpeg, tarball
 from vis_embed.cli import main as cli_main
 from vis_embed.errors import DataError
@@ -40,7 +40,7 @@ def test_task_table_holds_the_78_tasks() -> None:
 # ------------------------------------------------------------------ video
 
 def test_column_rules() -> None:
-    from data_prep.mmeb_v2_video import column_value
+    from vis_embed.prep.mmeb_v2_video import column_value
 
     row = {"video": {"bytes": None, "path": "clips/123_abc.mp4"}, "caption": ["first", "second"], "empty": None}
     assert column_value(row, "stem:video", "src", 1) == "123_abc"  # an undecoded datasets.Video value: its path
@@ -269,7 +269,7 @@ def test_visrag_long_file_name_ids_and_page_fixed_ood(tmp_path: Path) -> None:
 
 def test_image_tasks_through_the_mmeb_eval_converter_one_archive_read(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from data_prep import mmeb_v2_media
+    from vis_embed.prep import mmeb_v2_media
     from vis_embed.data import load_candidates
 
     src = tmp_path / "src"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.resample import ResampleOptions, resample_file, resample_rows
+from vis_embed.prep.resample import ResampleOptions, resample_file, resample_rows
 from vis_embed.cli import main as cli_main
 from vis_embed.data import write_table
 from vis_embed.errors import DataError

@@ -132,8 +132,7 @@ def test_report_in_a_fresh_clone_shows_the_papers_rows(tmp_path: Path) -> None:
     """Only the package, no ../shared beside it: ``vis-embed report`` still has Table 1."""
     repo = Path(__file__).resolve().parents[1]
     clone = tmp_path / "clone"
-    for package in ("vis_embed", "data_prep"):
-        shutil.copytree(repo / package, clone / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(repo / "vis_embed", clone / "vis_embed", ignore=shutil.ignore_patterns("__pycache__"))
     results = clone / "results.json"
     results.write_text(json.dumps({"model": {"name": "m"}, "datasets": {}, "groups": {"Cls": 40.0}}))
     probe = ("import sys, vis_embed; from vis_embed.cli import main; "

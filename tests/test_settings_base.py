@@ -21,7 +21,7 @@ from vis_embed.errors import ConfigError, DataError, SettingsError
 from vis_embed.training.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("vis_embed", "data_prep")
+PACKAGES = ("vis_embed",)
 # pydantic models that are no settings: HTTP request bodies answer in OpenAI's error schema
 REQUEST_BODIES = {"EmbeddingRequest", "SearchRequest"}
 HOSTILE = (math.inf, -math.inf, math.nan, "inf", "nan")

@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_prep.synth import GENERATOR_VERSION, SIZES, generate, is_current
-from data_prep.synth import build as synth_build
-from data_prep.synth import output as synth_output
-from data_prep.synth.build import Planner
-from data_prep.synth.dense import DenseLayout
-from data_prep.synth.render import compose
-from data_prep.synth.edits import apply_edit
-from data_prep.synth.sampling import identity_signature, single_spec
+from vis_embed.prep.synth import GENERATOR_VERSION, SIZES, generate, is_current
+from vis_embed.prep.synth import build as synth_build
+from vis_embed.prep.synth import output as synth_output
+from vis_embed.prep.synth.build import Planner
+from vis_embed.prep.synth.dense import DenseLayout
+from vis_embed.prep.synth.render import compose
+from vis_embed.prep.synth.edits import apply_edit
+from vis_embed.prep.synth.sampling import identity_signature, single_spec
 from vis_embed.cli import main as cli_main
 from vis_embed.data import load_benchmark, load_train_config
 from vis_embed.errors import ConfigError

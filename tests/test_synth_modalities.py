@@ -18,11 +18,11 @@ import pytest
 import yaml
 from PIL import Image
 
-from data_prep.synth import generate
-from data_prep.synth.documents import page_png
-from data_prep.synth.render import compose
-from data_prep.synth.sampling import single_spec
-from data_prep.synth.video import MOTIONS, VIDEO_SIZES, class_name
+from vis_embed.prep.synth import generate
+from vis_embed.prep.synth.documents import page_png
+from vis_embed.prep.synth.render import compose
+from vis_embed.prep.synth.sampling import single_spec
+from vis_embed.prep.synth.video import MOTIONS, VIDEO_SIZES, class_name
 from vis_embed.cli import main as cli_main
 from vis_embed.data.manifest import ManifestEntry
 from vis_embed.errors import ConfigError

@@ -26,8 +26,8 @@ from vis_embed.errors import VisEmbedError
 COMMANDS: dict[str, tuple[str, str]] = {
     "tiny-model": ("vis_embed.model.cli:tiny_model", "write a tiny random Qwen-VL checkpoint"),
     "encode": ("vis_embed.model.cli:encode", "encode a JSONL of items into an .npy matrix"),
-    "prep": ("data_prep.cli", "convert MMEB / identity folders / CSVs into vis_embed data"),
-    "synth": ("data_prep.synth.cli", "render the synthetic identity benchmark"),
+    "prep": ("vis_embed.prep.cli", "convert MMEB / identity folders / CSVs into vis_embed data"),
+    "synth": ("vis_embed.prep.synth.cli", "render the synthetic identity benchmark"),
     "schedule": ("vis_embed.sampling.cli", "pre-generate the identity-aware batch schedule"),
     "mine-negatives": ("vis_embed.mining.cli", "mine hard negatives with an embedding model"),
     "train": ("vis_embed.training.cli:train", "train from a recipe"),
@@ -78,14 +78,13 @@ def show_library_logs() -> None:
     """A command shows what the library logs at INFO and above on stderr (what a run is doing:
     stages, resumption, the schedule it built); stdout stays the command's result.  Library
     users configure logging themselves: only the command line installs this handler (once)."""
-    for name in ("vis_embed", "data_prep"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
-            handler = _StderrHandler()
-            handler.setFormatter(logging.Formatter("%(message)s"))
-            logger.addHandler(handler)
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.INFO)
+    logger = logging.getLogger("vis_embed")  # the dataset builders (vis_embed.prep) included
+    if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:

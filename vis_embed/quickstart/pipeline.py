@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from data_prep.synth import generate
+from vis_embed.prep.synth import generate
 from vis_embed import resources
 from vis_embed.errors import ConfigError
 from vis_embed.evaluation.quickstart_report import plot_training_curve, write_report

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from vis_embed.model.network.projection_head import ProjectionHead
 
 EXPORT_FORMATS = ("sentence-transformers",)
-# The identity task's instructions (data_prep.synth's "identity" pair): what the quickstart trains.
+# The identity task's instructions (vis_embed.prep.synth's "identity" pair): what the quickstart trains.
 DEFAULT_QUERY_INSTRUCTION = "Find the same object as the one in the given image."
 DEFAULT_DOCUMENT_INSTRUCTION = "Represent the given image."
 

@@ -1,5 +1,5 @@
 """The planning phase: :class:`Planner` draws identities, contexts and edits with seeded streams
-and decides every dataset of one benchmark instance into a :class:`~data_prep.synth.plan.Plan`
+and decides every dataset of one benchmark instance into a :class:`~vis_embed.prep.synth.plan.Plan`
 (single process; nothing is rendered here)."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from data_prep.synth import render
-from data_prep.synth.dense import plan_dense_training
-from data_prep.synth.edits import apply_edit, contrary_edit, sample_edit, sample_edit_base
-from data_prep.synth.sampling import (Params, context_meta, make_lookalike, sample_background, sample_context,
+from vis_embed.prep.synth import render
+from vis_embed.prep.synth.dense import plan_dense_training
+from vis_embed.prep.synth.edits import apply_edit, contrary_edit, sample_edit, sample_edit_base
+from vis_embed.prep.synth.sampling import (Params, context_meta, make_lookalike, sample_background, sample_context,
                                       sample_identities, sample_lighting, sample_scene_placements, single_spec,
                                       stream_rng)
-from data_prep.synth.plan import (CROP_MARGIN, INSTRUCTIONS, BoxRef, Plan, caption, identity_images,
+from vis_embed.prep.synth.plan import (CROP_MARGIN, INSTRUCTIONS, BoxRef, Plan, caption, identity_images,
                                   name_identities)
-from data_prep.synth.sizes import SynthSize, train_identity_sizes
+from vis_embed.prep.synth.sizes import SynthSize, train_identity_sizes
 
 
 class Planner:

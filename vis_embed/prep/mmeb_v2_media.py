@@ -22,7 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from data_prep.identities import IMAGE_EXTENSIONS
+from vis_embed.prep.identities import IMAGE_EXTENSIONS
 from vis_embed.errors import DataError
 from vis_embed.io import safe_name
 

@@ -117,7 +117,7 @@ def _comma_list(text: str) -> list[str]:
 
 def _add_to_train_config(config_path: Path, entry: dict[str, Any]) -> None:
     """Add ``entry`` to a data config (replacing a dataset of the same name); create it if absent."""
-    from data_prep.common import write_yaml
+    from vis_embed.prep.common import write_yaml
 
     doc: dict[str, Any] = {"datasets": []}
     if config_path.is_file():
@@ -129,7 +129,7 @@ def _add_to_train_config(config_path: Path, entry: dict[str, Any]) -> None:
 
 
 def _identity_entry(args: argparse.Namespace) -> dict[str, Any]:
-    from data_prep.common import relative_to
+    from vis_embed.prep.common import relative_to
 
     entry: dict[str, Any] = {"name": args.name or args.out.stem, "kind": "identity",
                              "path": relative_to(args.out, args.config.parent)}
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
             _check(yaml_path, args.check_images)
         return 0
     if command in ("mmeb-train", "mmeb-eval"):
-        from data_prep.mmeb import convert_mmeb_eval, convert_mmeb_train
+        from vis_embed.prep.mmeb import convert_mmeb_eval, convert_mmeb_train
 
         common = dict(image_root=args.image_root, split=args.split, file_format=args.file_format,
                       check_images=args.check_images, hub=args.hub, subsets=args.subsets)
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{report['missing_images']} missing images -> {args.out / 'benchmark.yaml'}")
         return 0
     if command == "mmeb-v2":
-        from data_prep.mmeb_v2 import convert_mmeb_v2
+        from vis_embed.prep.mmeb_v2 import convert_mmeb_v2
 
         summary = convert_mmeb_v2(args.out, modalities=args.modality, tasks=args.tasks,
                                   source_root=args.source_root)
@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
               f"complete -> {args.out} (sources: {summary['provenance']})")
         return 0
     if command in ("identity-folder", "identity-csv"):
-        from data_prep.identities import convert_identity_csv, convert_identity_folder
+        from vis_embed.prep.identities import convert_identity_csv, convert_identity_folder
 
         if command == "identity-folder":
             report = convert_identity_folder(args.root, args.out)
@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
             print("note: single-instance identities are never anchors (no positive); they remain usable "
                   "as hard negatives, or drop them with `vis-embed prep resample`")
         return 0
-    from data_prep.resample import ResampleOptions, resample_file
+    from vis_embed.prep.resample import ResampleOptions, resample_file
 
     options = ResampleOptions(eval_fraction=args.eval_fraction, max_identities=args.max_identities,
                               max_images_per_identity=args.max_images_per_identity,

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from data_prep.mmeb_v2_media import image_bytes, page_file_name
+from vis_embed.prep.mmeb_v2_media import image_bytes, page_file_name
 from vis_embed.errors import DataError
 
 Rows = list[dict[str, Any]]

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from data_prep.synth.planner_api import SynthPlanner, add_eval_entry, schedule
-from data_prep.synth.render import png_bytes
-from data_prep.synth.sampling import Params, stream_rng
+from vis_embed.prep.synth.planner_api import SynthPlanner, add_eval_entry, schedule
+from vis_embed.prep.synth.render import png_bytes
+from vis_embed.prep.synth.sampling import Params, stream_rng
 
 PAGE_SET = "docs"
 INSTRUCTIONS = ("Find a document page that matches the given query.",

@@ -9,7 +9,7 @@ look-alikes are the hard negatives an identity-aware scheduler can place next to
 
 Each training sub-dataset here holds ``families`` look-alike families of ``family_size``
 identities: an anchor drawn as usual and ``family_size - 1`` *variants* that change one
-detail attribute each (:func:`~data_prep.synth.sampling.make_variant`).  Every identity has
+detail attribute each (:func:`~vis_embed.prep.synth.sampling.make_variant`).  Every identity has
 ``images_per_identity`` images, and image ``i`` of every member of a family is rendered in
 the same context ``i`` (background, placement, lighting, occluder): a row's designated hard
 negatives are the same-context images of its family's other members, which differ from it
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from data_prep.synth.sampling import (Params, context_meta, make_variant, sample_context, single_spec,
+from vis_embed.prep.synth.sampling import (Params, context_meta, make_variant, sample_context, single_spec,
                                        stream_rng)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_prep.mmeb_v2_sources import TaskSpec
+from vis_embed.prep.mmeb_v2_sources import TaskSpec
 from vis_embed.errors import DataError
 
 Rows = list[dict[str, Any]]

@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from data_prep.common import relative_to, write_report
+from vis_embed.prep.common import relative_to, write_report
 from vis_embed.data.images import is_url
 from vis_embed.data.items import check_bbox
 from vis_embed.data.records import RowContext

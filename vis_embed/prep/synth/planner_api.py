@@ -1,22 +1,22 @@
-"""What the opt-in modality planners (:mod:`data_prep.synth.video`, :mod:`data_prep.synth.documents`)
+"""What the opt-in modality planners (:mod:`vis_embed.prep.synth.video`, :mod:`vis_embed.prep.synth.documents`)
 use of the image planner, and the few steps they share.
 
-Kept apart from :mod:`data_prep.synth.build` so those modules need not import it (build
-imports them through :mod:`data_prep.synth.modalities`).
+Kept apart from :mod:`vis_embed.prep.synth.build` so those modules need not import it (build
+imports them through :mod:`vis_embed.prep.synth.modalities`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from data_prep.synth.sampling import Params
+from vis_embed.prep.synth.sampling import Params
 
 # Where the evaluation files and images live, relative to the output folder (as for the image tasks).
 EVAL_IMAGE_ROOT = "eval/images"
 
 
 class SynthPlanner(Protocol):
-    """The parts of :class:`data_prep.synth.planner.Planner` the modality planners use."""
+    """The parts of :class:`vis_embed.prep.synth.planner.Planner` the modality planners use."""
 
     seed: int
     size: Any   # build.SynthSize (its image_size)

@@ -1,4 +1,4 @@
-"""The synthetic identity benchmark (``vis-embed synth OUT_DIR``, :mod:`data_prep.synth.cli`).
+"""The synthetic identity benchmark (``vis-embed synth OUT_DIR``, :mod:`vis_embed.prep.synth.cli`).
 
 Procedurally rendered objects whose *identity* is intrinsic (shape, colour pattern, texture;
 clothes for persons; body and paint for vehicles) and whose *context* varies (background,
@@ -8,12 +8,12 @@ training data (``OUT/train.yaml`` + ``OUT/train/``) and a benchmark manifest
 ID-Grd, ID-Edit), near-identity look-alikes (NearID) and two MMEB-like semantic tasks (Cls,
 Ret).  See docs/synth.md.
 
->>> from data_prep.synth import generate
+>>> from vis_embed.prep.synth import generate
 >>> generate("data/synth", seed=0, size="small")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from data_prep.synth.build import GENERATOR_VERSION, SIZES, SynthSize, generate, is_current
+from vis_embed.prep.synth.build import GENERATOR_VERSION, SIZES, SynthSize, generate, is_current
 
 __all__ = ["GENERATOR_VERSION", "SIZES", "SynthSize", "generate", "is_current"]

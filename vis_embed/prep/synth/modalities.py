@@ -1,8 +1,8 @@
 """Which modalities ``vis-embed synth`` writes (``--modalities image,video,document``).
 
-``image`` is the identity benchmark of :mod:`data_prep.synth.build` (its training data and
-image tasks), always written; ``video`` adds the clip tasks of :mod:`data_prep.synth.video`
-and ``document`` the page-retrieval task of :mod:`data_prep.synth.documents`.  Both are
+``image`` is the identity benchmark of :mod:`vis_embed.prep.synth.build` (its training data and
+image tasks), always written; ``video`` adds the clip tasks of :mod:`vis_embed.prep.synth.video`
+and ``document`` the page-retrieval task of :mod:`vis_embed.prep.synth.documents`.  Both are
 opt-in so the default output (and the quickstart that renders it) is unchanged byte for byte.
 
 The added tasks are planned *after* the image plan, from their own random streams and with
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from data_prep.synth import documents, video
-from data_prep.synth.planner_api import SynthPlanner
-from data_prep.synth.sampling import Params
+from vis_embed.prep.synth import documents, video
+from vis_embed.prep.synth.planner_api import SynthPlanner
+from vis_embed.prep.synth.sampling import Params
 from vis_embed.config import comma_list
 from vis_embed.errors import ConfigError
 
@@ -59,7 +59,7 @@ def plan_modalities(planner: SynthPlanner, modalities: tuple[str, ...], size_nam
 
 
 def render_special(spec: Params) -> bytes | None:
-    """PNG bytes of a render spec that is not a :func:`data_prep.synth.render.compose` scene
+    """PNG bytes of a render spec that is not a :func:`vis_embed.prep.synth.render.compose` scene
     (a document page), else None."""
     if "page" in spec:
         return documents.page_png(spec["page"])

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from data_prep.common import relative_to, write_report, write_yaml
+from vis_embed.prep.common import relative_to, write_report, write_yaml
 from vis_embed.data.tables import read_table, write_table
 from vis_embed.errors import DataError
 

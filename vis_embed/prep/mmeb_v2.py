@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_prep.hub import load_pinned_split, pinned_config_names, pinned_file, source_location
-from data_prep.mmeb_v2_media import Target, extract_wanted
-from data_prep.mmeb_v2_sources import FRAMES_REPO, MODALITIES, REVISIONS, TaskSpec, all_tasks
-from data_prep.mmeb_v2_video import CONVERTERS, Planned
-from data_prep.mmeb_v2_visdoc import beir_task
+from vis_embed.prep.hub import load_pinned_split, pinned_config_names, pinned_file, source_location
+from vis_embed.prep.mmeb_v2_media import Target, extract_wanted
+from vis_embed.prep.mmeb_v2_sources import FRAMES_REPO, MODALITIES, REVISIONS, TaskSpec, all_tasks
+from vis_embed.prep.mmeb_v2_video import CONVERTERS, Planned
+from vis_embed.prep.mmeb_v2_visdoc import beir_task
 from vis_embed.data.tables import write_table
 from vis_embed.errors import DataError
 from vis_embed.io import atomic_directory, atomic_write_json, read_json_object
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 PROVENANCE = "provenance.json"
 REVISION_NOTE = ("'main' is a branch, not a content hash: the reference names no commits; pin a hash in "
-                 "data_prep/mmeb_v2_sources.py REVISIONS for a reproducible conversion")
+                 "vis_embed/prep/mmeb_v2_sources.py REVISIONS for a reproducible conversion")
 
 
 def select_tasks(modalities: Iterable[str] | None = None, tasks: Iterable[str] | None = None) -> list[TaskSpec]:
@@ -102,7 +102,7 @@ class _Sources:
 
 def _image_plan(spec: TaskSpec, staging: Path, sources: _Sources) -> Planned:
     """An MMEB image task through today's MMEB-eval row converter, its images out of mmeb_v1.tar.gz."""
-    from data_prep.mmeb import convert_mmeb_eval_rows
+    from vis_embed.prep.mmeb import convert_mmeb_eval_rows
 
     table = sources.table(spec, spec.config)
     copy = staging / ".source.parquet"

@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from data_prep.synth import render
-from data_prep.synth.modalities import render_special
-from data_prep.synth.plan import BoxRef, Plan
-from data_prep.synth.sampling import Params
-from data_prep.synth.sizes import SynthSize
+from vis_embed.prep.synth import render
+from vis_embed.prep.synth.modalities import render_special
+from vis_embed.prep.synth.plan import BoxRef, Plan
+from vis_embed.prep.synth.sampling import Params
+from vis_embed.prep.synth.sizes import SynthSize
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from data_prep.synth.sampling import Params, context_meta, make_lookalike, sample_context, single_spec
+from vis_embed.prep.synth.sampling import Params, context_meta, make_lookalike, sample_context, single_spec
 
 
 IMAGE_QUERY = "Represent the given image."

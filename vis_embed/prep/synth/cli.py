@@ -1,13 +1,13 @@
 """``vis-embed synth OUT_DIR [--seed S] [--size small|full|tiny|small-skewed|small-dense]
 [--modalities image,video,document]``
-(arguments only; the renderer is :mod:`data_prep.synth.build`)."""
+(arguments only; the renderer is :mod:`vis_embed.prep.synth.build`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from data_prep.synth.build import SIZES, generate
-from data_prep.synth.modalities import DEFAULT_MODALITIES, MODALITIES
+from vis_embed.prep.synth.build import SIZES, generate
+from vis_embed.prep.synth.modalities import DEFAULT_MODALITIES, MODALITIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

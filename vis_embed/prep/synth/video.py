@@ -5,7 +5,7 @@ sorted PNGs (``video/clip_000000/frame_000.png`` ...) under ``eval/images``, whi
 item names as ``{"video": "video/clip_000000"}``.  Within a clip the background and the
 lighting stay fixed and the object translates along one direction (left, right, up or down),
 with a smooth change of scale and rotation; every frame is an ordinary
-:func:`data_prep.synth.render.compose` scene, so it re-renders bit-exactly from its metadata row.
+:func:`vis_embed.prep.synth.render.compose` scene, so it re-renders bit-exactly from its metadata row.
 Clips of one identity differ in direction, path, background and lighting; the identity's
 rendering (shape, colours, pattern, texture) is the same in all of them.
 
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from data_prep.synth.planner_api import SynthPlanner, add_eval_entry, schedule
-from data_prep.synth.render import SHAPES
-from data_prep.synth.sampling import Params, sample_background, sample_lighting, single_spec, stream_rng
+from vis_embed.prep.synth.planner_api import SynthPlanner, add_eval_entry, schedule
+from vis_embed.prep.synth.render import SHAPES
+from vis_embed.prep.synth.sampling import Params, sample_background, sample_lighting, single_spec, stream_rng
 
 CLIP_SET = "video"
 # Unit steps of each motion in image coordinates (y grows downwards) and its words in a class name.

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from data_prep.synth.palette import (HAIR_COLOURS, OBJECT_COLOURS, RIM_COLOURS, SKIN_TONES, TROUSER_COLOURS,
+from vis_embed.prep.synth.palette import (HAIR_COLOURS, OBJECT_COLOURS, RIM_COLOURS, SKIN_TONES, TROUSER_COLOURS,
                                       WINDOW_COLOURS)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data_prep.synth.dense import DenseLayout
+from vis_embed.prep.synth.dense import DenseLayout
 from vis_embed.errors import ConfigError
 
 
@@ -38,7 +38,7 @@ class SynthSize:
     # "skewed": most have 2, a few have 20-60 (about the same image count in total) -- the
     # heavy identity skew of real identity data, where naive batches repeat big identities.
     train_identity_sizes: str = "fixed"
-    # Set: the training split is the dense-identity layout instead (data_prep/synth/dense.py);
+    # Set: the training split is the dense-identity layout instead (vis_embed/prep/synth/dense.py);
     # the train counts above are then unused.
     dense: DenseLayout | None = None
 

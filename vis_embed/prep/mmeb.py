@@ -25,8 +25,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from data_prep.common import discover_sources, read_sources, relative_to, write_report, write_yaml
-from data_prep.hub import resolve_inputs
+from vis_embed.prep.common import discover_sources, read_sources, relative_to, write_report, write_yaml
+from vis_embed.prep.hub import resolve_inputs
 from vis_embed.data.images import is_url
 from vis_embed.data.tables import write_table
 from vis_embed.errors import DataError
@@ -209,7 +209,7 @@ def convert_mmeb_train(inputs: list[str | Path], out_dir: str | Path, *, image_r
 
     ``image_root``: the folder the ``*_image_path`` values are relative to (default: the
     source file's folder).  An input may be a hub dataset id (``TIGER-Lab/MMEB-train``; all
-    configs, or ``subsets``), read with ``datasets.load_dataset`` (:mod:`data_prep.hub`).
+    configs, or ``subsets``), read with ``datasets.load_dataset`` (:mod:`vis_embed.prep.hub`).
     Returns the report (also written to ``OUT/mmeb_train_report.json``).
     """
     out_dir = Path(out_dir)
@@ -246,7 +246,7 @@ def convert_mmeb_eval(inputs: list[str | Path], out_dir: str | Path, *, image_ro
     so that their meta-task and IND/OOD split come from the 36-dataset taxonomy; a dataset
     outside it needs ``meta_task`` and ``eval_split``.  Manifest entries follow the taxonomy's order.
     An input may be a hub dataset id (``TIGER-Lab/MMEB-eval``: one config per dataset) read with
-    ``datasets.load_dataset`` (:mod:`data_prep.hub`).
+    ``datasets.load_dataset`` (:mod:`vis_embed.prep.hub`).
     """
     out_dir = Path(out_dir)
     inputs = resolve_inputs(inputs, out_dir, split, hub, subsets, image_root)  # hub ids -> OUT/hub/

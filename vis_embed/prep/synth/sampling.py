@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from data_prep.synth.palette import (
+from vis_embed.prep.synth.palette import (
     BACKGROUND_COLOURS, COLOUR_NEIGHBOURS, HAIR_COLOURS, OBJECT_COLOURS, PATTERN_NEIGHBOURS,
     PATTERNS, RIM_COLOURS, SHAPE_NEIGHBOURS, SHAPES, SKIN_TONES, TEXTURES, TROUSER_COLOURS,
     VEHICLE_BODIES, WINDOW_COLOURS,
