@@ -29,6 +29,7 @@ from vis_embed.config import Settings, get_dotted, validated
 from vis_embed.io import atomic_write_json, atomic_write_text, is_hub_id, read_json_object
 from vis_embed.model.embedding_config import AdaptationKind
 from vis_embed.model.network.adaptation import ADAPTATIONS, Adaptation
+from vis_embed.model.network.saved_adaptation import saved_adaptation
 
 if TYPE_CHECKING:
     from huggingface_hub import ModelCardData
@@ -53,7 +54,9 @@ class CardFacts(Settings):
     recipe: dict[str, Any] = Field(default_factory=dict)  # the recipe as trained (recipe_to_dict)
     steps: int | None = None
     datasets: list[dict[str, Any]] = Field(default_factory=list)
-    adaptation: AdaptationKind | None = None  # what the directory holds; None: a plain model
+    # what the directory holds: written from its embedding_config.json's record (write_model_card);
+    # None: a plain model
+    adaptation: AdaptationKind | None = None
     evaluation: dict[str, Any] | None = None  # evaluation_summary of the last evaluation
     name: str | None = None  # the model-index's name
 
@@ -199,10 +202,18 @@ def write_model_card(directory: Path, facts: CardFacts | Mapping[str, Any], merg
     from huggingface_hub import ModelCard
 
     directory = Path(directory)
-    facts = _facts(facts)
+    facts = _held_kind(directory, _facts(facts))
     card = ModelCard(model_card(facts, merged))
     atomic_write_json(directory / FACTS_FILE, facts.model_dump(mode="json"))
     return atomic_write_text(directory / CARD_FILE, str(card))
+
+
+def _held_kind(directory: Path, facts: CardFacts) -> CardFacts:
+    """``facts`` with the kind the directory's own record holds (its embedding_config.json, read
+    by :func:`~vis_embed.model.network.saved_adaptation.saved_adaptation`): the card says what
+    the one record says; ``facts.adaptation`` counts only for a directory without a kind."""
+    held = saved_adaptation(directory)
+    return facts if held is None else facts.model_copy(update={"adaptation": held.kind})
 
 
 def read_facts(directory: Path) -> CardFacts | None:
