@@ -54,14 +54,48 @@ def test_each_kind_round_trips_save_then_load_to_the_same_vectors(kind, tiny_che
     assert adaptation_of(model).kind == kind
     saved = model.save_pretrained(tmp_path / kind)
     recorded = json.loads((saved / "embedding_config.json").read_text())["adaptation"]
-    assert recorded == (None if kind == "full" else kind)  # a plain backbone: its record says
+    assert recorded == kind  # the kind saved, as the trainer records it (full: full weights)
+    assert type(saved_adaptation(saved)) is ADAPTATIONS[kind]
     if kind == "full":
-        assert saved_adaptation(saved) is None  # nothing recorded, no adapter file: a plain checkpoint
         loaded = _load(saved)  # a checkpoint of its own
     else:
-        assert type(saved_adaptation(saved)) is ADAPTATIONS[kind]
         loaded = _load(base, adapter=saved)
     torch.testing.assert_close(_vectors(loaded), before, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["full", "lora"])
+def test_the_trainers_save_and_save_pretrained_give_the_same_weights_one_fingerprint(kind, tiny_checkpoint,
+                                                                                      tmp_path) -> None:
+    """The same weights saved by the trainer's path (the adaptation object's save + the trained
+    embedding_config.json) and by ``EmbeddingModel.save_pretrained`` record the same kind and
+    load to the same fingerprint: the kind is recorded one way, and it is no part of the
+    fingerprint (a model that once recorded None and once "full" was refused as another model)."""
+    from vis_embed.data.train import TrainDataConfig
+    from vis_embed.model.embedding_config import EmbeddingConfig, read_embedding_config
+    from vis_embed.model.runtime.embedder import Embedder
+    from vis_embed.training.model_setup import trained_embedding_config
+
+    base = tiny_checkpoint("qwen2-vl")
+    model = _load(base)
+    adaptation = _adaptation(kind)
+    adaptation.apply(model)
+    _trained(model)
+    by_trainer, by_save = tmp_path / "trainer", tmp_path / "save_pretrained"
+    by_trainer.mkdir()
+    adaptation.save(model, by_trainer, state=_trainable(model))
+    trained_embedding_config(_recipe(adaptation=kind), TrainDataConfig(path=tmp_path / "d.yaml", datasets=[]),
+                             model).save(by_trainer)
+    model.save_pretrained(by_save)
+    assert read_embedding_config(by_trainer)["adaptation"] == read_embedding_config(by_save)["adaptation"] == kind
+
+    def fingerprint(directory: Path) -> str:
+        model_dir, adapter = (directory, None) if kind == "full" else (base, directory)
+        return Embedder.from_pretrained(model_dir, adapter=adapter, device="cpu", dtype="float32").fingerprint()
+
+    assert fingerprint(by_trainer) == fingerprint(by_save)
+    # the kind alone never moves a fingerprint: it says what trained, not how the model embeds
+    config = EmbeddingConfig()
+    assert {config.with_values(adaptation=k).fingerprint() for k in ("lora", "head", "full")} == {config.fingerprint()}
 
 
 def _adaptation(kind: str):

@@ -246,7 +246,7 @@ def test_merge_carries_the_settings(trained, items, tmp_path) -> None:
 
     merged = merge_adapter(trained["final"], tmp_path / "merged")
     recorded = read_embedding_config(merged)
-    assert {key: recorded[key] for key in TRAINED} == TRAINED and recorded["adaptation"] is None
+    assert {key: recorded[key] for key in TRAINED} == TRAINED and recorded["adaptation"] == "full"
     adapted, _ = _encode(trained["base"], trained["final"], items, tmp_path / "adapted.npy")
     folded, meta = _encode(merged, None, items, tmp_path / "merged.npy")  # no flags, no adapter
     assert _row_cosines(adapted, folded).min() >= 0.9999

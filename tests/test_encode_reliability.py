@@ -151,7 +151,7 @@ def test_stale_rejects_are_removed_and_a_half_written_set_is_refused(tiny_checkp
     assert _encode(tiny_checkpoint(), good, output) == 0
     assert not (tmp_path / "emb.rejects.jsonl").exists()  # it described the previous output
     embeddings, alignment = encode_file.read_encoded(output)
-    assert embeddings.shape[0] == 3 and alignment["lines"] == [1, 2, 3]
+    assert embeddings.shape[0] == 3 and alignment.lines == [1, 2, 3]
 
     def killed(*_args, **_kwargs):  # the process dies while writing the new set
         raise KeyboardInterrupt
@@ -192,3 +192,30 @@ def test_a_full_disk_keeps_the_previous_set_loadable_and_exits_2(tiny_checkpoint
     after, alignment_after = encode_file.read_encoded(output)
     np.testing.assert_array_equal(after, before)
     assert alignment_after == alignment
+
+
+def test_the_ids_sidecar_is_written_and_read_through_one_model_with_its_keys_unchanged(tmp_path) -> None:
+    """``emb.ids.json`` (EncodedAlignment): written with the keys it always had, in their order
+    (``model`` only when given, ``ranges`` only for int8/uint8); an older file without the later
+    keys loads, a newer writer's unknown key is kept, a wrong type names the file."""
+    output, source = tmp_path / "emb.npy", tmp_path / "items.jsonl"
+    embeddings = np.eye(3, 4, dtype=np.float32)
+    items, ids, lines = [{"text": t} for t in "abc"], ["a", None, 7], [1, 3, 4]
+    model = {"name": "m", "adapter": None, "fingerprint": "fp"}
+    encode_file._write_outputs((embeddings, [0, 1, 2], {}), items, ids, lines, [], source, output, "raise",
+                               embedding_config={"prompt_format": "chat"}, model=model)
+    written = json.loads((tmp_path / "emb.ids.json").read_text())
+    assert list(written) == ["input", "lines", "ids", "embedding_config", "dim", "precision", "model"]
+    assert written == {"input": str(source), "lines": lines, "ids": ids, "embedding_config": {"prompt_format": "chat"},
+                       "dim": 4, "precision": "float32", "model": model}
+    _, alignment = encode_file.read_encoded(output)
+    assert isinstance(alignment, encode_file.EncodedAlignment)
+    assert (alignment.lines, alignment.ids, alignment.model, alignment.dim) == (lines, ids, model, 4)
+    assert alignment.as_json() == written  # read back: the same record
+
+    (tmp_path / "emb.ids.json").write_text(json.dumps({"lines": lines, "ids": ids, "added_later": 1}))
+    _, older = encode_file.read_encoded(output)  # an older file (no model, no stored form) and a newer key
+    assert older.model is None and older.embedding_config is None and older.model_extra == {"added_later": 1}
+    (tmp_path / "emb.ids.json").write_text(json.dumps({"lines": lines, "ids": "abc"}))
+    with pytest.raises(DataError, match=r"emb\.ids\.json.*ids"):
+        encode_file.read_encoded(output)

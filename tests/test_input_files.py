@@ -57,7 +57,7 @@ def test_an_items_file_starting_with_a_bom_encodes(tiny_checkpoint, tmp_path: Pa
                                       device="cpu", dtype="float32")
     assert written.rows == 2 and written.rejects == 0
     embeddings, alignment = encode_file.read_encoded(tmp_path / "emb.npy")
-    assert alignment["lines"] == [1, 2] and np.isfinite(embeddings).all()
+    assert alignment.lines == [1, 2] and np.isfinite(embeddings).all()
 
 
 @pytest.fixture

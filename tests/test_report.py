@@ -225,3 +225,31 @@ def test_report_names_an_empty_score_folder(tmp_path: Path) -> None:
 
     with pytest.raises(DataError, match="_score.json"):
         report.load_groups(tmp_path)
+
+
+def test_results_json_is_read_once_through_one_model(tmp_path: Path) -> None:
+    """results.json's readers (the card's summary, export --results, the report, the MMEB score
+    files) parse it once into ResultsFile: an older file without primary / tie_policy reads with
+    the defaults it meant, unknown keys are kept, and a value of the wrong type names the key."""
+    from vis_embed.data.results_file import ResultsFile
+    from vis_embed.errors import DataError
+    from vis_embed.evaluation.mmeb_scores import mmeb_scores
+    from vis_embed.model.files.model_card import evaluation_summary
+
+    written = {"model": {"name": "m", "adapter": "run/final", "fingerprints": {"model": "fp", "benchmark": "b"}},
+               "dim": 8, "datasets": {"VOC2007": {"metrics": {"P@1": 50.0}, "n_queries": 4, "meta_task": "Cls",
+                                                  "split": "IND", "benchmark": "mmeb", "added_later": 1}},
+               "groups": {"MMEB": 50.0}, "counts": {"MMEB": 1}}
+    results = ResultsFile.of(written)
+    assert results.tie_policy == "pessimistic" and results.model.label == "m + run/final"
+    assert results.model.fingerprint == "fp" and results.model_extra == {"dim": 8}
+    entry = results.datasets["VOC2007"]
+    assert entry.primary is None and entry.primary_metric == "P@1" and entry.model_extra == {"added_later": 1}
+    assert mmeb_scores(results)["VOC2007"]["num_correct"] == 2  # the older file: scored by P@1
+    assert evaluation_summary(results) == {"datasets": {}, "groups": {"MMEB": 50.0}, "model_fingerprint": "fp"}
+    with_primary = {**written, "datasets": {"VOC2007": {**written["datasets"]["VOC2007"], "primary": "P@1"}}}
+    assert evaluation_summary(with_primary)["datasets"]["VOC2007"] == {
+        "metric": "P@1", "value": 50.0, "meta_task": "Cls", "split": "IND", "benchmark": "mmeb"}
+    assert "| VOC2007 | Cls | IND | 4 | P@1 | 50.0" in report.markdown(with_primary)
+    with pytest.raises(DataError, match=r"results\.json.*n_queries"):
+        ResultsFile.of({"datasets": {"VOC2007": {"n_queries": "four"}}}, tmp_path / "results.json")

@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vis_embed.data.results_file import DatasetResult, ResultsFile
 from vis_embed.data.taxonomy import MMEB_DATASETS, MMEB_V2, MMEB_V2_TASKS
 from vis_embed.errors import DataError
 from vis_embed.io import atomic_write_json, safe_name
@@ -34,42 +35,43 @@ SCORE_DIR = "mmeb_scores"
 SCORE_SUFFIX = "_score.json"
 
 
-def dataset_score(entry: dict[str, Any]) -> dict[str, Any]:
+def dataset_score(entry: DatasetResult) -> dict[str, Any]:
     """One results.json dataset entry as a VLM2Vec score dict (fractions)."""
-    hit_at_1 = float(entry["metrics"]["P@1"]) / 100.0
-    n_queries = int(entry["n_queries"])
+    hit_at_1 = float(entry.metrics["P@1"]) / 100.0
+    n_queries = int(entry.n_queries)
     return {"acc": hit_at_1, "hit@1": hit_at_1, "num_correct": int(round(hit_at_1 * n_queries)),
             "num_pred": n_queries}
 
 
-def mmeb_scores(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def mmeb_scores(results: ResultsFile | dict[str, Any]) -> dict[str, dict[str, Any]]:
     """``{MMEB dataset: score dict}`` of the MMEB datasets scored by P@1 in ``results``."""
-    return {name: dataset_score(entry) for name, entry in results["datasets"].items()
-            if name in MMEB_DATASETS and entry.get("primary", "P@1") == "P@1"}
+    return {name: dataset_score(entry) for name, entry in ResultsFile.of(results).datasets.items()
+            if name in MMEB_DATASETS and entry.primary_metric == "P@1"}
 
 
-def ranking_score(entry: dict[str, Any]) -> dict[str, Any]:
+def ranking_score(entry: DatasetResult) -> dict[str, Any]:
     """A video / visdoc task's results.json entry as VLM2Vec's score dict (fractions)."""
-    ours = entry["metrics"]
+    ours = entry.metrics
     names = {"hit@1": "hit@1", "hit@5": "hit@5", "hit@10": "hit@10", "ndcg_linear@5": "ndcg_linear@5",
              "ndcg_linear@10": "ndcg_linear@10", "recall@1": "recall@1", "recall@5": "recall@5",
              "recall@10": "recall@10", "mrr": "MRR"}
     return {**{theirs: float(ours[key]) / 100.0 for theirs, key in names.items() if key in ours},
-            "num_pred": int(entry["n_queries"])}
+            "num_pred": int(entry.n_queries)}
 
 
-def mmeb_v2_scores(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+def mmeb_v2_scores(results: ResultsFile | dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """``{"video" | "visdoc": {task: score dict}}`` of the MMEB-V2 video and visdoc tasks in ``results``."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for name, entry in results["datasets"].items():
-        modality = entry.get("modality")
-        if entry.get("benchmark") == MMEB_V2 and modality in ("video", "visdoc") and name in MMEB_V2_TASKS[modality]:
+    for name, entry in ResultsFile.of(results).datasets.items():
+        modality = entry.modality
+        if entry.benchmark == MMEB_V2 and modality in ("video", "visdoc") and name in MMEB_V2_TASKS[modality]:
             out.setdefault(modality, {})[name] = ranking_score(entry)
     return out
 
 
-def write_mmeb_score_files(results: dict[str, Any], out_dir: str | Path) -> list[Path]:
+def write_mmeb_score_files(results: ResultsFile | dict[str, Any], out_dir: str | Path) -> list[Path]:
     """Write the per-dataset and combined files under ``OUT/mmeb_scores``; [] if no MMEB dataset."""
+    results = ResultsFile.of(results)
     by_modality = {"image": mmeb_scores(results), **mmeb_v2_scores(results)}
     by_modality = {modality: scores for modality, scores in by_modality.items() if scores}
     if not by_modality:
@@ -77,12 +79,12 @@ def write_mmeb_score_files(results: dict[str, Any], out_dir: str | Path) -> list
     folder = Path(out_dir) / SCORE_DIR
     written = [atomic_write_json(folder / modality / f"{name}{SCORE_SUFFIX}", score)
                for modality, scores in by_modality.items() for name, score in scores.items()]
-    model = results.get("model", {})
-    model_name = model.get("name") or "model"
-    if model.get("adapter"):
-        model_name = f"{model_name} + {model['adapter']}"
+    model = results.model
+    model_name = model.name or "model"
+    if model.adapter:
+        model_name = f"{model_name} + {model.adapter}"
     combined = {"metadata": {"model_name": model_name, "data_source": "Self-Reported",
-                             "tie_policy": results.get("tie_policy", "pessimistic")},
+                             "tie_policy": results.tie_policy},
                 "metrics": by_modality}
     written.append(atomic_write_json(folder / f"{safe_name(Path(str(model_name)).name)}.json", combined))
     return written

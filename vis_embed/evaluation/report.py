@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from vis_embed import resources
 from vis_embed.errors import DataError
+from vis_embed.data.results_file import ResultsFile, ResultsModel
 from vis_embed.data.taxonomy import (BENCHMARK_SPLIT_KEYS, GROUP_KEYS, MMEB_DATASETS, MMEB_META_TASKS,
                                      MVEB_META_TASKS, POOLED_SPLIT_KEYS, SPLITS, group_means, mmeb_entry)
 from vis_embed.evaluation.mmeb_scores import read_score_folder
@@ -153,10 +154,9 @@ def models_table(models: dict[str, dict[str, float]], reference_rows: Sequence[d
     return "\n".join(lines)
 
 
-def model_label(model: dict[str, Any]) -> str:
+def model_label(model: ResultsModel | dict[str, Any]) -> str:
     """``NAME + ADAPTER`` of a results.json ``model`` block (just NAME without an adapter)."""
-    label = model.get("name") or "this model"
-    return f"{label} + {model['adapter']}" if model.get("adapter") else label
+    return (model if isinstance(model, ResultsModel) else ResultsModel.model_validate(model)).label
 
 
 TIE_POLICY_NOTES = {
@@ -165,13 +165,14 @@ TIE_POLICY_NOTES = {
 }
 
 
-def markdown(results: dict[str, Any], reference_rows: Sequence[dict[str, str]] = ()) -> str:
+def markdown(results: ResultsFile | dict[str, Any], reference_rows: Sequence[dict[str, str]] = ()) -> str:
     """Table 1 layout (published rows, then ours in bold), IND/OOD, then every dataset."""
-    groups = results["groups"]
-    ours = model_label(results.get("model", {}))
+    results = ResultsFile.of(results)
+    groups = results.groups
+    ours = results.model.label
     lines = ["## Precision@1 (%), Table 1 layout", "", models_table({ours: groups}, reference_rows, extra_columns=())]
     lines += ["", "MMEB / MVEB = unweighted mean over datasets (not over meta-tasks).", ""]
-    tie_policy = results.get("tie_policy", "pessimistic")  # files written before the option: pessimistic
+    tie_policy = results.tie_policy  # files written before the option: pessimistic
     lines += [f"Tied scores: {TIE_POLICY_NOTES.get(tie_policy, tie_policy)}.", ""]
     # per benchmark first (the papers' figures); a pooled split only under its _pooled label
     splits = [key for key in (*BENCHMARK_SPLIT_KEYS, *SPLITS, *POOLED_SPLIT_KEYS, "overall") if key in groups]
@@ -180,22 +181,23 @@ def markdown(results: dict[str, Any], reference_rows: Sequence[dict[str, str]] =
                   "| " + " | ".join(_cell(groups[k]) for k in splits) + " |", ""]
     v2_keys = [key for key in MMEB_V2_GROUP_KEYS if key in groups]
     if v2_keys:  # MMEB-V2: its groups with the number of tasks each covers
-        counts = results.get("counts", {})
+        counts = results.counts
         lines += ["## MMEB-V2 (hit@1 for image and video, ndcg_linear@5 for visdoc; %)", "",
                   "| " + " | ".join(f"{key} ({counts[key]})" if key in counts else key for key in v2_keys) + " |",
                   "|" + "---|" * len(v2_keys), "| " + " | ".join(_cell(groups[key]) for key in v2_keys) + " |", ""]
-        if results.get("protocol"):
-            lines += [f"Protocol: {results['protocol']['name']} ({results['protocol']['description']}).", ""]
+        if results.protocol:
+            lines += [f"Protocol: {results.protocol.name} ({results.protocol.description}).", ""]
     lines += ["## Datasets", "", "| Dataset | Meta-task | Split | Queries | Primary | Score |",
               "|---|---|---|---|---|---|"]
-    for name, entry in results["datasets"].items():
-        primary = entry.get("primary", "P@1")
-        lines.append(f"| {name} | {entry['meta_task']} | {entry.get('split') or '–'} | {entry['n_queries']} | "
-                     f"{primary} | {_cell(entry['metrics'][primary])} |")
+    for name, entry in results.datasets.items():
+        primary = entry.primary_metric
+        lines.append(f"| {name} | {entry.meta_task} | {entry.split or '–'} | {entry.n_queries} | "
+                     f"{primary} | {_cell(entry.metrics[primary])} |")
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(results: dict[str, Any], path: str | Path, reference: str | Path | None = None) -> Path:
+def write_markdown(results: ResultsFile | dict[str, Any], path: str | Path,
+                   reference: str | Path | None = None) -> Path:
     return atomic_write_text(path, markdown(results, read_reference(find_reference(reference))))
 
 

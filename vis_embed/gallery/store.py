@@ -25,7 +25,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
@@ -43,6 +43,9 @@ from vis_embed.vectors.index_spec import DEFAULT_RESCORE, STORE_KINDS, IndexSpec
 from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.vectors.transforms import check_dim, l2_normalise
 from vis_embed.io import atomic_directory, atomic_write_json
+
+if TYPE_CHECKING:
+    from vis_embed.model.runtime.encode_file import EncodedAlignment
 
 LOAD_ATTEMPTS = 100            # builds a load may see replaced under it before it gives up
 
@@ -65,7 +68,7 @@ def faiss_parameters(index: Any) -> dict[str, Any]:
             "pq_bits": int(codes.pq.nbits)}
 
 
-def read_embeddings(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
+def read_embeddings(path: Path) -> tuple[np.ndarray, EncodedAlignment]:
     """The float vectors of an encode output and its ``.ids.json`` record (checked to be one set)."""
     from vis_embed.model.runtime.encode_file import read_encoded  # the one reader of encode outputs
 
@@ -128,13 +131,13 @@ def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: floa
     choice = resolve_index(kind, dim, rows, budget)
     spec = choice.spec.model_copy(update={"rescore": DEFAULT_RESCORE if choice.spec.takes_rescore else 0})
     index = build_index(vectors, spec, seed=seed)
-    ids = unique_ids(alignment.get("ids") or [None] * rows, Path(embeddings))
+    ids = unique_ids(alignment.ids or [None] * rows, Path(embeddings))
     settings = IndexSettings(
         format_version=FORMAT_VERSION, kind=spec.kind, kind_requested=kind, kind_reason=choice.reason,
         rows=rows, dim=dim, bytes_per_vector=spec.bytes_per_vector,
         memory_budget_gb=round(budget / 2 ** 30, 3), memory_given=memory_gb is not None,
         rescore=spec.rescore, **faiss_parameters(index),
-        embeddings=str(embeddings), model=alignment.get("model"), embedding_config=alignment.get("embedding_config"))
+        embeddings=str(embeddings), model=alignment.model, embedding_config=alignment.embedding_config)
     codes = index.codes if isinstance(index, QuantizedIndex) else index  # the faiss index to write
     with atomic_directory(out) as tmp:
         (faiss.write_index_binary if spec.kind == "binary" else faiss.write_index)(codes, str(tmp / INDEX_FILE))

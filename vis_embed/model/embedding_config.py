@@ -103,7 +103,9 @@ class EmbeddingConfig(Settings):
     document_instruction: str | None = Field(
         None, description="instruction for documents/candidates (trained with; export's 'document' prompt)",
         json_schema_extra=_flag(INSTRUCTIONS, "TEXT"))
-    # Descriptive, not flags: one pooling exists; the adaptation is what the directory holds.
+    # Descriptive, not flags: one pooling exists; the adaptation is what the directory holds
+    # (every writer records the kind of what it saved: lora, head, or full for full weights;
+    # None: a directory written before the kind was recorded).  Not part of fingerprint().
     pooling: Literal["last_token"] = "last_token"
     adaptation: AdaptationKind | None = None
     # the widths trained with loss.matryoshka_dims (training/losses/matryoshka.py): a model that
@@ -142,9 +144,16 @@ class EmbeddingConfig(Settings):
         return _validated({**self.model_dump(), **given}, "settings", model=type(self))
 
     def fingerprint(self) -> str:
-        """A hash of every field (the dump, not a list of names): a new field joins every
-        cache key made from it (the Embedder's fingerprint)."""
-        return fingerprint_json(self.to_json())
+        """A hash of every field that shapes the vectors (the dump, not a list of names): a new
+        field joins every cache key made from it (the Embedder's fingerprint).  Only
+        :data:`UNFINGERPRINTED` is left out: ``adaptation`` says what trained, not how the model
+        embeds (the weights and adapter files are fingerprinted themselves), so the same weights
+        saved by the trainer or by ``save_pretrained`` keep one fingerprint."""
+        return fingerprint_json(self.model_dump(mode="json", exclude=set(UNFINGERPRINTED)))
+
+
+# Fields recorded but not fingerprinted: descriptive of how the model came to be, not of its vectors.
+UNFINGERPRINTED = ("adaptation",)
 
 
 def _validated(values: Mapping[str, Any], source: str, flags: bool = False,

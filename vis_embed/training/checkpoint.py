@@ -105,10 +105,10 @@ def shared_atomic_directory(path: Path) -> Iterator[Path]:
 
 
 def write_final_extras(directory: Path, processor: ProcessorMixin | None, recipe: dict[str, Any], data: TrainDataConfig,
-                       steps: int, adaptation: str) -> None:
+                       steps: int) -> None:
     """What ``final/`` adds to the weights: the processor (so the directory is self-describing)
-    and the model card ``README.md`` (``data``: the TrainDataConfig; ``adaptation``: the kind
-    trained); main process only."""
+    and the model card ``README.md`` (``data``: the TrainDataConfig; the kind trained: the one
+    record, ``embedding_config.json``, saved first); main process only."""
     from vis_embed.model.files.model_card import write_model_card
 
     if processor is not None:
@@ -116,7 +116,7 @@ def write_final_extras(directory: Path, processor: ProcessorMixin | None, recipe
     datasets = [{"name": d.name, "kind": d.kind, "path": str(d.path), "weight": d.weight} for d in data.datasets]
     write_model_card(directory, {
         "base_model": absolute_model_reference(str(recipe["model"])), "recipe": recipe, "steps": steps,
-        "datasets": datasets, "evaluation": None, "adaptation": adaptation})
+        "datasets": datasets, "evaluation": None})
 
 
 def write_trainer_state(directory: Path, state: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from vis_embed.io import atomic_directory
 from vis_embed.model.embedding_config import resolve_embedding_config
 from vis_embed.model.files.export import load_merged, recorded_base
+from vis_embed.model.network.adaptation import FullAdaptation
 
 __all__ = ["merge_adapter"]
 
@@ -31,5 +32,5 @@ def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,
     with atomic_directory(out) as tmp:
         merged.save_pretrained(str(tmp), safe_serialization=True)
         processor.save_pretrained(str(tmp))
-        config.model_copy(update={"adaptation": None}).save(tmp)  # a plain checkpoint now
+        config.model_copy(update={"adaptation": FullAdaptation.kind}).save(tmp)  # full weights now
     return Path(out)

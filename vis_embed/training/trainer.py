@@ -289,7 +289,7 @@ class Trainer:
                 self.embedding_config.save(tmp)  # how to embed travels with the weights
                 if final:
                     ckpt.write_final_extras(tmp, self.model.processor, recipe_to_dict(self.recipe), self.data,
-                                            completed_steps, self.adaptation.kind)
+                                            completed_steps)
                 else:
                     torch.save({"temperature": self.temperature.state_dict(),
                                 "optimizer": self.tau_optimizer.state_dict(),

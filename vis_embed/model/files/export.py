@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from vis_embed.errors import ConfigError
 from vis_embed.vectors.transforms import vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
+from vis_embed.model.network.adaptation import FullAdaptation
 from vis_embed.model.network.saved_adaptation import saved_adapter
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 # re-exported: callers read a reference's kind here as before; the rules live in references.py
@@ -266,7 +267,7 @@ def export_config(model: str | None, adapter: str | Path | None, **given: Any) -
     instructions = {"query_instruction": config.query_instruction, "document_instruction": config.document_instruction}
     defaults = {"query_instruction": DEFAULT_QUERY_INSTRUCTION, "document_instruction": DEFAULT_DOCUMENT_INSTRUCTION}
     update = {key: (defaults[key] if value is None else value or None) for key, value in instructions.items()}
-    return config.model_copy(update={**update, "adaptation": None})  # a plain checkpoint (+ ST modules)
+    return config.model_copy(update={**update, "adaptation": FullAdaptation.kind})  # full weights (+ ST modules)
 
 
 def _add_head_modules(directory: Path, files: dict[str, Any], head: ProjectionHead) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vis_embed.data.results_file import ResultsFile
 from vis_embed.model.embedding_config import INSTRUCTIONS, LOADING, add_embedding_config_arguments, given_settings
 from vis_embed.model.files.export import DEFAULT_DOCUMENT_INSTRUCTION, DEFAULT_QUERY_INSTRUCTION, EXPORT_FORMATS
 
@@ -56,10 +57,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_results(path: Path) -> dict:
+def _read_results(path: Path) -> ResultsFile:
     import json
 
-    from vis_embed.errors import ConfigError
+    from vis_embed.errors import ConfigError, DataError
 
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
@@ -67,7 +68,10 @@ def _read_results(path: Path) -> dict:
         raise ConfigError(f"--results {path}: not a readable results.json ({exc})") from None
     if not isinstance(results, dict) or not isinstance(results.get("datasets"), dict):
         raise ConfigError(f"--results {path}: no 'datasets' (expected a `vis-embed eval` results.json)")
-    return results
+    try:
+        return ResultsFile.of(results, path)
+    except DataError as exc:
+        raise ConfigError(f"--results {exc}") from None
 
 
 def _card_base(model: str | None, adapter: Path | None) -> str:

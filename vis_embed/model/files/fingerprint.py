@@ -3,7 +3,8 @@
 :func:`model_fingerprint` is what ``Embedder.fingerprint()`` returns and every embedding cache
 key (the eval cache, encode's shards) starts from.  The settings part is the hash of the
 effective :class:`~vis_embed.model.embedding_config.EmbeddingConfig`'s dump, not a list of
-fields, so a field added to the config joins every key.
+fields, so a field added to the config joins every key (all but ``adaptation``: what trained,
+not how the model embeds; :meth:`EmbeddingConfig.fingerprint`).
 """
 
 from __future__ import annotations

@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ConfigDict, Field, model_validator
 
 from vis_embed.config import Settings, get_dotted, validated
+from vis_embed.data.results_file import ResultsFile
 from vis_embed.io import atomic_write_json, atomic_write_text, is_hub_id, read_json_object
 from vis_embed.model.embedding_config import AdaptationKind
 from vis_embed.model.network.adaptation import ADAPTATIONS, Adaptation
+from vis_embed.model.network.saved_adaptation import saved_adaptation
 
 if TYPE_CHECKING:
     from huggingface_hub import ModelCardData
@@ -53,7 +55,9 @@ class CardFacts(Settings):
     recipe: dict[str, Any] = Field(default_factory=dict)  # the recipe as trained (recipe_to_dict)
     steps: int | None = None
     datasets: list[dict[str, Any]] = Field(default_factory=list)
-    adaptation: AdaptationKind | None = None  # what the directory holds; None: a plain model
+    # what the directory holds: written from its embedding_config.json's record (write_model_card);
+    # None: a plain model
+    adaptation: AdaptationKind | None = None
     evaluation: dict[str, Any] | None = None  # evaluation_summary of the last evaluation
     name: str | None = None  # the model-index's name
 
@@ -89,19 +93,20 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     return lines
 
 
-def evaluation_summary(results: Mapping[str, Any]) -> dict[str, Any]:
-    """What a card keeps of a ``results.json``: each dataset's primary metric (percent) with its
-    meta-task / split / benchmark, the group means, and the model fingerprint evaluated."""
+def evaluation_summary(results: ResultsFile | Mapping[str, Any]) -> dict[str, Any]:
+    """What a card keeps of a ``results.json`` (read once, :class:`ResultsFile`): each dataset's
+    primary metric (percent) with its meta-task / split / benchmark, the group means, and the
+    model fingerprint evaluated."""
+    results = ResultsFile.of(results)
     datasets = {}
-    for name, entry in results.get("datasets", {}).items():
-        primary = entry.get("primary")
-        value = entry.get("metrics", {}).get(primary)
-        if primary is None or value is None:
+    for name, entry in results.datasets.items():
+        value = None if entry.primary is None else entry.metrics.get(entry.primary)
+        if value is None:
             continue
-        datasets[name] = {"metric": primary, "value": float(value), "meta_task": entry.get("meta_task"),
-                          "split": entry.get("split"), "benchmark": entry.get("benchmark")}
-    return {"datasets": datasets, "groups": {k: float(v) for k, v in results.get("groups", {}).items()},
-            "model_fingerprint": results.get("model", {}).get("fingerprints", {}).get("model")}
+        datasets[name] = {"metric": entry.primary, "value": float(value), "meta_task": entry.meta_task,
+                          "split": entry.split, "benchmark": entry.benchmark}
+    return {"datasets": datasets, "groups": {k: float(v) for k, v in results.groups.items()},
+            "model_fingerprint": results.model.fingerprint}
 
 
 def _library_name(facts: CardFacts, merged: bool) -> str:
@@ -199,10 +204,18 @@ def write_model_card(directory: Path, facts: CardFacts | Mapping[str, Any], merg
     from huggingface_hub import ModelCard
 
     directory = Path(directory)
-    facts = _facts(facts)
+    facts = _held_kind(directory, _facts(facts))
     card = ModelCard(model_card(facts, merged))
     atomic_write_json(directory / FACTS_FILE, facts.model_dump(mode="json"))
     return atomic_write_text(directory / CARD_FILE, str(card))
+
+
+def _held_kind(directory: Path, facts: CardFacts) -> CardFacts:
+    """``facts`` with the kind the directory's own record holds (its embedding_config.json, read
+    by :func:`~vis_embed.model.network.saved_adaptation.saved_adaptation`): the card says what
+    the one record says; ``facts.adaptation`` counts only for a directory without a kind."""
+    held = saved_adaptation(directory)
+    return facts if held is None else facts.model_copy(update={"adaptation": held.kind})
 
 
 def read_facts(directory: Path) -> CardFacts | None:
@@ -213,7 +226,7 @@ def read_facts(directory: Path) -> CardFacts | None:
     return validated(CardFacts, facts, Path(directory) / FACTS_FILE)
 
 
-def record_evaluation(directory: Path, results: Mapping[str, Any]) -> bool:
+def record_evaluation(directory: Path, results: ResultsFile | Mapping[str, Any]) -> bool:
     """Put an evaluation's results on the card of ``directory`` (a run's ``final/``, or any
     directory with a vis_embed card); returns False when there is no card to update."""
     facts = read_facts(directory)
@@ -224,7 +237,7 @@ def record_evaluation(directory: Path, results: Mapping[str, Any]) -> bool:
 
 
 def export_facts(adapter: str | Path | None, base_model: str,
-                 results: Mapping[str, Any] | None = None) -> CardFacts:
+                 results: ResultsFile | Mapping[str, Any] | None = None) -> CardFacts:
     """Card facts of an exported model built on ``base_model``: the adapter's own facts when it
     has a card (training settings, data, last evaluation); ``results`` (a results.json)
     replaces the evaluation."""

@@ -244,11 +244,14 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
         """Adapter-only if peft-wrapped (peft format), the head only with a projection head,
-        else full weights + processor; with ``embedding_config.json`` beside them."""
+        else full weights + processor; with ``embedding_config.json`` beside them, recording the
+        kind saved (``adaptation``: lora, head or full, as the trainer records it)."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        adaptation_of(self).save(self, out_dir)  # the one save path (the trainer's checkpoints too)
-        self.current_config(effective=False).save(out_dir)  # the settings travel with the weights
+        adaptation = adaptation_of(self)
+        adaptation.save(self, out_dir)  # the one save path (the trainer's checkpoints too)
+        # the settings travel with the weights
+        self.current_config(effective=False).model_copy(update={"adaptation": adaptation.kind}).save(out_dir)
         return out_dir
 
     # ------------------------------------------------------------------ items -> tensors

@@ -49,7 +49,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ConfigDict
 
+from vis_embed.config import Settings, reported
 from vis_embed.data.items import check_item
 from vis_embed.distributed import all_gather_object, broadcast_object, get_world_size, local_device, torchrun_group
 from vis_embed.embedding_cache import CacheStats
@@ -59,6 +61,27 @@ from vis_embed.io import (atomic_path, check_regular_file, parse_jsonl_line, rea
                           read_text_lines_or_errors)
 from vis_embed.model.runtime.embedder import Embedder
 from vis_embed.model.runtime.encode_shards import encode_across_ranks, remove_shards, shards_dir
+
+
+class EncodedAlignment(Settings):
+    """``emb.ids.json``: the row alignment an encode run writes and its readers (:func:`read_encoded`,
+    the gallery's index) read, validated.  The keys are the file's (see the module docstring);
+    every one is optional, so an ``.ids.json`` of an earlier vis-embed loads, and unknown keys are
+    kept (what a newer writer adds, e.g. a new stored-form record)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, protected_namespaces=())
+    input: str | None = None                          # the JSONL encoded
+    lines: list[int] = []                             # row j = input line lines[j] (1-based)
+    ids: list[Any] | None = None                      # row j's ``id`` field (or null)
+    embedding_config: dict[str, Any] | None = None    # the effective EmbeddingConfig's dump
+    dim: int | None = None                            # the stored form (vectors/stored_form.py)
+    precision: str | None = None
+    ranges: str | None = None                         # int8/uint8: where the ranges came from
+    model: dict[str, Any] | None = None               # model_record: name, adapter, fingerprint
+
+    def as_json(self) -> dict[str, Any]:
+        """The keys as written (those given when it was made or read), JSON types."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 def sidecar_paths(output: Path) -> tuple[Path, Path]:
@@ -180,8 +203,8 @@ def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], 
     embeddings, ranges, stored = (storage or StoredForm()).apply(embeddings)
     rejects = rejects_of(errors, items, ids, lines, rejects, input_path)
     ids_path, rejects_path = sidecar_paths(output)
-    alignment = {"input": str(input_path), "lines": [lines[i] for i in kept], "ids": [ids[i] for i in kept],
-                 "embedding_config": embedding_config, **stored, **({"model": model} if model else {})}
+    alignment = EncodedAlignment(input=str(input_path), lines=[lines[i] for i in kept], ids=[ids[i] for i in kept],
+                                 embedding_config=embedding_config, **stored, **({"model": model} if model else {}))
     try:
         _commit_set(output, ids_path, rejects_path if on_error == "skip" else None, embeddings, rejects, alignment,
                     ranges)
@@ -198,7 +221,7 @@ def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], 
 
 
 def _commit_set(output: Path, ids_path: Path, rejects_path: Path | None, embeddings: np.ndarray,
-                rejects: list[dict[str, Any]], alignment: dict[str, Any], ranges: np.ndarray | None = None) -> None:
+                rejects: list[dict[str, Any]], alignment: EncodedAlignment, ranges: np.ndarray | None = None) -> None:
     """Write the whole new set to temporary files first and only then swap it in: a write
     that fails (a full disk) leaves the previous complete set loadable.  The swap is renames
     only (no new space); ``ids_path``, the commit record, is removed before the others are
@@ -215,7 +238,7 @@ def _commit_set(output: Path, ids_path: Path, rejects_path: Path | None, embeddi
         if rejects_tmp is not None:
             rejects_tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rejects),
                                    encoding="utf-8")
-        ids_tmp.write_text(json.dumps(alignment, indent=2), encoding="utf-8")
+        ids_tmp.write_text(json.dumps(alignment.as_json(), indent=2), encoding="utf-8")
         ids_path.unlink(missing_ok=True)  # all written: the old set stops being one from here on
 
 
@@ -231,7 +254,7 @@ def rejects_of(errors: dict[int, DataError], items: list[dict[str, Any]], ids: l
     return rejects
 
 
-def read_encoded(output: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
+def read_encoded(output: str | Path) -> tuple[np.ndarray, EncodedAlignment]:
     """``(embeddings, alignment)`` of an encode output, checked to be one set: a matrix whose
     ``.ids.json`` is missing (a run killed while writing) or lists another row count is refused."""
     output = Path(output)
@@ -248,11 +271,13 @@ def read_encoded(output: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
         embeddings = np.array(np.load(output, mmap_mode="r"))
     except (OSError, ValueError, EOFError) as exc:
         raise DataError(f"not a .npy matrix ({exc})", path=output) from None
-    alignment = read_json_value(ids_path)
-    if not isinstance(alignment, dict) or not isinstance(alignment.get("lines", []), list):
+    recorded = read_json_value(ids_path)
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("lines", []), list):
         raise DataError("expected a JSON object with a \"lines\" list", path=ids_path)
-    if len(alignment.get("lines", [])) != len(embeddings):
-        raise DataError(f"{len(embeddings)} rows but {ids_path.name} lists {len(alignment.get('lines', []))}: "
+    with reported(ids_path, as_error=lambda problems: problems[0]):
+        alignment = EncodedAlignment.model_validate(recorded)
+    if len(alignment.lines) != len(embeddings):
+        raise DataError(f"{len(embeddings)} rows but {ids_path.name} lists {len(alignment.lines)}: "
                         f"the two come from different runs; run encode again", path=output)
     return embeddings, alignment
 
