@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from data_prep.synth.render import BACKGROUND_COLOURS
+from data_prep.synth.palette import BACKGROUND_COLOURS
 from data_prep.synth.sampling import (LIGHTING_SPREAD, Params, avoid_colours, pick, sample_background,
                                       sample_lighting, sample_placement)
 

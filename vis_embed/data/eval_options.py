@@ -6,8 +6,8 @@ backend), ``tie_policy`` (how tied scores rank), ``depth`` (gallery ranking dept
 (2AFC bootstrap), ``ks`` (asymmetric recall cut-offs), ``primary`` (the qrels layout's aggregated
 score: ``ndcg_linear@5``, its default, or ``hit@1``, what MMEB-V2 reports for a video task ranked
 over a global pool).  Other keys are kept for the peer
-protocols that read them.  The vocabularies live here, below :mod:`vis_embed.evaluation`
-(which re-exports them), so the manifest's schema can check them; no torch.
+layouts that read them.  The vocabularies live here, below :mod:`vis_embed.evaluation`
+(which imports them from here), so the manifest's schema can check them; no torch.
 """
 
 from __future__ import annotations

@@ -48,9 +48,10 @@ def _load_encoder(args: argparse.Namespace) -> Any:
     """The model, with the run's protocol (``args.protocol``, resolved against the manifest's)
     filling the EmbeddingConfig values no flag gave."""
     from vis_embed.evaluation import api  # torch, transformers: only when the command runs
+    from vis_embed.model.runtime.embedder import load_embedder
 
-    return api.load_embedder(args.model, args.adapter, workers=args.workers,
-                             **api.protocol_settings(getattr(args, "protocol", None), model_settings(args)))
+    return load_embedder(args.model, args.adapter, workers=args.workers,
+                         **api.protocol_settings(getattr(args, "protocol", None), model_settings(args)))
 
 
 def run_eval(args: argparse.Namespace) -> int:
