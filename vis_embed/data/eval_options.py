@@ -94,7 +94,7 @@ class DatasetOptions(Settings):
                          as_error=first_problem)
 
     def get(self, key: str, default: Any = None) -> Any:
-        """An option by name (a typed one or a peer protocol's extra key); ``default`` when unset."""
+        """An option by name (a typed one or a peer layout's extra key); ``default`` when unset."""
         value = self.as_dict().get(key)
         return default if value is None else value
 

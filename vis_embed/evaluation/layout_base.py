@@ -74,7 +74,7 @@ class ScoringOptions:
 def normalise_item(value: Any, root: Path, path: Path, line: int, field_name: str) -> Item:
     """The row's item (:func:`vis_embed.data.items.check_item`) with its image (or video)
     resolved against ``root`` and checked to exist; errors name the row."""
-    if isinstance(value, str):  # a bare string is an image path: convenient for peer protocols
+    if isinstance(value, str):  # a bare string is an image path: convenient for the peer layouts
         value = {"image": value}
     item = check_item(value, field_name, path=path, line=line)
     if "image" in item:

@@ -9,7 +9,8 @@ Layouts (row formats are documented in docs/evaluation.md):
 ``candidates`` (MMEB: each query ranks its own candidate list, positive first),
 ``gallery`` (identity retrieval over a shared gallery with faiss), ``qrels`` (BEIR: queries
 ranked over a corpus, graded judgements; :mod:`vis_embed.evaluation.qrels_layout`), and the
-peer protocols ``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``, ``human_corr``.  The
+peer layouts ``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``, ``human_corr``
+(:mod:`vis_embed.evaluation.peer_layouts`, scored by :mod:`vis_embed.evaluation.peer_metrics`).  The
 retrieval layouts keep their rankings for TREC run files when asked (``ScoringOptions.save_runs``,
 :mod:`vis_embed.evaluation.trec_runs`).
 

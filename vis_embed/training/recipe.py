@@ -179,8 +179,10 @@ class Recipe(Settings):
     # adaptation.head); the older spellings (adaptation: KIND, top-level lora: / head:,
     # lora.enabled: false) are read with the same meaning (training/recipe_spellings.py)
     adaptation: AdaptationOptions = Field(default_factory=AdaptationOptions)
-    # warm start: the adapter (LoRA, head or full weights) starts from this saved one (a run's
-    # final/ or checkpoint-STEP/); optimiser, LR schedule and tau start fresh (--resume wins)
+    # warm start: the recipe's adaptation starts from the weights of that kind saved in this
+    # directory (a run's final/ or checkpoint-STEP/: a LoRA adapter, a projection head, or a full
+    # checkpoint for kind full; adaptation.warm_start); optimiser, LR schedule and tau start fresh
+    # (--resume wins)
     init_adapter: str | None = None
     gradcache: GradCacheConfig = Field(default_factory=GradCacheConfig)
     model_options: ModelOptions = Field(default_factory=ModelOptions)
