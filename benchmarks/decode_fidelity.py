@@ -54,8 +54,9 @@ def evaluate(model: str, adapter: str | None, root: Path, out: Path, decode: str
              datasets: list[str] | None, max_queries: int | None) -> dict[str, float]:
     """Dataset name -> P@1 (the datasets whose primary metric it is) of ``model`` on
     ``root/benchmark.yaml`` with ``decode``."""
-    from vis_embed.evaluation.api import evaluate_encoder, load_embedder, load_specs
+    from vis_embed.evaluation.api import evaluate_encoder, load_specs
     from vis_embed.evaluation.settings import EvalSettings
+    from vis_embed.model.runtime.embedder import load_embedder
 
     specs, fingerprint = load_specs(root / "benchmark.yaml")
     embedder = load_embedder(model, adapter, decode=decode, max_pixels=max_pixels, workers="auto")
@@ -70,7 +71,7 @@ def evaluate(model: str, adapter: str | None, root: Path, out: Path, decode: str
 
 def vector_cosines(model: str, adapter: str | None, root: Path, max_pixels: int, limit: int = 256) -> np.ndarray:
     """Cosine between the exact and fast vectors of (up to ``limit``) evaluation images."""
-    from vis_embed.evaluation.api import load_embedder
+    from vis_embed.model.runtime.embedder import load_embedder
 
     paths = sorted((root / "eval" / "images").rglob("*.*"))[:limit]
     items = [{"image": str(path)} for path in paths]

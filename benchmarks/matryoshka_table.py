@@ -25,8 +25,9 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from vis_embed.evaluation.api import evaluate_encoder, load_embedder, load_specs  # noqa: E402
+from vis_embed.evaluation.api import evaluate_encoder, load_specs  # noqa: E402
 from vis_embed.evaluation.settings import EvalSettings  # noqa: E402
+from vis_embed.model.runtime.embedder import load_embedder  # noqa: E402
 
 
 def parse_index(entry: str) -> tuple[str, int]:

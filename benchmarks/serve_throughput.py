@@ -120,7 +120,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from vis_embed.model.runtime.embedder import Embedder
-    from vis_embed.serving.app import ServerSettings, create_app
+    from vis_embed.serving.app import create_app
+    from vis_embed.serving.settings import ServerSettings
 
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model

@@ -231,7 +231,8 @@ def test_eval_records_the_effective_settings_in_results_json(trained, tmp_path) 
 def test_served_models_list_the_effective_settings(trained) -> None:
     from fastapi.testclient import TestClient
 
-    from vis_embed.serving.app import ServerSettings, create_app
+    from vis_embed.serving.app import create_app
+    from vis_embed.serving.settings import ServerSettings
 
     embedder = Embedder.from_pretrained(trained["base"], adapter=trained["final"], device="cpu")
     with TestClient(create_app(embedder, ServerSettings(model_name="tiny"))) as client:

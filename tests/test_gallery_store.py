@@ -80,7 +80,7 @@ def test_ivf_pq_recalls_most_neighbours(tmp_path: Path) -> None:
 
 
 def test_index_json_is_written_and_read_as_index_settings(tmp_path: Path) -> None:
-    """index.json holds the keys it always held (none dropped), and loads back as IndexSettings."""
+    """index.json holds the keys it always held (none dropped), and loads back as IndexFile."""
     settings = write_index(_encoded(tmp_path, rows=2000), tmp_path / "idx", kind="ivf-pq")
     written = json.loads((tmp_path / "idx" / "index.json").read_text())
     assert set(written) == {"format_version", "kind", "kind_requested", "kind_reason", "rows", "dim",

@@ -11,7 +11,8 @@ import pytest
 
 from vis_embed.cli import main
 from vis_embed.errors import DataError
-from vis_embed.vectors.transforms import bytes_per_vector, calibration_ranges, check_dim, quantize, truncate
+from vis_embed.vectors.index_spec import bytes_per_vector
+from vis_embed.vectors.transforms import calibration_ranges, check_dim, quantize, truncate
 
 
 def _unit(rows: int, dim: int, seed: int = 0) -> np.ndarray:

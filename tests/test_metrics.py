@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from vis_embed.data.eval_options import DEFAULT_TIE_POLICY, TIE_POLICIES
 from vis_embed.evaluation import metrics
 from vis_embed.gallery import search
 from vis_embed.vectors.index_spec import IndexSpec
@@ -110,7 +111,7 @@ def test_tie_policies_differ_only_on_ties() -> None:
     positive_last = np.array([False, False, True])
     assert metrics.ranked_relevance(tied, positive_last, "first").tolist() == [False, False, True]
     untied = np.array([0.2, 0.9, 0.5])
-    for policy in metrics.TIE_POLICIES:
+    for policy in TIE_POLICIES:
         assert metrics.ranked_relevance(untied, positive_first, policy).tolist() == [False, False, True]
     assert _dataset([tied], [positive_first], tie_policy="first")["P@1"] == 100.0
     assert _dataset([tied], [positive_first])["P@1"] == 0.0
@@ -130,7 +131,7 @@ def test_empty_gallery_and_no_positive_are_errors() -> None:
 
 
 def _dataset(scores: list[np.ndarray], positives: list[np.ndarray],
-             tie_policy: str = metrics.DEFAULT_TIE_POLICY) -> dict[str, float]:
+             tie_policy: str = DEFAULT_TIE_POLICY) -> dict[str, float]:
     """A dataset's metrics when every query ranks its own candidate list (as the layouts do)."""
     return metrics.summarize([metrics.query_metrics(metrics.ranked_relevance(s, p, tie_policy))
                               for s, p in zip(scores, positives, strict=True)])

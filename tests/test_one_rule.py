@@ -330,14 +330,14 @@ def test_the_saved_adaptation_is_decided_by_the_kind_registry() -> None:
         return isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Subscript)) and \
             len({"lora", "head", "full"} & constants) >= 2
     vocabularies = _where(spells_kinds)
-    # (recipe.py: the older top-level `lora:` / `head:` sections, section names, not kinds)
-    assert vocabularies == {"vis_embed/model/embedding_config.py", "vis_embed/training/recipe.py"}
+    # (recipe_spellings.py: the older top-level `lora:` / `head:` sections, section names, not kinds)
+    assert vocabularies == {"vis_embed/model/embedding_config.py", "vis_embed/training/recipe_spellings.py"}
     # no module compares a kind by name, but the readers of the older spellings (a recipe's
     # `lora.enabled: false`, a model_card.json written before the kind was recorded)
     compares_a_kind = _where(lambda node: isinstance(node, ast.Compare) and any(
         isinstance(operand, ast.Constant) and operand.value in ("lora", "head", "full")
         for operand in (node.left, *node.comparators)))
-    assert compares_a_kind == {"vis_embed/training/recipe.py", "vis_embed/model/files/model_card.py"}
+    assert compares_a_kind == {"vis_embed/training/recipe_spellings.py", "vis_embed/model/files/model_card.py"}
 
 
 def test_one_settings_base() -> None:

@@ -28,7 +28,8 @@ uvicorn = pytest.importorskip("uvicorn")
 from PIL import Image  # noqa: E402
 
 from _serve_fixtures import RunningServer, wait_until_healthy  # noqa: E402
-from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
+from vis_embed.serving.app import create_app  # noqa: E402
+from vis_embed.serving.settings import ServerSettings  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.timeout(120)]
 

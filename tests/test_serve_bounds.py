@@ -30,7 +30,8 @@ from PIL import Image  # noqa: E402
 from vis_embed.cli import main  # noqa: E402
 from vis_embed.data.images import load_image  # noqa: E402
 from vis_embed.errors import DataError  # noqa: E402
-from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
+from vis_embed.serving.app import create_app  # noqa: E402
+from vis_embed.serving.settings import ServerSettings  # noqa: E402
 from vis_embed.serving.protocol import header_timeout_protocol  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.timeout(120)]

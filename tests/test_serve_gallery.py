@@ -16,7 +16,8 @@ pytest.importorskip("uvicorn")
 from _serve_fixtures import RunningServer, binary_text_index  # noqa: E402
 from vis_embed.gallery.store import GalleryIndex  # noqa: E402
 from vis_embed.vectors.transforms import truncate  # noqa: E402
-from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
+from vis_embed.serving.app import create_app  # noqa: E402
+from vis_embed.serving.settings import ServerSettings  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.timeout(120)]
 

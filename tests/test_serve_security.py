@@ -30,7 +30,8 @@ from _loopback import ScriptedServer, send  # noqa: E402
 from _serve_fixtures import RunningServer, wait_until_healthy  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
+from vis_embed.serving.app import create_app  # noqa: E402
+from vis_embed.serving.settings import ServerSettings  # noqa: E402
 from vis_embed.serving.protocol import header_timeout_protocol  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.timeout(120)]

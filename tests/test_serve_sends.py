@@ -17,7 +17,8 @@ pytest.importorskip("uvicorn")
 from fastapi.responses import Response  # noqa: E402
 
 from _serve_fixtures import RunningServer  # noqa: E402
-from vis_embed.serving.app import ServerSettings, create_app  # noqa: E402
+from vis_embed.serving.app import create_app  # noqa: E402
+from vis_embed.serving.settings import ServerSettings  # noqa: E402
 from vis_embed.serving.protocol import header_timeout_protocol  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.timeout(120)]

@@ -206,7 +206,8 @@ def test_the_server_embeds_a_clip_of_data_uri_frames_like_encode(clips: Path, em
     import httpx
     from _serve_fixtures import RunningServer
 
-    from vis_embed.serving.app import ServerSettings, create_app
+    from vis_embed.serving.app import create_app
+    from vis_embed.serving.settings import ServerSettings
 
     frames = sorted((clips / "clips" / "c").iterdir(), key=lambda path: int(path.stem.split("_")[1]))  # 10
     picked = set(np.linspace(0, len(frames) - 1, 8, dtype=int).tolist())

@@ -20,7 +20,6 @@ from vis_embed.config import validate_document
 from vis_embed.data.eval_options import DatasetOptions
 from vis_embed.data.images import resolve_image
 from vis_embed.data.items import Item, ResolvedItem, check_item
-from vis_embed.data.manifest import LAYOUTS  # noqa: F401  (re-exported with the spec it describes)
 from vis_embed.data.manifest import FILE_ROLES, Manifest, ManifestEntry, files_of_layout
 from vis_embed.data.qrels import QrelsData, load_qrels_dataset
 from vis_embed.data.eval_rows import resolved_item, resolved_video, unique_id

@@ -6,8 +6,8 @@ backend), ``tie_policy`` (how tied scores rank), ``depth`` (gallery ranking dept
 (2AFC bootstrap), ``ks`` (asymmetric recall cut-offs), ``primary`` (the qrels layout's aggregated
 score: ``ndcg_linear@5``, its default, or ``hit@1``, what MMEB-V2 reports for a video task ranked
 over a global pool).  Other keys are kept for the peer
-protocols that read them.  The vocabularies live here, below :mod:`vis_embed.evaluation`
-(which re-exports them), so the manifest's schema can check them; no torch.
+layouts that read them.  The vocabularies live here, below :mod:`vis_embed.evaluation`
+(which imports them from here), so the manifest's schema can check them; no torch.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class DatasetOptions(Settings):
                          as_error=first_problem)
 
     def get(self, key: str, default: Any = None) -> Any:
-        """An option by name (a typed one or a peer protocol's extra key); ``default`` when unset."""
+        """An option by name (a typed one or a peer layout's extra key); ``default`` when unset."""
         value = self.as_dict().get(key)
         return default if value is None else value
 

@@ -37,7 +37,8 @@ from vis_embed.data.taxonomy import (
     modality_of_meta_task,
 )
 
-# The layouts vis_embed.data reads rows of, then the peer protocols' (rows read by vis_embed.evaluation).
+# The layouts vis_embed.data reads rows of, then the peer layouts (rows read by evaluation/peer_layouts,
+# scored by evaluation/peer_metrics).
 RETRIEVAL_LAYOUTS: tuple[str, ...] = ("candidates", "gallery", "qrels")
 PROTOCOL_LAYOUTS: tuple[str, ...] = ("2afc", "nearid", "asym_recall", "pair_ap", "human_corr")
 LAYOUTS: tuple[str, ...] = RETRIEVAL_LAYOUTS + PROTOCOL_LAYOUTS

@@ -1,1 +1,1 @@
-"""Evaluation: retrieval metrics, peer protocols, the benchmark harness and reports."""
+"""Evaluation: retrieval metrics, peer metrics, the benchmark harness and reports."""

@@ -15,7 +15,7 @@ from vis_embed.distributed import torchrun_group
 from vis_embed.embedding_cache import CacheStats
 from vis_embed.evaluation.harness import Encoder, EvalSettings, Harness, describe_encoder
 from vis_embed.evaluation.protocol_runs import protocol_embedding_values
-from vis_embed.model.runtime.embedder import Embedder, load_embedder  # noqa: F401  (load_embedder re-exported)
+from vis_embed.model.runtime.embedder import load_embedder
 from vis_embed.model.embedding_config import EmbeddingConfig
 
 log = logging.getLogger(__name__)

@@ -29,12 +29,12 @@ from vis_embed.evaluation.report import (find_reference, load_groups, load_mmeb_
 from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.io import atomic_write_json
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
-from vis_embed.model.defaults import add_preparation_arguments
+from vis_embed.model.defaults import ADAPTER_HELP, add_preparation_arguments
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="checkpoint folder or hub name of the backbone")
-    parser.add_argument("--adapter", default=None, help="LoRA adapter folder (optional)")
+    parser.add_argument("--adapter", default=None, help=ADAPTER_HELP)
     parser.add_argument("--benchmark", required=True, type=Path, help="benchmark manifest YAML")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     # --batch-size, --max-queries, --datasets, --index, --rescore, --dim, --depth, --examples, --tie-policy,
@@ -48,9 +48,10 @@ def _load_encoder(args: argparse.Namespace) -> Any:
     """The model, with the run's protocol (``args.protocol``, resolved against the manifest's)
     filling the EmbeddingConfig values no flag gave."""
     from vis_embed.evaluation import api  # torch, transformers: only when the command runs
+    from vis_embed.model.runtime.embedder import load_embedder
 
-    return api.load_embedder(args.model, args.adapter, workers=args.workers,
-                             **api.protocol_settings(getattr(args, "protocol", None), model_settings(args)))
+    return load_embedder(args.model, args.adapter, workers=args.workers,
+                         **api.protocol_settings(getattr(args, "protocol", None), model_settings(args)))
 
 
 def run_eval(args: argparse.Namespace) -> int:

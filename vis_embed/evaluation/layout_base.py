@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 
 from vis_embed.data.benchmark import EvalDatasetSpec
+from vis_embed.data.eval_options import DEFAULT_TIE_POLICY
 from vis_embed.data.images import resolve_image
 from vis_embed.data.items import Item, check_item
 from vis_embed.data.records import ImageChecker, RowContext
 from vis_embed.data.tables import read_table
 from vis_embed.data.video import resolve_video
 from vis_embed.errors import DataError
-from vis_embed.evaluation import metrics, peer_metrics
+from vis_embed.evaluation import peer_metrics
 from vis_embed.vectors.index_spec import AUTO, IndexSpec
 from vis_embed.evaluation.trec_runs import TrecRun
 
@@ -64,7 +65,7 @@ class ScoringOptions:
     index_requested: str = AUTO  # the name it was given (--index: auto, a kind or an alias), recorded
     depth: int | None = None
     n_examples: int = 3
-    tie_policy: str = metrics.DEFAULT_TIE_POLICY  # candidates and gallery rankings
+    tie_policy: str = DEFAULT_TIE_POLICY  # candidates and gallery rankings
     save_runs: bool = False  # retrieval layouts keep their rankings for TREC run files
 
 
@@ -73,7 +74,7 @@ class ScoringOptions:
 def normalise_item(value: Any, root: Path, path: Path, line: int, field_name: str) -> Item:
     """The row's item (:func:`vis_embed.data.items.check_item`) with its image (or video)
     resolved against ``root`` and checked to exist; errors name the row."""
-    if isinstance(value, str):  # a bare string is an image path: convenient for peer protocols
+    if isinstance(value, str):  # a bare string is an image path: convenient for the peer layouts
         value = {"image": value}
     item = check_item(value, field_name, path=path, line=line)
     if "image" in item:

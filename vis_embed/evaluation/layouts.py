@@ -9,7 +9,8 @@ Layouts (row formats are documented in docs/evaluation.md):
 ``candidates`` (MMEB: each query ranks its own candidate list, positive first),
 ``gallery`` (identity retrieval over a shared gallery with faiss), ``qrels`` (BEIR: queries
 ranked over a corpus, graded judgements; :mod:`vis_embed.evaluation.qrels_layout`), and the
-peer protocols ``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``, ``human_corr``.  The
+peer layouts ``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``, ``human_corr``
+(:mod:`vis_embed.evaluation.peer_layouts`, scored by :mod:`vis_embed.evaluation.peer_metrics`).  The
 retrieval layouts keep their rankings for TREC run files when asked (``ScoringOptions.save_runs``,
 :mod:`vis_embed.evaluation.trec_runs`).
 
@@ -25,7 +26,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from vis_embed.data.benchmark import LAYOUTS, EvalDatasetSpec, load_candidates, load_gallery
+from vis_embed.data.benchmark import EvalDatasetSpec, load_candidates, load_gallery
+from vis_embed.data.manifest import LAYOUTS
 from vis_embed.data.factorize import factorize
 from vis_embed.data.items import Item, ResolvedItem
 from vis_embed.errors import ConfigError, DataError
@@ -38,7 +40,7 @@ from vis_embed.evaluation.layout_base import (Example, Outcome, PreparedDataset,
 from vis_embed.evaluation.peer_layouts import (prepare_2afc, prepare_asym_recall, prepare_human_corr,
                                                prepare_nearid, prepare_pair_ap)
 
-__all__ = ["Example", "Outcome", "PreparedDataset", "ScoringOptions", "load_for_scoring", "normalise_item", "prepare"]
+__all__ = ["Example", "Outcome", "PreparedDataset", "ScoringOptions", "load_for_scoring", "normalise_item"]
 
 
 # ---------------------------------------------------------------- candidates
@@ -179,5 +181,3 @@ def load_for_scoring(spec: EvalDatasetSpec, max_queries: int | None = None,
         raise ConfigError(f"dataset {spec.name!r}: unknown layout {spec.layout!r}; expected one of {LAYOUTS}")
     return scored_at_the_boundary(spec, LAYOUT_LOADERS[spec.layout](spec, max_queries, options or ScoringOptions()))
 
-
-prepare = load_for_scoring  # the earlier name (in __all__)

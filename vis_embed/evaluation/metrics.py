@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vis_embed.evaluation.settings import DEFAULT_TIE_POLICY, TIE_POLICIES, check_tie_policy  # noqa: F401
+from vis_embed.data.eval_options import DEFAULT_TIE_POLICY, check_tie_policy
 
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10)
 # The primary metrics of the ranking layouts, the ones group means aggregate: P@1 (= hit@1;

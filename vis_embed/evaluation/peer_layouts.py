@@ -1,4 +1,4 @@
-"""Layouts of the peer protocols: ``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``,
+"""The peer layouts (the identity-similarity papers' protocols): ``2afc``, ``nearid``, ``asym_recall``, ``pair_ap``,
 ``human_corr`` (row formats in docs/evaluation.md; the metrics in :mod:`peer_metrics`).
 
 Their ``score`` functions get embeddings that passed :func:`layout_base.scored_at_the_boundary`

@@ -23,13 +23,7 @@ from vis_embed.config import Settings, flag, one_of
 from vis_embed.vectors.index_spec import INDEX_NAMES, IndexSpec, check_rescore
 from vis_embed.vectors.options import DIM_HELP
 from vis_embed.data.eval_protocols import PROTOCOL_NAMES
-from vis_embed.data.eval_options import (  # noqa: F401  (re-exported)
-    DEFAULT_INDEX,
-    DEFAULT_TIE_POLICY,
-    TIE_POLICIES,
-    check_tie_policy,
-    index_name,
-)
+from vis_embed.data.eval_options import DEFAULT_INDEX, DEFAULT_TIE_POLICY, TIE_POLICIES, index_name
 
 
 class EvalSettings(Settings):

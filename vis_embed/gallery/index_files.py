@@ -10,7 +10,7 @@
 - **Regular files only.**  Opened without following symbolic links and without blocking, then
   checked with ``fstat``: a FIFO (which hung ``serve`` at start-up), a device (``/dev/zero``
   read to 2.3 GB) or a link is refused before a byte is read.
-- **Sizes from headers.**  ``index.json`` is a validated model (:class:`IndexSettings`); the
+- **Sizes from headers.**  ``index.json`` is a validated model (:class:`IndexFile`); the
   faiss file's stored lengths are walked (:mod:`.faiss_headers`) and ``vectors.npy``'s header
   read (``numpy.lib.format``) and both checked against its rows and width *before* anything is
   allocated; the JSON files are read no further than a cap.
@@ -55,7 +55,7 @@ class IndexModelRecord(Settings):
     fingerprint: str | None = None
 
 
-class IndexSettings(Settings):
+class IndexFile(Settings):
     """``index.json``: what :func:`~vis_embed.gallery.store.write_index` writes and
     :class:`~vis_embed.gallery.store.GalleryIndex` reads, validated.  Every key but the first four
     is optional, so an index.json of an earlier vis-embed loads; unknown keys are kept (what a
@@ -171,12 +171,12 @@ def read_json_file(handle: BinaryIO, path: Path, limit: int) -> Any:
         raise DataError("JSON nested too deeply", path=path) from None
 
 
-def read_settings(handle: BinaryIO, path: Path) -> IndexSettings:
+def read_settings(handle: BinaryIO, path: Path) -> IndexFile:
     value = read_json_file(handle, path, MAX_SETTINGS_BYTES)
     if not isinstance(value, dict):
         raise DataError(f"expected a JSON object, got {type(value).__name__}", path=path)
     with reported(path, as_error=lambda problems: problems[0]):
-        return IndexSettings.model_validate(value)
+        return IndexFile.model_validate(value)
     raise AssertionError("unreachable: reported() re-raises")
 
 

@@ -9,7 +9,7 @@ A directory, written atomically (a crash leaves the previous one whole):
 - ``vectors.npy``: the float32 vectors (at the index's width), read memory-mapped to re-rank
   a quantized kind's shortlist (``rescore``; not for ``flat``);
 - ``ids.json``: row i's id (the encode input's ``id``, else its row number);
-- ``index.json``: :class:`~.index_files.IndexSettings`, written and read as that model: kind
+- ``index.json``: :class:`~.index_files.IndexFile`, written and read as that model: kind
   (requested and chosen, with the reason), rows, width, ``bytes_per_vector``, memory budget,
   rescore, ivf-pq parameters, and the model that made the vectors (name, adapter, fingerprint,
   embedding config) so queries of another model or width are refused.
@@ -36,7 +36,7 @@ from vis_embed.gallery.search import SearchIndex, build_index  # the one factory
 from vis_embed.gallery.search import search as batched_search  # NaN queries refused
 from vis_embed.gallery.faiss_headers import check_faiss_file
 from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE, SETTINGS_FILE, VECTORS_FILE,
-                                           BuildReplaced, IndexSettings, check_finite, file_size, first_duplicate,
+                                           BuildReplaced, IndexFile, check_finite, file_size, first_duplicate,
                                            mapped_vectors, missing, needed_files, opened_build, read_ids,
                                            read_settings)
 from vis_embed.vectors.index_spec import DEFAULT_RESCORE, STORE_KINDS, IndexSpec, check_index_name, check_rescore
@@ -122,7 +122,7 @@ def _float_parts(codes: Any, kind: str) -> list[np.ndarray]:
 
 
 def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: float | None = None,
-                seed: int = 0) -> IndexSettings:
+                seed: int = 0) -> IndexFile:
     """Build the index of ``embeddings`` (an encode output) into ``out``; returns its index.json."""
     check_index_name(kind, STORE_KINDS, "--kind")
     vectors, alignment = read_embeddings(Path(embeddings))
@@ -132,7 +132,7 @@ def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: floa
     spec = choice.spec.model_copy(update={"rescore": DEFAULT_RESCORE if choice.spec.takes_rescore else 0})
     index = build_index(vectors, spec, seed=seed)
     ids = unique_ids(alignment.ids or [None] * rows, Path(embeddings))
-    settings = IndexSettings(
+    settings = IndexFile(
         format_version=FORMAT_VERSION, kind=spec.kind, kind_requested=kind, kind_reason=choice.reason,
         rows=rows, dim=dim, bytes_per_vector=spec.bytes_per_vector,
         memory_budget_gb=round(budget / 2 ** 30, 3), memory_given=memory_gb is not None,
@@ -153,7 +153,7 @@ class GalleryIndex:
     """A loaded index directory: ``search(queries, k) -> (scores, row numbers)`` and its ``ids``."""
 
     directory: Path
-    settings: IndexSettings  # index.json, validated
+    settings: IndexFile  # index.json, validated
     ids: list[Any]
     searcher: SearchIndex
 

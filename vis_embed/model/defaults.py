@@ -36,6 +36,11 @@ COMPILE_HELP = ("compile the transformer blocks (torch.compile): fused element-w
                 "CUDA, off elsewhere (on CPU a few %% faster encodes after a minute or more of compilation, a few "
                 "s once cached); same vectors up to float rounding")
 
+# --adapter (encode, eval, mine-negatives, serve, mteb): what from_pretrained(adapter=...) loads
+# (model/network/saved_adaptation.saved_adapter).
+ADAPTER_HELP = ("a saved adapter loaded over --model: a peft LoRA adapter or a projection-head directory (a run's "
+                "final/ or checkpoint-STEP/); a full fine-tune is a model of its own: pass it as --model")
+
 # Item preparation (model/runtime/prepare_pool.py, data/images.py): --workers and --decode on encode,
 # eval, mine-negatives and serve; the recipe's num_workers and model_options.decode.
 WORKERS_HELP = ("processes preparing items (decode, resize, tokenise) beside the model: N, 0 = in the main "

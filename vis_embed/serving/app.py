@@ -55,7 +55,7 @@ from vis_embed.serving.schemas import (
     parse_items,
     parse_request,
 )
-from vis_embed.serving.settings import ServerSettings  # its home; imported from here too
+from vis_embed.serving.settings import ServerSettings
 from vis_embed.serving.waiting import answer_unless_abandoned
 
 if TYPE_CHECKING:

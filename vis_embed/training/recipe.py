@@ -7,7 +7,7 @@ never a silent default.  Relative paths are resolved against the current directo
 scripts run from the repository root).
 
 ``--set`` values are parsed as YAML scalars/lists, so ``--set adaptation.lora.r=8`` (or the older
-``--set lora.r=8``),
+``--set lora.r=8``: the older spellings are read by :mod:`vis_embed.training.recipe_spellings`),
 ``--set temperature.learnable=false`` and ``--set lora.target_modules=[q_proj,v_proj]`` work.
 """
 
@@ -28,12 +28,7 @@ from vis_embed.integrations import require
 from vis_embed.model.network.adaptation import AdaptationOptions
 from vis_embed.model.embedding_config import LOADING, EmbeddingConfig, flag_fields, matryoshka_dims_field
 from vis_embed.sampling.settings import SamplingOptions
-
-
-# The `sampling:` section IS the schedule settings' one declaration (the same model the
-# `vis-embed schedule` flags and `build_schedule` use), read only to build a missing schedule;
-# an unset interleave_batch_size means one slot per batch (M = global_batch_size).
-SamplingConfig = SamplingOptions
+from vis_embed.training.recipe_spellings import MovedTwoTierKeys, upgrade_override_path, upgrade_recipe_spellings
 
 
 class OptimizerConfig(Settings):
@@ -55,23 +50,11 @@ class TemperatureConfig(Settings):
     lr: float | None = Field(None, gt=0)  # default: optimizer.lr
 
 
-class TwoTierOptions(Settings):
+class TwoTierOptions(MovedTwoTierKeys):
     """NearID's two-tier loss (training/losses/two_tier.py): L = L_disc + alpha * L_rank."""
 
     alpha: float = Field(0.5, ge=0)                 # weight of the ranking tier (NearID: 0.5)
     temperature: float | None = Field(0.07, gt=0)   # fixed tau (NearID: 0.07); null: the recipe's temperature
-    # the margin variant's keys (two_tier was that variant before it became NearID's loss),
-    # refused here with a pointer to where they went; never written back (recipe_to_dict)
-    weight: float | None = Field(None, exclude=True)
-    margin: float | None = Field(None, exclude=True)
-
-    @model_validator(mode="after")
-    def _margin_keys_moved(self) -> "TwoTierOptions":
-        for key in ("weight", "margin"):
-            if getattr(self, key) is not None:
-                raise invalid(f"{key!r} belongs to the margin variant, now `loss.kind: two_tier_margin` "
-                              f"with `loss.two_tier_margin.{key}`; NearID's two_tier takes alpha and temperature", key)
-        return self
 
 
 class TwoTierMarginOptions(Settings):
@@ -185,16 +168,21 @@ class Recipe(Settings):
     global_batch_size: int = Field(gt=0)
     # transformers.set_seed seeds numpy's legacy RNG, which takes [0, 2**32); seed + rank must fit.
     seed: int = Field(42, ge=0, lt=2**31)
-    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    # the schedule settings' one declaration (the model the `vis-embed schedule` flags and
+    # build_schedule use), read only to build a missing schedule; an unset interleave_batch_size
+    # means one slot per batch (M = global_batch_size)
+    sampling: SamplingOptions = Field(default_factory=SamplingOptions)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     temperature: TemperatureConfig = Field(default_factory=TemperatureConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     # what trains: adaptation.kind (lora, head or full) and each kind's config (adaptation.lora,
     # adaptation.head); the older spellings (adaptation: KIND, top-level lora: / head:,
-    # lora.enabled: false) are read with the same meaning (upgrade_recipe_spellings)
+    # lora.enabled: false) are read with the same meaning (training/recipe_spellings.py)
     adaptation: AdaptationOptions = Field(default_factory=AdaptationOptions)
-    # warm start: the adapter (LoRA, head or full weights) starts from this saved one (a run's
-    # final/ or checkpoint-STEP/); optimiser, LR schedule and tau start fresh (--resume wins)
+    # warm start: the recipe's adaptation starts from the weights of that kind saved in this
+    # directory (a run's final/ or checkpoint-STEP/: a LoRA adapter, a projection head, or a full
+    # checkpoint for kind full; adaptation.warm_start); optimiser, LR schedule and tau start fresh
+    # (--resume wins)
     init_adapter: str | None = None
     gradcache: GradCacheConfig = Field(default_factory=GradCacheConfig)
     model_options: ModelOptions = Field(default_factory=ModelOptions)
@@ -227,59 +215,6 @@ class Recipe(Settings):
         return self
 
 
-def _lines(mapping: Any) -> dict[Any, int | None]:
-    return dict(getattr(mapping, "key_lines", {}))
-
-
-def _mapping(values: dict[str, Any], lines: dict[Any, int | None], start: int, line_aware: bool) -> dict[str, Any]:
-    """``values``, as a line-aware mapping when the recipe was read from YAML: an error in a
-    moved section still names its line."""
-    if not line_aware:
-        return dict(values)
-    moved = LineDict(values)
-    moved.line, moved.key_lines = start, {key: line for key, line in lines.items() if key in values}
-    return moved
-
-
-def upgrade_recipe_spellings(document: Any) -> Any:
-    """A recipe document with the older adaptation spellings moved into ``adaptation:``, their
-    meaning kept (the top level changed in place, sections copied; idempotent):
-    ``adaptation: KIND`` -> ``adaptation.kind``; top-level ``lora:`` / ``head:`` ->
-    ``adaptation.lora`` / ``adaptation.head`` (their keys over the section's);
-    ``lora.enabled: false`` -> ``kind: full`` (``true``: no change)."""
-    if not isinstance(document, dict):
-        return document
-    aware = isinstance(document, LineDict)
-    top = _lines(document)
-    older = {name: document.pop(name) for name in ("lora", "head") if name in document}
-    section: Any = document.get("adaptation", {})
-    if isinstance(section, str):  # `adaptation: head`
-        section, lines = {"kind": section}, {"kind": top.get("adaptation")}
-    elif isinstance(section, dict):
-        lines = _lines(section)
-    else:
-        return document  # not a mapping: the section's validation names it
-    section = dict(section)
-    for name, value in older.items():
-        inner = section.get(name)
-        if isinstance(value, dict):
-            merged = {**inner, **value} if isinstance(inner, dict) else value
-            value = _mapping(merged, {**_lines(inner), **_lines(value)}, getattr(value, "line", 0), aware)
-        section[name], lines[name] = value, top.get(name)
-    lora = section.get("lora")
-    if isinstance(lora, dict) and "enabled" in lora and isinstance(lora["enabled"], bool):
-        if not lora["enabled"] and section.get("kind", "lora") == "lora":
-            section["kind"], lines["kind"] = "full", _lines(lora).get("enabled")
-        section["lora"] = _mapping({key: v for key, v in lora.items() if key != "enabled"}, _lines(lora),
-                                   getattr(lora, "line", 0), aware)
-    if section or "adaptation" in document:
-        start = top.get("adaptation") or next((top[name] for name in older if top.get(name)), 0)
-        document["adaptation"] = _mapping(section, lines, start or 0, aware)
-        if aware and "adaptation" not in top:
-            document.key_lines["adaptation"] = start or None
-    return document
-
-
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``"lora.r=8"`` -> (["lora", "r"], 8).  Values are YAML (numbers, booleans, lists)."""
     if "=" not in text:
@@ -297,8 +232,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     for text in overrides:
         path, value = parse_override(text)
-        if path == ["adaptation"] and isinstance(value, str):  # the older `--set adaptation=KIND`:
-            path = ["adaptation", "kind"]  # the kind only, the section's other keys kept
+        path = upgrade_override_path(path, value)  # the older `--set adaptation=KIND`
         node = raw
         for part in path[:-1]:
             child = node.setdefault(part, {})

@@ -109,7 +109,8 @@ def _previous_recipe(output_dir: Path) -> tuple[str, dict[str, Any] | None]:
 
 def _as_written_now(recipe: Any) -> Any:
     """A recorded recipe in this version's spelling (a run recorded with the older adaptation
-    keys compares equal to the same recipe now); as recorded when it no longer validates."""
+    keys compares equal to the same recipe now); as recorded when it no longer validates.
+    Kept: run directories written by earlier versions are files users resume and compare."""
     from vis_embed.training.recipe import load_recipe, recipe_to_dict
 
     if not isinstance(recipe, dict):

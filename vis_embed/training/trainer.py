@@ -1,4 +1,4 @@
-"""The trainer: recipe -> schedule -> LoRA model -> GradCache steps -> checkpoints.
+"""The trainer: recipe -> schedule -> model and its adaptation (LoRA, head or full) -> GradCache steps -> checkpoints.
 
 The loop and its state (backend, temperature, resume, checkpoints) live here; the model a
 recipe trains and the settings it records are model_setup.py's, and a step's items

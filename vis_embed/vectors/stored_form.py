@@ -15,8 +15,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.vectors.transforms import (RANGED_PRECISIONS, calibration_ranges, check_dim, check_precision,
-                                          check_ranges, quantize, truncate)
+from vis_embed.vectors.options import RANGED_PRECISIONS
+from vis_embed.vectors.transforms import (calibration_ranges, check_dim, check_precision, check_ranges, quantize,
+                                          truncate)
 
 log = logging.getLogger(__name__)
 

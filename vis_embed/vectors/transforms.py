@@ -21,8 +21,7 @@ import numpy as np
 
 from vis_embed.config import member_of
 from vis_embed.errors import DataError
-from vis_embed.vectors.index_spec import bytes_per_vector  # noqa: F401  (re-exported: the one byte count)
-from vis_embed.vectors.options import BIT_PRECISIONS, PRECISIONS, RANGED_PRECISIONS  # noqa: F401  (re-exported)
+from vis_embed.vectors.options import BIT_PRECISIONS, PRECISIONS
 
 
 

@@ -38,16 +38,7 @@ from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from vis_embed.model.network.adaptation import FullAdaptation
 from vis_embed.model.network.saved_adaptation import saved_adapter
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
-# re-exported: callers read a reference's kind here as before; the rules live in references.py
-# (what an adapter directory holds, and its base: model/network/adaptation.saved_adapter)
-from vis_embed.model.references import (  # noqa: F401
-    ADAPTER_CONFIG,
-    absolute_model_reference,
-    base_model_of,
-    is_peft_adapter,
-    looks_like_path,
-    peft_adapter_config,
-)
+from vis_embed.model.references import looks_like_path
 
 if TYPE_CHECKING:
     from transformers import ProcessorMixin

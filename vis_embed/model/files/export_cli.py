@@ -77,7 +77,7 @@ def _read_results(path: Path) -> ResultsFile:
 def _card_base(model: str | None, adapter: Path | None) -> str:
     """The base model named on the card: MODEL, else the adapter's recorded base (a LoRA's or a
     projection head's: its adaptation object reads it)."""
-    from vis_embed.model.files.export import absolute_model_reference
+    from vis_embed.model.references import absolute_model_reference
     from vis_embed.model.network.saved_adaptation import saved_adapter
 
     if model is not None:

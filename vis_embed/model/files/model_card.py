@@ -65,7 +65,8 @@ class CardFacts(Settings):
     @classmethod
     def _older_files(cls, values: Any) -> Any:
         """Facts written before ``adaptation`` was recorded said ``adapter: bool`` and left the
-        kind to the recipe's ``adaptation`` key: read them as the kind they meant."""
+        kind to the recipe's ``adaptation`` key: read them as the kind they meant (kept: the
+        model_card.json files earlier versions wrote are model directories users have)."""
         if isinstance(values, Mapping) and "adaptation" not in values and "adapter" in values:
             recipe = values.get("recipe") or {}
             kind = ("head" if recipe.get("adaptation") == "head" else "lora") if values["adapter"] else None

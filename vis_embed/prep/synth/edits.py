@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vis_embed.prep.synth.render import BACKGROUND_COLOURS
+from vis_embed.prep.synth.palette import BACKGROUND_COLOURS
 from vis_embed.prep.synth.sampling import (LIGHTING_SPREAD, Params, avoid_colours, pick, sample_background,
                                       sample_lighting, sample_placement)
 

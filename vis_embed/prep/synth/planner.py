@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from vis_embed.prep.synth import render
+from vis_embed.prep.synth import palette
 from vis_embed.prep.synth.dense import plan_dense_training
 from vis_embed.prep.synth.edits import apply_edit, contrary_edit, sample_edit, sample_edit_base
 from vis_embed.prep.synth.sampling import (Params, context_meta, make_lookalike, sample_background, sample_context,
@@ -255,8 +255,8 @@ class Planner:
     def eval_semantic(self) -> None:
         rng = stream_rng(self.seed, "eval/semantic/candidates")
         images = self.semantic_images("eval", "cls", self.size.cls_eval_images)
-        for task, dataset, labels, key in (("cls_shape", "SynthShapeCls", render.SHAPES, "shape"),
-                                           ("cls_colour", "SynthColourCls", tuple(render.OBJECT_COLOURS), "primary")):
+        for task, dataset, labels, key in (("cls_shape", "SynthShapeCls", palette.SHAPES, "shape"),
+                                           ("cls_colour", "SynthColourCls", tuple(palette.OBJECT_COLOURS), "primary")):
             rows = [{"id": f"{task}-{k:06d}", "query": {"image": image},
                      "candidates": [{"text": params[key]}] + [{"text": label} for label in labels
                                                                if label != params[key]]}

@@ -28,9 +28,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from vis_embed.prep.synth.palette import (  # noqa: F401  (re-exported: the earlier import path)
-    BACKGROUND_COLOURS, COLOUR_NEIGHBOURS, HAIR_COLOURS, OBJECT_COLOURS, PATTERN_NEIGHBOURS, PATTERNS, RIM_COLOURS,
-    SHAPE_NEIGHBOURS, SHAPES, SKIN_TONES, TEXTURES, TROUSER_COLOURS, VEHICLE_BODIES, WINDOW_COLOURS)
+from vis_embed.prep.synth.palette import BACKGROUND_COLOURS
 from vis_embed.prep.synth.patches import PATCH_FRACTION, identity_patch
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from vis_embed.prep.synth.planner_api import SynthPlanner, add_eval_entry, schedule
-from vis_embed.prep.synth.render import SHAPES
+from vis_embed.prep.synth.palette import SHAPES
 from vis_embed.prep.synth.sampling import Params, sample_background, sample_lighting, single_spec, stream_rng
 
 CLIP_SET = "video"

@@ -17,7 +17,7 @@ from vis_embed.training.losses.infonce import info_nce_loss
 from vis_embed.training.losses.triplet_hinge import triplet_hinge_loss
 from vis_embed.training.losses.two_tier import two_tier_loss
 from vis_embed.training.losses.two_tier_margin import two_tier_margin_loss
-from vis_embed.training.recipe import LOSS_KINDS, LossConfig  # noqa: F401  (LOSS_KINDS re-exported)
+from vis_embed.training.recipe import LossConfig
 
 
 @dataclass(frozen=True)
