@@ -224,7 +224,9 @@ class DeepSpeedBackend(TrainBackend):
     def load(self, directory: Path) -> None:
         # save() leaves the frozen weights out, so a model with any (LoRA, head) must load
         # non-strictly -- its saved module state lacks them by design; when every weight trains
-        # (full) the saved state is complete and any missing or unexpected key is an error.
+        # (full) the saved state is complete and any missing or unexpected key is an error (a
+        # checkpoint of another model or adaptation).  The trained weights themselves come back
+        # from the optimiser's fp32 partitions under ZeRO-2 and ZeRO-3 either way.
         strict = all(p.requires_grad for p in self.module.parameters())
         load_path, _ = self.engine.load_checkpoint(str(directory), tag="deepspeed", load_module_strict=strict,
                                                    load_optimizer_states=True, load_lr_scheduler_states=True)
