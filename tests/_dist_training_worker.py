@@ -2,7 +2,8 @@
 
 Trains the same global batches under DDP, DeepSpeed ZeRO-2 and ZeRO-3 (GradCache on, chunks of
 2 local members), each rank holding its contiguous shard, and writes per-step global losses,
-the final weights and tau to ``argv[1]`` (rank 0) for comparison with one process.
+the final weights and tau to ``argv[1]`` (rank 0) for comparison with one process.  With
+``--full`` it instead trains ``adaptation: full`` under ZeRO-2 and ZeRO-3 (train_tiny_qwen_full).
 """
 
 from __future__ import annotations
@@ -179,7 +180,8 @@ def _save_gather(backend: DeepSpeedBackend) -> dict:
 def load_file_all(directory: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    return {k: v for path in sorted(Path(directory).glob("model*.safetensors")) for k, v in load_file(str(path)).items()}
+    paths = sorted(Path(directory).glob("model*.safetensors"))
+    return {name: tensor for path in paths for name, tensor in load_file(str(path)).items()}
 
 
 def main() -> None:

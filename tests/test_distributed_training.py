@@ -7,7 +7,8 @@ ds_configs/zero2.json and zero3.json; every rank holds half of each batch.  The 
 step -- computed over the gathered global batch -- must equal the single-process loss of the
 same global batch, and the trained weights and tau must match, which also proves gradients are
 scaled right (not averaged away by the reducers) and that the optimiser steps exactly once per
-global batch.
+global batch.  A second launch trains ``adaptation: full`` under ZeRO-2 and ZeRO-3 and checks
+what the save gathers and writes (test_full_fine_tuning_saves_the_gathered_weights_and_resumes).
 """
 
 from __future__ import annotations
