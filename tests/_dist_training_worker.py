@@ -2,7 +2,8 @@
 
 Trains the same global batches under DDP, DeepSpeed ZeRO-2 and ZeRO-3 (GradCache on, chunks of
 2 local members), each rank holding its contiguous shard, and writes per-step global losses,
-the final weights and tau to ``argv[1]`` (rank 0) for comparison with one process.
+the final weights and tau to ``argv[1]`` (rank 0) for comparison with one process.  With
+``--full`` it instead trains ``adaptation: full`` under ZeRO-2 and ZeRO-3 (train_tiny_qwen_full).
 """
 
 from __future__ import annotations
@@ -94,8 +95,103 @@ def train_tiny_qwen(stage: int, model: str, data: str, schedule: str, out: Path)
     return {"losses": losses, "resume_max_abs_diff": resume_diff, "resumed_at": resumed.start_step}
 
 
+def train_tiny_qwen_full(stage: int, model: str, data: str, schedule: str, out: Path) -> dict:
+    """``adaptation: full`` under ZeRO-{stage}: 2 steps of the real trainer, then rank 0 loads
+    final/ into a fresh model (``from_pretrained``, as a user would) and compares it with the
+    trained weights gathered here independently (all at once); then every rank resumes from
+    checkpoint-1 (the DeepSpeed module state loaded strictly) and re-runs step 2.
+
+    ZeRO-3 runs with ``stage3_param_persistence_threshold: 0``: with the shipped 100000 nearly
+    every weight of the tiny model would stay whole on every rank and a save of the partitioned
+    (empty) tensors would go unnoticed.
+    """
+    import deepspeed
+    from _training_fixtures import tiny_recipe
+
+    from vis_embed.training.recipe import load_recipe
+    from vis_embed.training.trainer import Trainer
+
+    ds_config = json.loads((Path(__file__).resolve().parents[1] / "ds_configs" / f"zero{stage}.json").read_text())
+    if stage == 3:
+        ds_config["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    run_dir = out / f"full_zero{stage}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = run_dir.parent / f"full_zero{stage}.json"
+    if get_rank() == 0:
+        config.write_text(json.dumps(ds_config))
+    torch.distributed.barrier()
+    raw = tiny_recipe(model, data, schedule, run_dir, max_steps=2, gradcache__chunk_size=1, checkpoint__every=1,
+                      adaptation="full", deepspeed=str(config))
+    trainer = Trainer(load_recipe(raw=raw))
+    final = trainer.train()
+    backbone = trainer.model.backbone
+    parameters = list(backbone.parameters())
+    partitioned = sum(p.numel() == 0 for p in parameters)  # ZeRO-3: each rank's module holds empty tensors
+    with deepspeed.zero.GatheredParameters(parameters, modifier_rank=None, enabled=stage == 3):
+        trained = {n: p.detach().clone() for n, p in backbone.named_parameters()} if get_rank() == 0 else {}
+    result: dict = {"partitioned": partitioned, "parameters": len(parameters)}
+    result.update(_save_gather(trainer.backend))
+    if get_rank() == 0:
+        cls = type(backbone)
+        saved = cls.from_pretrained(str(final), dtype=torch.float32).state_dict()
+        base = cls.from_pretrained(model, dtype=torch.float32).state_dict()
+        result.update(
+            names_equal=set(trained) <= set(saved),
+            max_abs_diff=max(float((saved[n] - t).abs().max()) for n, t in trained.items()),
+            changed=sum(not torch.equal(base[n], t) for n, t in trained.items()),
+            dtypes=sorted({str(t.dtype) for t in load_file_all(final).values()}))
+        first = load_file_all(final)
+    torch.distributed.barrier()
+    resumed = Trainer(load_recipe(raw=raw), resume=True)
+    resumed.train()
+    if get_rank() == 0:
+        again = load_file_all(final)
+        result.update(resumed_at=resumed.start_step,
+                      resume_max_abs_diff=max(float((first[k] - again[k]).abs().max()) for k in first))
+    return result
+
+
+def _save_gather(backend: DeepSpeedBackend) -> dict:
+    """What the save's gather holds: the most parameter elements gathered at once (each rank
+    holds that much of the whole model during it), the total, and each rank's entries / dtypes."""
+    import deepspeed
+
+    at_once: list[int] = []
+    original = deepspeed.zero.GatheredParameters
+
+    class Recording(original):  # type: ignore[misc,valid-type]
+        def __init__(self, params, *args, **kwargs) -> None:
+            params = [params] if isinstance(params, torch.Tensor) else list(params)
+            at_once.append(sum(getattr(p, "ds_numel", p.numel()) for p in params))
+            super().__init__(params, *args, **kwargs)
+
+    deepspeed.zero.GatheredParameters = Recording
+    try:
+        state = backend.trainable_state_dict(keep_dtype=True)
+    finally:
+        deepspeed.zero.GatheredParameters = original
+    entries: list = [None] * get_world_size()
+    torch.distributed.all_gather_object(entries, len(state))
+    total = sum(getattr(p, "ds_numel", p.numel()) for p in backend.module.parameters())
+    return {"largest_gather": max(at_once, default=0), "total_elements": total, "entries_per_rank": entries,
+            "state_dtypes": sorted({str(t.dtype) for t in state.values()})}
+
+
+def load_file_all(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    paths = sorted(Path(directory).glob("model*.safetensors"))
+    return {name: tensor for path in paths for name, tensor in load_file(str(path)).items()}
+
+
 def main() -> None:
     init_distributed(use_deepspeed=True)
+    if sys.argv[2:3] == ["--full"]:  # out, --full, model, data config, schedule, output folder
+        model, data, schedule, out = sys.argv[3:7]
+        full = {f"full_zero{stage}": train_tiny_qwen_full(stage, model, data, schedule, Path(out)) for stage in (2, 3)}
+        if get_rank() == 0:
+            Path(sys.argv[1]).write_text(json.dumps(full))
+        return
     results: dict = {name: train(mode, chunk) for name, mode, chunk in
                      [("ddp_gradcache", "torch", 2), ("zero2_gradcache", "zero2", 2),
                       ("zero3_gradcache", "zero3", 2), ("zero2_plain", "zero2", 0)]}

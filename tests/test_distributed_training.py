@@ -7,7 +7,8 @@ ds_configs/zero2.json and zero3.json; every rank holds half of each batch.  The 
 step -- computed over the gathered global batch -- must equal the single-process loss of the
 same global batch, and the trained weights and tau must match, which also proves gradients are
 scaled right (not averaged away by the reducers) and that the optimiser steps exactly once per
-global batch.
+global batch.  A second launch trains ``adaptation: full`` under ZeRO-2 and ZeRO-3 and checks
+what the save gathers and writes (test_full_fine_tuning_saves_the_gathered_weights_and_resumes).
 """
 
 from __future__ import annotations
@@ -47,19 +48,51 @@ def tiny_setup(tiny_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> dic
             "out": str(root / "runs")}
 
 
-@pytest.fixture(scope="module")
-def two_rank_results(tiny_setup: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    out = tmp_path_factory.mktemp("dist") / "results.json"
+def _two_ranks(out: Path, *args: str) -> dict:
+    """The worker under ``torchrun --nproc_per_node 2`` (gloo, DeepSpeed on CPU); rank 0's results."""
     torchrun = Path(sys.executable).with_name("torchrun")
     command = [str(torchrun) if torchrun.exists() else shutil.which("torchrun") or "torchrun",
                "--nproc_per_node", "2", "--master_port", str(_free_port()),
-               str(HERE / "_dist_training_worker.py"), str(out),
-               tiny_setup["model"], tiny_setup["data"], tiny_setup["schedule"], tiny_setup["out"]]
+               str(HERE / "_dist_training_worker.py"), str(out), *args]
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400,
                           cwd=HERE.parent)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tiny_setup: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return _two_ranks(tmp_path_factory.mktemp("dist") / "results.json",
+                      tiny_setup["model"], tiny_setup["data"], tiny_setup["schedule"], tiny_setup["out"])
+
+
+@pytest.fixture(scope="module")
+def two_rank_full(tiny_setup: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return _two_ranks(tmp_path_factory.mktemp("dist-full") / "results.json", "--full",
+                      tiny_setup["model"], tiny_setup["data"], tiny_setup["schedule"], tiny_setup["out"])
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_full_fine_tuning_saves_the_gathered_weights_and_resumes(two_rank_full: dict, stage: int) -> None:
+    """``adaptation: full`` on two ranks: final/ loaded into a fresh model holds exactly the
+    trained weights (gathered to rank 0 one module at a time, in the model's dtype), not the
+    base's nor a rank's empty ZeRO-3 partitions; resume loads the DeepSpeed module state
+    strictly and re-runs the last step to the same weights."""
+    result = two_rank_full[f"full_zero{stage}"]
+    if stage == 3:  # the weights really were partitioned (threshold 0), or the check proves little
+        assert result["partitioned"] == result["parameters"]
+        # gathered one module at a time: no rank ever held the whole model at once
+        assert 0 < result["largest_gather"] < result["total_elements"] / 4
+    # only rank 0 keeps the gathered weights (the whole model), in the model's dtype
+    assert result["entries_per_rank"][1] == 0 and result["entries_per_rank"][0] == result["parameters"]
+    assert result["state_dtypes"] == ["torch.float32"]
+    assert result["names_equal"]
+    assert result["max_abs_diff"] == 0.0
+    assert result["changed"] > 0.9 * result["parameters"]  # trained, not the base saved back
+    assert result["dtypes"] == ["torch.float32"]  # the model's dtype (fp32 here), not another
+    assert result["resumed_at"] == 1
+    assert result["resume_max_abs_diff"] == 0.0
 
 
 @pytest.fixture(scope="module")

@@ -88,10 +88,20 @@ class TrainBackend:
     def load(self, directory: Path) -> None:
         raise NotImplementedError
 
-    def trainable_state_dict(self) -> dict[str, Tensor]:
-        """Full (un-partitioned) trainable weights on the main process; CPU float32 copies."""
-        return {name: p.detach().float().cpu().clone()
-                for name, p in self.module.named_parameters() if p.requires_grad}
+    def trainable_state_dict(self, *, keep_dtype: bool = False) -> dict[str, Tensor]:
+        """Full (un-partitioned) trainable weights on the main process, ``{}`` on the others
+        (only the main process writes them); CPU copies, float32 unless ``keep_dtype`` (full
+        fine-tuning: the whole model, whose upcast copy would double what rank 0 holds --
+        ``FullAdaptation.save`` casts to each parameter's dtype anyway).  Collective under ZeRO-3."""
+        if not is_main_process():
+            return {}
+        return {name: _cpu_copy(p, keep_dtype) for name, p in self.module.named_parameters() if p.requires_grad}
+
+
+def _cpu_copy(tensor: Tensor, keep_dtype: bool) -> Tensor:
+    """A CPU copy that owns its memory (``.cpu()`` of a CPU tensor would alias the parameter)."""
+    tensor = tensor.detach()
+    return (tensor if keep_dtype else tensor.float()).cpu().clone()
 
 
 class TorchBackend(TrainBackend):
@@ -212,16 +222,49 @@ class DeepSpeedBackend(TrainBackend):
         self.engine.save_checkpoint(str(directory), tag="deepspeed", exclude_frozen_parameters=True)
 
     def load(self, directory: Path) -> None:
-        load_path, _ = self.engine.load_checkpoint(str(directory), tag="deepspeed", load_module_strict=False,
+        # save() leaves the frozen weights out, so a model with any (LoRA, head) must load
+        # non-strictly -- its saved module state lacks them by design; when every weight trains
+        # (full) the saved state is complete and any missing or unexpected key is an error (a
+        # checkpoint of another model or adaptation).  The trained weights themselves come back
+        # from the optimiser's fp32 partitions under ZeRO-2 and ZeRO-3 either way.
+        strict = all(p.requires_grad for p in self.module.parameters())
+        load_path, _ = self.engine.load_checkpoint(str(directory), tag="deepspeed", load_module_strict=strict,
                                                    load_optimizer_states=True, load_lr_scheduler_states=True)
         if load_path is None:
             raise FileNotFoundError(f"no DeepSpeed state under {directory}/deepspeed")
 
-    def trainable_state_dict(self) -> dict[str, Tensor]:
-        named = [(n, p) for n, p in self.module.named_parameters() if p.requires_grad]
-        if self.zero_stage == 3:
-            import deepspeed
+    def trainable_state_dict(self, *, keep_dtype: bool = False) -> dict[str, Tensor]:
+        """As :meth:`TrainBackend.trainable_state_dict`.  Under ZeRO-3 (collective) each module's
+        own trainable parameters are gathered in turn with ``deepspeed.zero.GatheredParameters``
+        and only rank 0 keeps copies: while saving, a rank other than 0 holds at most one
+        module's gathered parameters, never the whole model (rank 0: its copies plus one module).
 
-            with deepspeed.zero.GatheredParameters([p for _, p in named], modifier_rank=None):
-                return {n: p.detach().float().cpu().clone() for n, p in named}
-        return {n: p.detach().float().cpu().clone() for n, p in named}
+        The walk is the one DeepSpeed's own ``engine._zero3_consolidated_16bit_state_dict``
+        makes (Accelerate and transformers' Trainer call it), written against the documented
+        ``GatheredParameters`` instead of that private method, and taking only the trainable
+        parameters under the names ``named_parameters`` gives them (a tied one once, under its
+        first name).  ``modifier_rank=0`` as there: on leaving, the gathered copies are
+        re-partitioned and freed at once (``None`` kept them until the next use: DeepSpeed PR
+        1220).  ``engine.save_16bit_model`` does not fit: it writes a ``pytorch_model.bin`` of
+        its own and does nothing unless the config sets ``stage3_gather_16bit_weights_on_model_save``
+        (our ds_configs leave it false)."""
+        if self.zero_stage != 3:  # ZeRO-0/1/2: every rank holds the whole parameters
+            return super().trainable_state_dict(keep_dtype=keep_dtype)
+        import deepspeed
+
+        main = is_main_process()
+        state: dict[str, Tensor] = {}
+        seen: set[int] = set()  # a tied parameter is gathered and copied once, under its first name
+        for prefix, module in self.module.named_modules():
+            own = [(name, p) for name, p in module.named_parameters(prefix=prefix, recurse=False)
+                   if p.requires_grad and id(p) not in seen]
+            if not own:
+                continue
+            seen.update(id(p) for _, p in own)
+            with deepspeed.zero.GatheredParameters([p for _, p in own], modifier_rank=0):
+                if main:
+                    state.update((name, _cpu_copy(p, keep_dtype)) for name, p in own)
+        if main:  # the order of named_parameters(), as before
+            order = [name for name, p in self.module.named_parameters() if p.requires_grad]
+            state = {name: state[name] for name in order if name in state}
+        return state

@@ -275,7 +275,8 @@ class Trainer:
     def save(self, directory: Path, completed_steps: int, final: bool = False) -> None:
         """Collective: every rank calls it.  Atomic (see checkpoint.py).  ``final``: what one
         ships (weights, processor, model card); optimiser/RNG state stay in the checkpoints."""
-        trainable = self.backend.trainable_state_dict()  # collective under ZeRO-3
+        # collective under ZeRO-3; {} off the main process; full weights keep the model's dtype
+        trainable = self.backend.trainable_state_dict(keep_dtype=not self.adaptation.is_adapter)
         # A finite loss does not prove finite weights (a huge lr drives them to ~1e30 first).
         problem = broadcast_object(ckpt.weights_problem(trainable) if is_main_process() else None)
         if problem is not None:
