@@ -302,12 +302,12 @@ def test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module() -> No
     checkpoints, export, the model card and EmbeddingModel ask its objects."""
     probes = _where(lambda node: (isinstance(node, ast.Attribute) and node.attr == "peft_config")
                     or _string("peft_config")(node))
-    assert probes == {"vis_embed/model/network/adaptation.py"}
-    assert _where(_call_of("get_peft_model")) == {"vis_embed/model/network/adaptation.py"}
+    assert probes == {"vis_embed/model/network/adaptation/kinds.py"}
+    assert _where(_call_of("get_peft_model")) == {"vis_embed/model/network/adaptation/kinds.py"}
     assert _where(_string("head_config.json")) == {"vis_embed/model/references.py"}
     # the one save path: only the adaptation objects write a model's weights
-    assert _where(_call_of("save_head")) == {"vis_embed/model/network/adaptation.py"}
-    assert _where(_call_of("merge_and_unload")) == {"vis_embed/model/network/adaptation.py"}  # the one merge
+    assert _where(_call_of("save_head")) == {"vis_embed/model/network/adaptation/kinds.py"}
+    assert _where(_call_of("merge_and_unload")) == {"vis_embed/model/network/adaptation/kinds.py"}  # the one merge
 
 
 def test_the_saved_adaptation_is_decided_by_the_kind_registry() -> None:
@@ -315,8 +315,8 @@ def test_the_saved_adaptation_is_decided_by_the_kind_registry() -> None:
     kind selects the class from ADAPTATIONS; the files only for an older directory): export,
     merge, the quickstart and the model card ask it and the class it returns; the kinds are
     declared once (embedding_config.AdaptationKind)."""
-    adaptation, references = "vis_embed/model/network/adaptation.py", "vis_embed/model/references.py"
-    saved = "vis_embed/model/network/saved_adaptation.py"
+    adaptation, references = "vis_embed/model/network/adaptation/kinds.py", "vis_embed/model/references.py"
+    saved = "vis_embed/model/network/adaptation/saved.py"
     for rule, where in (("saved_adaptation", saved), ("saved_adapter", saved), ("_kind_by_files", saved),
                         ("ADAPTATIONS", adaptation)):
         assert _where(lambda node, rule=rule: _definition(rule)(node) or (
@@ -386,7 +386,7 @@ def test_config_objects_cross_module_boundaries_whole() -> None:
     assert _where(_call_of("Temperature")) == set()
     assert _where(unpacks("Temperature", set(TemperatureConfig.model_fields) | {"min_value"})) == set()
     # the one translation of the lora: section into peft
-    assert _where(unpacks("LoraConfig", {"r", "lora_alpha"})) == {"vis_embed/model/network/adaptation_spec.py"}
+    assert _where(unpacks("LoraConfig", {"r", "lora_alpha"})) == {"vis_embed/model/network/adaptation/options.py"}
     # from_pretrained takes EmbeddingConfig fields as **settings or config=, not a hand list
     listed = _where(lambda node: isinstance(node, ast.FunctionDef) and node.name == "from_pretrained" and any(
         argument.arg in set(EmbeddingConfig.model_fields) - {"dtype"} for argument in node.args.kwonlyargs

@@ -37,7 +37,7 @@ COMPILE_HELP = ("compile the transformer blocks (torch.compile): fused element-w
                 "s once cached); same vectors up to float rounding")
 
 # --adapter (encode, eval, mine-negatives, serve, mteb): what from_pretrained(adapter=...) loads
-# (model/network/saved_adaptation.saved_adapter).
+# (model/network/adaptation/saved.saved_adapter).
 ADAPTER_HELP = ("a saved adapter loaded over --model: a peft LoRA adapter or a projection-head directory (a run's "
                 "final/ or checkpoint-STEP/); a full fine-tune is a model of its own: pass it as --model")
 

@@ -1,4 +1,4 @@
-"""The adaptation a model trains and ships: a LoRA adapter, a projection head, or full weights.
+"""The adaptation kinds (a LoRA adapter, a projection head, full weights) and their registry.
 
 One object per kind answers every question about it, so no other module decides "which
 adaptation is this" on its own: :class:`LoraAdaptation` holds a peft ``LoraConfig`` (built whole
@@ -16,7 +16,7 @@ made standalone: merge and export), what the model card says of it, and ``kind``
 
 :data:`ADAPTATIONS` is the registry, keyed on the kind (``embedding_config.AdaptationKind``, the
 vocabulary declared once): the recipe's kind and a directory's recorded kind
-(:mod:`vis_embed.model.network.saved_adaptation`) select the class, as peft's ``peft_type`` does.
+(:mod:`vis_embed.model.network.adaptation.saved`) select the class, as peft's ``peft_type`` does.
 :func:`adaptation_of` finds what a loaded model holds (the one place that probes for peft).
 
 No torch at module level: the recipe (read by ``--help``) and the export command import this.
@@ -34,7 +34,7 @@ from pydantic import Field
 from vis_embed.config import Settings
 from vis_embed.errors import ConfigError
 from vis_embed.model.embedding_config import AdaptationKind
-from vis_embed.model.network.adaptation_spec import (VISION_PATTERN, AdaptedModel, HeadOptions, LoraOptions,
+from vis_embed.model.network.adaptation.options import (VISION_PATTERN, AdaptedModel, HeadOptions, LoraOptions,
                                                      full_state, prefixed)
 from vis_embed.model.references import (ADAPTER_CONFIG, HEAD_CONFIG, absolute_model_reference, base_model_of,
                                         peft_adapter_config, record_absolute_base)
@@ -46,9 +46,8 @@ if TYPE_CHECKING:
 
     from vis_embed.model.network.projection_head import ProjectionHead
 
-__all__ = ["ADAPTATIONS", "ADAPTATION_KINDS", "Adaptation", "AdaptationOptions", "AdaptedModel", "FullAdaptation",
-           "HeadAdaptation", "HeadOptions", "LoraAdaptation", "LoraOptions", "adaptation_of", "adapter_kind",
-           "build_adaptation", "has_lora", "record_absolute_base", "warm_start"]
+__all__ = ["ADAPTATIONS", "ADAPTATION_KINDS", "Adaptation", "AdaptationOptions", "FullAdaptation", "HeadAdaptation",
+           "LoraAdaptation", "adaptation_of", "adapter_kind", "build_adaptation", "has_lora", "warm_start"]
 
 ADAPTATION_KINDS: tuple[str, ...] = typing.get_args(AdaptationKind)
 LORA_WEIGHTS = "adapter_model.safetensors"
@@ -58,7 +57,7 @@ class AdaptationOptions(Settings):
     """The recipe's ``adaptation:`` section: which adaptation trains (``kind``) and each kind's
     config; :meth:`build` makes the :class:`Adaptation` object.  The older spellings (a bare
     ``adaptation: KIND``, top-level ``lora:`` / ``head:`` sections, ``lora.enabled: false`` for
-    ``full``) are read with the same meaning (``training.recipe.upgrade_recipe_spellings``)."""
+    ``full``) are read with the same meaning (``training.recipe_spellings``)."""
 
     kind: AdaptationKind = "lora"  # lora; head: frozen backbone + projection head; full: every weight
     lora: LoraOptions = Field(default_factory=LoraOptions)
