@@ -226,7 +226,7 @@ def test_hub_dataset_train_subsets_and_split(tmp_path: Path, monkeypatch: pytest
 
 
 def test_hub_ids_are_recognised_and_need_an_image_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from vis_embed.prep.hub import is_hub_id
+    from vis_embed.io import is_hub_id
 
     monkeypatch.chdir(tmp_path)
     assert is_hub_id("TIGER-Lab/MMEB-eval") and is_hub_id("TIGER-Lab/MMEB-train")

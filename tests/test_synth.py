@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from vis_embed.prep.synth import GENERATOR_VERSION, SIZES, generate, is_current
-from vis_embed.prep.synth import build as synth_build
+from vis_embed.prep.synth import sizes as synth_sizes
 from vis_embed.prep.synth import output as synth_output
 from vis_embed.prep.synth.build import Planner
 from vis_embed.prep.synth.dense import DenseLayout
@@ -414,7 +414,7 @@ def test_skewed_preset_has_a_few_big_identities_and_the_same_budget() -> None:
     fixed = _train_identity_sizes(SIZES["small"], "train/rec.jsonl")
     assert set(fixed.values()) == {3}
     with pytest.raises(ConfigError, match="train_identity_sizes"):
-        synth_build.train_identity_sizes(np.random.default_rng(0), 3,
+        synth_sizes.train_identity_sizes(np.random.default_rng(0), 3,
                                          dataclasses.replace(SIZES["tiny"], train_identity_sizes="zipf"))
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from vis_embed.errors import DataError
-from vis_embed.io import is_hub_id  # noqa: F401  # the one rule; converters ask it here
 
 HUB_FOLDER = "hub"
 

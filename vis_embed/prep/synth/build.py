@@ -24,9 +24,8 @@ from pathlib import Path
 
 from vis_embed.prep.synth.modalities import DEFAULT_MODALITIES, check_modalities, plan_modalities
 from vis_embed.prep.synth.output import GENERATOR_VERSION, MARKER_FILE, check_target, is_current, write_benchmark
-from vis_embed.prep.synth.plan import CROP_MARGIN, INSTRUCTIONS, BoxRef, Plan, caption  # noqa: F401  (re-exported)
 from vis_embed.prep.synth.planner import Planner
-from vis_embed.prep.synth.sizes import SIZES, SynthSize, train_identity_sizes  # noqa: F401  (re-exported)
+from vis_embed.prep.synth.sizes import SIZES, SynthSize
 from vis_embed.errors import ConfigError
 
 __all__ = ["GENERATOR_VERSION", "MARKER_FILE", "SIZES", "Planner", "SynthSize", "generate", "is_current"]
