@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vis_embed.errors import DataError
+from vis_embed.io import is_hub_id  # the one hub-id rule
 
 HUB_FOLDER = "hub"
 
