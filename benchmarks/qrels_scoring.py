@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 
 from vis_embed.data.benchmark import EvalDatasetSpec  # noqa: E402
 from vis_embed.evaluation import layouts  # noqa: E402
+from vis_embed.evaluation.layout_base import ScoringOptions  # noqa: E402
 from vis_embed.evaluation.trec_runs import write_run_files  # noqa: E402
 from vis_embed.vectors.index_spec import IndexSpec  # noqa: E402
 from vis_embed.provenance import provenance  # noqa: E402
@@ -65,7 +66,7 @@ def main() -> None:
         embeddings = {"query": unit(rng, args.queries, args.dim), "corpus": unit(rng, args.corpus, args.dim)}
         report = {"queries": args.queries, "corpus": args.corpus, "dim": args.dim}
         for save_runs in (False, True):
-            options = layouts.ScoringOptions(index=IndexSpec.named("exact"), n_examples=0, save_runs=save_runs)
+            options = ScoringOptions(index=IndexSpec.named("exact"), n_examples=0, save_runs=save_runs)
             prepared = layouts.load_for_scoring(spec, options=options)
             start = time.perf_counter()
             outcome = prepared.score(embeddings)

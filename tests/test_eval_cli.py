@@ -133,7 +133,7 @@ def test_retrieval_grid_shows_the_query_instruction(tmp_path: Path) -> None:
     import numpy as np
 
     from vis_embed.evaluation import plots
-    from vis_embed.evaluation.layouts import Example
+    from vis_embed.evaluation.layout_base import Example
 
     example = Example(query={"text": "q"}, results=[({"text": "c"}, 0.5, True)])
     headers = {}

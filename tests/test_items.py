@@ -15,7 +15,7 @@ from PIL import Image
 from vis_embed import Embedder
 from vis_embed.data import check_item, crop_to_bbox, load_benchmark, load_image, load_train_config, write_table
 from vis_embed.errors import DataError
-from vis_embed.evaluation.layouts import normalise_item
+from vis_embed.evaluation.layout_base import normalise_item
 from vis_embed.model.runtime.encode_file import read_items
 
 BAD_ITEMS = [

@@ -36,6 +36,7 @@ from vis_embed.distributed import broadcast_object, is_main_process
 from vis_embed.embedding_cache import CacheStats, ContentHasher, EmbeddingCache
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.evaluation import layouts
+from vis_embed.evaluation.layout_base import PreparedDataset, ScoringOptions
 from vis_embed.evaluation.metrics import RANKING_PRIMARIES
 from vis_embed.evaluation.mmeb_scores import write_mmeb_score_files
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
@@ -102,7 +103,7 @@ class _Pool:
     key: str
 
 
-def _build_pools(prepared: layouts.PreparedDataset, sign: _ItemSigner, encoder_fingerprint: str
+def _build_pools(prepared: PreparedDataset, sign: _ItemSigner, encoder_fingerprint: str
                  ) -> tuple[list[_Pool], dict[str, tuple[int, np.ndarray]]]:
     """Distinct items per instruction, and for each side (pool number, row of each item)."""
     pools: dict[str | None, tuple[list[dict[str, Any]], dict[str, int]]] = {}
@@ -179,7 +180,7 @@ class Harness:
         self.write_outputs(results)
         return results
 
-    def _dataset_key(self, spec: EvalDatasetSpec, prepared: layouts.PreparedDataset, pools: list[_Pool]) -> str:
+    def _dataset_key(self, spec: EvalDatasetSpec, prepared: PreparedDataset, pools: list[_Pool]) -> str:
         # where the manifest and files live is not what the result depends on (their content is)
         spec_fields = {key: value for key, value in asdict(spec).items()
                        if key not in (*FILE_ROLES, "manifest_path", "line", "benchmark_version")}
@@ -220,7 +221,7 @@ class Harness:
 
     def run_dataset(self, spec: EvalDatasetSpec) -> dict[str, Any] | None:
         """The dataset's result (rank 0; None on the other ranks of a torchrun launch)."""
-        options = layouts.ScoringOptions(index=self.settings.index_spec, index_requested=self.settings.index,
+        options = ScoringOptions(index=self.settings.index_spec, index_requested=self.settings.index,
                                          depth=self.settings.depth,
                                          n_examples=self.settings.n_examples, tie_policy=self.settings.tie_policy,
                                          save_runs=self.settings.save_runs)

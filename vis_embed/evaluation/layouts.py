@@ -36,11 +36,11 @@ from vis_embed.evaluation.gallery_ranking import GlobalRanking
 from vis_embed.evaluation.qrels_layout import prepare_qrels
 from vis_embed.evaluation.trec_runs import TrecRun
 from vis_embed.evaluation.layout_base import (Example, Outcome, PreparedDataset, ScoringOptions, clean, index_of,
-                                              normalise_item, scored_at_the_boundary, tie_policy_of)
+                                              scored_at_the_boundary, tie_policy_of)
 from vis_embed.evaluation.peer_layouts import (prepare_2afc, prepare_asym_recall, prepare_human_corr,
                                                prepare_nearid, prepare_pair_ap)
 
-__all__ = ["Example", "Outcome", "PreparedDataset", "ScoringOptions", "load_for_scoring", "normalise_item"]
+__all__ = ["load_for_scoring"]
 
 
 # ---------------------------------------------------------------- candidates

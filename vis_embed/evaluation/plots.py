@@ -18,7 +18,7 @@ from PIL import Image, ImageDraw, ImageOps
 
 from vis_embed.data.image_guards import open_image
 from vis_embed.data.images import is_url
-from vis_embed.evaluation.layouts import Example
+from vis_embed.evaluation.layout_base import Example
 from vis_embed.evaluation.metrics import RANKING_PRIMARIES
 from vis_embed.evaluation.report import model_label
 from vis_embed.io import atomic_path, safe_name
