@@ -33,7 +33,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import faiss  # noqa: E402  (after the OpenMP setting)
 import numpy as np  # noqa: E402
 
-from vis_embed.gallery.search import Bf16ShortlistIndex, build_index, numpy_topk, resolve_index, search
+from vis_embed.gallery.index_choice import resolve_index
+from vis_embed.gallery.search import build_index, numpy_topk, search
+from vis_embed.gallery.search_bf16 import Bf16ShortlistIndex
 from vis_embed.vectors.index_spec import IndexSpec
 
 

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from vis_embed.gallery import index_choice, search
+from vis_embed.gallery import index_choice, search, search_bf16
 from vis_embed.vectors.index_spec import IndexSpec
 
 
@@ -43,7 +43,7 @@ def machine(monkeypatch: pytest.MonkeyPatch):
 def test_auto_picks_the_fastest_exact_kind_for_the_hardware(machine, gpu, flags, bf16_faster, expected,
                                                             calibrated) -> None:
     calibrations = machine(gpu=gpu, flags=flags, bf16_faster=bf16_faster)
-    choice = search.resolve_index("auto", 64)
+    choice = index_choice.resolve_index("auto", 64)
     assert choice.spec == IndexSpec.named(expected, dims=64)  # canonical: flat, at its precision / device
     assert choice.kind == "flat"
     assert choice.reason
@@ -53,14 +53,14 @@ def test_auto_picks_the_fastest_exact_kind_for_the_hardware(machine, gpu, flags,
 def test_a_named_kind_is_never_replaced(machine) -> None:
     machine(gpu=True, flags=("amx_bf16",))
     for kind in ("exact", "exact-bf16", "ivf"):
-        assert search.resolve_index(kind, 64).spec == IndexSpec.named(kind, dims=64)
+        assert index_choice.resolve_index(kind, 64).spec == IndexSpec.named(kind, dims=64)
 
 
 def test_the_decision_is_made_once_per_width(machine) -> None:
     calibrations = machine(flags=("avx512_bf16",))
     for _ in range(3):
-        search.resolve_index("auto", 32)
-    search.resolve_index("auto", 48)
+        index_choice.resolve_index("auto", 32)
+    index_choice.resolve_index("auto", 48)
     assert calibrations == [32, 48]
 
 
@@ -71,7 +71,7 @@ def test_bf16_is_not_chosen_where_the_product_cannot_be_certified(machine, monke
         raise RuntimeError("partial sums are rounded")
 
     monkeypatch.setattr(index_choice, "check_bf16_products", refuse)
-    assert search.resolve_index("auto", 64).spec == IndexSpec(kind="flat", dims=64)
+    assert index_choice.resolve_index("auto", 64).spec == IndexSpec(kind="flat", dims=64)
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path) -> None:
@@ -89,7 +89,7 @@ def test_build_index_auto_builds_the_chosen_kind_and_stays_exact(machine, flags,
     gallery = rng.standard_normal((500, 24)).astype(np.float32)
     queries = rng.standard_normal((20, 24)).astype(np.float32)
     index = search.build_index(gallery, IndexSpec())
-    assert isinstance(index, search.Bf16ShortlistIndex) == (kind == "exact-bf16")
+    assert isinstance(index, search_bf16.Bf16ShortlistIndex) == (kind == "exact-bf16")
     scores, ids = search.search(index, queries, 5)
     expected_scores, expected_ids = search.numpy_topk(queries, gallery, 5)
     assert np.array_equal(ids, expected_ids)
@@ -142,7 +142,7 @@ def test_results_json_records_the_kind_auto_chose(machine, tmp_path, flags, kind
     written = json.loads((tmp_path / "out" / "results.json").read_text())["datasets"]["Gal"]
     assert written["index"] == "flat" and written["index_requested"] == "auto"  # canonical kind recorded
     assert written["index_spec"] == IndexSpec.named(kind, dims=written["dim"]).recorded()
-    assert written["index_reason"] == search.resolve_index("auto", 8).reason
+    assert written["index_reason"] == index_choice.resolve_index("auto", 8).reason
     named = _evaluate(spec, tmp_path / "named", index="exact")["datasets"]["Gal"]
     assert named["index"] == "flat" and named["index_requested"] == "exact"  # the alias asked for, kept
     assert results["datasets"]["Gal"]["metrics"] == named["metrics"]  # both exact

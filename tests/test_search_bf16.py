@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from vis_embed.gallery import search
+from vis_embed.gallery import search, search_bf16
 from vis_embed.vectors.index_spec import IndexSpec
 
 
@@ -32,7 +32,7 @@ def brute_force(queries: np.ndarray, gallery: np.ndarray, k: int) -> tuple[np.nd
 def test_equals_brute_force(n_gallery: int, k: int, gallery_chunk: int, shortlist: int) -> None:
     rng = np.random.default_rng(n_gallery + k)
     gallery, queries = unit_rows(rng, n_gallery, 48), unit_rows(rng, 70, 48)
-    index = search.Bf16ShortlistIndex(gallery, gallery_chunk=gallery_chunk, query_chunk=32, shortlist=shortlist)
+    index = search_bf16.Bf16ShortlistIndex(gallery, gallery_chunk=gallery_chunk, query_chunk=32, shortlist=shortlist)
     scores, ids = search.search(index, queries, k)
     expected_scores, expected_ids = brute_force(queries, gallery, k)
     assert np.array_equal(ids, expected_ids)
@@ -58,7 +58,7 @@ def test_rows_bf16_cannot_separate_are_ranked_exactly() -> None:
     near = base + 1e-5 * rng.standard_normal(base.shape).astype(np.float32)
     gallery = np.concatenate([unit_rows(rng, 500, 64), near, near[:5]])  # exact duplicates tie
     gallery = gallery[rng.permutation(len(gallery))]
-    index = search.Bf16ShortlistIndex(gallery, gallery_chunk=256, query_chunk=2, shortlist=16)
+    index = search_bf16.Bf16ShortlistIndex(gallery, gallery_chunk=256, query_chunk=2, shortlist=16)
     _, ids = index.search(queries, 20)
     _, expected_ids = brute_force(queries, gallery, 20)
     assert np.array_equal(ids, expected_ids)
@@ -72,7 +72,7 @@ def test_error_bound_holds_on_unnormalised_data() -> None:
     gallery = (rng.standard_normal((4000, 96)) * rng.uniform(0.01, 30, (4000, 1))).astype(np.float32)
     gallery[::7, 3] *= 1000
     queries = (rng.standard_normal((64, 96)) * rng.uniform(0.01, 30, (64, 1))).astype(np.float32)
-    index = search.Bf16ShortlistIndex(gallery)
+    index = search_bf16.Bf16ShortlistIndex(gallery)
     query_tensor = torch.from_numpy(queries)
     approx = (query_tensor.to(torch.bfloat16) @ index.gallery_bf16.T).double()
     true = torch.from_numpy(queries.astype(np.float64) @ gallery.astype(np.float64).T)
@@ -86,12 +86,12 @@ def test_bad_input_is_rejected() -> None:
     rng = np.random.default_rng(6)
     gallery = unit_rows(rng, 50, 8)
     with pytest.raises(ValueError, match="empty gallery"):
-        search.Bf16ShortlistIndex(np.zeros((0, 8), dtype=np.float32))
+        search_bf16.Bf16ShortlistIndex(np.zeros((0, 8), dtype=np.float32))
     bad = gallery.copy()
     bad[3, 2] = np.nan
     with pytest.raises(ValueError, match="NaN"):
-        search.Bf16ShortlistIndex(bad)
-    index = search.Bf16ShortlistIndex(gallery)
+        search_bf16.Bf16ShortlistIndex(bad)
+    index = search_bf16.Bf16ShortlistIndex(gallery)
     with pytest.raises(ValueError, match="dimension"):
         index.search(unit_rows(rng, 2, 9), 3)
     with pytest.raises(ValueError, match="NaN"):
@@ -109,9 +109,9 @@ def test_a_product_that_rounds_partial_sums_is_refused(monkeypatch: pytest.Monke
             total = (total.float() + real_mm(a[:, start:start + 64], b[start:start + 64]).float()).to(torch.bfloat16)
         return total
 
-    search.check_bf16_products(1536)  # this machine's torch.mm passes
+    search_bf16.check_bf16_products(1536)  # this machine's torch.mm passes
     monkeypatch.setattr(torch, "mm", blocked_mm)
     with pytest.raises(RuntimeError, match="does not accumulate in float32"):
-        search.check_bf16_products(1536)
+        search_bf16.check_bf16_products(1536)
     with pytest.raises(RuntimeError, match="use --index exact"):
-        search.Bf16ShortlistIndex(unit_rows(np.random.default_rng(7), 10, 1536))
+        search_bf16.Bf16ShortlistIndex(unit_rows(np.random.default_rng(7), 10, 1536))

@@ -19,7 +19,7 @@ import numpy as np
 from vis_embed.evaluation import metrics
 from vis_embed.gallery import search
 from vis_embed.gallery.search import SearchIndex
-from vis_embed.gallery.index_choice import IndexChoice
+from vis_embed.gallery.index_choice import IndexChoice, resolve_index
 from vis_embed.vectors.index_spec import IndexSpec
 
 # A score tie at the ranking's cut-off is resolved by fetching further results, up to this many:
@@ -79,7 +79,7 @@ class GlobalRanking:
     @classmethod
     def build(cls, gallery: np.ndarray, index: IndexSpec, depth: int | None) -> GlobalRanking:
         # "auto": this machine's fastest exact kind (no memory budget: metrics stay exact)
-        choice = search.resolve_index(index, gallery.shape[1], len(gallery))
+        choice = resolve_index(index, gallery.shape[1], len(gallery))
         built = search.build_index(gallery, choice.spec)
         return cls(built, choice, ranking_depth(depth, len(gallery)), len(gallery))
 

@@ -30,13 +30,12 @@ import faiss
 import numpy as np
 import torch
 
-from vis_embed.gallery.index_choice import resolve_index
+from vis_embed.gallery.index_choice import resolve_index  # the one chooser of an index kind
 from vis_embed.vectors.index_spec import IVF_MIN_POINTS, IndexSpec, default_nprobe, ivf_lists
 from vis_embed.gallery.quantized_index import QuantizedIndex
-from vis_embed.gallery.search_bf16 import Bf16ShortlistIndex, _as_float32, check_bf16_products
+from vis_embed.gallery.search_bf16 import Bf16ShortlistIndex, float32_matrix
 
-__all__ = ["Bf16ShortlistIndex", "SearchIndex", "TorchExactIndex", "build_index", "check_bf16_products",
-           "numpy_topk", "resolve_index", "search"]
+__all__ = ["SearchIndex", "TorchExactIndex", "build_index", "numpy_topk", "search"]
 
 
 class SearchIndex(Protocol):
@@ -53,7 +52,7 @@ class SearchIndex(Protocol):
 def _finite(matrix: np.ndarray, name: str) -> np.ndarray:
     """``matrix`` (float32, 2-D) when every row is finite; else ValueError naming the first bad
     row: faiss silently drops a NaN gallery vector and scores a NaN query 0."""
-    matrix = _as_float32(matrix, name)
+    matrix = float32_matrix(matrix, name)
     bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
     if len(bad):
         raise ValueError(f"{name} row {int(bad[0])} is NaN or infinite ({len(bad)} such rows)")
@@ -86,7 +85,7 @@ class TorchExactIndex:
     """
 
     def __init__(self, gallery: np.ndarray, device: str | torch.device = "cuda") -> None:
-        gallery = _as_float32(gallery, "gallery")
+        gallery = float32_matrix(gallery, "gallery")
         if gallery.shape[0] == 0:
             raise ValueError("empty gallery: nothing to search")
         self.device = torch.device(device)
@@ -97,7 +96,7 @@ class TorchExactIndex:
         return self.gallery.shape[0]
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        queries = _as_float32(queries, "queries")
+        queries = float32_matrix(queries, "queries")
         k = min(int(k), self.ntotal)
         block = max(1, _GPU_BLOCK_VALUES // self.ntotal)
         scores, ids = [], []
@@ -182,8 +181,8 @@ def numpy_topk(queries: np.ndarray, gallery: np.ndarray, k: int,
     Chunking both sides bounds memory to ``query_chunk x (gallery_chunk + k)`` scores; the score
     block is one preallocated buffer (a fresh one per block costs page faults).
     """
-    queries = _as_float32(queries, "queries")
-    gallery = _as_float32(gallery, "gallery")
+    queries = float32_matrix(queries, "queries")
+    gallery = float32_matrix(gallery, "gallery")
     if gallery.shape[0] == 0:
         raise ValueError("empty gallery: nothing to search")
     k = min(int(k), gallery.shape[0])

@@ -14,7 +14,9 @@ import numpy as np
 import torch
 
 
-def _as_float32(matrix: np.ndarray, name: str) -> np.ndarray:
+def float32_matrix(matrix: np.ndarray, name: str) -> np.ndarray:
+    """``matrix`` as a contiguous float32 2-D array (a copy only where needed); ``name`` is what
+    the error calls it when it is not 2-D.  The one input check of both search modules."""
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
     if matrix.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix, got shape {matrix.shape}")
@@ -76,7 +78,7 @@ class Bf16ShortlistIndex:
 
     def __init__(self, gallery: np.ndarray, gallery_chunk: int = 65536, query_chunk: int = 1024,
                  shortlist: int = 32) -> None:
-        gallery = _as_float32(gallery, "gallery")
+        gallery = float32_matrix(gallery, "gallery")
         if gallery.shape[0] == 0:
             raise ValueError("empty gallery: nothing to search")
         check_bf16_products(gallery.shape[1])
@@ -117,7 +119,7 @@ class Bf16ShortlistIndex:
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)`` of shape (Q, k), best first (scores are float32)."""
-        queries = _as_float32(queries, "queries")
+        queries = float32_matrix(queries, "queries")
         if queries.shape[1] != self.gallery.shape[1]:
             raise ValueError(f"queries have dimension {queries.shape[1]}, the gallery {self.gallery.shape[1]}")
         if not np.isfinite(queries).all():
