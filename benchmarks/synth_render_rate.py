@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from vis_embed.prep.synth import SIZES, generate
-from vis_embed.prep.synth.build import Planner
+from vis_embed.prep.synth.planner import Planner
 from vis_embed.prep.synth.output import _render_all
 
 

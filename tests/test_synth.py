@@ -20,7 +20,7 @@ from PIL import Image
 from vis_embed.prep.synth import GENERATOR_VERSION, SIZES, generate, is_current
 from vis_embed.prep.synth import sizes as synth_sizes
 from vis_embed.prep.synth import output as synth_output
-from vis_embed.prep.synth.build import Planner
+from vis_embed.prep.synth.planner import Planner
 from vis_embed.prep.synth.dense import DenseLayout
 from vis_embed.prep.synth.render import compose
 from vis_embed.prep.synth.edits import apply_edit

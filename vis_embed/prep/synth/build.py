@@ -9,8 +9,8 @@ Generation has three phases so that it is deterministic *and* parallel:
    temporary folder that replaces ``OUT_DIR`` at the end.
 
 The worker count therefore never changes a byte of the output.  How much is rendered is
-:mod:`.sizes`'.  This module runs the phases (:func:`generate`) and keeps the names other code
-imports from it.
+:mod:`.sizes`'.  This module runs the phases (:func:`generate`); the package ``__init__`` is the
+API (with the sizes and the up-to-date check of :mod:`.output`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vis_embed.prep.synth.modalities import DEFAULT_MODALITIES, check_modalities, plan_modalities
-from vis_embed.prep.synth.output import GENERATOR_VERSION, MARKER_FILE, check_target, is_current, write_benchmark
+from vis_embed.prep.synth.output import check_target, write_benchmark
 from vis_embed.prep.synth.planner import Planner
 from vis_embed.prep.synth.sizes import SIZES, SynthSize
 from vis_embed.errors import ConfigError
 
-__all__ = ["GENERATOR_VERSION", "MARKER_FILE", "SIZES", "Planner", "SynthSize", "generate", "is_current"]
+__all__ = ["generate"]
 
 log = logging.getLogger(__name__)
 

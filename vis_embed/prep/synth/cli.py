@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from vis_embed.prep.synth.build import SIZES, generate
+from vis_embed.prep.synth.build import generate
+from vis_embed.prep.synth.sizes import SIZES
 from vis_embed.prep.synth.modalities import DEFAULT_MODALITIES, MODALITIES
 
 
