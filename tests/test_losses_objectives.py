@@ -13,10 +13,9 @@ import torch.nn.functional as F
 
 from _training_standin import StandInEncoder, random_members
 from vis_embed.training.backends import TorchBackend
-from vis_embed.training.recipe import GradCacheConfig, OptimizerConfig
+from vis_embed.training.recipe import LOSS_KINDS, GradCacheConfig, OptimizerConfig
 from vis_embed.training.gradcache import contrastive_step
 from vis_embed.training.losses import (
-    LOSS_KINDS,
     BatchLabels,
     Temperature,
     build_objective,

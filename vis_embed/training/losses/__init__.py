@@ -6,8 +6,7 @@ from vis_embed.training.losses.objective import BatchLabels, build_objective
 from vis_embed.training.losses.triplet_hinge import triplet_hinge_loss
 from vis_embed.training.losses.two_tier import two_tier_loss
 from vis_embed.training.losses.two_tier_margin import designated_margin_loss, two_tier_margin_loss
-from vis_embed.training.recipe import LOSS_KINDS  # the objective vocabulary: part of this package's API
 
-__all__ = ["LOSS_KINDS", "BatchLabels", "Temperature", "build_objective", "designated_margin_loss",
+__all__ = ["BatchLabels", "Temperature", "build_objective", "designated_margin_loss",
            "designated_negatives", "info_nce_loss", "triplet_hinge_loss", "two_tier_loss",
            "two_tier_margin_loss"]
