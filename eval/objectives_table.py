@@ -4,7 +4,7 @@ Reads the per-seed result files RESULTS/<combo>_seed<N>.json and RESULTS/untrain
 (eval/study_results.py: the synthetic benchmark's groups plus the ``peer`` evaluation; the
 driver writes one after each run, and finished runs under OUT without one get one first) and
 writes (atomically) per combination the mean ± sample std over seeds of the synthetic benchmark's
-P@1 groups and of the peer protocols' primary metrics, then the paired difference
+P@1 groups and of the peer metrics (each dataset's primary one), then the paired difference
 of each combination against ``infonce_lora`` with a 95% t-interval (paired by seed).  Every
 number comes from those files; the statistics helpers are eval/ablation_table.py's.  A reading
 written into TABLE between the ``<!-- reading -->`` and ``<!-- /reading -->`` markers is kept.
