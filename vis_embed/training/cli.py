@@ -24,7 +24,7 @@ from vis_embed.model.embedding_config import add_embedding_config_arguments
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", help="recipe YAML (see recipes/ and docs/training.md)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
-                        help="override a recipe key, e.g. --set lora.r=8 --set max_steps=100 (repeatable)")
+                        help="override a recipe key, e.g. --set adaptation.lora.r=8 --set max_steps=100 (repeatable)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the newest OUTPUT_DIR/checkpoint-STEP at the next scheduled batch "
                              "(the recipe must match the checkpoint's, except max_steps and logging)")

@@ -8,7 +8,7 @@ scripts run from the repository root).
 
 ``--set`` values are parsed as YAML scalars/lists, so ``--set adaptation.lora.r=8`` (or the older
 ``--set lora.r=8``: the older spellings are read by :mod:`vis_embed.training.recipe_spellings`),
-``--set temperature.learnable=false`` and ``--set lora.target_modules=[q_proj,v_proj]`` work.
+``--set temperature.learnable=false`` and ``--set adaptation.lora.target_modules=[q_proj,v_proj]`` work.
 """
 
 from __future__ import annotations
