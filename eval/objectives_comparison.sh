@@ -67,7 +67,7 @@ run_one() {
       --set model="$OUT/model" --set data="$OUT/synth/train.yaml" \
       --set schedule="$dir/schedule.parquet" --set output_dir="$dir/run" --set seed="$seed" \
       --set sampling.strategy=identity_aware --set sampling.hard_negatives="$HN" \
-      --set loss.kind="$kind" --set adaptation="$adaptation" --set logging.tensorboard=false; } &&
+      --set loss.kind="$kind" --set adaptation.kind="$adaptation" --set logging.tensorboard=false; } &&
     evaluate_both "$dir" "$dir/run/final" &&
     # the per-seed result file the table is built from (metrics, loss, schedule hash, provenance)
     $PY eval/study_results.py write --study "$(basename "$TABLE" .md)" --arm "$combo" --seed "$seed" \

@@ -113,10 +113,10 @@ DRIVERS = {
         'bash eval/ablation_warm.sh'),
     "objectives_comparison.sh": (
         {"SEEDS": "0"},
-        {"infonce_lora-0": {"loss.kind": "infonce", "adaptation": "lora", "sampling.hard_negatives": "5"},
-         "two_tier_lora-0": {"loss.kind": "two_tier", "adaptation": "lora"},
-         "hinge_lora-0": {"loss.kind": "triplet_hinge", "adaptation": "lora"},
-         "infonce_head-0": {"loss.kind": "infonce", "adaptation": "head"}},
+        {"infonce_lora-0": {"loss.kind": "infonce", "adaptation.kind": "lora", "sampling.hard_negatives": "5"},
+         "two_tier_lora-0": {"loss.kind": "two_tier", "adaptation.kind": "lora"},
+         "hinge_lora-0": {"loss.kind": "triplet_hinge", "adaptation.kind": "lora"},
+         "infonce_head-0": {"loss.kind": "infonce", "adaptation.kind": "head"}},
         'SIZE=small OUT={OUT} RESULTS={RESULTS} TABLE={TABLE} SEEDS="0" '
         'COMBOS="infonce_lora two_tier_lora hinge_lora infonce_head" HN=5 JOBS=2 bash eval/objectives_comparison.sh'),
 }
