@@ -1,4 +1,4 @@
-"""The adaptation objects (model/network/adaptation.py): each kind saves and loads back to the same
+"""The adaptation objects (model/network/adaptation/): each kind saves and loads back to the same
 vectors through the one save path, the recipe's section builds the peft config whole, and
 what a model holds is asked of the module (not probed elsewhere)."""
 
