@@ -1,4 +1,4 @@
-"""The adaptation objects (model/network/adaptation.py): each kind saves and loads back to the same
+"""The adaptation objects (model/network/adaptation/): each kind saves and loads back to the same
 vectors through the one save path, the recipe's section builds the peft config whole, and
 what a model holds is asked of the module (not probed elsewhere)."""
 
@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from vis_embed.model.network.adaptation import (ADAPTATIONS, FullAdaptation, HeadAdaptation, LoraAdaptation,
-                                                LoraOptions, adaptation_of)
-from vis_embed.model.network.adaptation.saved import saved_adaptation
+                                                LoraOptions, adaptation_of, saved_adaptation)
 from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.training.recipe import load_recipe
 
@@ -251,7 +250,7 @@ HEAD_FILE = {"in_dim": 4, "out_dim": 2, "base_model_name_or_path": "org/head-bas
 
 def test_the_recorded_kind_decides_and_the_files_only_without_a_record(tmp_path) -> None:
     from vis_embed.errors import ConfigError
-    from vis_embed.model.network.adaptation.saved import saved_adapter
+    from vis_embed.model.network.adaptation import saved_adapter
 
     lora = _write(tmp_path / "lora", {"adapter_config.json": LORA_CONFIG,
                                       "embedding_config.json": {"adaptation": "lora"}})

@@ -297,17 +297,48 @@ def test_one_dataset_revision_table() -> None:
     assert readers == {"vis_embed/prep/hub.py"}
 
 
+ADAPTATION = "vis_embed/model/network/adaptation"
+
+
 def test_what_adaptation_a_model_holds_is_asked_of_the_adaptation_module() -> None:
-    """Probing a backbone for peft (``peft_config``) is model/network/adaptation.py's alone: the trainer,
-    checkpoints, export, the model card and EmbeddingModel ask its objects."""
+    """Probing a backbone for peft (``peft_config``) is the model/network/adaptation/ package's
+    alone (base.has_lora, the LoRA kind, options.adaptation_of): the trainer, checkpoints, export,
+    the model card and EmbeddingModel ask its objects."""
     probes = _where(lambda node: (isinstance(node, ast.Attribute) and node.attr == "peft_config")
                     or _string("peft_config")(node))
-    assert probes == {"vis_embed/model/network/adaptation/kinds.py"}
-    assert _where(_call_of("get_peft_model")) == {"vis_embed/model/network/adaptation/kinds.py"}
+    assert probes == {f"{ADAPTATION}/base.py", f"{ADAPTATION}/lora.py", f"{ADAPTATION}/options.py"}
+    assert _where(_call_of("get_peft_model")) == {f"{ADAPTATION}/lora.py"}
     assert _where(_string("head_config.json")) == {"vis_embed/model/references.py"}
     # the one save path: only the adaptation objects write a model's weights
-    assert _where(_call_of("save_head")) == {"vis_embed/model/network/adaptation/kinds.py"}
-    assert _where(_call_of("merge_and_unload")) == {"vis_embed/model/network/adaptation/kinds.py"}  # the one merge
+    assert _where(_call_of("save_head")) == {f"{ADAPTATION}/head.py"}
+    assert _where(_call_of("merge_and_unload")) == {f"{ADAPTATION}/lora.py"}  # the one merge
+
+
+def _imported_modules(path: Path) -> Iterator[str]:
+    """The dotted names ``path`` imports (``from P import a``: ``P`` and ``P.a``), relative ones resolved."""
+    package = path.relative_to(ROOT).parent.parts  # what a relative import starts from
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def test_the_adaptation_package_is_imported_whole() -> None:
+    """Outside model/network/adaptation/, its names are imported from the package (its API in
+    __init__), never from a submodule: vis_embed/, tests/ and benchmarks/ alike."""
+    package = ADAPTATION.replace("/", ".")
+    submodules = {f"{package}.{path.stem}" for path in (ROOT / ADAPTATION).glob("*.py") if path.stem != "__init__"}
+    assert {f"{package}.base", f"{package}.options", f"{package}.saved"} <= submodules
+    importers = {str(path.relative_to(ROOT)) for folder in ("vis_embed", "tests", "benchmarks")
+                 for path in sorted((ROOT / folder).rglob("*.py"))
+                 if not path.is_relative_to(ROOT / ADAPTATION)
+                 and any(name in submodules for name in _imported_modules(path))}
+    assert importers == set()
 
 
 def test_the_saved_adaptation_is_decided_by_the_kind_registry() -> None:
@@ -315,15 +346,15 @@ def test_the_saved_adaptation_is_decided_by_the_kind_registry() -> None:
     kind selects the class from ADAPTATIONS; the files only for an older directory): export,
     merge, the quickstart and the model card ask it and the class it returns; the kinds are
     declared once (embedding_config.AdaptationKind)."""
-    adaptation, references = "vis_embed/model/network/adaptation/kinds.py", "vis_embed/model/references.py"
-    saved = "vis_embed/model/network/adaptation/saved.py"
+    references, saved = "vis_embed/model/references.py", f"{ADAPTATION}/saved.py"
     for rule, where in (("saved_adaptation", saved), ("saved_adapter", saved), ("_kind_by_files", saved),
-                        ("ADAPTATIONS", adaptation)):
+                        ("ADAPTATIONS", f"{ADAPTATION}/base.py")):
         assert _where(lambda node, rule=rule: _definition(rule)(node) or (
             isinstance(node, ast.AnnAssign) and _source(node.target) == rule)) == {where}, rule
     # the adapter files and the two base readers are asked by saved_adaptation and the objects only
     assert _where(_call_of("is_peft_adapter")) == {references, saved}
-    assert _where(_call_of("base_model_of")) | _where(_call_of("head_base_model")) == {adaptation}
+    assert _where(_call_of("base_model_of")) | _where(_call_of("head_base_model")) == {f"{ADAPTATION}/lora.py",
+                                                                                       f"{ADAPTATION}/head.py"}
     # one vocabulary: the kinds are spelled together in embedding_config only
     def spells_kinds(node: ast.AST) -> bool:
         constants = {element.value for element in ast.walk(node) if isinstance(element, ast.Constant)}
@@ -386,7 +417,7 @@ def test_config_objects_cross_module_boundaries_whole() -> None:
     assert _where(_call_of("Temperature")) == set()
     assert _where(unpacks("Temperature", set(TemperatureConfig.model_fields) | {"min_value"})) == set()
     # the one translation of the lora: section into peft
-    assert _where(unpacks("LoraConfig", {"r", "lora_alpha"})) == {"vis_embed/model/network/adaptation/options.py"}
+    assert _where(unpacks("LoraConfig", {"r", "lora_alpha"})) == {f"{ADAPTATION}/lora.py"}
     # from_pretrained takes EmbeddingConfig fields as **settings or config=, not a hand list
     listed = _where(lambda node: isinstance(node, ast.FunctionDef) and node.name == "from_pretrained" and any(
         argument.arg in set(EmbeddingConfig.model_fields) - {"dtype"} for argument in node.args.kwonlyargs

@@ -24,7 +24,7 @@ DEFAULT_VIDEO_FRAMES = 8
 DEFAULT_VIDEO_MAX_PIXELS = 768 * 28 * 28
 
 # LoRA targets by default: every linear layer of the Qwen-VL decoder (names shared by
-# Qwen2/2.5/3-VL); the vision tower's names are in adaptation.VISION_LORA_MODULES.
+# Qwen2/2.5/3-VL); the vision tower's names are in adaptation/lora.py's VISION_LORA_MODULES.
 TEXT_LORA_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 # Names a user may give for the weights' dtype (model/network/embedding_model.resolve_dtype, the one rule):

@@ -39,7 +39,7 @@ from vis_embed.model.defaults import (DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_M
 from vis_embed.model.prompts import PROMPT_FORMATS
 
 EMBEDDING_CONFIG_FILE = "embedding_config.json"
-# The adaptation kinds, declared once: model/network/adaptation.py has one class per kind (its
+# The adaptation kinds, declared once: model/network/adaptation/ has one class per kind (its
 # registry, ADAPTATIONS), the recipe's adaptation.kind and the model card's facts take this type.
 AdaptationKind = Literal["lora", "head", "full"]
 

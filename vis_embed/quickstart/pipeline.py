@@ -34,7 +34,7 @@ from vis_embed.errors import ConfigError
 from vis_embed.evaluation.quickstart_report import plot_training_curve, write_report
 from vis_embed.io import atomic_write_json
 from vis_embed.model.embedding_config import EMBEDDING_CONFIG_FILE
-from vis_embed.model.network.adaptation.saved import saved_adaptation
+from vis_embed.model.network.adaptation import saved_adaptation
 from vis_embed.model.files.tiny import build_tiny_checkpoint
 
 # torch-heavy modules (evaluation.api, training.*) are imported inside the stages that use

@@ -35,8 +35,7 @@ from typing import TYPE_CHECKING, Any
 from vis_embed.errors import ConfigError
 from vis_embed.vectors.transforms import vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
-from vis_embed.model.network.adaptation import FullAdaptation
-from vis_embed.model.network.adaptation.saved import saved_adapter
+from vis_embed.model.network.adaptation import FullAdaptation, saved_adapter
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.references import looks_like_path
 

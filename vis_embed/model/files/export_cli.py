@@ -78,7 +78,7 @@ def _card_base(model: str | None, adapter: Path | None) -> str:
     """The base model named on the card: MODEL, else the adapter's recorded base (a LoRA's or a
     projection head's: its adaptation object reads it)."""
     from vis_embed.model.references import absolute_model_reference
-    from vis_embed.model.network.adaptation.saved import saved_adapter
+    from vis_embed.model.network.adaptation import saved_adapter
 
     if model is not None:
         return absolute_model_reference(model)

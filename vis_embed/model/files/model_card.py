@@ -29,8 +29,7 @@ from vis_embed.config import Settings, get_dotted, validated
 from vis_embed.data.results_file import ResultsFile
 from vis_embed.io import atomic_write_json, atomic_write_text, is_hub_id, read_json_object
 from vis_embed.model.embedding_config import AdaptationKind
-from vis_embed.model.network.adaptation import ADAPTATIONS, Adaptation
-from vis_embed.model.network.adaptation.saved import saved_adaptation
+from vis_embed.model.network.adaptation import ADAPTATIONS, Adaptation, saved_adaptation
 
 if TYPE_CHECKING:
     from huggingface_hub import ModelCardData
@@ -213,7 +212,7 @@ def write_model_card(directory: Path, facts: CardFacts | Mapping[str, Any], merg
 
 def _held_kind(directory: Path, facts: CardFacts) -> CardFacts:
     """``facts`` with the kind the directory's own record holds (its embedding_config.json, read
-    by :func:`~vis_embed.model.network.adaptation.saved.saved_adaptation`): the card says what
+    by :func:`~vis_embed.model.network.adaptation.saved_adaptation`): the card says what
     the one record says; ``facts.adaptation`` counts only for a directory without a kind."""
     held = saved_adaptation(directory)
     return facts if held is None else facts.model_copy(update={"adaptation": held.kind})

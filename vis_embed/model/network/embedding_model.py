@@ -29,8 +29,7 @@ from vis_embed.errors import ConfigError
 from vis_embed.model.network.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
                                                set_attention)
 from vis_embed.model.network.adaptation import (HeadAdaptation, LoraAdaptation, LoraOptions, adaptation_of,
-                                                adapter_kind, build_adaptation, has_lora)
-from vis_embed.model.network.adaptation.saved import attach_adapter
+                                                adapter_kind, attach_adapter, build_adaptation, has_lora)
 from vis_embed.model.defaults import DTYPE_NAMES
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.network.patch_embedding import use_matmul_patch_embedding

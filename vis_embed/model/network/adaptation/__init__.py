@@ -1,21 +1,30 @@
 """The adaptation a model trains and ships -- a LoRA adapter, a projection head, or full weights --
-as one object per kind (peft's layout: a config, the kinds, and what a saved directory holds):
+as one object per kind, one module per kind (peft's layout: ``tuners/lora/{config,model}.py``):
 
-- :mod:`.options`: what they are built from (the recipe's ``adaptation.lora:`` / ``.head:``
-  sections) and act on (:class:`AdaptedModel`), the state-dict helpers of their ``save``;
-- :mod:`.kinds`: :class:`LoraAdaptation`, :class:`HeadAdaptation`, :class:`FullAdaptation` and
-  their registry :data:`ADAPTATIONS` (kind -> class), :class:`AdaptationOptions` (the recipe's
-  ``adaptation:`` section), :func:`adaptation_of` (what a loaded model holds), :func:`warm_start`;
+- :mod:`.base`: the :class:`Adaptation` base class and its registry :data:`ADAPTATIONS` (kind ->
+  class; each kind registers itself), :class:`AdaptedModel` (what they act on), :func:`has_lora`
+  (the peft probe), :func:`warm_start`;
+- :mod:`.lora`: :class:`LoraOptions` (the recipe's ``adaptation.lora:``) and :class:`LoraAdaptation`;
+  :mod:`.head`: :class:`HeadOptions` (``adaptation.head:``) and :class:`HeadAdaptation`;
+  :mod:`.full`: :class:`FullAdaptation`;
+- :mod:`.options`: :class:`AdaptationOptions` (the recipe's ``adaptation:`` section; ``build()``
+  selects the kind's class), :func:`build_adaptation`, :func:`adaptation_of` (what a loaded model
+  holds); it imports every kind, and checks at import that the registry has one class per
+  declared kind;
 - :mod:`.saved`: what a saved directory holds (:func:`saved_adaptation`: its recorded kind), and
   :func:`attach_adapter` (a saved one loaded for inference).
 
-The names below are the package's API (callers import them from here); no torch at import.
+The names below are the package's API: every module outside the package imports them from here,
+never from a submodule (tests/test_one_rule.py).  No torch at import.
 """
 
-from vis_embed.model.network.adaptation.kinds import (ADAPTATION_KINDS, ADAPTATIONS, Adaptation, AdaptationOptions,
-                                                      FullAdaptation, HeadAdaptation, LoraAdaptation, adaptation_of,
-                                                      adapter_kind, build_adaptation, has_lora, warm_start)
-from vis_embed.model.network.adaptation.options import AdaptedModel, HeadOptions, LoraOptions
+from vis_embed.model.network.adaptation.base import (ADAPTATION_KINDS, ADAPTATIONS, Adaptation, AdaptedModel,
+                                                     has_lora, warm_start)
+from vis_embed.model.network.adaptation.full import FullAdaptation
+from vis_embed.model.network.adaptation.head import HeadAdaptation, HeadOptions
+from vis_embed.model.network.adaptation.lora import LoraAdaptation, LoraOptions
+from vis_embed.model.network.adaptation.options import (AdaptationOptions, adaptation_of, adapter_kind,
+                                                        build_adaptation)
 from vis_embed.model.network.adaptation.saved import attach_adapter, saved_adaptation, saved_adapter
 
 __all__ = ["ADAPTATIONS", "ADAPTATION_KINDS", "Adaptation", "AdaptationOptions", "AdaptedModel", "FullAdaptation",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from vis_embed.errors import ConfigError
 from vis_embed.model.embedding_config import EMBEDDING_CONFIG_FILE, AdaptationKind, read_embedding_config
-from vis_embed.model.network.adaptation.kinds import ADAPTATIONS, Adaptation, not_an_adapter
+from vis_embed.model.network.adaptation.base import ADAPTATIONS, Adaptation, not_an_adapter
 from vis_embed.model.references import HEAD_CONFIG, is_peft_adapter
 
 if TYPE_CHECKING:

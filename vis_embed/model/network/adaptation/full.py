@@ -1,0 +1,84 @@
+"""The full fine-tuning kind: :class:`FullAdaptation` (the whole backbone trains and is saved as a
+checkpoint: weights + processor).  It has no section of its own in the recipe.  No torch at
+module level."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vis_embed.errors import ConfigError
+from vis_embed.model.network.adaptation.base import Adaptation, AdaptedModel, prefixed
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+
+class FullAdaptation(Adaptation):
+    """Full fine-tuning: the whole backbone trains; saved as a checkpoint (weights + processor)."""
+
+    kind = "full"
+    config_file = "config.json"
+    is_adapter = False
+    card_title = "Model"
+    card_library = "transformers"
+
+    @classmethod
+    def from_options(cls, options: None = None) -> Adaptation:
+        return cls()
+
+    @classmethod
+    def from_saved(cls, directory: Path) -> Adaptation:
+        return cls()
+
+    @property
+    def trains_vision(self) -> bool:
+        return True
+
+    def apply(self, model: AdaptedModel) -> None:
+        for parameter in model.parameters():
+            parameter.requires_grad_(True)
+
+    def save(self, model: AdaptedModel, directory: Path, state: dict[str, Tensor] | None = None) -> None:
+        """A checkpoint ``from_pretrained`` loads (transformers writes its own on-disk key names);
+        ``state`` (a backend's gathered weights, e.g. under ZeRO-3 where the module's own are
+        partitioned) replaces the module's parameters, in the module's dtype."""
+        model.backbone.save_pretrained(str(directory), state_dict=full_state(model.backbone, state),
+                                       safe_serialization=True)
+        if getattr(model, "processor", None) is not None:
+            model.processor.save_pretrained(str(directory))
+
+    def check_saved(self, directory: Path, model: AdaptedModel, source: str) -> None:
+        if not any(directory.glob("model*.safetensors")):
+            raise ConfigError(f"{source}: no model*.safetensors (full fine-tuning needs full weights)")
+
+    def load_weights(self, model: AdaptedModel, directory: Path) -> None:
+        """Read the checkpoint the way ``from_pretrained`` does (its key mapping: transformers
+        saves Qwen-VL's ``model.language_model.*`` as ``model.*``), then copy every weight into
+        the built model, strictly: a weight missing from the checkpoint is an error, not the
+        base's value kept."""
+        backbone = model.backbone
+        dtype = next(backbone.parameters()).dtype
+        try:
+            saved, info = type(backbone).from_pretrained(str(directory), dtype=dtype, output_loading_info=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ConfigError(f"{directory}: not a checkpoint of this model: {exc}") from None
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:
+            raise ConfigError(f"{directory}: lacks {len(missing)} of the model's weights (e.g. {missing[0]})")
+        backbone.load_state_dict(saved.state_dict(), strict=True)  # RuntimeError: another shape
+
+
+def full_state(backbone: torch.nn.Module, state: dict[str, Tensor] | None) -> dict[str, Tensor] | None:
+    """The backbone's state dict with ``state``'s ``backbone.*`` entries in place of its parameters
+    (tied parameters share one tensor, as in the module), cast to each parameter's dtype; None
+    without ``state`` (transformers then takes the module's own)."""
+    gathered = prefixed(state, "backbone.")
+    if gathered is None:
+        return None
+    by_parameter = {id(parameter): (gathered[name].to(parameter.dtype) if name in gathered else parameter.detach())
+                    for name, parameter in backbone.named_parameters()}
+    full = {name: by_parameter[id(parameter)] for name, parameter in backbone.named_parameters(remove_duplicate=False)}
+    full.update((name, buffer) for name, buffer in backbone.state_dict().items() if name not in full)
+    return full
