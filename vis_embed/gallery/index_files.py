@@ -31,7 +31,7 @@ from pydantic import ConfigDict, Field
 from vis_embed.config import FileRecord, ModelRecord
 from vis_embed.errors import DataError
 from vis_embed.vectors.index_spec import STORED_KINDS
-from vis_embed.io import not_regular, without_bom
+from vis_embed.io import json_value, not_regular, without_bom
 
 INDEX_FILE, VECTORS_FILE, IDS_FILE, SETTINGS_FILE = "index.faiss", "vectors.npy", "ids.json", "index.json"
 FORMAT_VERSION = 1
@@ -142,19 +142,11 @@ def read_json_file(handle: BinaryIO, path: Path, limit: int) -> Any:
     if size > limit:
         raise DataError(f"{size} bytes, more than the {limit} this file can hold; a damaged index", path=path)
     data = without_bom(handle.read(limit + 1))
-
-    def no_constant(name: str) -> Any:
-        raise DataError(f"holds {name}, which is not JSON (numbers must be finite)", path=path)
-
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=no_constant)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(f"not UTF-8 text (invalid byte at offset {exc.start})", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"malformed JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", path=path,
-                        line=exc.lineno) from None
-    except RecursionError:
-        raise DataError("JSON nested too deeply", path=path) from None
+    return json_value(text, path, finite=True)
 
 
 def read_settings(handle: BinaryIO, path: Path) -> IndexFile:
