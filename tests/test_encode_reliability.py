@@ -210,7 +210,7 @@ def test_the_ids_sidecar_is_written_and_read_through_one_model_with_its_keys_unc
                        "dim": 4, "precision": "float32", "model": model}
     _, alignment = encode_file.read_encoded(output)
     assert isinstance(alignment, encode_file.EncodedAlignment)
-    assert (alignment.lines, alignment.ids, alignment.model, alignment.dim) == (lines, ids, model, 4)
+    assert (alignment.lines, alignment.ids, alignment.model.as_json(), alignment.dim) == (lines, ids, model, 4)
     assert alignment.as_json() == written  # read back: the same record
 
     (tmp_path / "emb.ids.json").write_text(json.dumps({"lines": lines, "ids": ids, "added_later": 1}))

@@ -382,6 +382,45 @@ def test_one_settings_base() -> None:
     assert _where(_call_of("SettingsError")) == {"vis_embed/config.py"}
 
 
+def test_one_file_record_base_and_one_model_record() -> None:
+    """config.FileRecord is the base of every record of a JSON file written and read back
+    (unknown keys kept, errors through the formatter): no other class subclasses BaseModel but
+    the settings base and the server's request bodies, and none sets extra="ignore";
+    config.ModelRecord is "which model made these vectors" (.ids.json, index.json)."""
+    assert _where(lambda node: isinstance(node, ast.ClassDef)
+                  and any(_source(base) == "BaseModel" for base in node.bases)) == {
+        "vis_embed/config.py", "vis_embed/serving/schemas.py", "vis_embed/serving/gallery_routes.py"}
+    assert _where(lambda node: isinstance(node, ast.keyword) and node.arg == "extra"
+                  and _source(node.value) == "'ignore'") == set()
+    records = {node.name for tree in _trees().values() for node in ast.walk(tree)
+               if isinstance(node, ast.ClassDef) and any(_source(base) == "FileRecord" for base in node.bases)}
+    assert records >= {"ResultsFile", "ResultsModel", "DatasetResult", "ProtocolRecord", "IndexFile",
+                       "EncodedAlignment", "CardFacts", "HeadFile", "TrainerStateFile", "ModelRecord"}
+    assert _where(_definition("ModelRecord")) == _where(_definition("FileRecord")) == {"vis_embed/config.py"}
+    fingerprint_fields = _where(lambda node: isinstance(node, ast.ClassDef) and any(
+        isinstance(item, ast.AnnAssign) and _source(item.target) == "fingerprint" for item in node.body))
+    assert fingerprint_fields == {"vis_embed/config.py"}
+
+
+def test_json_files_are_read_through_io() -> None:
+    """A JSON file is read by vis_embed/io.py (read_json_value, read_json_object, read_jsonl, or
+    json_value on the text of a file the caller holds open): a BOM dropped, the depth bounded,
+    the file named in errors.  json.load is called nowhere else, and json.loads elsewhere only on
+    a string that is no file's text: a CSV cell's bbox, a synthetic identity's parameters, an
+    mteb dataset column, the server's request body, a Parquet schedule's metadata."""
+    def json_call(*names: str) -> Callable[[ast.AST], bool]:
+        return lambda node: isinstance(node, ast.Call) and _source(node.func) in names
+
+    io = "vis_embed/io.py"
+    assert _where(json_call("json.load")) <= {io}
+    assert _where(lambda node: isinstance(node, ast.ImportFrom) and node.module == "json") == set()
+    assert _where(json_call("json.loads")) == {
+        io, "vis_embed/prep/identities.py", "vis_embed/prep/synth/patches.py", "vis_embed/integrations/mteb.py",
+        "vis_embed/serving/schemas.py", "vis_embed/sampling/schedule_io.py"}
+    read_here = re.compile(r"\.(read_text|read_bytes|read)\(|\bopen\(")
+    assert _where(lambda node: json_call("json.loads")(node) and read_here.search(_source(node))) == set()
+
+
 def test_config_objects_cross_module_boundaries_whole() -> None:
     """A settings object is handed on whole, not unpacked into keyword arguments the callee
     re-checks: LossConfig into build_objective, ServerSettings into the image policy, the batcher

@@ -40,6 +40,7 @@ from pydantic_core import PydanticCustomError
 from vis_embed.errors import DataError, SettingsError
 
 Model = TypeVar("Model", bound=BaseModel)
+Record = TypeVar("Record", bound="FileRecord")
 Entry = TypeVar("Entry", bound=BaseModel)
 
 
@@ -68,6 +69,59 @@ class Settings(BaseModel):
     # marked as the base one: a recipe section must raise pydantic's errors, so that the
     # recipe's formatter names 'section.key' and its line.
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+
+class FileRecord(BaseModel):
+    """The base of every record of a JSON file vis_embed writes and reads back (results.json,
+    index.json, an encode's ``.ids.json``, model_card.json, trainer_state.json): a file, not a
+    setting, so unlike :class:`Settings`:
+
+    * unknown keys are kept (``extra="allow"``: what a newer writer adds; ``model_extra``), and
+      a subclass makes optional every key an older file may lack;
+    * nothing a writer wrote is refused for being a float (``inf`` / ``nan`` load);
+    * a bad value is a :class:`~vis_embed.errors.DataError` through the one formatter
+      (:func:`reported`): read with :meth:`of_file` it names the file and the key, built
+      directly (a writer's bug) the key.
+    """
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True, protected_namespaces=())
+
+    def __init__(self, **values: Any) -> None:
+        with reported(as_error=_first_problem):
+            super().__init__(**values)
+
+    # nested records report their problems to the outer one (see Settings.__init__)
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @classmethod
+    def of_file(cls: type[Record], values: Any, source: str | Path | None) -> Record:
+        """The record of a parsed JSON file (see :mod:`vis_embed.io`'s readers); not an object,
+        or a key of the wrong type: a DataError naming ``source`` (and the key)."""
+        if not isinstance(values, Mapping):
+            raise DataError(f"expected a JSON object, got {type(values).__name__}", path=source)
+        with reported(source, as_error=_first_problem):
+            return cls.model_validate(values)
+        raise AssertionError("unreachable: reported() re-raises")
+
+    def as_json(self) -> dict[str, Any]:
+        """The keys as written (those given when it was made or read), JSON types."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class ModelRecord(FileRecord):
+    """Which model made a file's vectors: an encode's ``.ids.json`` and ``index.json`` record it
+    as ``model`` (``{"name", "adapter", "fingerprint"}``), and a gallery refuses queries of
+    another model by its fingerprint.  (results.json's ``model`` block keeps its own shape,
+    ``fingerprints: {"model", "benchmark"}``: data/results_file.ResultsModel.)"""
+
+    model_config = ConfigDict(strict=True)
+    name: str | None = None
+    adapter: str | None = None
+    fingerprint: str | None = None
+
+
+def _first_problem(problems: list[DataError]) -> DataError:
+    return problems[0]
 
 
 def settings_error(problems: list[DataError]) -> SettingsError:

@@ -17,7 +17,6 @@ the shard it was encoding.  Used by the evaluation harness and ``vis-embed encod
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from vis_embed import distributed
-from vis_embed.io import atomic_path, atomic_write_json, fingerprint_files, fingerprint_json
+from vis_embed.io import atomic_path, atomic_write_json, fingerprint_files, fingerprint_json, read_json_value
 
 EncodeFn = Callable[[Sequence[dict[str, Any]]], np.ndarray]
 # A shard: its vectors and a JSON-able note (e.g. which of its items were kept); {} for none.
@@ -115,7 +114,7 @@ class EmbeddingCache:
         that every rank gets work; a rank whose own folder has another layout drops it."""
         directory = self.root / key
         meta_path = directory / "meta.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+        meta = read_json_value(meta_path) if meta_path.exists() else None
         if meta is not None and int(meta["n_items"]) != n_items:
             raise RuntimeError(f"cache {directory} holds {meta['n_items']} items, expected {n_items}")
         world = distributed.get_world_size()
@@ -141,7 +140,7 @@ class EmbeddingCache:
     def _load(self, key: str, shard: int) -> Shard:
         path = self._shard_path(key, shard)
         note_path = path.with_suffix(".json")
-        return np.load(path), json.loads(note_path.read_text()) if note_path.exists() else {}
+        return np.load(path), read_json_value(note_path) if note_path.exists() else {}
 
     def _gather_on_rank0(self, key: str, n_shards: int) -> list[Shard] | None:
         """Rank 0 loads every shard; the shards its disk lacks come from the lowest rank holding them."""

@@ -17,6 +17,7 @@ import secrets
 import shutil
 import stat
 from collections.abc import Iterable, Iterator
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -168,12 +169,22 @@ def not_regular(mode: int) -> str | None:
         else "a device or socket"
 
 
-def read_json_value(path: str | Path) -> Any:
-    """The JSON value of a UTF-8 file (a BOM allowed); not JSON, nested past the recursion
-    limit or not UTF-8: a DataError naming the file."""
-    text = read_text(path)
+def read_json_value(path: str | Path | Traversable) -> Any:
+    """The JSON value of a UTF-8 file (a BOM allowed; a packaged file too); not JSON, nested past
+    the recursion limit or not UTF-8: a DataError naming the file."""
+    return json_value(read_text(path), path)
+
+
+def json_value(text: str, path: str | Path | Traversable, finite: bool = False) -> Any:
+    """The JSON value of a file's ``text`` (read by :func:`read_json_value`, or by a caller that
+    holds the file open: gallery/index_files); not JSON or nested too deeply: a DataError naming
+    ``path``.  ``finite``: NaN and Infinity, which are not JSON, are refused too."""
+
+    def no_constant(name: str) -> Any:
+        raise DataError(f"holds {name}, which is not JSON (numbers must be finite)", path=path)
+
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=no_constant) if finite else json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"malformed JSON ({exc.msg} at column {exc.colno})", path=path, line=exc.lineno) from None
     except RecursionError:
@@ -195,9 +206,10 @@ def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         yield line_number, text
 
 
-def read_text(path: str | Path) -> str:
-    """A whole UTF-8 file; bytes that are not UTF-8 are a ``DataError`` naming file and line."""
-    path = Path(path)
+def read_text(path: str | Path | Traversable) -> str:
+    """A whole UTF-8 file (a packaged one too); bytes that are not UTF-8 are a ``DataError``
+    naming file and line."""
+    path = path if isinstance(path, Traversable) else Path(path)
     data = without_bom(path.read_bytes())
     try:
         return data.decode("utf-8")
@@ -252,8 +264,8 @@ def read_json_object(path: str | Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
+        value = read_json_value(path)
+    except DataError:
         return None
     return value if isinstance(value, dict) else None
 

@@ -5,8 +5,9 @@ summary, ``vis-embed export --results``, the Markdown report and the MMEB score 
 through this model once and then use attributes, instead of ``.get()`` chains with their own
 defaults.  Only the parts the readers use are declared; every key is optional where an earlier
 file may lack it, and everything else a file carries is kept (``extra="allow"``): the file is
-open-ended (each dataset's metrics, a protocol record, what a newer writer adds).  Nothing here
-writes: the keys and values of results.json are the harness's.
+open-ended (each dataset's metrics, a protocol record, what a newer writer adds): each part is
+a :class:`~vis_embed.config.FileRecord`.  Nothing here writes: the keys and values of
+results.json are the harness's.
 """
 
 from __future__ import annotations
@@ -15,23 +16,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from vis_embed.config import reported
+from vis_embed.config import FileRecord
 
 # what a file written before ``primary`` / ``tie_policy`` were recorded meant
 DEFAULT_PRIMARY = "P@1"
 DEFAULT_TIE_POLICY = "pessimistic"
 
 
-class _Record(BaseModel):
-    """A part of a written file: unknown keys kept, nothing refused that an older file lacks."""
-
-    model_config = ConfigDict(extra="allow", protected_namespaces=())
-
-
-class ResultsModel(_Record):
-    """results.json's ``model`` block (harness.describe_encoder): which model was evaluated."""
+class ResultsModel(FileRecord):
+    """results.json's ``model`` block (harness.describe_encoder): which model was evaluated.  Not
+    a :class:`~vis_embed.config.ModelRecord`: the file records ``fingerprints`` (model and
+    benchmark), not ``fingerprint``, and its shape is the file's."""
 
     name: str | None = None
     adapter: str | None = None
@@ -50,7 +47,7 @@ class ResultsModel(_Record):
         return self.fingerprints.get("model")
 
 
-class DatasetResult(_Record):
+class DatasetResult(FileRecord):
     """One entry of results.json's ``datasets``: its metrics (percent) and what it is."""
 
     metrics: dict[str, Any] = Field(default_factory=dict)
@@ -67,14 +64,14 @@ class DatasetResult(_Record):
         return self.primary or DEFAULT_PRIMARY
 
 
-class ProtocolRecord(_Record):
+class ProtocolRecord(FileRecord):
     """results.json's ``protocol`` (an eval with ``--protocol``)."""
 
     name: str | None = None
     description: str | None = None
 
 
-class ResultsFile(_Record):
+class ResultsFile(FileRecord):
     """A ``results.json`` (see the module docstring)."""
 
     model: ResultsModel = Field(default_factory=ResultsModel)
@@ -90,6 +87,4 @@ class ResultsFile(_Record):
         wrong type is a DataError naming ``source`` and the key."""
         if isinstance(results, ResultsFile):
             return results
-        with reported(source, as_error=lambda problems: problems[0]):
-            return cls.model_validate(dict(results))
-        raise AssertionError("unreachable: reported() re-raises")
+        return cls.of_file(dict(results), source)

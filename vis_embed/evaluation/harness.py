@@ -18,7 +18,6 @@ None); which datasets are finished is rank 0's call, so every rank skips the sam
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -46,7 +45,7 @@ from vis_embed.evaluation.report import write_markdown
 from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.vectors.stored_form import warn_if_not_matryoshka
 from vis_embed.vectors.transforms import check_dim, truncate
-from vis_embed.io import atomic_write_json, fingerprint_json, safe_name
+from vis_embed.io import atomic_write_json, fingerprint_json, read_json_value, safe_name
 from vis_embed.model.runtime.encoder import Encoder
 
 log = logging.getLogger(__name__)
@@ -212,7 +211,7 @@ class Harness:
         """The saved result of ``spec`` when its file carries ``key`` (rank 0 reads, every rank gets it)."""
         saved = None
         if is_main_process() and self._result_path(spec).exists():
-            saved = json.loads(self._result_path(spec).read_text())
+            saved = read_json_value(self._result_path(spec))
         saved = broadcast_object(saved)
         if saved is None or saved.get("key") != key:
             return None

@@ -22,14 +22,13 @@ MMEB's 36 (MVEB, custom) and peer-protocol datasets stay in results.json only.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from vis_embed.data.results_file import DatasetResult, ResultsFile
 from vis_embed.data.taxonomy import MMEB_DATASETS, MMEB_V2, MMEB_V2_TASKS
 from vis_embed.errors import DataError
-from vis_embed.io import atomic_write_json, safe_name
+from vis_embed.io import atomic_write_json, read_json_value, safe_name
 
 SCORE_DIR = "mmeb_scores"
 SCORE_SUFFIX = "_score.json"
@@ -93,10 +92,7 @@ def write_mmeb_score_files(results: ResultsFile | dict[str, Any], out_dir: str |
 def _read_folder(folder: Path) -> dict[str, Any]:
     per_dataset: dict[str, Any] = {}
     for path in sorted(folder.glob(f"*{SCORE_SUFFIX}")):
-        try:
-            per_dataset[path.name.removesuffix(SCORE_SUFFIX)] = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"malformed JSON ({exc.msg} at line {exc.lineno})", path=path) from None
+        per_dataset[path.name.removesuffix(SCORE_SUFFIX)] = read_json_value(path)
     return per_dataset
 
 

@@ -7,15 +7,16 @@ retrieval grids it links are the evaluation's own (:mod:`vis_embed.evaluation.pl
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vis_embed.data.results_file import ResultsFile
 from vis_embed.data.taxonomy import BENCHMARK_SPLIT_KEYS, POOLED_SPLIT_KEYS, SPLITS
 from vis_embed.evaluation.report import model_label
-from vis_embed.io import atomic_path, atomic_write_text
+from vis_embed.io import atomic_path, atomic_write_text, read_jsonl
 
 SMOOTHING_STEPS = 15  # moving-average window of the loss curve (the raw loss is drawn faintly)
 STAGE_KEYS = ("Cls", "Ret", "ID-Rec", "Re-ID", "ID-Grd", "ID-Edit", *BENCHMARK_SPLIT_KEYS, *SPLITS, *POOLED_SPLIT_KEYS,
@@ -40,7 +41,7 @@ def plot_training_curve(log_path: Path, out_path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in log_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [row for _line, row in read_jsonl(log_path)]
     steps, losses, taus = ([row[key] for row in rows] for key in ("step", "loss", "tau"))
     tau_learned = max(taus) - min(taus) > 1e-6 * max(abs(tau) for tau in taus)
     figure, axes = plt.subplots(1, 2 if tau_learned else 1, figsize=(10, 3.5) if tau_learned else (6, 3.5),
@@ -67,31 +68,36 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
-def comparison_markdown(before: dict[str, Any], after: dict[str, Any]) -> str:
+Results = ResultsFile | Mapping[str, Any]  # a results.json, read or as the harness returns it
+
+
+def comparison_markdown(before: Results, after: Results) -> str:
     """Before/after P@1 per group and per dataset, with the gain."""
+    before, after = ResultsFile.of(before), ResultsFile.of(after)
     lines = ["| group | untrained P@1 | trained P@1 | gain |", "|---|---:|---:|---:|"]
     for key in STAGE_KEYS:
-        old, new = before["groups"].get(key), after["groups"].get(key)
+        old, new = before.groups.get(key), after.groups.get(key)
         if old is None and new is None:
             continue
         gain = None if old is None or new is None else new - old
         lines.append(f"| {key} | {_fmt(old)} | {_fmt(new)} | {'' if gain is None else f'{gain:+.1f}'} |")
     lines += ["", "| dataset | meta-task | split | untrained P@1 | trained P@1 |", "|---|---|---|---:|---:|"]
-    for name, entry in after["datasets"].items():
-        old = before["datasets"].get(name, {}).get("metrics", {}).get("P@1")
-        new = entry.get("metrics", {}).get("P@1")
-        task, split = entry.get("meta_task", ""), entry.get("split", "")
+    for name, entry in after.datasets.items():
+        earlier = before.datasets.get(name)
+        old = None if earlier is None else earlier.metrics.get("P@1")
+        new = entry.metrics.get("P@1")
+        task, split = entry.meta_task or "", entry.split or ""
         lines.append(f"| {name} | {task} | {split} | {_fmt(old)} | {_fmt(new)} |")
     return "\n".join(lines)
 
 
-def _bar_chart_section(out: Path, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+def _bar_chart_section(out: Path, before: ResultsFile, after: ResultsFile) -> list[str]:
     """Per meta-task, the untrained chart beside the trained one (their titles name the model)."""
     charts = sorted((out / "after" / "plots").glob("*.png")) if (out / "after" / "plots").is_dir() else []
     if not charts:
         return []
     parts = ["## Precision@1 per meta-task", "",
-             f"Left: {model_label(before.get('model', {}))}; right: {model_label(after.get('model', {}))}.", ""]
+             f"Left: {model_label(before.model)}; right: {model_label(after.model)}.", ""]
     for chart in charts:
         untrained = out / "before" / "plots" / chart.name
         pair = [f"![{chart.stem} untrained]({untrained.relative_to(out)})"] if untrained.is_file() else []
@@ -99,9 +105,10 @@ def _bar_chart_section(out: Path, before: dict[str, Any], after: dict[str, Any])
     return [*parts, ""]
 
 
-def write_report(out: Path, before: dict[str, Any], after: dict[str, Any], curve: Path | None,
-                 stage_rows: list[str]) -> Path:
+def write_report(out: Path, before: Results, after: Results, curve: Path | None, stage_rows: list[str]) -> Path:
     """OUT/report.md: the before/after tables, bar charts, training curve, grids and stage times."""
+    before = ResultsFile.of(before, out / "before" / "results.json")
+    after = ResultsFile.of(after, out / "after" / "results.json")
     grids = sorted((out / "after" / "grids").glob("*.png")) if (out / "after" / "grids").is_dir() else []
     parts = [
         "# vis_embed quickstart report", "",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import logging
 import os
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from vis_embed.data.taxonomy import (BENCHMARK_SPLIT_KEYS, GROUP_KEYS, MMEB_DATA
                                      MVEB_META_TASKS, POOLED_SPLIT_KEYS, SPLITS, group_means, mmeb_entry)
 from vis_embed.evaluation.mmeb_scores import read_score_folder
 from vis_embed.evaluation.mmeb_v2_scores import MMEB_V2_GROUP_KEYS, mmeb_v2_summary
-from vis_embed.io import atomic_write_text
+from vis_embed.io import atomic_write_text, read_json_value
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; annotations only
     from importlib.resources.abc import Traversable
@@ -67,11 +66,9 @@ def _read_scores(path: Path | Traversable) -> Any:
     if isinstance(path, Path) and path.is_dir():  # a folder of VLM2Vec per-dataset score files
         return read_score_folder(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json_value(path)
     except FileNotFoundError:
         raise DataError("file not found", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"malformed JSON ({exc.msg} at line {exc.lineno})", path=path) from None
 
 
 def load_mmeb_v2(path: str | Path | Traversable) -> dict[str, Any] | None:

@@ -28,10 +28,10 @@ from typing import Any, BinaryIO, Literal
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from vis_embed.config import Settings, reported
+from vis_embed.config import FileRecord, ModelRecord
 from vis_embed.errors import DataError
 from vis_embed.vectors.index_spec import STORED_KINDS
-from vis_embed.io import not_regular, without_bom
+from vis_embed.io import json_value, not_regular, without_bom
 
 INDEX_FILE, VECTORS_FILE, IDS_FILE, SETTINGS_FILE = "index.faiss", "vectors.npy", "ids.json", "index.json"
 FORMAT_VERSION = 1
@@ -45,23 +45,13 @@ class BuildReplaced(Exception):
     """The directory was replaced by a new build while its files were being opened: read again."""
 
 
-class IndexModelRecord(Settings):
-    """``index.json``'s ``model``: the model that made the vectors."""
-
-    # a file's record, not a setting: unknown keys kept (what a newer writer adds)
-    model_config = ConfigDict(extra="allow", strict=True, protected_namespaces=())
-    name: str | None = None
-    adapter: str | None = None
-    fingerprint: str | None = None
-
-
-class IndexFile(Settings):
+class IndexFile(FileRecord):
     """``index.json``: what :func:`~vis_embed.gallery.store.write_index` writes and
     :class:`~vis_embed.gallery.store.GalleryIndex` reads, validated.  Every key but the first four
     is optional, so an index.json of an earlier vis-embed loads; unknown keys are kept (what a
     newer writer adds)."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(strict=True)
     format_version: Literal[1]
     kind: Literal[STORED_KINDS]  # type: ignore[valid-type]  (Literal of index_spec's tuple)
     rows: int = Field(gt=0)
@@ -78,17 +68,13 @@ class IndexFile(Settings):
     pq_bytes: int | None = Field(None, gt=0)
     pq_bits: int | None = Field(None, gt=0)
     embeddings: str | None = None       # the encode output the vectors came from
-    model: IndexModelRecord | None = None
+    model: ModelRecord | None = None
     embedding_config: dict[str, Any] | None = None
 
     @property
     def fingerprint(self) -> str | None:
         """The fingerprint of the model that made the vectors (None: unknown)."""
         return self.model.fingerprint if self.model is not None else None
-
-    def as_json(self) -> dict[str, Any]:
-        """The keys as written (those given when it was made or read), JSON types."""
-        return self.model_dump(mode="json", exclude_unset=True)
 
 
 @contextmanager
@@ -156,28 +142,15 @@ def read_json_file(handle: BinaryIO, path: Path, limit: int) -> Any:
     if size > limit:
         raise DataError(f"{size} bytes, more than the {limit} this file can hold; a damaged index", path=path)
     data = without_bom(handle.read(limit + 1))
-
-    def no_constant(name: str) -> Any:
-        raise DataError(f"holds {name}, which is not JSON (numbers must be finite)", path=path)
-
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=no_constant)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(f"not UTF-8 text (invalid byte at offset {exc.start})", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"malformed JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", path=path,
-                        line=exc.lineno) from None
-    except RecursionError:
-        raise DataError("JSON nested too deeply", path=path) from None
+    return json_value(text, path, finite=True)
 
 
 def read_settings(handle: BinaryIO, path: Path) -> IndexFile:
-    value = read_json_file(handle, path, MAX_SETTINGS_BYTES)
-    if not isinstance(value, dict):
-        raise DataError(f"expected a JSON object, got {type(value).__name__}", path=path)
-    with reported(path, as_error=lambda problems: problems[0]):
-        return IndexFile.model_validate(value)
-    raise AssertionError("unreachable: reported() re-raises")
+    return IndexFile.of_file(read_json_file(handle, path, MAX_SETTINGS_BYTES), path)
 
 
 def read_ids(handle: BinaryIO, path: Path, rows: int) -> list[Any]:

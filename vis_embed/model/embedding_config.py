@@ -22,7 +22,6 @@ No torch here: ``vis-embed COMMAND --help`` and recipe validation import this mo
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -32,7 +31,7 @@ from pydantic import ConfigDict, Field, PositiveInt, field_validator, model_vali
 from vis_embed.config import Settings, argument_type, dotted_field, invalid, validated
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.vectors.transforms import check_matryoshka_dims
-from vis_embed.io import atomic_write_json, fingerprint_json
+from vis_embed.io import atomic_write_json, fingerprint_json, read_json_value
 from vis_embed.data.images import DECODE_MODES
 from vis_embed.model.defaults import (DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DEFAULT_VIDEO_FRAMES,
                                       DEFAULT_VIDEO_MAX_PIXELS, DTYPE_NAMES)
@@ -178,9 +177,9 @@ def read_embedding_config(directory: str | Path | None) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+        recorded = read_json_value(path)
+    except DataError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc.reason}") from None
     if not isinstance(recorded, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(recorded).__name__}")
     _validated(recorded, str(path))  # a bad recorded value is named with its file and field

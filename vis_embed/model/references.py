@@ -14,12 +14,11 @@ No torch here (the model card and ``--help`` paths import it).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vis_embed.errors import ConfigError
-from vis_embed.io import atomic_write_json, is_hub_id
+from vis_embed.io import atomic_write_json, is_hub_id, read_json_value
 
 if TYPE_CHECKING:
     from peft import PeftConfig
@@ -74,7 +73,7 @@ def record_absolute_base(adapter_dir: Path) -> None:
     The file is edited as JSON, not through peft.PeftConfig: saving that would rewrite every
     field with this peft version's defaults, and only the base's name must change."""
     config_path = adapter_dir / ADAPTER_CONFIG
-    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config = read_json_value(config_path)
     base = config.get("base_model_name_or_path")
     if base and absolute_model_reference(base) != base:
         config["base_model_name_or_path"] = absolute_model_reference(base)

@@ -20,7 +20,6 @@ towers learned identity several times faster than full fine-tuning in our calibr
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +31,7 @@ from vis_embed.prep.synth import generate
 from vis_embed import resources
 from vis_embed.errors import ConfigError
 from vis_embed.evaluation.quickstart_report import plot_training_curve, write_report
-from vis_embed.io import atomic_write_json
+from vis_embed.io import atomic_write_json, read_json_value
 from vis_embed.model.embedding_config import EMBEDDING_CONFIG_FILE
 from vis_embed.model.network.adaptation import saved_adaptation
 from vis_embed.model.files.tiny import build_tiny_checkpoint
@@ -67,7 +66,7 @@ class StageClock:
     def __init__(self, out: Path, total: int, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock  # seconds (a test passes a fake one)
         self.path = out / STAGE_TIMES
-        self.seconds: dict[str, float] = (json.loads(self.path.read_text(encoding="utf-8"))
+        self.seconds: dict[str, float] = (read_json_value(self.path)
                                           if self.path.is_file() else {})
         self.resumed: list[str] = []
         self.total, self.number = total, 0
@@ -120,7 +119,7 @@ def evaluate(model_dir: Path, adapter: Path | None, benchmark: Path, out_dir: Pa
 
     results_path = out_dir / "results.json"
     if results_path.is_file():
-        return json.loads(results_path.read_text(encoding="utf-8"))
+        return read_json_value(results_path)
     return evaluate_model(model_dir, benchmark, out_dir, adapter=adapter, show_progress=show_progress)
 
 

@@ -27,11 +27,10 @@ A killed run therefore leaves only complete checkpoints, and ``--resume`` takes 
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,8 @@ import numpy as np
 import torch
 
 from vis_embed.errors import ConfigError
-from vis_embed.io import atomic_directory, atomic_write_json
+from vis_embed.config import FileRecord
+from vis_embed.io import atomic_directory, atomic_write_json, read_json_value
 from vis_embed.model.references import absolute_model_reference
 from vis_embed.distributed import barrier, broadcast_object, get_rank, is_main_process
 
@@ -119,15 +119,31 @@ def write_final_extras(directory: Path, processor: ProcessorMixin | None, recipe
         "datasets": datasets, "evaluation": None})
 
 
-def write_trainer_state(directory: Path, state: dict[str, Any]) -> None:
-    atomic_write_json(directory / TRAINER_STATE, state)
+class TrainerStateFile(FileRecord):
+    """``trainer_state.json`` (the keys the trainer writes, in its order; only ``step`` is
+    required, so a file of an earlier vis-embed loads; unknown keys kept)."""
+
+    step: int  # completed steps = the next schedule step
+    tau: float | None = None
+    schedule_fingerprint: str | None = None
+    global_batch_size: int | None = None
+    world_size: int | None = None
+    base_model: str | None = None
+    backend: str | None = None
+    recipe: dict[str, Any] | None = None  # recipe_to_dict of the run's recipe
 
 
-def read_trainer_state(directory: Path) -> dict[str, Any]:
+def write_trainer_state(directory: Path, state: TrainerStateFile | Mapping[str, Any]) -> None:
+    """Write ``trainer_state.json``: the keys given, in their order."""
+    state = state if isinstance(state, TrainerStateFile) else TrainerStateFile(**state)
+    atomic_write_json(directory / TRAINER_STATE, state.as_json())
+
+
+def read_trainer_state(directory: Path) -> TrainerStateFile:
     path = Path(directory) / TRAINER_STATE
     if not path.is_file():
         raise ConfigError(f"{directory}: not a training checkpoint (no {TRAINER_STATE})")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return TrainerStateFile.of_file(read_json_value(path), path)
 
 
 def weights_problem(state: dict[str, torch.Tensor]) -> str | None:

@@ -6,13 +6,13 @@ them, so one config serves every model size and number of processes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vis_embed.errors import ConfigError
+from vis_embed.errors import ConfigError, DataError
+from vis_embed.io import read_json_value
 from vis_embed.distributed import get_world_size
 from vis_embed.training.recipe import Recipe
 
@@ -23,9 +23,9 @@ def read_deepspeed_config(path: str) -> dict[str, Any]:
     if not config_path.is_file():
         raise ConfigError(f"deepspeed config {config_path} not found")
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"deepspeed config {config_path}: not JSON ({exc})") from None
+        config = read_json_value(config_path)
+    except DataError as exc:
+        raise ConfigError(f"deepspeed config {config_path}: not JSON ({exc.reason})") from None
     if not isinstance(config, dict):
         raise ConfigError(f"deepspeed config {config_path}: expected a JSON object")
     return config

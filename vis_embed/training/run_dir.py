@@ -100,7 +100,7 @@ def _previous_recipe(output_dir: Path) -> tuple[str, dict[str, Any] | None]:
     """The recipe of the newest checkpoint, else the run's ``recipe.yaml``, else None."""
     checkpoint = latest_checkpoint(output_dir)
     if checkpoint is not None:
-        return str(checkpoint), _as_written_now(read_trainer_state(checkpoint).get("recipe"))
+        return str(checkpoint), _as_written_now(read_trainer_state(checkpoint).recipe)
     recorded = output_dir / "recipe.yaml"
     if recorded.is_file():
         return str(recorded), _as_written_now(yaml.safe_load(recorded.read_text(encoding="utf-8")))

@@ -20,7 +20,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from vis_embed.io import atomic_write_text
+from vis_embed.errors import DataError
+from vis_embed.io import atomic_write_text, parse_jsonl_line, read_text_lines_or_errors
 from vis_embed.training.recipe import Recipe, recipe_to_dict
 
 log = logging.getLogger(__name__)
@@ -101,11 +102,11 @@ def _lines_before(path: Path, start_step: int) -> str:
     if start_step == 0 or not path.is_file():
         return ""
     kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in read_text_lines_or_errors(path):
         try:
-            if json.loads(line).get("step", -1) < start_step:
-                kept.append(line + "\n")
-        except json.JSONDecodeError:
+            if isinstance(line, str) and parse_jsonl_line(line, path, number).get("step", -1) < start_step:
+                kept.append(line.rstrip("\r\n") + "\n")
+        except DataError:  # a line cut short by the killed run: dropped
             continue
     return "".join(kept)
 

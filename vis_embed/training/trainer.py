@@ -156,8 +156,8 @@ class Trainer:
         for key, mine in (("schedule_fingerprint", self.schedule.fingerprint),
                           ("global_batch_size", self.recipe.global_batch_size),
                           ("world_size", self.world_size)):
-            if state.get(key) != mine:
-                raise ConfigError(f"cannot resume from {directory}: its {key} is {state.get(key)!r}, "
+            if getattr(state, key) != mine:
+                raise ConfigError(f"cannot resume from {directory}: its {key} is {getattr(state, key)!r}, "
                                   f"this run's is {mine!r}")
         if isinstance(self.backend, DeepSpeedBackend):
             self.backend.load(directory)
@@ -169,7 +169,7 @@ class Trainer:
         self.tau_optimizer.load_state_dict(tau_state["optimizer"])
         self.tau_scheduler.load_state_dict(tau_state["scheduler"])
         ckpt.restore_rng_state(torch.load(ckpt.rng_file(directory), map_location="cpu", weights_only=False))
-        self.start_step = int(state["step"])
+        self.start_step = state.step
         if is_main_process():
             log.info("resuming from %s at step %d", directory, self.start_step)
 
@@ -295,11 +295,11 @@ class Trainer:
                     torch.save({"temperature": self.temperature.state_dict(),
                                 "optimizer": self.tau_optimizer.state_dict(),
                                 "scheduler": self.tau_scheduler.state_dict()}, tmp / "temperature.pt")
-                ckpt.write_trainer_state(tmp, {
-                    "step": completed_steps, "tau": self.temperature.value,
-                    "schedule_fingerprint": self.schedule.fingerprint,
-                    "global_batch_size": self.recipe.global_batch_size, "world_size": self.world_size,
-                    "base_model": self.recipe.model, "backend": self.backend.kind,
-                    "recipe": recipe_to_dict(self.recipe),
-                })
+                ckpt.write_trainer_state(tmp, ckpt.TrainerStateFile(
+                    step=completed_steps, tau=self.temperature.value,
+                    schedule_fingerprint=self.schedule.fingerprint,
+                    global_batch_size=self.recipe.global_batch_size, world_size=self.world_size,
+                    base_model=self.recipe.model, backend=self.backend.kind,
+                    recipe=recipe_to_dict(self.recipe),
+                ))
         barrier()

@@ -58,13 +58,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_results(path: Path) -> ResultsFile:
-    import json
-
     from vis_embed.errors import ConfigError, DataError
+    from vis_embed.io import read_json_value
 
     try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        results = read_json_value(path)
+    except (OSError, DataError) as exc:
         raise ConfigError(f"--results {path}: not a readable results.json ({exc})") from None
     if not isinstance(results, dict) or not isinstance(results.get("datasets"), dict):
         raise ConfigError(f"--results {path}: no 'datasets' (expected a `vis-embed eval` results.json)")

@@ -9,11 +9,10 @@ not how the model embeds; :meth:`EmbeddingConfig.fingerprint`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vis_embed.io import fingerprint_files, fingerprint_json
+from vis_embed.io import fingerprint_files, fingerprint_json, read_json_value
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.references import ADAPTER_CONFIG, HEAD_CONFIG
 
@@ -57,7 +56,7 @@ def checkpoint_fingerprint(name_or_path: str | None, backbone: torch.nn.Module |
     parts = {}
     for file in files:
         if file.suffix == ".json":
-            content = json.loads(file.read_text(encoding="utf-8"))
+            content = read_json_value(file)
             if isinstance(content, dict):
                 content = {k: v for k, v in content.items() if k not in _VOLATILE_JSON_KEYS}
             parts[file.name] = fingerprint_json(content)

@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from vis_embed.config import Settings, get_dotted, validated
+from vis_embed.config import FileRecord, get_dotted
 from vis_embed.data.results_file import ResultsFile
 from vis_embed.io import atomic_write_json, atomic_write_text, is_hub_id, read_json_object
 from vis_embed.model.embedding_config import AdaptationKind
@@ -45,10 +45,10 @@ CARD_RECIPE_KEYS = ("max_steps", "global_batch_size", "seed", "optimizer.lr", "o
                     "temperature.init", "temperature.learnable", "schedule")
 
 
-class CardFacts(Settings):
-    """What a card is written from (``model_card.json``): typed, so no reader guesses at keys."""
-
-    model_config = ConfigDict(extra="ignore")  # newer or older files may carry more
+class CardFacts(FileRecord):
+    """What a card is written from (``model_card.json``): typed, so no reader guesses at keys.
+    Newer or older files may carry more (kept in ``model_extra``; a rewritten file holds the
+    declared keys, as it always did)."""
 
     base_model: str
     recipe: dict[str, Any] = Field(default_factory=dict)  # the recipe as trained (recipe_to_dict)
@@ -84,7 +84,7 @@ class CardFacts(Settings):
 
 
 def _facts(facts: CardFacts | Mapping[str, Any]) -> CardFacts:
-    return facts if isinstance(facts, CardFacts) else validated(CardFacts, facts, FACTS_FILE)
+    return facts if isinstance(facts, CardFacts) else CardFacts.of_file(facts, FACTS_FILE)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -206,7 +206,7 @@ def write_model_card(directory: Path, facts: CardFacts | Mapping[str, Any], merg
     directory = Path(directory)
     facts = _held_kind(directory, _facts(facts))
     card = ModelCard(model_card(facts, merged))
-    atomic_write_json(directory / FACTS_FILE, facts.model_dump(mode="json"))
+    atomic_write_json(directory / FACTS_FILE, facts.model_dump(mode="json", include=set(CardFacts.model_fields)))
     return atomic_write_text(directory / CARD_FILE, str(card))
 
 
@@ -223,7 +223,7 @@ def read_facts(directory: Path) -> CardFacts | None:
     facts = read_json_object(Path(directory) / FACTS_FILE)
     if facts is None or not facts.get("base_model"):
         return None
-    return validated(CardFacts, facts, Path(directory) / FACTS_FILE)
+    return CardFacts.of_file(facts, Path(directory) / FACTS_FILE)
 
 
 def record_evaluation(directory: Path, results: ResultsFile | Mapping[str, Any]) -> bool:

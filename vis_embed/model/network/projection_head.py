@@ -13,7 +13,6 @@ applies the head; ``vis-embed export`` turns it into a sentence-transformers ``D
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,17 +20,18 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from vis_embed.config import Settings, validated
-from vis_embed.errors import ConfigError
-from vis_embed.io import atomic_write_bytes, atomic_write_json
+from vis_embed.config import FileRecord, validated
+from vis_embed.errors import ConfigError, DataError
+from vis_embed.io import atomic_write_bytes, atomic_write_json, read_json_value
 from vis_embed.model.references import HEAD_CONFIG
 
 HEAD_WEIGHTS = "head.safetensors"
 HEAD_TYPE = "projection_head"
 
 
-class HeadFile(Settings):
-    """``head_config.json``: what a saved head is (its type, dimensions and base model)."""
+class HeadFile(FileRecord):
+    """``head_config.json``: what a saved head is (its type, dimensions and base model); read
+    with :func:`read_head_file` (a bad value: a ConfigError naming file and field)."""
 
     adapter_type: Literal["projection_head"] = HEAD_TYPE
     in_dim: int = Field(gt=0, strict=True)
@@ -86,11 +86,11 @@ def read_head_file(directory: str | Path) -> HeadFile:
     """The checked ``head_config.json`` of a head directory (ConfigError naming file and field)."""
     path = Path(directory).expanduser() / HEAD_CONFIG
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = read_json_value(path)
     except FileNotFoundError:
         raise ConfigError(f"{path.parent}: not a projection-head directory (no {HEAD_CONFIG})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    except DataError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc.reason}") from None
     return validated(HeadFile, config, path)
 
 

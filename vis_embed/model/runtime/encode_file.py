@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 from pydantic import ConfigDict
 
-from vis_embed.config import Settings, reported
+from vis_embed.config import FileRecord, ModelRecord
 from vis_embed.data.items import check_item
 from vis_embed.distributed import all_gather_object, broadcast_object, get_world_size, local_device, torchrun_group
 from vis_embed.embedding_cache import CacheStats
@@ -63,13 +63,13 @@ from vis_embed.model.runtime.embedder import Embedder
 from vis_embed.model.runtime.encode_shards import encode_across_ranks, remove_shards, shards_dir
 
 
-class EncodedAlignment(Settings):
+class EncodedAlignment(FileRecord):
     """``emb.ids.json``: the row alignment an encode run writes and its readers (:func:`read_encoded`,
     the gallery's index) read, validated.  The keys are the file's (see the module docstring);
     every one is optional, so an ``.ids.json`` of an earlier vis-embed loads, and unknown keys are
     kept (what a newer writer adds, e.g. a new stored-form record)."""
 
-    model_config = ConfigDict(extra="allow", strict=True, protected_namespaces=())
+    model_config = ConfigDict(strict=True)
     input: str | None = None                          # the JSONL encoded
     lines: list[int] = []                             # row j = input line lines[j] (1-based)
     ids: list[Any] | None = None                      # row j's ``id`` field (or null)
@@ -77,11 +77,7 @@ class EncodedAlignment(Settings):
     dim: int | None = None                            # the stored form (vectors/stored_form.py)
     precision: str | None = None
     ranges: str | None = None                         # int8/uint8: where the ranges came from
-    model: dict[str, Any] | None = None               # model_record: name, adapter, fingerprint
-
-    def as_json(self) -> dict[str, Any]:
-        """The keys as written (those given when it was made or read), JSON types."""
-        return self.model_dump(mode="json", exclude_unset=True)
+    model: ModelRecord | None = None                  # model_record: name, adapter, fingerprint
 
 
 def sidecar_paths(output: Path) -> tuple[Path, Path]:
@@ -186,18 +182,18 @@ def encode_jsonl(model: str | Path, input_path: Path, output: Path, *, adapter: 
     return written
 
 
-def model_record(embedder: Embedder, model: str | Path, adapter: str | Path | None) -> dict[str, Any]:
+def model_record(embedder: Embedder, model: str | Path, adapter: str | Path | None) -> ModelRecord:
     """Which model made the vectors (``.ids.json``'s ``model``): an index built from them refuses
     queries of another model (:mod:`vis_embed.gallery.store`)."""
-    return {"name": str(model), "adapter": None if adapter is None else str(adapter),
-            "fingerprint": embedder.fingerprint()}
+    return ModelRecord(name=str(model), adapter=None if adapter is None else str(adapter),
+                       fingerprint=embedder.fingerprint())
 
 
 def _write_outputs(encoded: tuple[np.ndarray, list[int], dict[int, DataError]], items: list[dict[str, Any]],
                    ids: list[Any], lines: list[int], rejects: list[dict[str, Any]], input_path: Path,
                    output: Path, on_error: str, truncated: int = 0,
                    embedding_config: dict[str, Any] | None = None,
-                   storage: StoredForm | None = None, model: dict[str, Any] | None = None) -> EncodedFile:
+                   storage: StoredForm | None = None, model: ModelRecord | None = None) -> EncodedFile:
     """Write the matrix, the row alignment and (skip mode) the rejects of an encoded JSONL."""
     embeddings, kept, errors = encoded
     embeddings, ranges, stored = (storage or StoredForm()).apply(embeddings)
@@ -274,8 +270,7 @@ def read_encoded(output: str | Path) -> tuple[np.ndarray, EncodedAlignment]:
     recorded = read_json_value(ids_path)
     if not isinstance(recorded, dict) or not isinstance(recorded.get("lines", []), list):
         raise DataError("expected a JSON object with a \"lines\" list", path=ids_path)
-    with reported(ids_path, as_error=lambda problems: problems[0]):
-        alignment = EncodedAlignment.model_validate(recorded)
+    alignment = EncodedAlignment.of_file(recorded, ids_path)
     if len(alignment.lines) != len(embeddings):
         raise DataError(f"{len(embeddings)} rows but {ids_path.name} lists {len(alignment.lines)}: "
                         f"the two come from different runs; run encode again", path=output)

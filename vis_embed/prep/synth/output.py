@@ -20,7 +20,7 @@ from vis_embed.prep.synth.plan import BoxRef, Plan
 from vis_embed.prep.synth.sampling import Params
 from vis_embed.prep.synth.sizes import SynthSize
 from vis_embed.errors import ConfigError
-from vis_embed.io import atomic_directory
+from vis_embed.io import atomic_directory, read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,8 @@ def is_current(out_dir: str | Path) -> bool:
     evaluated under the new one's name."""
     marker = Path(out_dir) / MARKER_FILE
     try:
-        return json.loads(marker.read_text(encoding="utf-8")).get("generator_version") == GENERATOR_VERSION
-    except (OSError, ValueError, AttributeError):
+        return (read_json_object(marker) or {}).get("generator_version") == GENERATOR_VERSION
+    except OSError:
         return False
 
 
