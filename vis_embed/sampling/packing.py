@@ -3,7 +3,7 @@ full look-alike groups first in pairs slots, other candidate orders, else a last
 
 :class:`StepSlots` is the step's slot state (each slot's dataset, which take a pairs queue and
 which must take it in order); :class:`SlotPacker` holds what lasts across steps: how often
-packing whole groups and trying other orders paid off per dataset (``effort.worth`` decides
+packing whole groups and trying other orders paid off per dataset (:func:`worth` decides
 whether they are still tried).
 """
 
@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vis_embed.sampling.effort import worth
 from vis_embed.sampling.greedy import resolve
 from vis_embed.sampling.member_stream import member_stream
 from vis_embed.sampling.pairs_queue import PairsQueue
@@ -23,6 +22,21 @@ from vis_embed.sampling.settings import ScheduleSettings
 # A slot that whole groups cannot fill tries other candidate orders, and in the first rounds
 # more candidates, before it cuts a group.
 REPACK_TRIES = 4
+
+# When an effort that rarely pays is given up (one rule, both efforts): filling a dataset's
+# slots with whole hard-negative groups, and trying other candidate orders for its short slots,
+# cost time on every step; on data where they seldom succeed (e.g. every group has k + 1 members
+# and M is no multiple of it) they only cost time -- at the paper's scale six times the whole
+# schedule (docs/scheduling.md).
+TRIAL = 20  # attempts before an effort that rarely succeeds stops being tried
+MIN_SUCCESS_RATE = 0.1
+
+
+def worth(tries: np.ndarray) -> np.ndarray:
+    """Per row of ``(attempts, successes)``: still worth trying -- fewer than :data:`TRIAL`
+    attempts, or at least :data:`MIN_SUCCESS_RATE` of them succeeded."""
+    attempts, successes = tries[:, 0], tries[:, 1]
+    return (attempts < TRIAL) | (successes >= MIN_SUCCESS_RATE * attempts)
 
 
 @dataclass
@@ -120,7 +134,7 @@ class SlotPacker:
         ``relaxed`` (the slot cuts its last group).  A dataset where this rarely helps (e.g. every
         group has k + 1 members and M is no multiple of it) is not tried again: it would only cost time;
         nor are other orders (and more candidates) for a dataset where they rarely filled its slots
-        (``self.reordering``, the same ``effort.worth`` rule): its slots cut at once."""
+        (``self.reordering``, the same :func:`worth` rule): its slots cut at once."""
         slot, rows = candidates.arrays()
         # A pairs row that must be placed at this draw stays ahead of the others, in queue order;
         # the others are all of their dataset's current epoch, so any order of them keeps each
