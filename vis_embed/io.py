@@ -207,8 +207,10 @@ def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 
 
 def read_text(path: str | Path | Traversable) -> str:
-    """A whole UTF-8 file (a packaged one too); bytes that are not UTF-8 are a ``DataError``
-    naming file and line."""
+    """A whole UTF-8 file (a packaged one too); not a regular file, or bytes that are not UTF-8:
+    a ``DataError`` naming the file (and line)."""
+    if isinstance(path, (str, os.PathLike)):  # on the file system (a packaged file in a zip is neither)
+        check_regular_file(path)  # a FIFO would block the read forever
     path = path if isinstance(path, Traversable) else Path(path)
     data = without_bom(path.read_bytes())
     try:
@@ -251,6 +253,8 @@ def parse_jsonl_line(line: str, path: str | Path, line_number: int) -> dict[str,
     except json.JSONDecodeError as exc:
         raise DataError(f"malformed JSON ({exc.msg} at column {exc.colno})",
                         path=path, line=line_number) from None
+    except RecursionError:  # a hostile line nested past the interpreter's limit: bounded, named
+        raise DataError("JSON nested too deeply", path=path, line=line_number) from None
     if not isinstance(obj, dict):
         raise DataError(f"expected a JSON object, got {type(obj).__name__}", path=path, line=line_number)
     return obj
