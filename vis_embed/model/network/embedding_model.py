@@ -238,8 +238,8 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         adaptation = adaptation_of(self)
         if isinstance(adaptation, LoraAdaptation):
             adaptation.merge(self)
-            # a plain checkpoint now: what it saves records no adapter (as `vis-embed merge` writes)
-            self.embedding_config = self.embedding_config.model_copy(update={"adaptation": None})
+            # full weights now: recorded as `vis-embed merge` and save_pretrained record them
+            self.embedding_config = self.embedding_config.model_copy(update={"adaptation": "full"})
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
         """Adapter-only if peft-wrapped (peft format), the head only with a projection head,

@@ -20,7 +20,7 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from vis_embed.config import FileRecord, validated
+from vis_embed.config import FileRecord
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.io import atomic_write_bytes, atomic_write_json, read_json_value
 from vis_embed.model.references import HEAD_CONFIG
@@ -78,20 +78,19 @@ def save_head(directory: str | Path, head: ProjectionHead, base_model: str | Non
                for name, tensor in (state if state is not None else head.state_dict()).items()}
     atomic_write_bytes(directory / HEAD_WEIGHTS, save(weights))
     record = HeadFile(in_dim=head.in_dim, out_dim=head.out_dim, base_model_name_or_path=base_model)
-    atomic_write_json(directory / HEAD_CONFIG, record.model_dump(mode="json"))
+    atomic_write_json(directory / HEAD_CONFIG, record.model_dump(mode="json"))  # every key, adapter_type included
     return directory
 
 
 def read_head_file(directory: str | Path) -> HeadFile:
     """The checked ``head_config.json`` of a head directory (ConfigError naming file and field)."""
     path = Path(directory).expanduser() / HEAD_CONFIG
+    if not path.exists():
+        raise ConfigError(f"{path.parent}: not a projection-head directory (no {HEAD_CONFIG})")
     try:
-        config = read_json_value(path)
-    except FileNotFoundError:
-        raise ConfigError(f"{path.parent}: not a projection-head directory (no {HEAD_CONFIG})") from None
-    except DataError as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc.reason}") from None
-    return validated(HeadFile, config, path)
+        return HeadFile.of_file(read_json_value(path), path)
+    except DataError as exc:  # not JSON, not a regular file, or a bad value: named, as a model's config
+        raise ConfigError(str(exc)) from None
 
 
 def load_head(directory: str | Path) -> ProjectionHead:
