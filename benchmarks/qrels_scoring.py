@@ -66,7 +66,7 @@ def main() -> None:
         embeddings = {"query": unit(rng, args.queries, args.dim), "corpus": unit(rng, args.corpus, args.dim)}
         report = {"queries": args.queries, "corpus": args.corpus, "dim": args.dim}
         for save_runs in (False, True):
-            options = ScoringOptions(index=IndexSpec.named("exact"), n_examples=0, save_runs=save_runs)
+            options = ScoringOptions(index=IndexSpec(kind="flat"), n_examples=0, save_runs=save_runs)
             prepared = layouts.load_for_scoring(spec, options=options)
             start = time.perf_counter()
             outcome = prepared.score(embeddings)

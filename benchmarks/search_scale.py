@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/search_scale.py --gallery-size 100000 --queries 1000
 
 Three exact methods: ``--index exact-bf16`` (vis_embed's Bf16ShortlistIndex: certified bf16
-shortlist + exact re-rank), ``--index exact`` (faiss flat, float32; faiss.knn searches the
+shortlist + exact re-rank), ``--index flat`` (faiss flat, float32; faiss.knn searches the
 array in place) and numpy chunked matmul + argpartition (the baseline).  Random unit vectors
 stand in for embeddings: the cost of the matrix product does not depend on the values, and for
 the bf16 index random vectors are the *hard* case -- their top scores sit in a dense crowd, so

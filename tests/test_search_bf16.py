@@ -113,5 +113,5 @@ def test_a_product_that_rounds_partial_sums_is_refused(monkeypatch: pytest.Monke
     monkeypatch.setattr(torch, "mm", blocked_mm)
     with pytest.raises(RuntimeError, match="does not accumulate in float32"):
         search_bf16.check_bf16_products(1536)
-    with pytest.raises(RuntimeError, match="use --index exact"):
+    with pytest.raises(RuntimeError, match="use --index flat"):
         search_bf16.Bf16ShortlistIndex(unit_rows(np.random.default_rng(7), 10, 1536))

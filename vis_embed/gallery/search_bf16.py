@@ -48,7 +48,7 @@ def check_bf16_products(dim: int, rows: int = 256, seed: int = 0) -> None:
     if bool(((product - exact).abs() > _BF16_RELATIVE_ERROR * product.abs()).any()):
         raise RuntimeError("this torch build's bf16 matrix product does not accumulate in float32 "
                            "(partial sums are rounded), so exact-bf16 cannot certify its results; "
-                           "use --index exact")
+                           "use --index flat")
 
 
 class Bf16ShortlistIndex:

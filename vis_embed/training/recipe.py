@@ -216,7 +216,7 @@ class Recipe(Settings):
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"lora.r=8"`` -> (["lora", "r"], 8).  Values are YAML (numbers, booleans, lists)."""
+    """``"adaptation.lora.r=8"`` -> (["adaptation", "lora", "r"], 8).  Values are YAML (numbers, booleans, lists)."""
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected KEY.PATH=VALUE")
     key, raw = text.split("=", 1)
