@@ -174,3 +174,13 @@ def test_an_earlier_results_json_index_value_still_names_its_spec() -> None:
     records the canonical kind (and ``index_spec``).  An earlier file's value still parses."""
     assert {name: IndexSpec.named(name).kind for name in ALIASES} == {
         "exact": "flat", "exact-bf16": "flat", "exact-gpu": "flat", "ivf": "ivf-flat"}
+
+
+def test_the_flat_variants_have_names_of_their_own_and_the_old_ones_mean_the_same() -> None:
+    """flat at bf16 and on the GPU are named as such (flat-bf16, flat-gpu); exact-bf16 / exact-gpu,
+    eval's earlier names, still give the very same specs."""
+    assert IndexSpec.named("flat-bf16") == IndexSpec(kind="flat", precision="bfloat16")
+    assert IndexSpec.named("flat-gpu") == IndexSpec(kind="flat", device="gpu")
+    assert IndexSpec.named("exact-bf16") == IndexSpec.named("flat-bf16")
+    assert IndexSpec.named("exact-gpu") == IndexSpec.named("flat-gpu")
+    assert {"flat-bf16", "flat-gpu"} <= set(INDEX_NAMES)

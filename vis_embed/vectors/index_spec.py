@@ -11,8 +11,10 @@ name their index from one set of kinds:
 - ``auto``: chosen by :func:`vis_embed.gallery.index_choice.resolve_index` (a memory budget
   for a stored index, else this machine's fastest exact search).
 
-Eval's earlier names stay as aliases with the same meaning (:data:`ALIASES`): ``exact`` = flat,
-``exact-bf16`` = flat at bfloat16, ``exact-gpu`` = flat on the GPU, ``ivf`` = ivf-flat.  A name
+The flat kind's variants have names of their own (:data:`FLAT_VARIANTS`): ``flat-bf16`` (flat at
+bfloat16) and ``flat-gpu`` (flat on the GPU).  Eval's earlier names stay as aliases with the same
+meaning (:data:`ALIASES`): ``exact`` = flat, ``exact-bf16`` = flat-bf16, ``exact-gpu`` =
+flat-gpu, ``ivf`` = ivf-flat.  A name
 (``--index``, a manifest's ``options.index``, ``index --kind``) is checked here only
 (:func:`check_index_name`) and parsed into a spec (:meth:`IndexSpec.named`) where it enters;
 past that the spec travels whole, and what is recorded is its canonical kind.
@@ -38,15 +40,21 @@ KINDS: tuple[str, ...] = (AUTO, "flat", "binary", "int8", "ivf-flat", "ivf-pq")
 # kinds `vis-embed index` writes to disk (gallery/store.py; index.json's kind) and --kind offers
 STORED_KINDS: tuple[str, ...] = ("flat", "binary", "int8", "ivf-pq")
 STORE_KINDS: tuple[str, ...] = (AUTO, *STORED_KINDS)
-# eval's earlier --index names: each is one spec of the vocabulary above
+# the flat kind's named variants: its products at bf16 (a certified shortlist), or on the GPU
+FLAT_VARIANTS: dict[str, dict[str, str]] = {
+    "flat-bf16": {"kind": "flat", "precision": "bfloat16"},
+    "flat-gpu": {"kind": "flat", "device": "gpu"},
+}
+# eval's earlier --index names (a contract: still read, same meaning): each is one spec above
 ALIASES: dict[str, dict[str, str]] = {
     "exact": {"kind": "flat"},
-    "exact-bf16": {"kind": "flat", "precision": "bfloat16"},
-    "exact-gpu": {"kind": "flat", "device": "gpu"},
+    "exact-bf16": FLAT_VARIANTS["flat-bf16"],
+    "exact-gpu": FLAT_VARIANTS["flat-gpu"],
     "ivf": {"kind": "ivf-flat"},
 }
+_SPELLED: dict[str, dict[str, str]] = {**FLAT_VARIANTS, **ALIASES}
 # every name an index may be given (eval's --index and a manifest's options.index)
-INDEX_NAMES: tuple[str, ...] = KINDS + tuple(ALIASES)
+INDEX_NAMES: tuple[str, ...] = KINDS + tuple(FLAT_VARIANTS) + tuple(ALIASES)
 RESCORED_KINDS: tuple[str, ...] = ("binary", "int8", "ivf-pq")  # codes whose shortlist floats re-rank
 DEFAULT_RESCORE = 4            # a stored code index's shortlist factor: 4 x k, re-ranked with floats
 IVF_ID_BYTES = 8               # an inverted list stores an int64 id beside each code
@@ -95,7 +103,7 @@ def check_index_name(name: Any, known: tuple[str, ...] = INDEX_NAMES, flag: str 
 
 def spec_kind(name: str) -> str:
     """The kind an index name stands for (an alias's kind, else the name)."""
-    return ALIASES.get(name, {}).get("kind", name)
+    return _SPELLED.get(name, {}).get("kind", name)
 
 
 def check_rescore(rescore: Any, index: str, flag: str = "--rescore") -> int:
@@ -135,8 +143,8 @@ class IndexSpec(Settings):
 
     @classmethod
     def named(cls, name: str, **fields: Any) -> IndexSpec:
-        """The spec an index name stands for (a kind or an alias), with ``fields`` added."""
-        return cls(**{"kind": check_index_name(name), **ALIASES.get(name, {}), **fields})
+        """The spec an index name stands for (a kind, a flat variant or an alias), with ``fields`` added."""
+        return cls(**{"kind": check_index_name(name), **_SPELLED.get(name, {}), **fields})
 
     @property
     def takes_rescore(self) -> bool:
