@@ -29,12 +29,11 @@ from vis_embed.evaluation.report import (find_reference, load_groups, load_mmeb_
 from vis_embed.evaluation.settings import EvalSettings
 from vis_embed.io import atomic_write_json
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
-from vis_embed.model.defaults import ADAPTER_HELP, add_preparation_arguments
+from vis_embed.model.defaults import add_model_reference_arguments, add_preparation_arguments
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="checkpoint folder or hub name of the backbone")
-    parser.add_argument("--adapter", default=None, help=ADAPTER_HELP)
+    add_model_reference_arguments(parser)
     parser.add_argument("--benchmark", required=True, type=Path, help="benchmark manifest YAML")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     # --batch-size, --max-queries, --datasets, --index, --rescore, --dim, --depth, --examples, --tie-policy,

@@ -16,7 +16,7 @@ from vis_embed.vectors.index_spec import STORE_KINDS
 from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, seed_int
 from vis_embed.vectors.options import positive_int
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
-from vis_embed.model.defaults import ADAPTER_HELP, add_preparation_arguments
+from vis_embed.model.defaults import add_model_reference_arguments, add_preparation_arguments
 
 
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,8 +44,7 @@ def run_index(args: argparse.Namespace) -> int:
 
 
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="the model (hub id or checkpoint) that encoded the gallery")
-    parser.add_argument("--adapter", type=Path, default=None, help=ADAPTER_HELP)  # with --model: the gallery's encoder
+    add_model_reference_arguments(parser, "the model (Hub id or checkpoint) that encoded the gallery")
     parser.add_argument("--index", required=True, type=Path, help="index directory written by vis-embed index")
     parser.add_argument("--input", required=True, type=Path, help="queries JSONL (items: image?, text?, id?)")
     parser.add_argument("--output", required=True, type=Path, help="hits JSONL to write")

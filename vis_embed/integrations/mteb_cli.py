@@ -20,14 +20,13 @@ from pathlib import Path
 from vis_embed.errors import ConfigError, VisEmbedError
 from vis_embed.vectors.options import add_dim_argument
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
-from vis_embed.model.defaults import ADAPTER_HELP, add_preparation_arguments
+from vis_embed.model.defaults import add_model_reference_arguments, add_preparation_arguments
 
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="checkpoint folder or hub name of the backbone")
-    parser.add_argument("--adapter", default=None, help=ADAPTER_HELP)
+    add_model_reference_arguments(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--tasks", default=None, help="comma-separated registered mteb task names (data from the hub)")
     source.add_argument("--benchmark", type=Path, default=None,

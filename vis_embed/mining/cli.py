@@ -11,13 +11,12 @@ from pathlib import Path
 
 from vis_embed.config import finite_float
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
-from vis_embed.model.defaults import ADAPTER_HELP, add_preparation_arguments
+from vis_embed.model.defaults import add_model_reference_arguments, add_preparation_arguments
 from vis_embed.mining.hard_negatives import SIMILARITIES, load_mining_dataset, mine_dataset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="vis_embed checkpoint (path or hub name)")
-    parser.add_argument("--adapter", default=None, help=ADAPTER_HELP)
+    add_model_reference_arguments(parser)
     parser.add_argument("--data", required=True, help="data config YAML (with --dataset) or one .jsonl/.parquet")
     parser.add_argument("--dataset", default=None, help="sub-dataset of the data config to mine")
     parser.add_argument("--group-by", default=None,

@@ -18,7 +18,7 @@ from typing import Any
 
 from vis_embed.errors import ConfigError
 from vis_embed.vectors.options import PRECISIONS, add_dim_argument
-from vis_embed.model.defaults import ADAPTER_HELP, COMPILE_HELP, add_preparation_arguments
+from vis_embed.model.defaults import add_model_reference_arguments, COMPILE_HELP, add_preparation_arguments
 from vis_embed.model.embedding_config import add_embedding_config_arguments, given_settings
 from vis_embed.model.files.tiny import ARCHS, PRESETS, build_tiny_checkpoint
 
@@ -55,11 +55,10 @@ def model_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="hub id or local checkpoint directory")
+    add_model_reference_arguments(parser)
     parser.add_argument("--input", required=True, type=Path, help="items JSONL (image?, text?)")
     parser.add_argument("--output", type=Path, default=None,
                         help="embeddings .npy to write (required unless --dry-run)")
-    parser.add_argument("--adapter", type=Path, default=None, help=ADAPTER_HELP)
     parser.add_argument("--instruction", default=None, help="prepended to every item's text")
     parser.add_argument("--batch-size", type=int, default=16,
                         help="items per forward pass; the vectors do not depend on it (default: 16)")

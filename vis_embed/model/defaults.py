@@ -40,6 +40,15 @@ COMPILE_HELP = ("compile the transformer blocks (torch.compile): fused element-w
 # (model/network/adaptation/saved.saved_adapter).
 ADAPTER_HELP = ("a saved adapter loaded over --model: a peft LoRA adapter or a projection-head directory (a run's "
                 "final/ or checkpoint-STEP/); a full fine-tune is a model of its own: pass it as --model")
+MODEL_HELP = "the model: a Hub id or a local checkpoint directory (a full fine-tune's final/ too)"
+
+
+def add_model_reference_arguments(parser: argparse.ArgumentParser, model_help: str = MODEL_HELP) -> None:
+    """``--model`` (required) and ``--adapter``: the pair every command that loads a model for
+    inference declares (encode, eval, search, mine-negatives, serve, mteb), written once; both
+    strings (a Hub id is no path), handed to ``Embedder.from_pretrained`` as given."""
+    parser.add_argument("--model", required=True, help=model_help)
+    parser.add_argument("--adapter", default=None, help=ADAPTER_HELP)
 
 # Item preparation (model/runtime/prepare_pool.py, data/images.py): --workers and --decode on encode,
 # eval, mine-negatives and serve; the recipe's num_workers and model_options.decode.

@@ -38,7 +38,7 @@ from vis_embed.config import add_model_arguments, from_arguments
 from vis_embed.errors import ConfigError
 from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
-from vis_embed.model.defaults import ADAPTER_HELP, add_preparation_arguments
+from vis_embed.model.defaults import add_model_reference_arguments, add_preparation_arguments
 from vis_embed.serving.hosts import default_allowed_hosts
 from vis_embed.serving.settings import API_KEY_ENV, GALLERIES, LIMITS, ServerSettings
 
@@ -51,8 +51,7 @@ _M_MMAP_THRESHOLD = -3  # and for M_MMAP_THRESHOLD
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """--model, --adapter, --served-model-name and --index by hand (no ServerSettings field of
     their own), every other serve flag generated from ServerSettings' fields."""
-    parser.add_argument("--model", required=True, help="hub id or local checkpoint directory")
-    parser.add_argument("--adapter", type=Path, default=None, help=ADAPTER_HELP)
+    add_model_reference_arguments(parser)
     parser.add_argument("--served-model-name", default=None,
                         help="the name clients send as \"model\" (default: the --model argument)")
     groups = {LIMITS: parser.add_argument_group("exposure and limits"),
