@@ -170,8 +170,8 @@ def test_index_options_match_exact_on_a_small_gallery(tmp_path: Path, index: str
 
 @pytest.mark.parametrize(("options", "field", "reason"), [
     ({"index": "hnsw"}, "Gal.options.index",
-     "unknown index kind 'hnsw' (known: auto, flat, binary, int8, ivf-flat, ivf-pq, exact, exact-bf16, "
-         "exact-gpu, ivf)"),
+     "unknown index kind 'hnsw' (known: auto, flat, binary, int8, ivf-flat, ivf-pq, flat-bf16, flat-gpu, "
+         "exact, exact-bf16, exact-gpu, ivf)"),
     ({"tie_policy": "last"}, "Gal.options.tie_policy", "unknown tie policy 'last' (known: pessimistic, first)"),
     ({"depth": 0}, "Gal.options.depth", "greater than 0"),
     ({"ks": [1, -5]}, "Gal.options.ks[1]", "greater than 0"),
