@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from vis_embed.data.benchmark import EvalDatasetSpec
 from vis_embed.data.items import ResolvedItem
 from vis_embed.data.manifest import FILE_ROLES
+from vis_embed.data.results_file import ResultsFile
 from vis_embed.data.taxonomy import group_counts, group_means
 from vis_embed.distributed import broadcast_object, is_main_process
 from vis_embed.embedding_cache import CacheStats, ContentHasher, EmbeddingCache
@@ -271,7 +272,11 @@ class Harness:
             raise
 
     def write_outputs(self, results: dict[str, Any]) -> None:
-        atomic_write_json(self.out_dir / "results.json", results)
+        path = self.out_dir / "results.json"
+        # what is written must read back as the readers' record (data/results_file.ResultsFile):
+        # a writer that drifts from it fails here, not in a reader later
+        ResultsFile.of_file(results, path)
+        atomic_write_json(path, results)
         write_mmeb_score_files(results, self.out_dir)  # VLM2Vec / MMEB leaderboard format
         write_markdown(results, self.out_dir / "results.md", self.settings.reference)
         if self.settings.pictures:
