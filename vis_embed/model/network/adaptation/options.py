@@ -33,10 +33,9 @@ class AdaptationOptions(Settings):
     head: HeadOptions = Field(default_factory=HeadOptions)
 
     def build(self) -> Adaptation:
-        """The kind's class (from :data:`ADAPTATIONS`) built from the kind's own section."""
-        cls = ADAPTATIONS[self.kind]
-        sections: dict[type[Adaptation], Settings] = {LoraAdaptation: self.lora, HeadAdaptation: self.head}
-        return cls.from_options(sections.get(cls))
+        """The kind's class (from :data:`ADAPTATIONS`) built from the kind's own section: the
+        field named after the kind (``lora``, ``head``; none for ``full``)."""
+        return ADAPTATIONS[self.kind].from_options(getattr(self, self.kind, None))
 
 
 def build_adaptation(kind: AdaptationKind, lora: LoraOptions | None = None,
