@@ -33,9 +33,8 @@ from vis_embed.io import atomic_write_json  # noqa: E402
 from vis_embed.model.files.tiny import build_random_model  # noqa: E402
 from vis_embed.model.network.attention import VARLEN, set_attention  # noqa: E402
 from vis_embed.model.network.embedding_model import EmbeddingModel  # noqa: E402
+from vis_embed.model.defaults import DEFAULT_MAX_PIXELS  # noqa: E402  (256 visual tokens: the recipes' budget)
 from vis_embed.provenance import provenance  # noqa: E402
-
-MAX_PIXELS = 200704  # 256 visual tokens: the recipes' budget (as gpu_encode.py)
 
 
 def main() -> int:
@@ -51,7 +50,7 @@ def main() -> int:
     started = time.perf_counter()
     backbone, processor = build_random_model(args.arch, args.preset, dtype=torch.bfloat16, device=torch.device("cpu"))
     set_attention(backbone, VARLEN)
-    model = EmbeddingModel(backbone, processor, max_pixels=MAX_PIXELS)
+    model = EmbeddingModel(backbone, processor, max_pixels=DEFAULT_MAX_PIXELS)
     built = time.perf_counter() - started
     fused = fused_side_by_side(model, args.batch, 1, args.side, None, compile=False, reference=True)
     to_fp32 = fused["min_cosine_to_fp32"]

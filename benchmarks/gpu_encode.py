@@ -76,9 +76,10 @@ from vis_embed.model.network.attention import (VARLEN, flash_attention_available
                                                set_attention)
 from vis_embed.model.runtime.embedder import Embedder  # noqa: E402
 from vis_embed.model.network.embedding_model import EmbeddingModel  # noqa: E402
+from vis_embed.model.defaults import DEFAULT_MAX_PIXELS  # noqa: E402
 from vis_embed.model.files.tiny import build_random_model  # noqa: E402
 
-MAX_PIXELS = 200704  # 256 visual tokens: the recipes' budget
+MAX_PIXELS = DEFAULT_MAX_PIXELS  # 256 visual tokens: the recipes' budget
 RATE_MODELS = {"Qwen2-VL-2B": ("qwen2-vl", "qwen2-vl-2b"), "Qwen2.5-VL-3B": ("qwen2.5-vl", "qwen2.5-vl-3b"),
                "Qwen2.5-VL-7B": ("qwen2.5-vl", "qwen2.5-vl-7b")}
 QUICK_MODEL = ("qwen2-vl", "tiny")
