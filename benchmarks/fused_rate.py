@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from encode_efficiency import synchronize
+from kernel_profile import describe_breakdown, kernel_breakdown
 from model_rate import device_batch, square_images, timed, useful_flops
 
 from vis_embed.model.network.aligned_mlp import align_mlps, alignment_for
@@ -107,9 +108,11 @@ def fp32_vectors(model: EmbeddingModel, batch: dict[str, Any]) -> torch.Tensor:
 
 
 def fused_side_by_side(model: EmbeddingModel, batch_size: int, repeats: int, side: int,
-                       peak_flops: float | None, compile: bool = True, reference: bool = False) -> dict[str, Any]:
+                       peak_flops: float | None, compile: bool = True, reference: bool = False,
+                       profile: bool = False) -> dict[str, Any]:
     """The plain path, then the fused one (the model is left fused and compiled); ``reference``:
-    each path's smallest cosine to the fp32 forward too."""
+    each path's smallest cosine to the fp32 forward too; ``profile``: where one fused forward's
+    time goes (kernel_profile.kernel_breakdown: kernels by kind, the GPU's idle share)."""
     set_attention(model.backbone, VARLEN)
     device = model.device
     prepared, batch = device_batch(model, square_images(batch_size, side))
@@ -137,6 +140,12 @@ def fused_side_by_side(model: EmbeddingModel, batch_size: int, repeats: int, sid
             report["first_call_s"] = time.perf_counter() - started
         vectors["fused"] = model(**batch).float()
         seconds["fused"] = timed(lambda: model(**batch), device, repeats)
+        if profile:
+            try:
+                report["fused_profile"] = kernel_breakdown(lambda: model(**batch), device)
+            except Exception as exc:  # noqa: BLE001 -- a diagnostic: its failure must not cost the rates above
+                report["fused_profile"] = None
+                report["fused_profile_error"] = f"{type(exc).__name__}: {exc}"
     for path in PATHS:
         median = statistics.median(seconds[path])
         report[path] = {"images_per_s": batch_size / median, "seconds_median": median,
@@ -165,4 +174,8 @@ def describe_fused(name: str, report: dict[str, Any]) -> str:
     to_fp32 = report.get("min_cosine_to_fp32")
     if to_fp32:
         parts.append(f"  min cosine to fp32: plain {to_fp32['plain']:.6f}, fused {to_fp32['fused']:.6f}")
+    if report.get("fused_profile"):
+        parts.append(describe_breakdown(report["fused_profile"]))
+    if report.get("fused_profile_error"):
+        parts.append(f"    profile failed: {report['fused_profile_error']}")
     return "\n".join(parts)

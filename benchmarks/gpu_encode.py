@@ -9,7 +9,10 @@ a CPU.  The report records card, driver, torch, transformers and the bf16 GEMM p
 0. **Fused vs plain** (``--rate-models``; benchmarks/fused_rate.py): for each model, the plain
    path (as before issue 45) and the fused path on the same weights: forward images/s, share of
    the GEMM peak, host reads and CUDA syncs of one forward, the compile's first call
-   (``--skip-compile``: fused without it), and the smallest cosine.
+   (``--skip-compile``: fused without it), and the smallest cosine; and where one fused
+   forward's time goes (benchmarks/kernel_profile.py: kernel time by kind -- matrix products,
+   attention, Inductor's fused kernels, elementwise, copies -- and the GPU's idle share of the
+   call; ``--skip-profile`` leaves it out).
 1. **sdpa vs ours** (only with ``--with-sdpa``; benchmarks/model_rate.py): for each of Qwen2-VL-2B,
    Qwen2.5-VL-3B and Qwen2.5-VL-7B (``vis_embed.model.files.tiny`` presets with the published
    configs: a test pins their parameter counts), a batch of ``--rate-batch`` 448x448 images
@@ -334,6 +337,8 @@ def main() -> int:
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--skip-e2e", action="store_true", help="no end-to-end encode")
     parser.add_argument("--skip-compile", action="store_true", help="the fused path without torch.compile")
+    parser.add_argument("--skip-profile", action="store_true",
+                        help="no kernel-time breakdown of the fused forward (benchmarks/kernel_profile.py)")
     parser.add_argument("--budget-s", type=float, default=400, help="skip the steps that would start after this")
     parser.add_argument("--quick", action="store_true", help="tiny model, few items (checks the script)")
     parser.add_argument("--smoke", action="store_true", help="--device cpu --quick")
@@ -399,7 +404,7 @@ def main() -> int:
                 report["rates"][name] = rate
                 print(describe_rates(f"{name} forward (built in {built:.1f} s)", rate), flush=True)
             fused = fused_side_by_side(model, args.rate_batch, args.rate_repeats, side, peak,
-                                       compile=not args.skip_compile, reference=True)
+                                       compile=not args.skip_compile, reference=True, profile=not args.skip_profile)
             report["fused"][name] = fused
             print(describe_fused(f"{name} forward, plain vs fused (built in {built:.1f} s)", fused), flush=True)
             save()

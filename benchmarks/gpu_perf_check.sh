@@ -3,7 +3,8 @@
 # (a task's device time is 15 minutes in all, start-up included): the CUDA tests of the fused
 # path, then benchmarks/gpu_encode.py -- fused vs plain forward for Qwen2-VL-2B, Qwen2.5-VL-3B
 # and 7B (share of the measured bf16 peak, host reads and CUDA syncs, compile's first call,
-# cosine), the 2B recipe's training step, end-to-end encode against the fused forward rate.
+# cosine, where one fused forward's time goes: kernels by kind and the GPU's idle share), the 2B
+# recipe's training step, end-to-end encode against the fused forward rate.
 # Steps that would start after the budget are skipped and named in the JSON, which is
 # rewritten after every step (a run cut short keeps what it measured).
 #
@@ -32,4 +33,4 @@ echo "cuda tests: exit $? ($(tail -1 "$OUT/cuda_tests.log"))"
 timeout 420 "$PYTHON" benchmarks/gpu_encode.py --train-recipes Qwen2-VL-2B --workers 14 --items 1280 \
     --budget-s "$BUDGET" --json "$OUT/gpu_encode.json" $DEVICE_ARGS > "$OUT/gpu_encode.log" 2>&1
 echo "gpu_encode: exit $?; $(( $(date +%s) - started )) s in all; report $OUT/gpu_encode.json"
-grep -E "images/s|of peak|first call|fp32|training|end to end|SKIPPED|step" "$OUT/gpu_encode.log" | head -40
+grep -E "images/s|of peak|first call|fp32|profile|matrix|longest|training|end to end|SKIPPED|step" "$OUT/gpu_encode.log" | head -60
