@@ -3,7 +3,7 @@
 
 Loads only the processor (and the model's config, for its token limit), then runs the encode
 path's own steps -- reading the JSONL (:func:`~vis_embed.model.runtime.encode_file.read_items`), the
-length estimate and length-sorted batches (``chunk_order`` with ``Embedder``'s padding rule),
+length estimate and length-sorted batches (``Embedder.batch_plan``),
 and :meth:`Embedder.prepared_batches` in N worker processes (validation, decoding, resizing,
 tokenising) -- and reports the bad items (with ``--on-error skip``: ``OUTPUT.rejects.jsonl``
 as a real encode writes it) and token-count statistics.  The check to run on a million-item
@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
-from vis_embed.model.inputs.batching import chunk_order
 from vis_embed.model.embedding_config import EmbeddingConfig
 from vis_embed.model.inputs.preparer import Preparer, PreparesItems, token_limit
 
@@ -105,9 +104,8 @@ def dry_run_jsonl(model: str | Path, input_path: Path, *, adapter: str | Path | 
     recorded with ``model`` / ``adapter`` (as a real encode resolves them)."""
     from vis_embed.model.embedding_config import resolve_embedding_config
     from vis_embed.io import write_jsonl
-    from vis_embed.model.runtime.embedder import MAX_PADDING, Embedder
+    from vis_embed.model.runtime.embedder import Embedder
     from vis_embed.model.runtime.encode_file import read_items, rejects_of, sidecar_paths
-    from vis_embed.model.inputs.lengths import estimated_lengths
 
     input_path = Path(input_path)
     items, ids, lines, rejects = read_items(input_path, on_error)
@@ -115,8 +113,7 @@ def dry_run_jsonl(model: str | Path, input_path: Path, *, adapter: str | Path | 
     stand_in = ProcessorOnlyModel.from_pretrained(model, config)
     embedder = Embedder(stand_in, workers=workers)  # type: ignore[arg-type]  # its preparation path only
     started = time.perf_counter()
-    batches = chunk_order(estimated_lengths(stand_in, items, instruction, input_path.parent), batch_size,
-                          max_padding=MAX_PADDING)
+    batches = embedder.batch_plan(items, instruction, batch_size, input_path.parent)
     errors: dict[int, DataError] = {}
     lengths: list[int] = []
     padded = 0

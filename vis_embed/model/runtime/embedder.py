@@ -127,8 +127,7 @@ class Embedder:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         errors = invalid_items(items, on_error)  # before any model work: a typo fails at once
-        batches = chunk_order(estimated_lengths(self.model, items, instruction, base_dir), batch_size,
-                              max_padding=MAX_PADDING)
+        batches = self.batch_plan(items, instruction, batch_size, base_dir)
         vectors: dict[int, np.ndarray] = {}
         progress = _progress(len(items), show_progress)
         prepared_batches = self.prepared_batches(items, batches, instruction, base_dir, on_error, errors)
@@ -147,6 +146,13 @@ class Embedder:
         embeddings = np.stack([vectors[i] for i in kept]).astype(np.float32, copy=False) \
             if kept else np.zeros((0, dim), dtype=np.float32)
         return embeddings, kept, errors
+
+    def batch_plan(self, items: Sequence[dict[str, Any]], instruction: str | None, batch_size: int,
+                   base_dir: str | Path | None = None) -> list[list[int]]:
+        """The batches ``encode`` runs ``items`` in (indices): sorted by the token count the model
+        will see, none more than :data:`MAX_PADDING` padding (the dry run and the benchmarks ask here)."""
+        return chunk_order(estimated_lengths(self.model, items, instruction, base_dir), batch_size,
+                           max_padding=MAX_PADDING)
 
     def _finite_rows(self, indices: list[int], batch_vectors: np.ndarray, on_error: str,
                      errors: dict[int, DataError]) -> list[tuple[int, np.ndarray]]:
