@@ -153,3 +153,21 @@ def test_cuda_fused_path_reads_little_and_equals_plain(arch: str, tiny_checkpoin
     assert len(reads) <= MAX_READS, reads
     expected, _ = _forward(plain, _plain(batch))
     assert float((fused.float() * expected.float()).sum(-1).min()) >= 0.9999
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a lent GPU)")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_encode_reads_each_batch_back_behind_the_next(arch: str, tiny_checkpoint: Callable[..., Path]) -> None:
+    """On a GPU, encode launches batch i+1 before reading batch i back (a pinned copy and an event,
+    model/runtime/readback.py; every collated value pinned): each row is still its own item's
+    vector, in input order -- a read before the copy landed would give another row's or zeros."""
+    from vis_embed import Embedder
+
+    embedder = Embedder.from_pretrained(tiny_checkpoint(arch), device="cuda")
+    items = _items() + _items()[::-1]
+    batch = embedder.model.collate(embedder.model.prepare(items[:2]), pin_memory=True)
+    assert all(value.is_pinned() for value in batch.values() if isinstance(value, torch.Tensor))
+    one_by_one = np.concatenate([embedder.encode([item]) for item in items])
+    in_batches = embedder.encode(items, batch_size=2)  # 5 batches: four read behind the next one
+    assert in_batches.shape == one_by_one.shape
+    assert float((in_batches * one_by_one).sum(-1).min()) >= 0.999  # bf16, other batch neighbours

@@ -271,7 +271,8 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         video patches (``pixel_values_videos`` / ``video_grid_thw``) likewise: a batch may mix
         image, video and text items (the model matches each kind's tokens to its patches in order).
         ``pin_memory``: the patches are gathered straight into page-locked memory, which a GPU
-        copies from at full bus speed and without holding up the host (forward's copy)."""
+        copies from at full bus speed and without holding up the host (forward's copy); the
+        other values are pinned too."""
         if not prepared:
             raise ValueError("cannot collate an empty list")
         side = padding_side or self.padding_side
@@ -304,6 +305,11 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
                 batch[name] = torch.cat([getattr(p, name) for p in with_videos])
         # Every number the forward would otherwise read back from the device (model/network/vision_metadata.py).
         batch[METADATA_KEY] = describe_batch(self.base_model(), batch)
+        if pin_memory:
+            # Every value, not only the patches: a copy from pageable memory may wait for the GPU's
+            # stream, which would stall a batch launched while the one before it runs (Embedder.encode).
+            batch = {key: value if isinstance(value, torch.Tensor) and value.is_pinned() else value.pin_memory()
+                     for key, value in batch.items()}
         return batch
 
     # ------------------------------------------------------------------ forward

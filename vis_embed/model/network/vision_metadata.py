@@ -31,6 +31,8 @@ import torch
 from vis_embed.model.network.pooling import last_token_index
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from transformers import PreTrainedModel
     from transformers.utils import ModelOutput
 
@@ -58,13 +60,23 @@ class BatchMetadata:
         self.last_index = last_index  # (batch,): each row's last real token
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> BatchMetadata:
-        def move(value: Any) -> Any:
-            return value.to(device, non_blocking=non_blocking) if isinstance(value, torch.Tensor) else value
-
-        moved = BatchMetadata({key: move(value) for key, value in self.vision.items()}, self.segment_lengths,
-                              self.visual_tokens, move(self.position_ids), self.padded, move(self.last_index))
+        moved = self._mapped(lambda tensor: tensor.to(device, non_blocking=non_blocking))
         moved.note_segments()
         return moved
+
+    def pin_memory(self) -> BatchMetadata:
+        """Its tensors in page-locked memory (as ``Tensor.pin_memory``): a copy from pageable
+        memory may wait for the GPU's stream, so a batch launched while the previous one still
+        runs must come from pinned memory to overlap it (EmbeddingModel.collate)."""
+        return self._mapped(lambda tensor: tensor if tensor.is_pinned() else tensor.pin_memory())
+
+    def _mapped(self, function: Callable[[torch.Tensor], torch.Tensor]) -> BatchMetadata:
+        """The same metadata with ``function`` applied to each of its tensors."""
+        def apply(value: Any) -> Any:
+            return function(value) if isinstance(value, torch.Tensor) else value
+
+        return BatchMetadata({key: apply(value) for key, value in self.vision.items()}, self.segment_lengths,
+                             self.visual_tokens, apply(self.position_ids), self.padded, apply(self.last_index))
 
     def note_segments(self) -> None:
         """Tell the CPU attention path (model/network/attention.py) the host lengths of these boundaries,

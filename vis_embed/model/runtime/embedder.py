@@ -31,6 +31,7 @@ from vis_embed.model.files.fingerprint import model_fingerprint
 from vis_embed.model.runtime.item_feed import ItemFeed, invalid_items
 from vis_embed.model.inputs.lengths import estimated_lengths
 from vis_embed.model.runtime.prepare_pool import resolve_workers
+from vis_embed.model.runtime.readback import PendingRows
 
 # A batch closes early once its padded-token fraction would exceed this (never below a quarter
 # of batch_size items): padding is pure waste in the decoder, and on CPU several smaller
@@ -131,13 +132,18 @@ class Embedder:
         vectors: dict[int, np.ndarray] = {}
         progress = _progress(len(items), show_progress)
         prepared_batches = self.prepared_batches(items, batches, instruction, base_dir, on_error, errors)
+        in_flight: PendingRows | None = None  # launched, not read back yet (model/runtime/readback.py)
         try:
             with torch.inference_mode():
                 for indices, (batch, prepared_indices) in zip(batches, until_stopped(prepared_batches, should_stop)):
                     if batch is not None:
-                        batch_vectors = self.model(**batch).float().cpu().numpy()
-                        vectors.update(self._finite_rows(prepared_indices, batch_vectors, on_error, errors))
+                        launched = PendingRows(prepared_indices, self.model(**batch).float())
+                        if in_flight is not None:  # read behind the batch just launched: the device keeps busy
+                            vectors.update(self._finite_rows(in_flight, on_error, errors))
+                        in_flight = launched
                     progress(len(indices))
+                if in_flight is not None:
+                    vectors.update(self._finite_rows(in_flight, on_error, errors))
         finally:
             prepared_batches.close()
             progress(0, close=True)
@@ -154,11 +160,12 @@ class Embedder:
         return chunk_order(estimated_lengths(self.model, items, instruction, base_dir), batch_size,
                            max_padding=MAX_PADDING)
 
-    def _finite_rows(self, indices: list[int], batch_vectors: np.ndarray, on_error: str,
+    def _finite_rows(self, rows: PendingRows, on_error: str,
                      errors: dict[int, DataError]) -> list[tuple[int, np.ndarray]]:
-        """(index, vector) of the finite rows; a non-finite one raises or joins ``errors``."""
+        """(index, vector) of a batch's finite rows; a non-finite one raises or joins ``errors``."""
         kept = []
-        for index, vector, finite in zip(indices, batch_vectors, np.isfinite(batch_vectors).all(axis=1)):
+        batch_vectors = rows.numpy()
+        for index, vector, finite in zip(rows.indices, batch_vectors, np.isfinite(batch_vectors).all(axis=1)):
             if finite:
                 kept.append((index, vector))
                 continue
