@@ -25,7 +25,7 @@ class PendingRows:
             self._host = torch.empty(vectors.shape, dtype=vectors.dtype, pin_memory=True)
             self._host.copy_(vectors, non_blocking=True)
             self._copied = torch.cuda.Event()
-            self._copied.record()  # on the current stream, right behind the copy
+            self._copied.record(torch.cuda.current_stream(vectors.device))  # right behind the copy
         else:
             self._host = vectors.detach().cpu()
 
