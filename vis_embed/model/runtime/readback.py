@@ -4,9 +4,10 @@
 not do: a blocking copy waits for everything queued on the stream, batch i+1's forward
 included.  So a GPU's vectors are copied into page-locked memory right behind their own forward
 (asynchronously) with an event recorded after the copy, and the host later waits for that
-event only.  While the host reads batch i and takes batch i+1 from the item feed, the device
-runs batch i+1: it never idles for the host's per-batch work.  On a CPU the forward has finished
-when it returns and the rows are read at once.
+event only.  While the host reads batch i back and takes the next batch from the item feed, the
+device runs batch i+1 instead of waiting for it.  (The forward itself still reads one value back:
+transformers' check that the visual tokens match the features, mid-forward.)  On a CPU the
+forward has finished when it returns and the rows are read at once.
 """
 
 from __future__ import annotations
