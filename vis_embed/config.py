@@ -32,12 +32,15 @@ import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError
 
 from vis_embed.errors import DataError, SettingsError
+
+if TYPE_CHECKING:
+    from pydantic.fields import FieldInfo
 
 Model = TypeVar("Model", bound=BaseModel)
 Record = TypeVar("Record", bound="FileRecord")
@@ -336,16 +339,25 @@ def add_model_arguments(parser: argparse.ArgumentParser, model: type[BaseModel],
             options.update(action="store_false" if extra.get("negate") else "store_true",
                            help=str(field.description).replace("%", "%%"))
         else:
-            kind, choices = argument_type(field.annotation)
-            choices = tuple(extra["choices"]) if "choices" in extra else choices  # checked by a validator
-            kind = {"comma_list": comma_list}.get(str(extra.get("parse")), kind)
             text = str(field.description) + ("" if field.default is None or field.is_required()
                                              else f" (default: {field.default})")
-            options.update(type=kind, choices=choices, metavar=extra.get("metavar"), help=text.replace("%", "%%"))
+            options.update(value_options(field, text))
         target = (groups or {})[extra["group"]] if "group" in extra else parser
         target.add_argument(str(extra["flag"]), **options)
         added.append(name)
     return added
+
+
+def value_options(field: FieldInfo, help_text: str) -> dict[str, Any]:
+    """The argparse options of a settings field that takes a value -- every generated flag's one
+    rule (:func:`add_model_arguments`, embedding_config.add_embedding_config_arguments): type and
+    choices from the annotation, unless ``json_schema_extra`` names ``choices`` (a vocabulary a
+    validator checks) or a ``parse`` function; its ``metavar``; the help with ``%`` escaped."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    kind, choices = argument_type(field.annotation)
+    choices = tuple(extra["choices"]) if "choices" in extra else choices
+    kind = {"comma_list": comma_list}.get(str(extra.get("parse")), kind)
+    return {"type": kind, "choices": choices, "metavar": extra.get("metavar"), "help": help_text.replace("%", "%%")}
 
 
 def from_arguments(model: type[Model], args: argparse.Namespace, **values: Any) -> Model:

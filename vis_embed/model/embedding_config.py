@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from vis_embed.config import Settings, argument_type, dotted_field, invalid, validated
+from vis_embed.config import Settings, dotted_field, invalid, validated, value_options
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.vectors.transforms import check_matryoshka_dims
 from vis_embed.io import atomic_write_json, fingerprint_json, read_json_value
@@ -235,13 +235,10 @@ def add_embedding_config_arguments(parser: argparse.ArgumentParser, groups: Iter
     names = list(only) if only is not None else flag_fields(groups)
     for name in names:
         field = EmbeddingConfig.model_fields[name]
-        kind, choices = argument_type(field.annotation)
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         default = "unset" if field.default is None else field.default
         text = (help_overrides or {}).get(name) or (
             f"{field.description} (default: the value recorded with the model, else {default})")
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, choices=choices, default=None,
-                            metavar=extra.get("metavar"), help=text.replace("%", "%%"))
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, **value_options(field, text))
     return names
 
 
