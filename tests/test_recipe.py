@@ -161,5 +161,5 @@ def test_a_deepspeed_config_that_is_not_json_names_the_file(tmp_path: Path) -> N
 
     broken = tmp_path / "ds.json"
     broken.write_text("{stage: 3")
-    with pytest.raises(ConfigError, match=r"ds\.json: not JSON"):
+    with pytest.raises(ConfigError, match=r"ds\.json: not valid JSON"):
         zero_stage(str(broken))

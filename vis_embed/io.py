@@ -21,7 +21,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from vis_embed.errors import DataError
+from vis_embed.errors import ConfigError, DataError
 
 
 # A Hugging Face Hub repository id: ``owner/name`` (models and datasets alike).
@@ -272,6 +272,20 @@ def read_json_object(path: str | Path) -> dict[str, Any] | None:
     except DataError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def read_settings_object(path: str | Path, what: str = "") -> dict[str, Any]:
+    """The JSON object of a settings file (a model's recorded embedding_config.json, a DeepSpeed
+    config); not JSON, or JSON but not an object: a ConfigError naming ``what`` and the file (a
+    setting's file: where a data file's problem is a DataError, this one is a ConfigError)."""
+    shown = f"{what} {path}".strip()
+    try:
+        value = read_json_value(path)
+    except DataError as exc:
+        raise ConfigError(f"{shown}: not valid JSON ({exc.reason})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{shown}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:

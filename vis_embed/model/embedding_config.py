@@ -31,7 +31,7 @@ from pydantic import ConfigDict, Field, PositiveInt, field_validator, model_vali
 from vis_embed.config import Settings, dotted_field, invalid, validated, value_options
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.vectors.transforms import check_matryoshka_dims
-from vis_embed.io import atomic_write_json, fingerprint_json, read_json_value
+from vis_embed.io import atomic_write_json, fingerprint_json, read_settings_object
 from vis_embed.data.images import DECODE_MODES
 from vis_embed.model.defaults import (DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DEFAULT_VIDEO_FRAMES,
                                       DEFAULT_VIDEO_MAX_PIXELS, DTYPE_NAMES)
@@ -176,12 +176,7 @@ def read_embedding_config(directory: str | Path | None) -> dict[str, Any]:
     path = Path(directory).expanduser() / EMBEDDING_CONFIG_FILE
     if not path.is_file():
         return {}
-    try:
-        recorded = read_json_value(path)
-    except DataError as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc.reason}") from None
-    if not isinstance(recorded, dict):
-        raise ConfigError(f"{path}: expected a JSON object, got {type(recorded).__name__}")
+    recorded = read_settings_object(path)
     _validated(recorded, str(path))  # a bad recorded value is named with its file and field
     return recorded
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from vis_embed.errors import ConfigError, DataError
-from vis_embed.io import read_json_value
+from vis_embed.errors import ConfigError
+from vis_embed.io import read_settings_object
 from vis_embed.distributed import get_world_size
 from vis_embed.training.recipe import Recipe
 
@@ -22,13 +22,7 @@ def read_deepspeed_config(path: str) -> dict[str, Any]:
     config_path = Path(path)
     if not config_path.is_file():
         raise ConfigError(f"deepspeed config {config_path} not found")
-    try:
-        config = read_json_value(config_path)
-    except DataError as exc:
-        raise ConfigError(f"deepspeed config {config_path}: not JSON ({exc.reason})") from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"deepspeed config {config_path}: expected a JSON object")
-    return config
+    return read_settings_object(config_path, "deepspeed config")
 
 
 def zero_stage(path: str) -> int:
