@@ -75,12 +75,13 @@ def _timed_pieces(profiler: profile, device: torch.device) -> list[tuple[str, fl
     if device.type == "cuda":
         # The raw Kineto events: ``profiler.events()`` keeps only the host's side and files each
         # kernel's duration under the operator that launched it, without its start and end.
-        # Kineto mirrors a record_function range on the GPU's timeline as a "user annotation"
-        # spanning the kernels: it is no kernel (counted, the GPU would never look idle).
+        # Kineto mirrors record_function ranges (ours, Inductor's "Torch-Compiled Region") on the
+        # GPU's timeline as "user annotations" spanning kernels: no kernels (counted, the GPU would
+        # never look idle).
         return [(event.name(), event.start_ns() / 1e3, event.end_ns() / 1e3, event.duration_ns() / 1e3)
                 for event in profiler.profiler.kineto_results.events()
                 if event.device_type() == DeviceType.CUDA and event.name() != _CALL
-                and not getattr(event, "is_user_annotation", lambda: False)() and event.duration_ns() > 0]
+                and not event.is_user_annotation() and event.duration_ns() > 0]
     return [(event.name, event.time_range.start, event.time_range.end, event.self_cpu_time_total)
             for event in profiler.events() if event.device_type == DeviceType.CPU and event.name != _CALL
             and event.self_cpu_time_total > 0]

@@ -168,6 +168,10 @@ def test_cuda_encode_reads_each_batch_back_behind_the_next(arch: str, tiny_check
     items = _items() + _items()[::-1]
     batch = embedder.model.collate(embedder.model.prepare(items[:2]), pin_memory=True)
     assert all(value.is_pinned() for value in batch.values() if isinstance(value, torch.Tensor))
+    from vis_embed.model.network.vision_metadata import pinned
+
+    expanded = torch.arange(3).expand(2, 3)  # stride 0: pinned as it is, torch would refuse the copy
+    assert pinned(expanded).is_pinned() and torch.equal(pinned(expanded), expanded)
     one_by_one = np.concatenate([embedder.encode([item]) for item in items])
     in_batches = embedder.encode(items, batch_size=2)  # 5 batches: four read behind the next one
     assert in_batches.shape == one_by_one.shape

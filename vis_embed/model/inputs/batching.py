@@ -49,7 +49,8 @@ class EncodeStopped(Exception):
 
 def until_stopped(batches: Iterable[T], should_stop: Callable[[], bool] | None) -> Iterator[T]:
     """``batches``, asking ``should_stop()`` before each one: True raises :class:`EncodeStopped`
-    (the rest of the work is dropped; the batch being run finishes first)."""
+    (the rest of the work is dropped; a batch already launched on a GPU may still finish there,
+    unread: Embedder.encode reads each batch back behind the next)."""
     for batch in batches:
         if should_stop is not None and should_stop():
             raise EncodeStopped

@@ -39,7 +39,7 @@ from vis_embed.model.inputs.preparer import (VIDEO_EXTRA_FIELDS, VISUAL_FIELDS, 
                                      token_limit)
 from vis_embed.model.references import looks_like_path
 from vis_embed.model.network.rms_norm import use_fused_rms_norm
-from vis_embed.model.network.vision_metadata import METADATA_KEY, describe_batch, run_base_model
+from vis_embed.model.network.vision_metadata import METADATA_KEY, describe_batch, pinned, run_base_model
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, ProcessorMixin
@@ -308,8 +308,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         if pin_memory:
             # Every value, not only the patches: a copy from pageable memory may wait for the GPU's
             # stream, which would stall a batch launched while the one before it runs (Embedder.encode).
-            batch = {key: value if isinstance(value, torch.Tensor) and value.is_pinned() else value.pin_memory()
-                     for key, value in batch.items()}
+            batch = {key: pinned(value) for key, value in batch.items()}
         return batch
 
     # ------------------------------------------------------------------ forward

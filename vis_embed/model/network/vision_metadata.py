@@ -68,7 +68,7 @@ class BatchMetadata:
         """Its tensors in page-locked memory (as ``Tensor.pin_memory``): a copy from pageable
         memory may wait for the GPU's stream, so a batch launched while the previous one still
         runs must come from pinned memory to overlap it (EmbeddingModel.collate)."""
-        return self._mapped(lambda tensor: tensor if tensor.is_pinned() else tensor.pin_memory())
+        return self._mapped(pinned)
 
     def _mapped(self, function: Callable[[torch.Tensor], torch.Tensor]) -> BatchMetadata:
         """The same metadata with ``function`` applied to each of its tensors."""
@@ -85,6 +85,15 @@ class BatchMetadata:
 
         for key, values in self.segment_lengths.items():
             remember_segment_lengths(self.vision[key], values)
+
+
+def pinned(value: Any) -> Any:
+    """``value`` in page-locked memory: a tensor (made contiguous first: pinning an expanded
+    tensor copies into one with its stride-0 layout, which torch refuses) or anything with a
+    ``pin_memory`` method (:class:`BatchMetadata`); pinned already: itself."""
+    if isinstance(value, torch.Tensor):
+        return value if value.is_pinned() else value.contiguous().pin_memory()
+    return value.pin_memory()
 
 
 def describe_batch(base_model: PreTrainedModel, batch: dict[str, Any]) -> BatchMetadata:

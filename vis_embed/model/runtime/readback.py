@@ -25,13 +25,17 @@ class PendingRows:
         if vectors.device.type == "cuda":
             self._host = torch.empty(vectors.shape, dtype=vectors.dtype, pin_memory=True)
             self._host.copy_(vectors, non_blocking=True)
-            self._copied = torch.cuda.Event()
+            # blocking: the host waiting for it sleeps rather than spins a core the item feed could use
+            self._copied = torch.cuda.Event(blocking=True)
             self._copied.record(torch.cuda.current_stream(vectors.device))  # right behind the copy
         else:
             self._host = vectors.detach().cpu()
 
     def numpy(self) -> np.ndarray:
-        """The rows on the host (waits for this batch's copy only)."""
-        if self._copied is not None:
-            self._copied.synchronize()
-        return self._host.numpy()
+        """The rows on the host (waits for this batch's copy only).  From a GPU they are copied
+        out of the pinned buffer: the caller keeps row views until the encode ends, and page-locked
+        memory held for a whole gallery (1M x 1536 floats: 6 GB) would starve the machine."""
+        if self._copied is None:
+            return self._host.numpy()
+        self._copied.synchronize()
+        return self._host.numpy().copy()
