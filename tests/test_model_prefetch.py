@@ -61,3 +61,18 @@ def test_a_bad_item_in_a_prefetched_batch_raises_as_before(embedder: Embedder, t
     assert raised.value.item_index == 3
     vectors, kept, errors = embedder.encode_partial(items, batch_size=2, on_error="skip")
     assert kept == [0, 1, 2] and set(errors) == {3} and len(vectors) == 3
+
+
+def test_rows_read_behind_the_next_batch_survive_a_batch_that_failed_whole(embedder: Embedder, tmp_path) -> None:
+    """encode reads each batch back after launching the next (model/runtime/readback.py): a batch
+    whose every item failed (nothing launched) between good ones loses no row and moves none."""
+    items = _items(5)
+    broken = tmp_path / "truncated.png"  # its header gives the same length estimate: it stays 3rd in line
+    items[2]["image"].save(broken)
+    broken.write_bytes(broken.read_bytes()[:-200])
+    items[2] = {"image": str(broken), "text": "item 2"}
+    assert embedder.batch_plan(items, None, 1) == [[0], [1], [2], [3], [4]]
+    vectors, kept, errors = embedder.encode_partial(items, batch_size=1, on_error="skip")
+    assert kept == [0, 1, 3, 4] and set(errors) == {2}
+    alone = np.concatenate([embedder.encode([items[index]]) for index in kept])
+    np.testing.assert_allclose(vectors, alone, rtol=0, atol=1e-6)
