@@ -15,8 +15,11 @@ and holds the GIL for parts of it, so threads do not scale; processes do.
   process sentinel; a worker that dies (segfault in a decoder, OOM kill) fails the item it was
   preparing with :class:`WorkerCrashedError` naming that item, once the items before it are out.
 * **Tensors handed over once.**  A worker sends its arrays as pickle-5 out-of-band buffers
-  straight from their memory; the parent receives each into a fresh buffer that becomes the
-  tensor's storage (``torch.from_numpy``): one copy, no pickling of tensor data.
+  straight from their memory; the parent reads each from the pipe straight into fresh memory
+  that becomes the tensor's storage (``torch.from_numpy``): one copy, no pickling of tensor
+  data.  (Not ``Connection.recv_bytes_into``: CPython collects a message's chunks in a
+  ``BytesIO`` and copies them out again -- three copies of a 2.4 MB image, ~3 CPU-ms an item
+  in the process that also runs the model: benchmarks/feed_ceiling.py.)
 * **Safe beside threads.**  Processes start with ``forkserver`` (``spawn`` where there is
   none): forking a process whose torch/OpenMP or asyncio threads are running is unsafe, so
   ``serve``'s event loop and torchrun ranks (one pool per rank) are fine.  Each worker runs
@@ -28,6 +31,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import sys
 import threading
 import traceback
 from collections import deque
@@ -36,6 +40,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from vis_embed.errors import DataError
 from vis_embed.model.inputs.preparer import PreparedItem, Preparer
@@ -357,6 +363,12 @@ def _exception_message(exc: Exception) -> tuple[str, Any]:
     return ("exception", (exc, traceback.format_exc()))
 
 
+# The arrays' bytes cross as they are (no framing: their sizes went first) where the pipe is a
+# POSIX descriptor, read with readv straight into their destination; elsewhere through the
+# Connection's own framed messages.
+_RAW_BUFFERS = hasattr(os, "readv") and sys.platform != "win32"
+
+
 def _send_message(conn: Connection, message: Any) -> None:
     """Pickle-5 with the arrays' buffers sent out of band, straight from their memory."""
     buffers: list[pickle.PickleBuffer] = []
@@ -365,7 +377,10 @@ def _send_message(conn: Connection, message: Any) -> None:
     conn.send_bytes(pickle.dumps([view.nbytes for view in views]))
     conn.send_bytes(payload)
     for view in views:
-        conn.send_bytes(view)
+        if _RAW_BUFFERS:
+            _write_all(conn.fileno(), view)
+        else:
+            conn.send_bytes(view)
 
 
 def _receive_message(conn: Connection) -> Any:
@@ -373,7 +388,27 @@ def _receive_message(conn: Connection) -> Any:
     payload = conn.recv_bytes()
     buffers = []
     for size in sizes:
-        buffer = bytearray(size)  # becomes the array's (and the tensor's) memory: no second copy
-        conn.recv_bytes_into(buffer)
+        buffer = np.empty(size, dtype=np.uint8)  # becomes the array's (and the tensor's) memory
+        if _RAW_BUFFERS:
+            _read_exactly(conn.fileno(), memoryview(buffer))
+        else:
+            conn.recv_bytes_into(buffer)
         buffers.append(buffer)
     return pickle.loads(payload, buffers=buffers)
+
+
+def _write_all(descriptor: int, view: memoryview) -> None:
+    sent = 0
+    while sent < view.nbytes:
+        sent += os.write(descriptor, view[sent:])
+
+
+def _read_exactly(descriptor: int, view: memoryview) -> None:
+    """Fill ``view`` from the pipe (the kernel copies into it: no chunk objects, no second copy);
+    the writer gone before it is full: EOFError (the collector's crash path)."""
+    received = 0
+    while received < view.nbytes:
+        count = os.readv(descriptor, [view[received:]])
+        if count == 0:
+            raise EOFError("the preparation worker closed its pipe in the middle of an item")
+        received += count
