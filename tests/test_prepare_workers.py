@@ -214,7 +214,7 @@ def test_bfloat16_tensors_cross_to_a_worker_process_and_back_unchanged() -> None
 
 
 def test_an_item_larger_than_the_pipe_crosses_whole_and_a_writer_gone_mid_item_is_eof() -> None:
-    """The arrays cross the worker pipe read straight into their memory (prepare_pool: readv where
+    """The arrays cross the worker pipe read straight into their memory (model/runtime/worker_pipe.py: readv where
     the pipe is a descriptor): a 5 MB image item -- far past a pipe's buffer, so every read and
     write is partial -- arrives bit for bit beside a small item; a writer that dies in the middle
     of an item is EOFError, the collector's crash path, never a hang or a short tensor."""
@@ -222,18 +222,18 @@ def test_an_item_larger_than_the_pipe_crosses_whole_and_a_writer_gone_mid_item_i
     import threading
 
     from vis_embed.model.inputs.preparer import PreparedItem
-    from vis_embed.model.runtime.prepare_pool import _RAW_BUFFERS, _receive_message, _send_message
+    from vis_embed.model.runtime.worker_pipe import RAW_BUFFERS, receive_message, send_message
 
-    if not _RAW_BUFFERS:
+    if not RAW_BUFFERS:
         pytest.skip("the pipe is no POSIX descriptor here: the Connection's framed messages carry the arrays")
     big = PreparedItem(input_ids=torch.arange(300), mm_token_type_ids=torch.ones(300, dtype=torch.long),
                        pixel_values=torch.randn(2048, 1176).to(torch.bfloat16),
                        image_grid_thw=torch.tensor([[1, 64, 32]]))
     small = PreparedItem(input_ids=torch.arange(7), mm_token_type_ids=torch.zeros(7, dtype=torch.long))
     parent, child = multiprocessing.Pipe(duplex=True)
-    sender = threading.Thread(target=lambda: [_send_message(child, ("ok", item.to_numpy())) for item in (big, small)])
+    sender = threading.Thread(target=lambda: [send_message(child, ("ok", item.to_numpy())) for item in (big, small)])
     sender.start()
-    received = [PreparedItem.from_numpy(_receive_message(parent)[1]) for _ in range(2)]
+    received = [PreparedItem.from_numpy(receive_message(parent)[1]) for _ in range(2)]
     sender.join()
     assert torch.equal(received[0].pixel_values, big.pixel_values) and torch.equal(received[0].input_ids, big.input_ids)
     assert torch.equal(received[1].input_ids, small.input_ids) and received[1].pixel_values is None
@@ -241,14 +241,14 @@ def test_an_item_larger_than_the_pipe_crosses_whole_and_a_writer_gone_mid_item_i
     half = threading.Thread(target=_send_half, args=(child, big))
     half.start()
     with pytest.raises(EOFError):
-        _receive_message(parent)
+        receive_message(parent)
     half.join()
 
 
 def _send_half(conn, item) -> None:  # noqa: ANN001
     """What a worker dying mid-item leaves: the sizes, the payload, the arrays before the patches,
     half the patches."""
-    from vis_embed.model.runtime.prepare_pool import _write_all
+    from vis_embed.model.runtime.worker_pipe import write_all
 
     buffers: list[pickle.PickleBuffer] = []
     payload = pickle.dumps(("ok", item.to_numpy()), protocol=5, buffer_callback=buffers.append)
@@ -257,6 +257,6 @@ def _send_half(conn, item) -> None:  # noqa: ANN001
     conn.send_bytes(payload)
     largest = max(range(len(views)), key=lambda k: views[k].nbytes)  # the patches
     for view in views[:largest]:
-        _write_all(conn.fileno(), view)
-    _write_all(conn.fileno(), views[largest][: views[largest].nbytes // 2])
+        write_all(conn.fileno(), view)
+    write_all(conn.fileno(), views[largest][: views[largest].nbytes // 2])
     conn.close()

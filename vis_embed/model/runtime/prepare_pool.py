@@ -17,9 +17,7 @@ and holds the GIL for parts of it, so threads do not scale; processes do.
 * **Tensors handed over once.**  A worker sends its arrays as pickle-5 out-of-band buffers
   straight from their memory; the parent reads each from the pipe straight into fresh memory
   that becomes the tensor's storage (``torch.from_numpy``): one copy, no pickling of tensor
-  data.  (Not ``Connection.recv_bytes_into``: CPython collects a message's chunks in a
-  ``BytesIO`` and copies them out again -- three copies of a 2.4 MB image, ~3 CPU-ms an item
-  in the process that also runs the model: benchmarks/feed_ceiling.py.)
+  data (the message format: :mod:`.worker_pipe`).
 * **Safe beside threads.**  Processes start with ``forkserver`` (``spawn`` where there is
   none): forking a process whose torch/OpenMP or asyncio threads are running is unsafe, so
   ``serve``'s event loop and torchrun ranks (one pool per rank) are fine.  Each worker runs
@@ -31,7 +29,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
-import sys
 import threading
 import traceback
 from collections import deque
@@ -41,10 +38,9 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from vis_embed.errors import DataError
 from vis_embed.model.inputs.preparer import PreparedItem, Preparer
+from vis_embed.model.runtime.worker_pipe import receive_message, send_message
 
 # The default number of workers never exceeds this: past it a GPU is fed, and memory grows.
 MAX_DEFAULT_WORKERS = 8
@@ -286,7 +282,7 @@ class _Collector:
     def _receive(self, worker: _Worker) -> None:
         seq, index = worker.task
         try:
-            kind, payload = _receive_message(worker.conn)
+            kind, payload = receive_message(worker.conn)
         except (EOFError, OSError):
             self._crashed(worker)
             return
@@ -348,7 +344,7 @@ def _serve(conn: Connection, preparer: Preparer) -> None:
         except Exception as exc:  # noqa: BLE001 -- raised again in the parent
             message = _exception_message(exc)
         try:
-            _send_message(conn, message)
+            send_message(conn, message)
         except (BrokenPipeError, OSError):
             return
 
@@ -361,54 +357,3 @@ def _exception_message(exc: Exception) -> tuple[str, Any]:
     except Exception:  # noqa: BLE001 -- any unpicklable exception
         return ("error", traceback.format_exc())
     return ("exception", (exc, traceback.format_exc()))
-
-
-# The arrays' bytes cross as they are (no framing: their sizes went first) where the pipe is a
-# POSIX descriptor, read with readv straight into their destination; elsewhere through the
-# Connection's own framed messages.
-_RAW_BUFFERS = hasattr(os, "readv") and sys.platform != "win32"
-
-
-def _send_message(conn: Connection, message: Any) -> None:
-    """Pickle-5 with the arrays' buffers sent out of band, straight from their memory."""
-    buffers: list[pickle.PickleBuffer] = []
-    payload = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
-    views = [buffer.raw() for buffer in buffers]
-    conn.send_bytes(pickle.dumps([view.nbytes for view in views]))
-    conn.send_bytes(payload)
-    for view in views:
-        if _RAW_BUFFERS:
-            _write_all(conn.fileno(), view)
-        else:
-            conn.send_bytes(view)
-
-
-def _receive_message(conn: Connection) -> Any:
-    sizes = pickle.loads(conn.recv_bytes())
-    payload = conn.recv_bytes()
-    buffers = []
-    for size in sizes:
-        buffer = np.empty(size, dtype=np.uint8)  # becomes the array's (and the tensor's) memory
-        if _RAW_BUFFERS:
-            _read_exactly(conn.fileno(), memoryview(buffer))
-        else:
-            conn.recv_bytes_into(buffer)
-        buffers.append(buffer)
-    return pickle.loads(payload, buffers=buffers)
-
-
-def _write_all(descriptor: int, view: memoryview) -> None:
-    sent = 0
-    while sent < view.nbytes:
-        sent += os.write(descriptor, view[sent:])
-
-
-def _read_exactly(descriptor: int, view: memoryview) -> None:
-    """Fill ``view`` from the pipe (the kernel copies into it: no chunk objects, no second copy);
-    the writer gone before it is full: EOFError (the collector's crash path)."""
-    received = 0
-    while received < view.nbytes:
-        count = os.readv(descriptor, [view[received:]])
-        if count == 0:
-            raise EOFError("the preparation worker closed its pipe in the middle of an item")
-        received += count
