@@ -267,10 +267,8 @@ def read_encoded(output: str | Path) -> tuple[np.ndarray, EncodedAlignment]:
         embeddings = np.array(np.load(output, mmap_mode="r"))
     except (OSError, ValueError, EOFError) as exc:
         raise DataError(f"not a .npy matrix ({exc})", path=output) from None
-    recorded = read_json_value(ids_path)
-    if not isinstance(recorded, dict) or not isinstance(recorded.get("lines", []), list):
-        raise DataError("expected a JSON object with a \"lines\" list", path=ids_path)
-    alignment = EncodedAlignment.of_file(recorded, ids_path)
+    # not an object, or "lines" not a list of row numbers: a DataError naming the file (and key)
+    alignment = EncodedAlignment.of_file(read_json_value(ids_path), ids_path)
     if len(alignment.lines) != len(embeddings):
         raise DataError(f"{len(embeddings)} rows but {ids_path.name} lists {len(alignment.lines)}: "
                         f"the two come from different runs; run encode again", path=output)
