@@ -38,8 +38,13 @@ class ResultsModel(FileRecord):
     @property
     def label(self) -> str:
         """``NAME + ADAPTER`` (just NAME without an adapter; "this model" without a name)."""
-        label = self.name or "this model"
-        return f"{label} + {self.adapter}" if self.adapter else label
+        return self.name_with_adapter("this model")
+
+    def name_with_adapter(self, unnamed: str) -> str:
+        """``NAME + ADAPTER`` (the one spelling of an evaluated model); ``unnamed`` stands for a
+        missing name (the MMEB score file's default differs from the reports')."""
+        name = self.name or unnamed
+        return f"{name} + {self.adapter}" if self.adapter else name
 
     @property
     def fingerprint(self) -> str | None:

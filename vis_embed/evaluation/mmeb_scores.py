@@ -78,10 +78,7 @@ def write_mmeb_score_files(results: ResultsFile | dict[str, Any], out_dir: str |
     folder = Path(out_dir) / SCORE_DIR
     written = [atomic_write_json(folder / modality / f"{name}{SCORE_SUFFIX}", score)
                for modality, scores in by_modality.items() for name, score in scores.items()]
-    model = results.model
-    model_name = model.name or "model"
-    if model.adapter:
-        model_name = f"{model_name} + {model.adapter}"
+    model_name = results.model.name_with_adapter("model")
     combined = {"metadata": {"model_name": model_name, "data_source": "Self-Reported",
                              "tie_policy": results.tie_policy},
                 "metrics": by_modality}
