@@ -308,37 +308,19 @@ def test_the_pooled_vector_is_the_final_post_norm_hidden_state(embedder_of_arch:
     assert (pooled - pre_norm).abs().max() > 1e-3  # what pooling a pre-norm state would give instead
 
 
-def test_a_video_file_is_decoded_with_bounded_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from vis_embed.data import video
+@pytest.mark.parametrize("count", [8, 32])
+def test_a_clip_of_frames_is_two_frames_a_second_whichever_were_picked(count: int, tiny_checkpoint: Callable[..., Path],
+                                                                      tmp_path: Path) -> None:
+    # qwen-vl-utils presents a frame list as consecutive frames at 2 fps (frames_indices =
+    # range(n)): Qwen2.5-VL spaces frame pairs 1 s apart for 8 frames picked of 32 as of 8 (the
+    # picked positions once told it 4 s: transformers reads them as a sampling of a 2 fps video)
+    from vis_embed.model.embedding_config import EmbeddingConfig
+    from vis_embed.model.files.tiny import build_processor
+    from vis_embed.model.inputs.preparer import Preparer
 
-    for name in ("clip.mkv", "clip.mp4"):  # no frame count in the container (packets counted); a recorded one
-        clip = tmp_path / name
-        _write_video(clip, [_frame(index, (96, 64)) for index in range(11)])
-        assert video.decode_video_file(str(clip), 8).indices == np.linspace(0, 10, 8, dtype=int).tolist()
-    with pytest.raises(DataError, match="took too long"):
-        video.decode_video_file(str(clip), 8, max_decode_s=0.0)
-    monkeypatch.setattr(video, "MAX_VIDEO_FRAMES", 10)
-    with pytest.raises(DataError, match="more than 10 frames"):
-        video.decode_video_file(str(clip), 8)
-    (tmp_path / "empty.mp4").write_bytes(b"")
-    with pytest.raises(DataError, match="cannot read video file"):
-        video.decode_video_file(str(tmp_path / "empty.mp4"), 8)
-
-
-@pytest.mark.parametrize("name", ["clip.mp4", "clip.mkv"])
-def test_far_apart_frames_are_reached_by_seeking_to_the_same_pixels(tmp_path: Path, name: str,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from vis_embed.data import video
-
-    clip = tmp_path / name
-    _write_video(clip, [_frame(index, (96, 64)) for index in range(40)])
-    in_order = video.decode_video_file(str(clip), 8)
-    monkeypatch.setattr(video, "SEEK_GAP", 0)
-    monkeypatch.setattr(video, "_decode_picked", lambda *args: pytest.fail("decoded in order, not sought"))
-    sought = video.decode_video_file(str(clip), 8)
-    assert sought.indices == in_order.indices == np.linspace(0, 39, 8, dtype=int).tolist()
-    for ours, reference in zip(sought.frames, in_order.frames):
-        assert np.array_equal(np.asarray(ours), np.asarray(reference))
+    preparer = Preparer(build_processor("qwen2.5-vl"), EmbeddingConfig(video_frames=8))
+    prepared = preparer.prepare_one({"video": str(_folder(tmp_path, count))})
+    assert prepared.second_per_grid_ts.tolist() == [1.0]  # seconds per frame pair, one value per video
 
 
 def test_both_prompt_formats_give_a_clip_one_video_placeholder(tiny_checkpoint: Callable[..., Path],

@@ -108,10 +108,10 @@ def test_a_clip_of_too_many_pixels_is_refused(clips: Path, embedder: Embedder,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from test_video_items import _write_video
 
-    from vis_embed.data import video
+    from vis_embed.data import video_file
 
     _write_video(clips / "big.mp4", [Image.new("RGB", (96, 64), (i * 20, 0, 0)) for i in range(4)])
-    monkeypatch.setattr(video, "DEFAULT_MAX_IMAGE_PIXELS", 96 * 64 - 1)  # the bomb limit, scaled down
+    monkeypatch.setattr(video_file, "DEFAULT_MAX_IMAGE_PIXELS", 96 * 64 - 1)  # the bomb limit, scaled down
     with pytest.raises(DataError, match="decompression-bomb") as error:
         embedder.encode([{"text": "fine"}, {"video": str(clips / "big.mp4")}])
     assert error.value.field == "video" and getattr(error.value, "item_index", 1) == 1

@@ -119,7 +119,7 @@ def video_tokens(model: MeasuredModel, video: Any, base_dir: str | Path | None =
     its first frame is resized to (header only; a video file's stream header), plus Qwen3-VL's
     timestamp text around each pair.  Unknown (unreadable, URL frames): the per-frame budget is
     assumed; a video file's frame count (not read here) as ``video_frames`` at least."""
-    from vis_embed.data.video import first_frame_size, frame_indices, video_sources
+    from vis_embed.data.video import first_frame_size, frame_indices, frames_timeline, video_sources
 
     config = model.embedding_config
     video_processor = model.processor.video_processor
@@ -138,19 +138,20 @@ def video_tokens(model: MeasuredModel, video: Any, base_dir: str | Path | None =
     else:
         width, height = processor_size(video_processor, config.min_pixels, config.video_max_pixels, *size)
         per_pair = (height // factor) * (width // factor)
-    return pairs * per_pair + _timestamp_tokens(model.processor, indices, temporal)
+    # a clip of frames sits on its own timeline; a file's rate and positions are not read: assumed alike
+    return pairs * per_pair + _timestamp_tokens(model.processor, frames_timeline(indices), temporal)
 
 
-def _timestamp_tokens(processor: ProcessorMixin, indices: list[int], temporal: int) -> int:
+def _timestamp_tokens(processor: ProcessorMixin, timeline: list[int], temporal: int) -> int:
     """Qwen3-VL's text around each frame pair (``<1.2 seconds>`` + vision start and end tokens),
-    as its processor writes it for a clip of frames (data/video.FRAMES_FPS); 0 for processors
-    that write none."""
+    as its processor writes it for a clip of frames at positions ``timeline``
+    (data/video.FRAMES_FPS); 0 for processors that write none."""
     timestamps = getattr(processor, "_calculate_timestamps", None)  # Qwen3-VL's processor: its own rule
     if timestamps is None:
         return 0
     from vis_embed.data.video import FRAMES_FPS
 
-    texts = [f"<{seconds:.1f} seconds>" for seconds in timestamps(list(indices), FRAMES_FPS, temporal)]
+    texts = [f"<{seconds:.1f} seconds>" for seconds in timestamps(list(timeline), FRAMES_FPS, temporal)]
     return sum(len(ids) + 2 for ids in processor.tokenizer(texts, add_special_tokens=False)["input_ids"])
 
 

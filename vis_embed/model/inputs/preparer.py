@@ -11,6 +11,7 @@ through it, so an item is prepared one way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,6 +98,24 @@ VIDEO_EXTRA_FIELDS = ("second_per_grid_ts",)
 
 
 
+class ClipGrid:
+    """One clip's frames brought to one grid, each as it is loaded (frame 0 first): slivers padded
+    (``fit_aspect_ratio``, within ``budget`` pixels, as images), then resized to the size the
+    first frame is resized to (``target_size``: the processor's rule) -- the processor's stacked
+    video tensor needs one size.  Bicubic, as the processor's own resize."""
+
+    def __init__(self, budget: int, target_size: Callable[[int, int], tuple[int, int]]) -> None:
+        self.budget = budget
+        self.target_size = target_size
+        self.size: tuple[int, int] | None = None  # the first frame's target, once it was seen
+
+    def __call__(self, frame: Image.Image) -> Image.Image:
+        frame = fit_aspect_ratio(frame, max_pixels=self.budget)
+        if self.size is None:
+            self.size = self.target_size(*frame.size)
+        return frame if frame.size == self.size else frame.resize(self.size, Image.Resampling.BICUBIC)
+
+
 @dataclass(frozen=True, eq=False)
 class Preparer:
     """How to prepare items for one model (picklable: a processor and a few settings)."""
@@ -134,21 +153,17 @@ class Preparer:
     def load_video(self, item: dict[str, Any], base_dir: str | Path | None = None) -> Clip:
         """The checked item's clip as the model will see it: ``video_frames`` frames picked
         (data/video.py), slivers padded, and every frame resized to the target size of the
-        first (the rule for clips whose frames differ in size: one grid per clip)."""
+        first (the rule for clips whose frames differ in size: one grid per clip) as it is loaded."""
         config = self.config
         multiple = int(getattr(self.processor.video_processor, "temporal_patch_size", 2))
         try:
-            clip = load_video(item["video"], base_dir, config.video_frames, multiple=multiple,
+            return load_video(item["video"], base_dir, config.video_frames, multiple=multiple,
+                              fit_frame=ClipGrid(FAST_DECODE_MARGIN ** 2 * config.video_max_pixels,
+                                                 self.video_target_size),
                               max_pixels=config.video_max_pixels, decode=config.decode,
                               target_size=self.video_target_size)
         except DataError as exc:
             raise DataError(exc.reason, path=exc.path, line=exc.line, field="video") from None
-        budget = FAST_DECODE_MARGIN ** 2 * config.video_max_pixels
-        frames = [fit_aspect_ratio(frame, max_pixels=budget) for frame in clip.frames]
-        size = self.video_target_size(*frames[0].size)
-        clip.frames = [frame if frame.size == size else frame.resize(size, Image.Resampling.BICUBIC)
-                       for frame in frames]
-        return clip
 
     def load_image(self, item: dict[str, Any], base_dir: str | Path | None = None) -> Image.Image | None:
         """The checked item's image as the model will see it (RGB, cropped, sliver-padded), or None."""
@@ -205,8 +220,7 @@ class Preparer:
             kwargs["videos"] = [visual.frames]
             kwargs["videos_kwargs"] = {
                 "do_resize": False, "do_sample_frames": False, "cap_pixels_per_frame": False,
-                "video_metadata": [{"fps": visual.fps, "frames_indices": visual.indices,
-                                    "total_num_frames": max(visual.indices) + 1}]}
+                "video_metadata": [visual.video_metadata()]}
         elif visual is not None:
             kwargs["images"] = [visual]
             kwargs["images_kwargs"] = {"size": {"shortest_edge": self.config.min_pixels,
