@@ -87,8 +87,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reference", action="store_true", help="leave the published rows out")
     parser.add_argument("--json", type=Path, default=None,
                         help="write {models: {FILE_STEM: {GROUP: mean}}, mmeb_v2: {FILE_STEM: {groups, counts, "
-                             "data_version}}} (the files and the --peers; mmeb_v2 for those holding video or "
-                             "visdoc tasks)")
+                             "data_version, left_out}}} (the files and the --peers; mmeb_v2 for those holding video "
+                             "or visdoc tasks; left_out: their tasks that are not among MMEB-V2's 78)")
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -8,7 +8,8 @@
   ``vis-embed eval``, or VLM2Vec's own eval output; see :mod:`vis_embed.evaluation.mmeb_scores`),
 and prints a Markdown table in the paper's Table 1 layout: the published rows (shipped in
 :mod:`vis_embed.resources`), then one bold row per file.  ``--json OUT`` writes
-``{"models": {FILE_STEM: {GROUP: mean}}}`` (percent, unweighted means over datasets).
+``{"models": {FILE_STEM: {GROUP: mean}}}`` (percent, unweighted means over datasets), and
+``"mmeb_v2"`` (:func:`load_mmeb_v2`) for the files holding video or visdoc tasks.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ One implementation, used by training, encoding and evaluation alike (via Embeddi
     (parts that are absent are left out together with their separating space), so that
     checkpoints trained with VLM2Vec can be used as released.
 
-In both formats the single image placeholder is expanded by the processor to the image's
-number of merged visual tokens.  A video item has one *video* placeholder instead (chat: a
-``{"type": "video"}`` part; vlm2vec: ``<|video_pad|>``, VLM2Vec's ``add_video_token``), which the
+In all three formats the single image placeholder is expanded by the processor to the image's
+number of merged visual tokens.  A video item has one *video* placeholder instead (chat and
+chat-system: a ``{"type": "video"}`` part; vlm2vec: ``<|video_pad|>``, VLM2Vec's ``add_video_token``), which the
 processor expands to the clip's tokens (every frame pair; Qwen3-VL adds its frame timestamps).
 """
 

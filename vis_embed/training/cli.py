@@ -10,7 +10,8 @@ base weights (:func:`vis_embed.training.merge.merge_adapter`).
 The dispatcher (:mod:`vis_embed.cli`) reaches them as ``vis_embed.training.cli:train`` and
 ``...:merge`` (``add_<command>_arguments`` / ``run_<command>``).  The library modules are
 imported inside ``run_*``: the dispatcher imports this module to build the parser, and
-``--help`` must not pay for torch.
+``--help`` must not pay for torch (the torch-free recipe module is imported here, for the keys
+``--resume`` may change).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import os
 
 from vis_embed.model.embedding_config import add_embedding_config_arguments
+from vis_embed.training.recipe import RESUME_MAY_CHANGE
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +29,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a recipe key, e.g. --set adaptation.lora.r=8 --set max_steps=100 (repeatable)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the newest OUTPUT_DIR/checkpoint-STEP at the next scheduled batch "
-                             "(the recipe must match the checkpoint's, except max_steps and logging)")
+                             f"(the recipe must match the checkpoint's, except {', '.join(RESUME_MAY_CHANGE)})")
     parser.add_argument("--overwrite", action="store_true",
                         help="start again in an OUTPUT_DIR that already holds a run, removing its "
                              "checkpoints, final/ and log (without it or --resume such a directory is refused)")

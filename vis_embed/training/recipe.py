@@ -215,6 +215,13 @@ class Recipe(Settings):
         return self
 
 
+# The recipe keys a resumed run may change (run_dir.check_resumed_recipe compares all others): the
+# step budget, logging, where the run lives (a run directory may be moved) and the execution knobs
+# that leave every number the same (prefetch, threads).  Declared here, beside the keys and
+# without torch, so that `vis-embed train --help` lists them from this one tuple.
+RESUME_MAY_CHANGE = ("max_steps", "logging", "output_dir", "num_workers", "torch_threads")
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``"adaptation.lora.r=8"`` -> (["adaptation", "lora", "r"], 8).  Values are YAML (numbers, booleans, lists)."""
     if "=" not in text:

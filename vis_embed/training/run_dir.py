@@ -9,7 +9,7 @@ silently mix two runs.  So (:func:`prepare_run_directory`):
   ``--overwrite`` (remove those artefacts first; other files, e.g. a schedule, stay);
 * ``--resume`` compares this run's recipe with the checkpoint's (or, before the first
   checkpoint, with ``recipe.yaml``) and names every key that differs, except the keys that
-  cannot change the result: :data:`RESUME_MAY_CHANGE`;
+  cannot change the result: :data:`vis_embed.training.recipe.RESUME_MAY_CHANGE`;
 * temporaries a killed run left behind (``.checkpoint-N.tmp-*``, ``.final.tmp-*``, half-written
   files of :mod:`vis_embed.io`) are removed when a run starts.
 """
@@ -25,12 +25,10 @@ import yaml
 
 from vis_embed.errors import ConfigError
 from vis_embed.training.checkpoint import CHECKPOINT_PATTERN, latest_checkpoint, read_trainer_state
+from vis_embed.training.recipe import RESUME_MAY_CHANGE
 
 # What a run writes into output_dir (checkpoint-STEP directories are matched by pattern).
 RUN_ARTEFACTS = ("recipe.yaml", "train_log.jsonl", "tensorboard", "final")
-# Keys a resumed run may change: the step budget, logging, where the run lives (a run directory
-# may be moved) and the execution knobs that leave every number the same (prefetch, threads).
-RESUME_MAY_CHANGE = ("max_steps", "logging", "output_dir", "num_workers", "torch_threads")
 # Temporaries of vis_embed.io: atomic_directory (".NAME.tmp-XXXX", ".NAME.old-PID"),
 # atomic_path (".STEM.tmp-XXXX.SUFFIX") and atomic_write_bytes (".NAME.XXXX.tmp").
 _LEFTOVER = re.compile(r"^\..+(\.tmp-[^/]*|\.old-\d+|\.tmp)$")
