@@ -14,6 +14,7 @@ from vis_embed import resources
 from vis_embed.cli import main
 from vis_embed.data import load_benchmark
 from vis_embed.data.taxonomy import group_counts, group_means
+from vis_embed.errors import DataError
 from vis_embed.evaluation.mmeb_v2_scores import data_version, mmeb_v2_summary
 
 MANIFEST = Path(__file__).resolve().parents[1] / "eval" / "mmeb_v2.yaml"
@@ -123,6 +124,16 @@ def test_data_version_comes_from_the_file() -> None:
     assert summary["counts"]["VisDoc"] == 24  # the fixed set stands in for the task it replaces
     assert data_version({**scores, "metadata": {"data_version": "v2.2"}}) == "v2.2"
     assert mmeb_v2_summary({"metrics": {"image": scores["metrics"]["image"]}}) is None  # image only: MMEB
+
+
+def test_a_task_held_under_both_names_is_refused() -> None:
+    """ViDoSeek-page and ViDoSeek-page-fixed are one task: a file holding both would count it twice."""
+    scores = _peer_files()["VLM2Vec-V2.0-Qwen2VL-2B"]
+    visdoc = {**scores["metrics"]["visdoc"], "ViDoSeek-page-fixed": scores["metrics"]["visdoc"]["ViDoSeek-page"]}
+    both = {**scores, "metrics": {**scores["metrics"], "visdoc": visdoc}}
+    with pytest.raises(DataError, match=r"both\.json: field 'metrics\.visdoc\.ViDoSeek-page-fixed': .*"
+                                        r"'ViDoSeek-page' and 'ViDoSeek-page-fixed'"):
+        mmeb_v2_summary(both, "both.json")
 
 
 def test_eval_writes_vlm2vec_score_files_for_visdoc_tasks_and_report_reads_them(tmp_path: Path, capsys) -> None:

@@ -62,6 +62,7 @@ def mmeb_v2_rows(scores: dict[str, Any], path: str | Path = "<scores>",
         raise DataError("not a VLM2Vec score file (no metrics)", path=path)
     rows = []
     for modality, tasks in MMEB_V2_TASKS.items():
+        seen: dict[str, str] = {}  # task -> the key it was read under
         for name, values in (metrics.get(modality) or {}).items():
             task = _task_name(name)
             if task not in tasks:
@@ -69,6 +70,10 @@ def mmeb_v2_rows(scores: dict[str, Any], path: str | Path = "<scores>",
                 if left_out is not None:
                     left_out.append(f"{modality}/{name}")
                 continue
+            if task in seen:  # both releases of one task: which one the row is cannot be told
+                raise DataError(f"task {task!r} is held twice, as {seen[task]!r} and {name!r} (one file, one "
+                                "version of a task)", path=path, field=f"metrics.{modality}.{name}")
+            seen[task] = name
             metric = PRIMARY_BY_MODALITY[modality]
             if not isinstance(values, dict) or not isinstance(values.get(metric), (int, float)):
                 raise DataError(f"missing {metric!r}", path=path, field=f"metrics.{modality}.{name}")
