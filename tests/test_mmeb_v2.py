@@ -16,6 +16,7 @@ from vis_embed.data import load_benchmark
 from vis_embed.data.taxonomy import group_counts, group_means
 from vis_embed.errors import DataError
 from vis_embed.evaluation.mmeb_v2_scores import data_version, mmeb_v2_summary
+from vis_embed.evaluation.report import vlm2vec_groups
 
 MANIFEST = Path(__file__).resolve().parents[1] / "eval" / "mmeb_v2.yaml"
 # VLM2Vec's experiments/report_score_v2.py: the 18 video tasks (the score files also hold
@@ -134,6 +135,40 @@ def test_a_task_held_under_both_names_is_refused() -> None:
     with pytest.raises(DataError, match=r"both\.json: field 'metrics\.visdoc\.ViDoSeek-page-fixed': .*"
                                         r"'ViDoSeek-page' and 'ViDoSeek-page-fixed'"):
         mmeb_v2_summary(both, "both.json")
+
+
+def _report_v2_file(run: str) -> dict:
+    """VLM2Vec's report_score_v2.py output for a run of one modality: the others' tasks hold its
+    placeholders (FILE_N/A: no score file; DIR_N/A: no folder for the modality)."""
+    metrics = _peer_files()["VLM2Vec-V2.0-Qwen2VL-2B"]["metrics"]
+    return {"metadata": {"model_name": "m"}, "metrics": {
+        modality: tasks if modality == run else {name: "FILE_N/A" if modality == "image" else "DIR_N/A"
+                                                 for name in tasks} for modality, tasks in metrics.items()}}
+
+
+def test_report_v2_placeholders_are_tasks_not_run(tmp_path: Path) -> None:
+    scores = _report_v2_file("video")
+    path = tmp_path / "video_only.json"
+    path.write_text(json.dumps(scores))
+    out = tmp_path / "table.json"
+    assert main(["report", str(path), "--no-reference", "--json", str(out)]) == 0
+    written = json.loads(out.read_text())
+    summary = written["mmeb_v2"]["video_only"]
+    video = [scores["metrics"]["video"][task]["hit@1"] for task in VIDEO_18]
+    assert summary["counts"] == {"V-CLS": 5, "V-QA": 5, "V-RET": 5, "V-MRET": 3, "Video": 18, "MMEB-V2": 18}
+    assert summary["groups"]["MMEB-V2"] == pytest.approx(_mean(video))
+    assert "image/ImageNet-1K (not run: FILE_N/A)" in summary["left_out"]
+    assert "visdoc/ViDoSeek-page (not run: DIR_N/A)" in summary["left_out"]
+    assert len(summary["left_out"]) == 1 + 36 + 24 and summary["data_version"] is None  # no visdoc task held
+    assert written["models"]["video_only"] == {}  # no image task: no MMEB groups
+    image_only = _report_v2_file("image")
+    assert mmeb_v2_summary(image_only) is None  # image tasks only: an MMEB row, not MMEB-V2
+    assert vlm2vec_groups(image_only)["MMEB"] == pytest.approx(
+        _mean([v["hit@1"] for v in image_only["metrics"]["image"].values()]))
+    broken = _report_v2_file("video")
+    broken["metrics"]["video"]["MSVD"] = "JSON_ERROR"  # a score file that was there but unreadable
+    with pytest.raises(DataError, match=r"field 'metrics\.video\.MSVD': missing 'hit@1'"):
+        mmeb_v2_summary(broken, "broken.json")
 
 
 def test_eval_writes_vlm2vec_score_files_for_visdoc_tasks_and_report_reads_them(tmp_path: Path, capsys) -> None:

@@ -7,6 +7,11 @@ tasks score ``hit@1``, visdoc tasks ``ndcg_linear@5``; a modality is the mean of
 MMEB-V2 the mean over every task present (78 when complete: 36 + 18 + 24), each with the number
 of tasks it covers.  Only the 78 names of :data:`vis_embed.data.taxonomy.MMEB_V2_TASKS` count
 (the files also hold e.g. ``MomentSeeker_1k8``, not one of the 78: left out and named in the log).
+``report_score_v2.py`` writes ``"FILE_N/A"`` / ``"DIR_N/A"`` in place of the metrics of a task
+it found no score file (or no modality folder) for: such a task was not run and is absent (no
+row; listed in ``left_out`` as "not run" and logged); any other value that is not a metrics
+dict is an error.  One task held under both names (``ViDoSeek-page`` and
+``ViDoSeek-page-fixed``) is an error too: one file is one row per task.
 
 Data version: VLM2Vec re-released the ViDoSeek-page and MMLongBench-page sets ("page-fixed",
 ``VLM2Vec/*-page-fixed``), which changed visdoc numbers.  A file says which it holds by
@@ -35,6 +40,21 @@ MMEB_V2_GROUP_KEYS: tuple[str, ...] = (*MMEB_META_TASKS, "Image", *VIDEO_META_TA
 PAGE_FIXED_SUFFIX = "-page-fixed"
 PAGE_FIXED = "page-fixed"
 ORIGINAL = "original"  # ViDoSeek-page / MMLongBench-page as first released
+# What VLM2Vec's report_score_v2.py writes in place of a task's metrics when it found no score
+# file for it (FILE_N/A) or no folder for its modality (DIR_N/A): a task not run, not a malformed
+# one.  Its other strings (JSON_ERROR, READ_ERROR) are broken files and stay errors.
+NOT_RUN: frozenset[str] = frozenset({"FILE_N/A", "DIR_N/A"})
+
+
+def is_not_run(values: Any) -> bool:
+    """Whether a task's entry is report_score_v2's placeholder for a task that was not run."""
+    return isinstance(values, str) and values in NOT_RUN
+
+
+def held_tasks(metrics: dict[str, Any], modality: str) -> dict[str, Any]:
+    """``metrics[modality]`` without the tasks marked as not run ({} when it holds none)."""
+    tasks = metrics.get(modality)
+    return {name: values for name, values in tasks.items() if not is_not_run(values)} if isinstance(tasks, dict) else {}
 
 
 def data_version(scores: dict[str, Any]) -> str | None:
@@ -42,7 +62,7 @@ def data_version(scores: dict[str, Any]) -> str | None:
     declared = (scores.get("metadata") or {}).get("data_version")
     if declared:
         return str(declared)
-    visdoc = (scores.get("metrics") or {}).get("visdoc") or {}
+    visdoc = held_tasks(scores.get("metrics") or {}, "visdoc")
     if any(name.endswith(PAGE_FIXED_SUFFIX) for name in visdoc):
         return PAGE_FIXED
     return ORIGINAL if visdoc else None
@@ -56,14 +76,17 @@ def _task_name(name: str) -> str:
 def mmeb_v2_rows(scores: dict[str, Any], path: str | Path = "<scores>",
                  left_out: list[str] | None = None) -> list[dict[str, Any]]:
     """One group_means row (benchmark MMEB-V2, score in percent) per MMEB-V2 task the file holds;
-    the names of other tasks are appended to ``left_out``."""
+    the names of other tasks, and of those marked as not run, are appended to ``left_out``."""
     metrics = scores.get("metrics") if isinstance(scores, dict) else None
     if not isinstance(metrics, dict):
         raise DataError("not a VLM2Vec score file (no metrics)", path=path)
-    rows = []
+    rows, not_run = [], []
     for modality, tasks in MMEB_V2_TASKS.items():
         seen: dict[str, str] = {}  # task -> the key it was read under
         for name, values in (metrics.get(modality) or {}).items():
+            if is_not_run(values):  # absent, as if the file did not name it: no row, no error
+                not_run.append(f"{modality}/{name} (not run: {values})")
+                continue
             task = _task_name(name)
             if task not in tasks:
                 log.debug("%s: %s task %r is not one of MMEB-V2's 78, left out", path, modality, name)
@@ -79,12 +102,17 @@ def mmeb_v2_rows(scores: dict[str, Any], path: str | Path = "<scores>",
                 raise DataError(f"missing {metric!r}", path=path, field=f"metrics.{modality}.{name}")
             rows.append({"meta_task": tasks[task], "modality": modality, "benchmark": MMEB_V2,
                          "score": 100.0 * float(values[metric])})
+    if not_run:
+        log.info("%s: %d tasks not run (VLM2Vec's N/A placeholders), left out: %s", path, len(not_run),
+                 ", ".join(not_run))
+        if left_out is not None:
+            left_out.extend(not_run)
     return rows
 
 
 def mmeb_v2_summary(data: dict[str, Any], path: str | Path = "<scores>") -> dict[str, Any] | None:
     """``{"groups", "counts", "data_version", "left_out"}`` (MMEB-V2 keys only; left_out: the file's
-    tasks that are not among the 78) of a score file or results.json;
+    tasks that are not among the 78 or were not run) of a score file or results.json;
     None when it holds no video or visdoc task (an image-only file is an MMEB row, not MMEB-V2)."""
     if isinstance(data.get("groups"), dict) and "datasets" in data:  # our results.json
         groups = {key: float(value) for key, value in data["groups"].items() if key in MMEB_V2_GROUP_KEYS}
@@ -93,7 +121,7 @@ def mmeb_v2_summary(data: dict[str, Any], path: str | Path = "<scores>") -> dict
         counts = {key: int(value) for key, value in (data.get("counts") or {}).items() if key in groups}
         return {"groups": groups, "counts": counts, "data_version": data.get("data_version"), "left_out": []}
     metrics = data.get("metrics") or {}
-    if not (metrics.get("video") or metrics.get("visdoc")):
+    if not (held_tasks(metrics, "video") or held_tasks(metrics, "visdoc")):  # placeholders hold no task
         return None
     left_out: list[str] = []
     rows = mmeb_v2_rows(data, path, left_out)
