@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,58 @@ def test_eval_writes_vlm2vec_score_files_for_visdoc_tasks_and_report_reads_them(
     for name in ("fake-model", "results", "mmeb_scores"):  # the combined file, ours, the folder of score files
         assert written[name]["groups"]["VisDoc"] == pytest.approx(entry["metrics"]["ndcg_linear@5"])
         assert written[name]["counts"]["MMEB-V2"] == 1
+
+
+def _page_fixed_source(src: Path) -> None:
+    """A local copy of VLM2Vec/ViDoSeek-page-fixed, the set prep reads for ViDoSeek-page."""
+    from tests._mmeb_v2_fakes import hub_dataset, jpeg
+
+    hub_dataset(src, "VLM2Vec/ViDoSeek-page-fixed", {
+        "queries": {"test": [{"query-id": 1, "query": "revenue?"}, {"query-id": 2, "query": "cost?"}]},
+        "corpus": {"test": [{"corpus-id": f"doc1_{k}", "image": {"bytes": jpeg((90 * k, 0, 0), "PNG"), "path": None}}
+                            for k in (1, 2)]},
+        "qrels": {"test": [{"query-id": 1, "corpus-id": "doc1_1", "score": 1},
+                           {"query-id": 2, "corpus-id": "doc1_2", "score": 1}]}}, image_columns=("image",))
+
+
+def test_our_run_of_a_page_fixed_prep_says_page_fixed_and_never_original(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """prep reads the page-fixed set under the old name, which alone would read as the first release:
+    results.json and the combined score file state the version prep recorded (its manifest.json);
+    without that record they say unknown, as does a folder of per-task score files."""
+    from eval_fakes import FakeEncoder
+
+    from vis_embed.data import EvalDatasetSpec
+    from vis_embed.evaluation.harness import Harness
+    from vis_embed.evaluation.mmeb_v2_scores import prepared_data_version
+    from vis_embed.evaluation.settings import EvalSettings
+    from vis_embed.prep.mmeb_v2 import convert_mmeb_v2
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    _page_fixed_source(tmp_path / "src")
+    convert_mmeb_v2(tmp_path / "data", tasks=["ViDoSeek-page"], source_root=tmp_path / "src")
+    task = tmp_path / "data" / "visdoc" / "ViDoSeek-page"
+    unrecorded = Path(shutil.copytree(task, tmp_path / "unrecorded"))  # the same files, no record of their source
+    (unrecorded / "manifest.json").unlink()
+
+    def spec(folder: Path, name: str = "ViDoSeek-page") -> EvalDatasetSpec:
+        return EvalDatasetSpec(name, "qrels", "VD-OOD", None, "MMEB-V2", modality="visdoc", image_root=folder,
+                               **{role: folder / f"{role}.jsonl" for role in ("queries", "corpus", "qrels")})
+
+    def labels(folder: Path, out: Path) -> dict[str, str]:
+        Harness(FakeEncoder(), out, EvalSettings(show_progress=False, pictures=False)).run([spec(folder)])
+        table = out / "table.json"
+        assert main(["report", str(out / "results.json"), str(out / "mmeb_scores" / "fake-model.json"),
+                     str(out / "mmeb_scores"), "--no-reference", "--json", str(table)]) == 0
+        return {name: row["data_version"] for name, row in json.loads(table.read_text())["mmeb_v2"].items()}
+
+    assert labels(task, tmp_path / "out") == {"results": "page-fixed", "fake-model": "page-fixed",
+                                              "mmeb_scores": "unknown"}
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["data_version"] == "page-fixed"
+    assert labels(unrecorded, tmp_path / "bare") == {"results": "unknown", "fake-model": "unknown",
+                                                     "mmeb_scores": "unknown"}
+    # a run is page-fixed only when each re-released task it holds is; without one, nothing says
+    assert prepared_data_version([spec(task), spec(unrecorded, "MMLongBench-page")]) == "unknown"
+    assert prepared_data_version([spec(task, "ViDoRe_arxivqa")]) == "unknown"
+    assert prepared_data_version([replace(spec(task), modality="video")]) is None  # no visdoc task: no version

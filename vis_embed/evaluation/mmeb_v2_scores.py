@@ -15,10 +15,17 @@ dict is an error.  One task held under both names (``ViDoSeek-page`` and
 
 Data version: VLM2Vec re-released the ViDoSeek-page and MMLongBench-page sets ("page-fixed",
 ``VLM2Vec/*-page-fixed``), which changed visdoc numbers.  A file says which it holds by
-``metadata.data_version``, or by task names ending in ``-page-fixed``; a file with the original
-names and no such field is taken to be the first release (the shipped peers are: their
-ViDoSeek-page scores are those of the original set).  A page-fixed file that kept the old names
-and says nothing cannot be told apart by its names.
+``metadata.data_version``, or by task names ending in ``-page-fixed``; a published score file
+with the original names and no such field is taken to be the first release (the shipped peers
+are: their ViDoSeek-page scores are those of the original set).  A page-fixed file that kept the
+old names and says nothing cannot be told apart by its names, which is why our own outputs
+state the version rather than leave it to the names: ``vis-embed prep mmeb-v2`` reads the
+page-fixed sets under the old names (as VLM2Vec's eval does), and records each task's sources in
+its folder's ``manifest.json``.  :func:`prepared_data_version` reads them for a run:
+results.json's ``data_version`` and the combined score file's ``metadata.data_version`` are
+``page-fixed`` when every re-released task of the run came from a page-fixed source, else
+``unknown`` (no manifest, another source, or neither task run); never ``original``.  A folder
+of per-task score files states nothing either: it is ``unknown`` unless its names say page-fixed.
 """
 
 from __future__ import annotations
@@ -27,9 +34,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from vis_embed.data.benchmark import EvalDatasetSpec
 from vis_embed.data.taxonomy import (MMEB_META_TASKS, MMEB_V2, MMEB_V2_TASKS, VIDEO_META_TASKS, VISDOC_META_TASKS,
                                      group_counts, group_means)
 from vis_embed.errors import DataError
+from vis_embed.io import read_json_object
+from vis_embed.prep.mmeb_v2 import MANIFEST as PREP_MANIFEST
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +50,8 @@ MMEB_V2_GROUP_KEYS: tuple[str, ...] = (*MMEB_META_TASKS, "Image", *VIDEO_META_TA
 PAGE_FIXED_SUFFIX = "-page-fixed"
 PAGE_FIXED = "page-fixed"
 ORIGINAL = "original"  # ViDoSeek-page / MMLongBench-page as first released
+UNKNOWN = "unknown"  # nothing states which release the data is
+RE_RELEASED: frozenset[str] = frozenset({"ViDoSeek-page", "MMLongBench-page"})  # the tasks page-fixed replaces
 # What VLM2Vec's report_score_v2.py writes in place of a task's metrics when it found no score
 # file for it (FILE_N/A) or no folder for its modality (DIR_N/A): a task not run, not a malformed
 # one.  Its other strings (JSON_ERROR, READ_ERROR) are broken files and stay errors.
@@ -57,20 +69,43 @@ def held_tasks(metrics: dict[str, Any], modality: str) -> dict[str, Any]:
     return {name: values for name, values in tasks.items() if not is_not_run(values)} if isinstance(tasks, dict) else {}
 
 
-def data_version(scores: dict[str, Any]) -> str | None:
-    """Which visdoc data a score file's numbers come from (None: it holds no visdoc task)."""
+def data_version(scores: dict[str, Any], unstated: str = ORIGINAL) -> str | None:
+    """Which visdoc data a score file's numbers come from (None: it holds no visdoc task);
+    ``unstated``: what original names without a declaration mean (a published file: the first
+    release; a folder of per-task files: unknown, VLM2Vec's eval reads the fixed sets under them)."""
     declared = (scores.get("metadata") or {}).get("data_version")
     if declared:
         return str(declared)
     visdoc = held_tasks(scores.get("metrics") or {}, "visdoc")
     if any(name.endswith(PAGE_FIXED_SUFFIX) for name in visdoc):
         return PAGE_FIXED
-    return ORIGINAL if visdoc else None
+    return unstated if visdoc else None
 
 
 def _task_name(name: str) -> str:
     """A page-fixed set's task (``ViDoSeek-page-fixed``) is the task it replaces."""
     return name.removesuffix("-fixed") if name.endswith(PAGE_FIXED_SUFFIX) else name
+
+
+def _prepared_version(spec: EvalDatasetSpec) -> str:
+    """PAGE_FIXED when the manifest.json that prep wrote beside the task's files (one folder per
+    task) names a page-fixed source; UNKNOWN otherwise (not prepared by us, or another source)."""
+    first = next(iter(spec.files.values()), None)
+    manifest = read_json_object(first.parent / PREP_MANIFEST) if first is not None else None
+    sources = (manifest or {}).get("sources")
+    repos = [str(source.get("repo")) for source in sources if isinstance(source, dict)] \
+        if isinstance(sources, list) else []
+    return PAGE_FIXED if any(repo.endswith(PAGE_FIXED_SUFFIX) for repo in repos) else UNKNOWN
+
+
+def prepared_data_version(specs: list[EvalDatasetSpec]) -> str | None:
+    """The data version of a run over ``specs`` (None: no MMEB-V2 visdoc task): PAGE_FIXED when
+    each re-released task it holds was prepared from a page-fixed set, else UNKNOWN."""
+    visdoc = [spec for spec in specs if spec.benchmark == MMEB_V2 and spec.modality == "visdoc"]
+    if not visdoc:
+        return None
+    versions = {_prepared_version(spec) for spec in visdoc if _task_name(spec.name) in RE_RELEASED}
+    return PAGE_FIXED if versions == {PAGE_FIXED} else UNKNOWN
 
 
 def mmeb_v2_rows(scores: dict[str, Any], path: str | Path = "<scores>",
