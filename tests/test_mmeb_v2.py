@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ from vis_embed import resources
 from vis_embed.cli import main
 from vis_embed.data import load_benchmark
 from vis_embed.data.taxonomy import group_counts, group_means
+from vis_embed.errors import DataError
 from vis_embed.evaluation.mmeb_v2_scores import data_version, mmeb_v2_summary
+from vis_embed.evaluation.report import vlm2vec_groups
 
 MANIFEST = Path(__file__).resolve().parents[1] / "eval" / "mmeb_v2.yaml"
 # VLM2Vec's experiments/report_score_v2.py: the 18 video tasks (the score files also hold
@@ -125,6 +128,50 @@ def test_data_version_comes_from_the_file() -> None:
     assert mmeb_v2_summary({"metrics": {"image": scores["metrics"]["image"]}}) is None  # image only: MMEB
 
 
+def test_a_task_held_under_both_names_is_refused() -> None:
+    """ViDoSeek-page and ViDoSeek-page-fixed are one task: a file holding both would count it twice."""
+    scores = _peer_files()["VLM2Vec-V2.0-Qwen2VL-2B"]
+    visdoc = {**scores["metrics"]["visdoc"], "ViDoSeek-page-fixed": scores["metrics"]["visdoc"]["ViDoSeek-page"]}
+    both = {**scores, "metrics": {**scores["metrics"], "visdoc": visdoc}}
+    with pytest.raises(DataError, match=r"both\.json: field 'metrics\.visdoc\.ViDoSeek-page-fixed': .*"
+                                        r"'ViDoSeek-page' and 'ViDoSeek-page-fixed'"):
+        mmeb_v2_summary(both, "both.json")
+
+
+def _report_v2_file(run: str) -> dict:
+    """VLM2Vec's report_score_v2.py output for a run of one modality: the others' tasks hold its
+    placeholders (FILE_N/A: no score file; DIR_N/A: no folder for the modality)."""
+    metrics = _peer_files()["VLM2Vec-V2.0-Qwen2VL-2B"]["metrics"]
+    return {"metadata": {"model_name": "m"}, "metrics": {
+        modality: tasks if modality == run else {name: "FILE_N/A" if modality == "image" else "DIR_N/A"
+                                                 for name in tasks} for modality, tasks in metrics.items()}}
+
+
+def test_report_v2_placeholders_are_tasks_not_run(tmp_path: Path) -> None:
+    scores = _report_v2_file("video")
+    path = tmp_path / "video_only.json"
+    path.write_text(json.dumps(scores))
+    out = tmp_path / "table.json"
+    assert main(["report", str(path), "--no-reference", "--json", str(out)]) == 0
+    written = json.loads(out.read_text())
+    summary = written["mmeb_v2"]["video_only"]
+    video = [scores["metrics"]["video"][task]["hit@1"] for task in VIDEO_18]
+    assert summary["counts"] == {"V-CLS": 5, "V-QA": 5, "V-RET": 5, "V-MRET": 3, "Video": 18, "MMEB-V2": 18}
+    assert summary["groups"]["MMEB-V2"] == pytest.approx(_mean(video))
+    assert "image/ImageNet-1K (not run: FILE_N/A)" in summary["left_out"]
+    assert "visdoc/ViDoSeek-page (not run: DIR_N/A)" in summary["left_out"]
+    assert len(summary["left_out"]) == 1 + 36 + 24 and summary["data_version"] is None  # no visdoc task held
+    assert written["models"]["video_only"] == {}  # no image task: no MMEB groups
+    image_only = _report_v2_file("image")
+    assert mmeb_v2_summary(image_only) is None  # image tasks only: an MMEB row, not MMEB-V2
+    assert vlm2vec_groups(image_only)["MMEB"] == pytest.approx(
+        _mean([v["hit@1"] for v in image_only["metrics"]["image"].values()]))
+    broken = _report_v2_file("video")
+    broken["metrics"]["video"]["MSVD"] = "JSON_ERROR"  # a score file that was there but unreadable
+    with pytest.raises(DataError, match=r"field 'metrics\.video\.MSVD': missing 'hit@1'"):
+        mmeb_v2_summary(broken, "broken.json")
+
+
 def test_eval_writes_vlm2vec_score_files_for_visdoc_tasks_and_report_reads_them(tmp_path: Path, capsys) -> None:
     from eval_fakes import FakeEncoder, make_qrels_benchmark
 
@@ -148,3 +195,58 @@ def test_eval_writes_vlm2vec_score_files_for_visdoc_tasks_and_report_reads_them(
     for name in ("fake-model", "results", "mmeb_scores"):  # the combined file, ours, the folder of score files
         assert written[name]["groups"]["VisDoc"] == pytest.approx(entry["metrics"]["ndcg_linear@5"])
         assert written[name]["counts"]["MMEB-V2"] == 1
+
+
+def _page_fixed_source(src: Path) -> None:
+    """A local copy of VLM2Vec/ViDoSeek-page-fixed, the set prep reads for ViDoSeek-page."""
+    from tests._mmeb_v2_fakes import hub_dataset, jpeg
+
+    hub_dataset(src, "VLM2Vec/ViDoSeek-page-fixed", {
+        "queries": {"test": [{"query-id": 1, "query": "revenue?"}, {"query-id": 2, "query": "cost?"}]},
+        "corpus": {"test": [{"corpus-id": f"doc1_{k}", "image": {"bytes": jpeg((90 * k, 0, 0), "PNG"), "path": None}}
+                            for k in (1, 2)]},
+        "qrels": {"test": [{"query-id": 1, "corpus-id": "doc1_1", "score": 1},
+                           {"query-id": 2, "corpus-id": "doc1_2", "score": 1}]}}, image_columns=("image",))
+
+
+def test_our_run_of_a_page_fixed_prep_says_page_fixed_and_never_original(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """prep reads the page-fixed set under the old name, which alone would read as the first release:
+    results.json and the combined score file state the version prep recorded (its manifest.json);
+    without that record they say unknown, as does a folder of per-task score files."""
+    from eval_fakes import FakeEncoder
+
+    from vis_embed.data import EvalDatasetSpec
+    from vis_embed.evaluation.harness import Harness
+    from vis_embed.evaluation.mmeb_v2_scores import prepared_data_version
+    from vis_embed.evaluation.settings import EvalSettings
+    from vis_embed.prep.mmeb_v2 import convert_mmeb_v2
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    _page_fixed_source(tmp_path / "src")
+    convert_mmeb_v2(tmp_path / "data", tasks=["ViDoSeek-page"], source_root=tmp_path / "src")
+    task = tmp_path / "data" / "visdoc" / "ViDoSeek-page"
+    unrecorded = Path(shutil.copytree(task, tmp_path / "unrecorded"))  # the same files, no record of their source
+    (unrecorded / "manifest.json").unlink()
+
+    def spec(folder: Path, name: str = "ViDoSeek-page") -> EvalDatasetSpec:
+        return EvalDatasetSpec(name, "qrels", "VD-OOD", None, "MMEB-V2", modality="visdoc", image_root=folder,
+                               **{role: folder / f"{role}.jsonl" for role in ("queries", "corpus", "qrels")})
+
+    def labels(folder: Path, out: Path) -> dict[str, str]:
+        Harness(FakeEncoder(), out, EvalSettings(show_progress=False, pictures=False)).run([spec(folder)])
+        table = out / "table.json"
+        assert main(["report", str(out / "results.json"), str(out / "mmeb_scores" / "fake-model.json"),
+                     str(out / "mmeb_scores"), "--no-reference", "--json", str(table)]) == 0
+        return {name: row["data_version"] for name, row in json.loads(table.read_text())["mmeb_v2"].items()}
+
+    assert labels(task, tmp_path / "out") == {"results": "page-fixed", "fake-model": "page-fixed",
+                                              "mmeb_scores": "unknown"}
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["data_version"] == "page-fixed"
+    assert labels(unrecorded, tmp_path / "bare") == {"results": "unknown", "fake-model": "unknown",
+                                                     "mmeb_scores": "unknown"}
+    # a run is page-fixed only when each re-released task it holds is; without one, nothing says
+    assert prepared_data_version([spec(task), spec(unrecorded, "MMLongBench-page")]) == "unknown"
+    assert prepared_data_version([spec(task, "ViDoRe_arxivqa")]) == "unknown"
+    assert prepared_data_version([replace(spec(task), modality="video")]) is None  # no visdoc task: no version

@@ -84,6 +84,7 @@ class ResultsFile(FileRecord):
     datasets: dict[str, DatasetResult] = Field(default_factory=dict)
     groups: dict[str, float] = Field(default_factory=dict)  # group means, percent
     counts: dict[str, int] = Field(default_factory=dict)  # tasks each group covers
+    data_version: str | None = None  # MMEB-V2 visdoc data release (evaluation.mmeb_v2_scores); None: no visdoc task
     protocol: ProtocolRecord | None = None
 
     @classmethod

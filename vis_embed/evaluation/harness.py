@@ -39,6 +39,7 @@ from vis_embed.evaluation import layouts
 from vis_embed.evaluation.layout_base import PreparedDataset, ScoringOptions
 from vis_embed.evaluation.metrics import RANKING_PRIMARIES
 from vis_embed.evaluation.mmeb_scores import write_mmeb_score_files
+from vis_embed.evaluation.mmeb_v2_scores import prepared_data_version
 from vis_embed.evaluation.plots import meta_task_bars, retrieval_grid
 from vis_embed.evaluation.protocol_runs import apply_protocol, protocol_record
 from vis_embed.evaluation.trec_runs import write_run_files
@@ -175,6 +176,8 @@ class Harness:
                    **({"protocol": protocol_record(self.settings.protocol, self.model_info.get("embedding_config"))}
                       if self.settings.protocol else {}),
                    "datasets": datasets, "groups": aggregate(datasets), "counts": aggregate_counts(datasets)}
+        if (data_version := prepared_data_version(selected)) is not None:  # which visdoc release was scored
+            results["data_version"] = data_version
         if benchmark_fingerprint:
             results["model"].setdefault("fingerprints", {})["benchmark"] = benchmark_fingerprint
         self.write_outputs(results)

@@ -5,7 +5,7 @@
     OUT/mmeb_scores/image/<DATASET>_score.json
         {"acc": 0.62, "hit@1": 0.62, "num_correct": 620, "num_pred": 1000}
     OUT/mmeb_scores/<MODEL>.json
-        {"metadata": {"model_name": ...}, "metrics": {"image": {<DATASET>: <the same dict>}}}
+        {"metadata": {"model_name": ..., "data_version": ...}, "metrics": {"image": {<DATASET>: <the same dict>}}}
 
 The per-dataset files are what VLM2Vec's ``eval.py`` writes (``acc`` / ``num_correct`` /
 ``num_pred``; fractions, not percent) with ``hit@1`` added, the key its MMEB-V2 report script
@@ -18,6 +18,10 @@ file is that script's output, the leaderboard's submission format, and what ``vi
 report`` and the peer files in :mod:`vis_embed.resources` use.  ``hit@1`` is our P@1 (under
 the run's tie policy; ``first`` reproduces VLM2Vec's argmax).  Datasets that are not among
 MMEB's 36 (MVEB, custom) and peer-protocol datasets stay in results.json only.
+
+``metadata.data_version`` (with visdoc tasks only) is results.json's: which release of the
+re-released visdoc sets the run scored (``page-fixed``, else ``unknown``; see
+:mod:`vis_embed.evaluation.mmeb_v2_scores`), stated because the task names cannot say it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 from vis_embed.data.results_file import DatasetResult, ResultsFile
 from vis_embed.data.taxonomy import MMEB_DATASETS, MMEB_V2, MMEB_V2_TASKS
 from vis_embed.errors import DataError
+from vis_embed.evaluation.mmeb_v2_scores import UNKNOWN, data_version
 from vis_embed.io import atomic_write_json, read_json_value, safe_name
 
 SCORE_DIR = "mmeb_scores"
@@ -79,9 +84,10 @@ def write_mmeb_score_files(results: ResultsFile | dict[str, Any], out_dir: str |
     written = [atomic_write_json(folder / modality / f"{name}{SCORE_SUFFIX}", score)
                for modality, scores in by_modality.items() for name, score in scores.items()]
     model_name = results.model.name_with_adapter("model")
-    combined = {"metadata": {"model_name": model_name, "data_source": "Self-Reported",
-                             "tie_policy": results.tie_policy},
-                "metrics": by_modality}
+    metadata = {"model_name": model_name, "data_source": "Self-Reported", "tie_policy": results.tie_policy}
+    if "visdoc" in by_modality:  # stated: a visdoc file that says nothing is read as the first release
+        metadata["data_version"] = results.data_version or UNKNOWN
+    combined = {"metadata": metadata, "metrics": by_modality}
     written.append(atomic_write_json(folder / f"{safe_name(Path(str(model_name)).name)}.json", combined))
     return written
 
@@ -107,4 +113,6 @@ def read_score_folder(folder: str | Path) -> dict[str, Any]:
     for values in metrics.get("image", {}).values():
         if isinstance(values, dict) and "hit@1" not in values and "acc" in values:
             values["hit@1"] = values["acc"]  # VLM2Vec v1 files name the same quantity acc
-    return {"metrics": metrics}
+    # per-task files state no data release: unknown, unless their names say page-fixed
+    version = data_version({"metrics": metrics}, unstated=UNKNOWN)
+    return {**({"metadata": {"data_version": version}} if version else {}), "metrics": metrics}

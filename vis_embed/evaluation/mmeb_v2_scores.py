@@ -7,13 +7,25 @@ tasks score ``hit@1``, visdoc tasks ``ndcg_linear@5``; a modality is the mean of
 MMEB-V2 the mean over every task present (78 when complete: 36 + 18 + 24), each with the number
 of tasks it covers.  Only the 78 names of :data:`vis_embed.data.taxonomy.MMEB_V2_TASKS` count
 (the files also hold e.g. ``MomentSeeker_1k8``, not one of the 78: left out and named in the log).
+``report_score_v2.py`` writes ``"FILE_N/A"`` / ``"DIR_N/A"`` in place of the metrics of a task
+it found no score file (or no modality folder) for: such a task was not run and is absent (no
+row; listed in ``left_out`` as "not run" and logged); any other value that is not a metrics
+dict is an error.  One task held under both names (``ViDoSeek-page`` and
+``ViDoSeek-page-fixed``) is an error too: one file is one row per task.
 
 Data version: VLM2Vec re-released the ViDoSeek-page and MMLongBench-page sets ("page-fixed",
 ``VLM2Vec/*-page-fixed``), which changed visdoc numbers.  A file says which it holds by
-``metadata.data_version``, or by task names ending in ``-page-fixed``; a file with the original
-names and no such field is taken to be the first release (the shipped peers are: their
-ViDoSeek-page scores are those of the original set).  A page-fixed file that kept the old names
-and says nothing cannot be told apart by its names.
+``metadata.data_version``, or by task names ending in ``-page-fixed``; a published score file
+with the original names and no such field is taken to be the first release (the shipped peers
+are: their ViDoSeek-page scores are those of the original set).  A page-fixed file that kept the
+old names and says nothing cannot be told apart by its names, which is why our own outputs
+state the version rather than leave it to the names: ``vis-embed prep mmeb-v2`` reads the
+page-fixed sets under the old names (as VLM2Vec's eval does), and records each task's sources in
+its folder's ``manifest.json``.  :func:`prepared_data_version` reads them for a run:
+results.json's ``data_version`` and the combined score file's ``metadata.data_version`` are
+``page-fixed`` when every re-released task of the run came from a page-fixed source, else
+``unknown`` (no manifest, another source, or neither task run); never ``original``.  A folder
+of per-task score files states nothing either: it is ``unknown`` unless its names say page-fixed.
 """
 
 from __future__ import annotations
@@ -22,9 +34,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from vis_embed.data.benchmark import EvalDatasetSpec
 from vis_embed.data.taxonomy import (MMEB_META_TASKS, MMEB_V2, MMEB_V2_TASKS, VIDEO_META_TASKS, VISDOC_META_TASKS,
                                      group_counts, group_means)
 from vis_embed.errors import DataError
+from vis_embed.io import read_json_object
+from vis_embed.prep.mmeb_v2 import MANIFEST as PREP_MANIFEST
 
 log = logging.getLogger(__name__)
 
@@ -35,17 +50,36 @@ MMEB_V2_GROUP_KEYS: tuple[str, ...] = (*MMEB_META_TASKS, "Image", *VIDEO_META_TA
 PAGE_FIXED_SUFFIX = "-page-fixed"
 PAGE_FIXED = "page-fixed"
 ORIGINAL = "original"  # ViDoSeek-page / MMLongBench-page as first released
+UNKNOWN = "unknown"  # nothing states which release the data is
+RE_RELEASED: frozenset[str] = frozenset({"ViDoSeek-page", "MMLongBench-page"})  # the tasks page-fixed replaces
+# What VLM2Vec's report_score_v2.py writes in place of a task's metrics when it found no score
+# file for it (FILE_N/A) or no folder for its modality (DIR_N/A): a task not run, not a malformed
+# one.  Its other strings (JSON_ERROR, READ_ERROR) are broken files and stay errors.
+NOT_RUN: frozenset[str] = frozenset({"FILE_N/A", "DIR_N/A"})
 
 
-def data_version(scores: dict[str, Any]) -> str | None:
-    """Which visdoc data a score file's numbers come from (None: it holds no visdoc task)."""
+def is_not_run(values: Any) -> bool:
+    """Whether a task's entry is report_score_v2's placeholder for a task that was not run."""
+    return isinstance(values, str) and values in NOT_RUN
+
+
+def held_tasks(metrics: dict[str, Any], modality: str) -> dict[str, Any]:
+    """``metrics[modality]`` without the tasks marked as not run ({} when it holds none)."""
+    tasks = metrics.get(modality)
+    return {name: values for name, values in tasks.items() if not is_not_run(values)} if isinstance(tasks, dict) else {}
+
+
+def data_version(scores: dict[str, Any], unstated: str = ORIGINAL) -> str | None:
+    """Which visdoc data a score file's numbers come from (None: it holds no visdoc task);
+    ``unstated``: what original names without a declaration mean (a published file: the first
+    release; a folder of per-task files: unknown, VLM2Vec's eval reads the fixed sets under them)."""
     declared = (scores.get("metadata") or {}).get("data_version")
     if declared:
         return str(declared)
-    visdoc = (scores.get("metrics") or {}).get("visdoc") or {}
+    visdoc = held_tasks(scores.get("metrics") or {}, "visdoc")
     if any(name.endswith(PAGE_FIXED_SUFFIX) for name in visdoc):
         return PAGE_FIXED
-    return ORIGINAL if visdoc else None
+    return unstated if visdoc else None
 
 
 def _task_name(name: str) -> str:
@@ -53,33 +87,67 @@ def _task_name(name: str) -> str:
     return name.removesuffix("-fixed") if name.endswith(PAGE_FIXED_SUFFIX) else name
 
 
+def _prepared_version(spec: EvalDatasetSpec) -> str:
+    """PAGE_FIXED when the manifest.json that prep wrote beside the task's files (one folder per
+    task) names a page-fixed source; UNKNOWN otherwise (not prepared by us, or another source)."""
+    first = next(iter(spec.files.values()), None)
+    manifest = read_json_object(first.parent / PREP_MANIFEST) if first is not None else None
+    sources = (manifest or {}).get("sources")
+    repos = [str(source.get("repo")) for source in sources if isinstance(source, dict)] \
+        if isinstance(sources, list) else []
+    return PAGE_FIXED if any(repo.endswith(PAGE_FIXED_SUFFIX) for repo in repos) else UNKNOWN
+
+
+def prepared_data_version(specs: list[EvalDatasetSpec]) -> str | None:
+    """The data version of a run over ``specs`` (None: no MMEB-V2 visdoc task): PAGE_FIXED when
+    each re-released task it holds was prepared from a page-fixed set, else UNKNOWN."""
+    visdoc = [spec for spec in specs if spec.benchmark == MMEB_V2 and spec.modality == "visdoc"]
+    if not visdoc:
+        return None
+    versions = {_prepared_version(spec) for spec in visdoc if _task_name(spec.name) in RE_RELEASED}
+    return PAGE_FIXED if versions == {PAGE_FIXED} else UNKNOWN
+
+
 def mmeb_v2_rows(scores: dict[str, Any], path: str | Path = "<scores>",
                  left_out: list[str] | None = None) -> list[dict[str, Any]]:
     """One group_means row (benchmark MMEB-V2, score in percent) per MMEB-V2 task the file holds;
-    the names of other tasks are appended to ``left_out``."""
+    the names of other tasks, and of those marked as not run, are appended to ``left_out``."""
     metrics = scores.get("metrics") if isinstance(scores, dict) else None
     if not isinstance(metrics, dict):
         raise DataError("not a VLM2Vec score file (no metrics)", path=path)
-    rows = []
+    rows, not_run = [], []
     for modality, tasks in MMEB_V2_TASKS.items():
+        seen: dict[str, str] = {}  # task -> the key it was read under
         for name, values in (metrics.get(modality) or {}).items():
+            if is_not_run(values):  # absent, as if the file did not name it: no row, no error
+                not_run.append(f"{modality}/{name} (not run: {values})")
+                continue
             task = _task_name(name)
             if task not in tasks:
                 log.debug("%s: %s task %r is not one of MMEB-V2's 78, left out", path, modality, name)
                 if left_out is not None:
                     left_out.append(f"{modality}/{name}")
                 continue
+            if task in seen:  # both releases of one task: which one the row is cannot be told
+                raise DataError(f"task {task!r} is held twice, as {seen[task]!r} and {name!r} (one file, one "
+                                "version of a task)", path=path, field=f"metrics.{modality}.{name}")
+            seen[task] = name
             metric = PRIMARY_BY_MODALITY[modality]
             if not isinstance(values, dict) or not isinstance(values.get(metric), (int, float)):
                 raise DataError(f"missing {metric!r}", path=path, field=f"metrics.{modality}.{name}")
             rows.append({"meta_task": tasks[task], "modality": modality, "benchmark": MMEB_V2,
                          "score": 100.0 * float(values[metric])})
+    if not_run:
+        log.info("%s: %d tasks not run (VLM2Vec's N/A placeholders), left out: %s", path, len(not_run),
+                 ", ".join(not_run))
+        if left_out is not None:
+            left_out.extend(not_run)
     return rows
 
 
 def mmeb_v2_summary(data: dict[str, Any], path: str | Path = "<scores>") -> dict[str, Any] | None:
     """``{"groups", "counts", "data_version", "left_out"}`` (MMEB-V2 keys only; left_out: the file's
-    tasks that are not among the 78) of a score file or results.json;
+    tasks that are not among the 78 or were not run) of a score file or results.json;
     None when it holds no video or visdoc task (an image-only file is an MMEB row, not MMEB-V2)."""
     if isinstance(data.get("groups"), dict) and "datasets" in data:  # our results.json
         groups = {key: float(value) for key, value in data["groups"].items() if key in MMEB_V2_GROUP_KEYS}
@@ -88,7 +156,7 @@ def mmeb_v2_summary(data: dict[str, Any], path: str | Path = "<scores>") -> dict
         counts = {key: int(value) for key, value in (data.get("counts") or {}).items() if key in groups}
         return {"groups": groups, "counts": counts, "data_version": data.get("data_version"), "left_out": []}
     metrics = data.get("metrics") or {}
-    if not (metrics.get("video") or metrics.get("visdoc")):
+    if not (held_tasks(metrics, "video") or held_tasks(metrics, "visdoc")):  # placeholders hold no task
         return None
     left_out: list[str] = []
     rows = mmeb_v2_rows(data, path, left_out)

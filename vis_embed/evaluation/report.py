@@ -28,7 +28,7 @@ from vis_embed.data.results_file import ResultsFile, ResultsModel
 from vis_embed.data.taxonomy import (BENCHMARK_SPLIT_KEYS, GROUP_KEYS, MMEB_DATASETS, MMEB_META_TASKS,
                                      MVEB_META_TASKS, POOLED_SPLIT_KEYS, SPLITS, group_means, mmeb_entry)
 from vis_embed.evaluation.mmeb_scores import read_score_folder
-from vis_embed.evaluation.mmeb_v2_scores import MMEB_V2_GROUP_KEYS, mmeb_v2_summary
+from vis_embed.evaluation.mmeb_v2_scores import MMEB_V2_GROUP_KEYS, held_tasks, mmeb_v2_summary
 from vis_embed.io import atomic_write_text, read_json_value
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; annotations only
@@ -44,18 +44,20 @@ REFERENCE_ENV = "VIS_EMBED_REFERENCE"
 def vlm2vec_groups(scores: dict[str, Any], path: str | Path = "<scores>") -> dict[str, float]:
     """Group means (percent) of a VLM2Vec score file's image datasets, by hit@1."""
     metrics = scores.get("metrics") if isinstance(scores, dict) else None
-    if isinstance(metrics, dict) and "image" not in metrics and (metrics.get("video") or metrics.get("visdoc")):
+    if not isinstance(metrics, dict) or not isinstance(metrics.get("image", {}), dict):
+        raise DataError("not a VLM2Vec score file (no metrics.image)", path=path)
+    # report_score_v2's FILE_N/A / DIR_N/A placeholders: tasks not run (listed by mmeb_v2_summary)
+    per_dataset = held_tasks(metrics, "image")
+    if not per_dataset and (held_tasks(metrics, "video") or held_tasks(metrics, "visdoc")):
         return {}  # MMEB-V2 video / visdoc only: no MMEB (image) groups; its MMEB-V2 columns are mmeb_v2_summary's
-    try:
-        per_dataset = scores["metrics"]["image"]
-    except (KeyError, TypeError):
-        raise DataError("not a VLM2Vec score file (no metrics.image)", path=path) from None
+    if "image" not in metrics:
+        raise DataError("not a VLM2Vec score file (no metrics.image)", path=path)
     rows = []
     for dataset, values in per_dataset.items():
         if dataset not in MMEB_DATASETS:
             log.warning("%s: dataset %r is not one of MMEB's 36, ignored", path, dataset)
             continue
-        if "hit@1" not in values:
+        if not isinstance(values, dict) or "hit@1" not in values:
             raise DataError("missing 'hit@1'", path=path, field=f"metrics.image.{dataset}")
         rows.append({**mmeb_entry(dataset), "score": 100.0 * float(values["hit@1"])})
     if not rows:
