@@ -57,6 +57,18 @@ def test_a_key_set_on_the_command_line_is_named_without_a_file_line(tmp_path: Pa
         load_recipe(path, ["max_steps=many"])
 
 
+@pytest.mark.parametrize("override", ["lora.alpah=3", "lora.r=abc", "adaptation.lora.r=abc"])
+def test_an_older_spelling_set_on_the_command_line_is_named_without_a_file_line(tmp_path: Path,
+                                                                              override: str) -> None:
+    # `--set lora.KEY` (the older top-level section, moved into adaptation.lora) once named line 0
+    # for a new key, and the file's `r:` line for a value that replaced it
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(MINIMAL, sort_keys=False) + "adaptation:\n  lora:\n    r: 8\n")
+    key = override.split("=")[0].split(".")[-1]
+    with pytest.raises(ConfigError, match=rf"recipe\.yaml: field 'adaptation\.lora\.{key}': "):
+        load_recipe(path, [override])
+
+
 def test_a_broken_recipe_file_names_its_line(tmp_path: Path) -> None:
     path = tmp_path / "recipe.yaml"
     base = {key: value for key, value in MINIMAL.items() if key != "max_steps"}

@@ -17,12 +17,13 @@ from vis_embed.io import without_bom
 
 
 class LineDict(dict):
-    """A dict parsed from YAML; ``line`` is where it starts, ``key_lines[key]`` where a key is."""
+    """A dict parsed from YAML; ``line`` is where it starts, ``key_lines[key]`` where a key is
+    (None: not from the file, e.g. a ``--set`` value)."""
 
-    line: int = 0
-    key_lines: dict[Any, int]
+    line: int | None = None
+    key_lines: dict[Any, int | None]
 
-    def line_of(self, key: Any) -> int:
+    def line_of(self, key: Any) -> int | None:
         return self.key_lines.get(key, self.line) if hasattr(self, "key_lines") else self.line
 
 

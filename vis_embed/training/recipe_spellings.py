@@ -47,9 +47,10 @@ def _lines(mapping: Any) -> dict[Any, int | None]:
     return dict(getattr(mapping, "key_lines", {}))
 
 
-def _mapping(values: dict[str, Any], lines: dict[Any, int | None], start: int, line_aware: bool) -> dict[str, Any]:
+def _mapping(values: dict[str, Any], lines: dict[Any, int | None], start: int | None,
+             line_aware: bool) -> dict[str, Any]:
     """``values``, as a line-aware mapping when the recipe was read from YAML: an error in a
-    moved section still names its line."""
+    moved section still names its line (``start`` None: a section ``--set`` made, on no line)."""
     if not line_aware:
         return dict(values)
     moved = LineDict(values)
@@ -80,14 +81,16 @@ def upgrade_recipe_spellings(document: Any) -> Any:
         inner = section.get(name)
         if isinstance(value, dict):
             merged = {**inner, **value} if isinstance(inner, dict) else value
-            value = _mapping(merged, {**_lines(inner), **_lines(value)}, getattr(value, "line", 0), aware)
+            # a key of the older section is on its own line, or on none (a --set value): never the one it overrides
+            value = _mapping(merged, {**_lines(inner), **{key: _lines(value).get(key) for key in value}},
+                             getattr(value, "line", None), aware)
         section[name], lines[name] = value, top.get(name)
     lora = section.get("lora")
     if isinstance(lora, dict) and "enabled" in lora and isinstance(lora["enabled"], bool):
         if not lora["enabled"] and section.get("kind", "lora") == "lora":
             section["kind"], lines["kind"] = "full", _lines(lora).get("enabled")
         section["lora"] = _mapping({key: v for key, v in lora.items() if key != "enabled"}, _lines(lora),
-                                   getattr(lora, "line", 0), aware)
+                                   getattr(lora, "line", None), aware)
     if section or "adaptation" in document:
         start = top.get("adaptation") or next((top[name] for name in older if top.get(name)), 0)
         document["adaptation"] = _mapping(section, lines, start or 0, aware)
