@@ -108,15 +108,26 @@ def test_tie_policy_first_reproduces_argmax_and_is_recorded(tmp_path: Path) -> N
 
 def test_constant_group_does_not_stop_the_correlation_protocol(tmp_path: Path) -> None:
     files = make_identity_benchmark(tmp_path / "data")
-    rows = [{"id": f"p{i}", "a": f"{c}_0.png", "b": f"{d}_1.png", "score": 0.5 if i < 3 else float(i),
-             "group": "flat" if i < 3 else "varied"}
-            for i, (c, d) in enumerate(zip(NAMES, NAMES[1:] + NAMES[:1]))]
+    pairs = [(c, d) for shift in (1, 2) for c, d in zip(NAMES, NAMES[shift:] + NAMES[:shift])]  # 12 pairs
+    rows = [{"id": f"p{i}", "a": f"{c}_0.png", "b": f"{d}_1.png", "score": 0.5 if i < 4 else float(i),
+             "group": "flat" if i < 4 else "varied"}  # a group needs 4 pairs (peer_metrics.MIN_GROUP_PAIRS)
+            for i, (c, d) in enumerate(pairs)]
     path = write_jsonl(tmp_path / "corr.jsonl", rows)
     spec = DatasetSpec("Corr", "human_corr", "HumanCorr", path=path, image_root=files["images"])
     result = _run(FakeEncoder(), [spec], tmp_path / "out")["datasets"]["Corr"]
     assert result["metrics"]["n_groups"] == 1 and result["metrics"]["n_constant_groups"] == 1
     assert result["constant_groups"] == ["flat"]
     assert math.isfinite(result["metrics"]["spearman"])
+
+
+def test_a_correlation_file_without_a_group_of_four_pairs_is_refused_before_encoding(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    rows = [{"id": f"p{i}", "a": f"{c}_0.png", "b": f"{c}_1.png", "score": float(i), "group": f"g{i % 2}"}
+            for i, c in enumerate(NAMES)]  # two groups of 3 pairs
+    spec = DatasetSpec("Corr", "human_corr", "HumanCorr", path=write_jsonl(tmp_path / "corr.jsonl", rows),
+                       image_root=files["images"])
+    with pytest.raises(DataError, match=r"corr.jsonl: field 'group': no group has 4 or more pairs"):
+        _run(NaNEncoder("red_0.png"), [spec], tmp_path / "out")  # an encode would fail otherwise
 
 
 def test_nan_human_score_and_nan_embedding_are_errors_naming_the_row(tmp_path: Path) -> None:

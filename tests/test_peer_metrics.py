@@ -86,6 +86,22 @@ def test_correlations_match_scipy_and_fisher_z_average() -> None:
     assert grouped["n_groups"] == 2
 
 
+def test_groups_are_weighted_by_their_pairs_and_a_tiny_one_cannot_dominate() -> None:
+    # Fisher z over n pairs has variance 1 / (n - 3): the groups' z are averaged with weights
+    # n - 3.  Unweighted, 4 pairs in perfect order (z clipped near 8.4) beside 200 random pairs
+    # (rho ~ 0) gave 0.9995; 3-pair groups carry no weight at all and are skipped and counted.
+    rng = np.random.default_rng(0)
+    model = np.r_[[0.1, 0.2, 0.3, 0.4], rng.random(200), [0.1, 0.2, 0.3]]
+    human = np.r_[[1.0, 2.0, 3.0, 4.0], rng.random(200), [1.0, 2.0, 3.0]]
+    groups = ["tiny"] * 4 + ["big"] * 200 + ["three"] * 3
+    result = peer_metrics.correlation_with_humans(model, human, groups)
+    z_big = np.arctanh(stats.spearmanr(model[4:204], human[4:204])[0])
+    expected = np.tanh((1 * np.arctanh(0.9999999) + 197 * z_big) / 198)
+    assert result["spearman"] == pytest.approx(expected, abs=1e-9)
+    assert abs(result["spearman"]) < 0.1
+    assert result["n_groups"] == 2 and result["n_small_groups"] == 1
+
+
 def test_nearid_margin_of_identical_vectors_is_exactly_zero() -> None:
     # Target and negative are the same vector: two separately rounded similarities used to
     # differ by ~1e-16 and count as successes; one product p . (t - n) gives exactly 0.
@@ -117,12 +133,12 @@ def test_non_finite_inputs_are_errors_naming_the_item() -> None:
 
 
 def test_constant_group_is_nan_counted_and_left_out() -> None:
-    model = np.array([0.3, 0.3, 0.3, 0.1, 0.5, 0.9])
-    human = np.array([1.0, 2.0, 3.0, 1.0, 2.0, 3.0])
-    result = peer_metrics.correlation_with_humans(model, human, ["flat"] * 3 + ["ok"] * 3)
+    model = np.array([0.3, 0.3, 0.3, 0.3, 0.1, 0.5, 0.9, 1.0])
+    human = np.array([1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0])
+    result = peer_metrics.correlation_with_humans(model, human, ["flat"] * 4 + ["ok"] * 4)
     assert result["n_groups"] == 1 and result["n_constant_groups"] == 1 and result["constant_groups"] == ["flat"]
     assert result["spearman"] == pytest.approx(1.0)
-    assert np.isnan(peer_metrics.pearson(model[:3], human[:3]))
+    assert np.isnan(peer_metrics.pearson(model[:4], human[:4]))
     everything_flat = peer_metrics.correlation_with_humans(np.zeros(4), np.arange(4.0))
     assert np.isnan(everything_flat["spearman"]) and everything_flat["n_constant_groups"] == 1
 

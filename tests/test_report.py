@@ -253,3 +253,13 @@ def test_results_json_is_read_once_through_one_model(tmp_path: Path) -> None:
     assert "| VOC2007 | Cls | IND | 4 | P@1 | 50.0" in report.markdown(with_primary)
     with pytest.raises(DataError, match=r"results\.json.*n_queries"):
         ResultsFile.of({"datasets": {"VOC2007": {"n_queries": "four"}}}, tmp_path / "results.json")
+
+
+def test_the_group_keys_docs_spell_out_are_the_taxonomys() -> None:
+    import re
+
+    from vis_embed.data.taxonomy import GROUP_KEYS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text(encoding="utf-8")
+    listed = re.search(r"Group keys are spelled exactly `([^`]+)`", text)
+    assert listed is not None and tuple(listed.group(1).split()) == GROUP_KEYS

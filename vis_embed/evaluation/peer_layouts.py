@@ -7,6 +7,7 @@ Their ``score`` functions get embeddings that passed :func:`layout_base.scored_a
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -164,12 +165,16 @@ def prepare_human_corr(spec: EvalDatasetSpec, max_queries: int | None, options: 
     rows = list(read_rows(spec, "path", max_queries))
     human = _float_column(spec, rows, "score")
     groups = [str(row.get("group", "all")) for _line, row in rows]
+    if max(Counter(groups).values(), default=0) < peer_metrics.MIN_GROUP_PAIRS:  # refused before encoding
+        raise DataError(f"no group has {peer_metrics.MIN_GROUP_PAIRS} or more pairs (a correlation needs them)",
+                        path=spec.file("path"), field="group")
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
         result = peer_metrics.correlation_with_humans(_rowwise_cosine(emb["a"], emb["b"]), human, groups)
         # undefined (every group constant) is null in results.json, not NaN (invalid JSON)
         percent = {key: None if np.isnan(result[key]) else 100 * result[key] for key in ("pearson", "spearman")}
-        return Outcome({**percent, "n_groups": result["n_groups"], "n_constant_groups": result["n_constant_groups"]},
+        counts = {key: result[key] for key in ("n_groups", "n_constant_groups", "n_small_groups")}
+        return Outcome({**percent, **counts},
                        "spearman", len(rows), extra={"constant_groups": result["constant_groups"]})
 
     return _pair_dataset(spec, rows, score)

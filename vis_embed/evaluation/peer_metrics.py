@@ -38,6 +38,9 @@ ASYM_RECALL_KS: tuple[int, ...] = (1, 5, 20)
 # A group whose values span at most this (relative to their magnitude, at least 1) is constant:
 # n copies of one cosine differ by a few ulps after a mean, which must not read as a correlation.
 CONSTANT_TOLERANCE = 1e-9
+# A correlation's Fisher z over n pairs has variance 1 / (n - 3): a group of 3 pairs or fewer
+# carries no weight (and a random model scores |r| = 1 on 3 pairs a third of the time).
+MIN_GROUP_PAIRS = 4
 
 
 def unit_rows(embeddings: np.ndarray) -> np.ndarray:
@@ -249,15 +252,16 @@ def is_constant(values: np.ndarray, tolerance: float = CONSTANT_TOLERANCE) -> bo
     return float(values.max() - values.min()) <= tolerance * max(1.0, float(np.abs(values).max()))
 
 
-def fisher_z_mean(correlations: Sequence[float]) -> float:
-    """Average correlations in Fisher-z space: tanh(mean(arctanh(r))); NaN when there are none.
+def fisher_z_mean(correlations: Sequence[float], weights: Sequence[float] | None = None) -> float:
+    """Average correlations in Fisher-z space: tanh(weighted mean(arctanh(r))); NaN when there are none.
 
-    Averaging r directly is biased towards 0 because r is bounded; z is ~normal.
+    Averaging r directly is biased towards 0 because r is bounded; z is ~normal, with variance
+    1 / (n - 3) for n pairs: ``weights`` n - 3 make it the inverse-variance (meta-analytic) mean.
     """
     if len(correlations) == 0:
         return float("nan")
     r = np.clip(np.asarray(correlations, dtype=np.float64), -0.9999999, 0.9999999)
-    return float(np.tanh(np.arctanh(r).mean()))
+    return float(np.tanh(np.average(np.arctanh(r), weights=weights)))
 
 
 def correlation_with_humans(model_scores: np.ndarray, human_scores: np.ndarray,
@@ -265,8 +269,10 @@ def correlation_with_humans(model_scores: np.ndarray, human_scores: np.ndarray,
     """Pearson and Spearman between model similarities and human scores.
 
     With ``groups`` (e.g. one per annotation set or category) each group's correlation is
-    computed separately and the groups are combined by an unweighted Fisher-z mean; groups
-    with fewer than 3 pairs are skipped.  A group where the model (or the humans) give one
+    computed separately and the groups are combined by a Fisher-z mean weighted by n - 3 (each
+    group's z by its inverse variance: a group of 4 pairs that happens to rank perfectly must not
+    outweigh one of 200); groups with fewer than :data:`MIN_GROUP_PAIRS` pairs are skipped and
+    counted in ``n_small_groups``.  A group where the model (or the humans) give one
     constant score (:func:`is_constant`: range within :data:`CONSTANT_TOLERANCE`; rounding
     makes copies of one cosine differ by ulps) has no correlation: it is left out of the
     mean, counted in ``n_constant_groups`` and named in ``constant_groups``; when every group
@@ -279,10 +285,11 @@ def correlation_with_humans(model_scores: np.ndarray, human_scores: np.ndarray,
     check_finite(model_scores, "model similarity", "pair")
     check_finite(human_scores, "human score", "pair")
     group_labels = np.asarray(["all"] * len(model_scores) if groups is None else list(groups))
-    pearsons, spearmans, constant = [], [], []
+    pearsons, spearmans, weights, constant, small = [], [], [], [], 0
     for name in dict.fromkeys(group_labels.tolist()):
         members = group_labels == name
-        if members.sum() < 3:
+        if members.sum() < MIN_GROUP_PAIRS:
+            small += 1
             continue
         model, human = model_scores[members], human_scores[members]
         r, rho = pearson(model, human), spearman(model, human)
@@ -291,7 +298,9 @@ def correlation_with_humans(model_scores: np.ndarray, human_scores: np.ndarray,
             continue
         pearsons.append(r)
         spearmans.append(rho)
+        weights.append(float(members.sum()) - 3)
     if not pearsons and not constant:
-        raise ValueError("need at least one group with >= 3 scored pairs")
-    return {"pearson": fisher_z_mean(pearsons), "spearman": fisher_z_mean(spearmans),
-            "n_groups": len(pearsons), "n_constant_groups": len(constant), "constant_groups": constant}
+        raise ValueError(f"need at least one group with >= {MIN_GROUP_PAIRS} scored pairs")
+    return {"pearson": fisher_z_mean(pearsons, weights), "spearman": fisher_z_mean(spearmans, weights),
+            "n_groups": len(pearsons), "n_constant_groups": len(constant), "constant_groups": constant,
+            "n_small_groups": small}
