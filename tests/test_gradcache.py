@@ -23,18 +23,25 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class CountingBackend(TorchBackend):
-    """TorchBackend that records how many members each forward pass encodes, and with or without grad."""
+    """TorchBackend that records how many members each forward pass encodes, and with or without
+    grad, and each accumulation micro-step's ``is_last`` (where DDP / DeepSpeed reduce gradients)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.forwards: list[tuple[int, bool]] = []
+        self.micro_steps: list[bool] = []
 
     def forward(self, batch):
         self.forwards.append((len(batch["input_ids"]), torch.is_grad_enabled()))
         return super().forward(batch)
 
+    def accumulate(self, is_last: bool):
+        self.micro_steps.append(is_last)
+        return super().accumulate(is_last)
 
-def _one_step(chunk_size: int, dropout: float = 0.0, check_replay: bool = False, forwards: list | None = None):
+
+def _one_step(chunk_size: int, dropout: float = 0.0, check_replay: bool = False, forwards: list | None = None,
+              micro_steps: list | None = None):
     torch.manual_seed(0)
     model = StandInEncoder(dropout=dropout)
     tau = Temperature(0.05)
@@ -42,6 +49,8 @@ def _one_step(chunk_size: int, dropout: float = 0.0, check_replay: bool = False,
                               lr_schedule=lr_lambda(0, 10))
     if forwards is not None:
         backend.forwards = forwards
+    if micro_steps is not None:
+        backend.micro_steps = micro_steps
     queries, candidates = random_members(BATCH, 1), random_members(BATCH, 2)
     result = contrastive_step(backend, model.collate, queries, candidates,
                               lambda q, c: info_nce_loss(q, c, tau()),
@@ -90,6 +99,17 @@ def test_the_last_chunk_keeps_its_graph_and_is_not_replayed(chunk_size: int) -> 
 def test_replay_reproduces_the_no_grad_embeddings_with_dropout_on() -> None:
     result, _grads, _tau = _one_step(3, dropout=0.3, check_replay=True)
     assert result.replay_max_abs_diff == 0.0
+
+
+@pytest.mark.parametrize("check_replay", [False, True])
+def test_gradients_are_reduced_after_the_last_chunks_backward_only(check_replay: bool) -> None:
+    # DDP's no_sync / DeepSpeed's boundary: every micro-step but the last accumulates locally.
+    # check_replay once rebound the chunk list's name to a tensor, moving the boundary to the
+    # second-last chunk: ranks' gradients differed (one process never sees it).
+    micro_steps: list = []
+    _one_step(3, dropout=0.3, check_replay=check_replay, micro_steps=micro_steps)
+    n_chunks = 2 * -(-BATCH // 3)
+    assert micro_steps == [False] * (n_chunks - 1) + [True]  # the kept chunk's, then each replay's
 
 
 def test_without_replay_dropout_would_change_the_embeddings() -> None:

@@ -188,15 +188,16 @@ def _gradcache_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch]
     # Pass 2: replay each other chunk with grad and back-propagate its cached gradient.
     max_diff = 0.0
     fractions = [padded_fraction(kept_batch)]
+    last = len(replayed) - 1  # the micro-step whose backward reduces the gradients (DDP, DeepSpeed)
     for position, ((side, indices, batch), state) in enumerate(zip(replayed, states)):
         state.restore()
         device_batch = _to_device(batch, device)
         fractions.append(padded_fraction(batch))
-        with backend.accumulate(is_last=position == len(replayed) - 1):
+        with backend.accumulate(is_last=position == last):
             embeddings = backend.forward(device_batch)
             if check_replay:
-                replayed = embeddings.detach().float() - no_grad_embeddings[position]
-                max_diff = max(max_diff, float(replayed.abs().max()))
+                difference = embeddings.detach().float() - no_grad_embeddings[position]
+                max_diff = max(max_diff, float(difference.abs().max()))
             surrogate = (embeddings.float() * cached[side][indices]).sum()
             backend.backward(surrogate)
     state_after_pass1.restore()
