@@ -80,6 +80,26 @@ def test_temperature_is_clamped_from_below() -> None:
     assert tau().item() == pytest.approx(0.01)
 
 
+def test_a_learnable_temperature_at_its_floor_can_rise_again() -> None:
+    # Once tau reached min_value the clamp's gradient was 0 (at equality too): it stayed there for
+    # the rest of the run, whatever the loss wanted.  Now: pushed down to the floor, kept there by
+    # keep_in_range, then a loss that wants a larger tau raises it.
+    tau = Temperature(0.006, min_value=0.005)
+    optimizer = torch.optim.AdamW([tau.log_tau], lr=0.05, weight_decay=0.0)
+
+    def steps(direction: float, count: int) -> None:
+        for _ in range(count):
+            (direction * tau()).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            tau.keep_in_range()
+
+    steps(+1.0, 20)  # minimising tau: down to the floor, the parameter not below it
+    assert tau.value == pytest.approx(0.005) and float(tau.log_tau) == pytest.approx(math.log(0.005))
+    steps(-1.0, 20)  # maximising tau
+    assert tau.value > 0.0055
+
+
 def test_the_temperature_is_built_from_the_recipe_section_and_the_loss_owns_two_tiers_fixed_tau() -> None:
     from vis_embed.training.recipe import LossConfig, TemperatureConfig
 

@@ -205,6 +205,7 @@ class Trainer:
         if not math.isfinite(grad_norm):
             self._diverged(prepared.step, f"gradient norm is {grad_norm}")
         self.tau_optimizer.step()  # a no-op while tau has no gradient (fixed or frozen)
+        self.temperature.keep_in_range()
         self.tau_optimizer.zero_grad(set_to_none=True)
         self.tau_scheduler.step()
         return result, grad_norm

@@ -75,7 +75,8 @@ class Temperature(nn.Module):
     ``learnable=False`` fixes tau; ``freeze_steps`` keeps a learnable tau fixed during the
     first steps (the trainer calls :meth:`set_step`) so a random model can leave the collapsed
     state before tau starts to shrink; ``min_value`` clamps tau from below (like CLIP's
-    logit-scale clamp at 100) so it cannot run away to 0.
+    logit-scale clamp at 100) so it cannot run away to 0; at the floor it can still rise
+    (the forward's clamp passes the gradient; :meth:`keep_in_range` after each optimiser step).
     """
 
     def __init__(self, init: float = 0.02, learnable: bool = True, freeze_steps: int = 0,
@@ -102,10 +103,20 @@ class Temperature(nn.Module):
         self._frozen_now = step < self.freeze_steps
 
     def forward(self) -> Tensor:
-        log_tau = self.log_tau.clamp(min=math.log(self.min_value))
+        # The value clamped, its gradient not: clamp's gradient is 0 at and below the floor (even
+        # at equality), so a tau that reached min_value could never rise again.
+        floor = math.log(self.min_value)
+        log_tau = self.log_tau + (self.log_tau.clamp(min=floor) - self.log_tau).detach()
         if not self.learnable or self._frozen_now:
             log_tau = log_tau.detach()
         return log_tau.exp()
+
+    def keep_in_range(self) -> None:
+        """After an optimiser step: the parameter itself back at the floor (CLIP clamps its logit
+        scale the same way), so momentum cannot carry it far below, from where it would take as
+        many steps to climb back as it went down."""
+        with torch.no_grad():
+            self.log_tau.clamp_(min=math.log(self.min_value))
 
     @property
     def value(self) -> float:
