@@ -187,3 +187,30 @@ def test_duplicate_ids_and_a_damaged_directory_are_named(tmp_path: Path) -> None
         GalleryIndex.load(tmp_path / "idx")
     with pytest.raises(DataError, match="field 'index': not an index directory"):
         GalleryIndex.load(tmp_path)
+
+
+def test_index_out_replaces_only_an_index_directory(tmp_path: Path, capsys) -> None:
+    """--out holding other files, a regular file, or a folder holding the --embeddings is refused
+    (exit 2 naming --out) and left as it was; an index directory or an empty one is replaced."""
+    embeddings = _encoded(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("gallery.npy", "gallery.ids.json", "notes.txt"):
+        (work / name).write_text(name)
+    (tmp_path / "a_file").write_text("keep")
+    inside = tmp_path / "with_input"
+    inside.mkdir()
+    index = _encoded(inside)  # an index directory (index.json) that also holds the encode output
+    write_index(index, tmp_path / "made")
+    (inside / "index.json").write_bytes((tmp_path / "made" / "index.json").read_bytes())
+    for out, problem in ((work, "holds files and is not an index directory"), (tmp_path / "a_file", "is a file"),
+                         (inside, "holds the input")):
+        before = {path.name: path.read_bytes() for path in out.iterdir()} if out.is_dir() else out.read_bytes()
+        assert main(["index", "--embeddings", str(index if out == inside else embeddings), "--out", str(out)]) == 2
+        assert f"error: --out {out}: {problem}" in capsys.readouterr().err
+        assert before == ({path.name: path.read_bytes() for path in out.iterdir()} if out.is_dir()
+                          else out.read_bytes())
+    (tmp_path / "empty").mkdir()
+    for out in (tmp_path / "empty", tmp_path / "made"):
+        assert main(["index", "--embeddings", str(embeddings), "--out", str(out), "--kind", "flat"]) == 0
+        assert GalleryIndex.load(out).ntotal == 300

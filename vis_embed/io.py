@@ -119,14 +119,38 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
+def check_replaceable(path: str | Path, marker: str, what: str, inputs: Iterable[str | Path] = (),
+                      flag: str = "--out") -> None:
+    """ConfigError naming ``flag`` unless a writer may replace the folder ``path``: it is missing,
+    empty, or holds ``marker`` (an earlier output of the same writer, ``what``), and none of
+    ``inputs`` lies inside it.  Replacing deletes what was there: a folder of someone's files
+    (``--out ~/photos``), a regular file, or the very input being read must never go that way."""
+    path = Path(path)
+    shown = f"{flag} {path}"
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{shown}: is a file, not a folder; choose a new or empty folder")
+    for source in inputs:
+        if Path(source).exists() and Path(source).resolve().is_relative_to(path.resolve()):
+            raise ConfigError(f"{shown}: holds the input {source}, which replacing it would delete; "
+                              f"choose another folder")
+    if path.is_dir() and any(path.iterdir()) and not (path / marker).is_file():
+        raise ConfigError(f"{shown}: holds files and is not {what} (no {marker}); replacing it would delete "
+                          f"them: choose a new or empty folder")
+
+
 @contextlib.contextmanager
-def atomic_directory(path: str | Path) -> Iterator[Path]:
+def atomic_directory(path: str | Path, *, marker: str | None = None, what: str = "",
+                     inputs: Iterable[str | Path] = (), flag: str = "--out") -> Iterator[Path]:
     """Yield a temporary directory; on success it replaces ``path`` (e.g. a checkpoint).
 
     An existing ``path`` is moved aside first and removed only after the new one is in
-    place, so a crash at any point leaves at least one complete directory.
+    place, so a crash at any point leaves at least one complete directory.  With ``marker``
+    (a folder the user named), ``path`` is first checked to be one this writer may replace
+    (:func:`check_replaceable`).
     """
     path = Path(path)
+    if marker is not None:
+        check_replaceable(path, marker, what, inputs, flag)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _new_temp_directory(path.parent, prefix=f".{path.name}.tmp-")
     try:

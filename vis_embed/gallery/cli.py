@@ -22,7 +22,9 @@ from vis_embed.model.defaults import add_model_reference_arguments, add_preparat
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--embeddings", required=True, type=Path,
                         help="float vectors written by vis-embed encode (with its EMB.ids.json beside)")
-    parser.add_argument("--out", required=True, type=Path, help="index directory to write (replaced atomically)")
+    parser.add_argument("--out", required=True, type=Path,
+                        help="index directory to write (replaced atomically; an existing --out must be an index "
+                             "directory or empty, and must not hold --embeddings)")
     parser.add_argument("--kind", choices=STORE_KINDS, default="auto",
                         help="the kinds of eval's --index that persist: flat (exact float32), int8 (8-bit codes), "
                              "binary (sign bits, Hamming), ivf-pq "

@@ -123,29 +123,43 @@ def _float_parts(codes: Any, kind: str) -> list[np.ndarray]:
 
 def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: float | None = None,
                 seed: int = 0) -> IndexFile:
-    """Build the index of ``embeddings`` (an encode output) into ``out``; returns its index.json."""
+    """Build the index of ``embeddings`` (an encode output) into ``out``; returns its index.json.
+
+    ``out`` is replaced only when it is missing, empty or an index directory, and holds no input
+    (checked before anything is read or built: replacing deletes what was there)."""
+    from vis_embed.model.runtime.encode_file import sidecar_paths  # the encode output's file names
+
     check_index_name(kind, STORE_KINDS, "--kind")
-    vectors, alignment = read_embeddings(Path(embeddings))
+    embeddings = Path(embeddings)
+    with atomic_directory(out, marker=SETTINGS_FILE, what="an index directory",
+                          inputs=(embeddings, *sidecar_paths(embeddings))) as tmp:
+        settings, index, vectors, ids = _build(embeddings, kind, memory_gb, seed)
+        codes = index.codes if isinstance(index, QuantizedIndex) else index  # the faiss index to write
+        (faiss.write_index_binary if settings.kind == "binary" else faiss.write_index)(codes, str(tmp / INDEX_FILE))
+        if settings.kind != "flat":
+            np.save(tmp / VECTORS_FILE, vectors)
+        atomic_write_json(tmp / IDS_FILE, ids, indent=0)
+        atomic_write_json(tmp / SETTINGS_FILE, settings.as_json())
+    return settings
+
+
+def _build(embeddings: Path, kind: str, memory_gb: float | None, seed: int) -> tuple[IndexFile, Any, np.ndarray,
+                                                                                      list[Any]]:
+    """index.json, the built index, its float vectors and ids of an encode output."""
+    vectors, alignment = read_embeddings(embeddings)
     rows, dim = vectors.shape
     budget = memory_budget_bytes(memory_gb)
     choice = resolve_index(kind, dim, rows, budget)
     spec = choice.spec.model_copy(update={"rescore": DEFAULT_RESCORE if choice.spec.takes_rescore else 0})
     index = build_index(vectors, spec, seed=seed)
-    ids = unique_ids(alignment.ids or [None] * rows, Path(embeddings))
+    ids = unique_ids(alignment.ids or [None] * rows, embeddings)
     settings = IndexFile(
         format_version=FORMAT_VERSION, kind=spec.kind, kind_requested=kind, kind_reason=choice.reason,
         rows=rows, dim=dim, bytes_per_vector=spec.bytes_per_vector,
         memory_budget_gb=round(budget / 2 ** 30, 3), memory_given=memory_gb is not None,
         rescore=spec.rescore, **faiss_parameters(index),
         embeddings=str(embeddings), model=alignment.model, embedding_config=alignment.embedding_config)
-    codes = index.codes if isinstance(index, QuantizedIndex) else index  # the faiss index to write
-    with atomic_directory(out) as tmp:
-        (faiss.write_index_binary if spec.kind == "binary" else faiss.write_index)(codes, str(tmp / INDEX_FILE))
-        if spec.kind != "flat":
-            np.save(tmp / VECTORS_FILE, vectors)
-        atomic_write_json(tmp / IDS_FILE, ids, indent=0)
-        atomic_write_json(tmp / SETTINGS_FILE, settings.as_json())
-    return settings
+    return settings, index, vectors, ids
 
 
 @dataclass
