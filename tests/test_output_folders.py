@@ -1,13 +1,17 @@
 """Output folders a command replaces (vis_embed.io.atomic_directory / check_replaceable): only
 missing, empty or earlier outputs of the same writer are replaced, never a folder of other
-files, a regular file or a folder holding the input."""
+files, a regular file or a folder holding the input; the temporary folder never outlives a
+failure; two writers of one folder race without an error or a leftover."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
 
+from vis_embed import io
 from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory, check_replaceable
 
@@ -67,3 +71,41 @@ def test_every_command_replacing_a_folder_refuses_a_foreign_one_before_any_work(
     with pytest.raises(ConfigError, match="holds files and is not a"):
         call()
     assert _names(foreign) == ["notes.txt"]
+
+
+def test_the_temporary_folder_is_removed_when_the_swap_fails(tmp_path: Path, monkeypatch) -> None:
+    """A failed rename (here: no permission) keeps the previous folder and leaves no temporary."""
+    target = tmp_path / "idx"
+    target.mkdir()
+    (target / "index.json").write_text("old")
+    real = os.replace
+
+    def refuse_the_new_one(src, dst):
+        if ".tmp-" in Path(src).name:
+            raise PermissionError(errno.EACCES, "denied")
+        return real(src, dst)
+
+    monkeypatch.setattr(io.os, "replace", refuse_the_new_one)
+    with pytest.raises(PermissionError), atomic_directory(target) as tmp:
+        (tmp / "index.json").write_text("new")
+    assert _names(tmp_path) == ["idx"] and (target / "index.json").read_text() == "old"
+
+
+def test_a_writer_finishing_between_the_move_aside_and_the_rename_is_replaced_in_turn(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """Two `vis-embed index --out X` at once: A's build lands at X just before B renames its own
+    there (which fails, ENOTEMPTY).  B moves A's aside and renames again: B's build, no leftover."""
+    target = tmp_path / "idx"
+    real, raced = os.replace, []
+
+    def other_writer_first(src, dst):
+        if Path(dst) == target and not target.exists() and not raced:
+            raced.append(dst)
+            target.mkdir()
+            (target / "index.json").write_text("A")
+        return real(src, dst)
+
+    monkeypatch.setattr(io.os, "replace", other_writer_first)
+    with atomic_directory(target, marker="index.json", what="an index directory") as tmp:
+        (tmp / "index.json").write_text("B")
+    assert raced and _names(tmp_path) == ["idx"] and (target / "index.json").read_text() == "B"
