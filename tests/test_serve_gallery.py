@@ -172,3 +172,31 @@ def test_search_ranks_as_vis_embed_search_does_with_the_recorded_query_instructi
     assert [[hit["id"] for hit in hits] for hits in by_server] == [[hit["id"] for hit in hits] for hits in by_cli]
     np.testing.assert_allclose([[hit["score"] for hit in hits] for hits in by_server],
                                [[hit["score"] for hit in hits] for hits in by_cli], atol=1e-5)
+
+
+def test_serve_rescore_sets_the_index_shortlist_as_search_does(index, monkeypatch, capsys) -> None:
+    """`serve --index DIR --rescore K` loads the index with K (as `vis-embed search --rescore`);
+    a bad K, or K without --index, is exit 2 before the model loads."""
+    from vis_embed.cli import main
+    from vis_embed.gallery import store
+    from vis_embed.model.runtime.embedder import Embedder
+    from vis_embed.serving import cli as serve_cli
+
+    class ModelLoading(Exception):
+        pass
+
+    def no_model(*_args: Any, **_kwargs: Any) -> Any:
+        raise ModelLoading
+
+    loaded, load = [], store.GalleryIndex.load
+    monkeypatch.setattr(serve_cli, "tune_malloc", lambda: None)  # leave this process's allocator alone
+    monkeypatch.setattr(Embedder, "from_pretrained", no_model)
+    monkeypatch.setattr(store.GalleryIndex, "load", lambda *a, **kw: loaded.append(load(*a, **kw)) or loaded[-1])
+    serve = ["serve", "--model", "tiny", "--index", str(index.directory)]
+    with pytest.raises(ModelLoading):
+        main([*serve, "--rescore", "2"])
+    assert loaded[-1].rescore == 2
+    assert main([*serve, "--rescore", "-1"]) == 2
+    assert "--rescore must be an integer >= 0" in capsys.readouterr().err
+    assert main(["serve", "--model", "tiny", "--rescore", "2"]) == 2
+    assert "--rescore re-ranks the shortlist of an --index" in capsys.readouterr().err
