@@ -44,7 +44,7 @@ from vis_embed.vectors.index_spec import IVF_MIN_POINTS, IndexSpec, default_npro
 from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.gallery.search_bf16 import Bf16ShortlistIndex, float32_matrix
 
-__all__ = ["SearchIndex", "TorchExactIndex", "build_index", "numpy_topk", "search"]
+__all__ = ["SearchIndex", "TorchExactIndex", "build_index", "non_finite_rows", "numpy_topk", "search", "tie_order"]
 
 
 class SearchIndex(Protocol):
@@ -58,11 +58,16 @@ class SearchIndex(Protocol):
         """``(scores, ids)`` of shape (Q, k), best first; ids -1 past the vectors held."""
         ...
 
+def non_finite_rows(matrix: np.ndarray) -> np.ndarray:
+    """The rows of a 2-D ``matrix`` holding NaN or an infinity (what errors name: the first)."""
+    return np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+
+
 def _finite(matrix: np.ndarray, name: str) -> np.ndarray:
     """``matrix`` (float32, 2-D) when every row is finite; else ValueError naming the first bad
     row: faiss silently drops a NaN gallery vector and scores a NaN query 0."""
     matrix = float32_matrix(matrix, name)
-    bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+    bad = non_finite_rows(matrix)
     if len(bad):
         raise ValueError(f"{name} row {int(bad[0])} is NaN or infinite ({len(bad)} such rows)")
     return matrix

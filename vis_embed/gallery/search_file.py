@@ -43,7 +43,7 @@ def search_jsonl(model: str | Path, index_dir: Path, input_path: Path, output: P
 
     The index is opened and the queries read before the model loads (bad input fails fast);
     the model must be the one that made the gallery (its fingerprint); the instruction is
-    :func:`query_instruction`'s."""
+    :func:`query_instruction`'s.  A file of no query writes an empty output without loading it."""
     from vis_embed.model.runtime.embedder import Embedder
     from vis_embed.model.runtime.encode_file import anchor_error, read_items
     from vis_embed.errors import DataError
@@ -53,6 +53,9 @@ def search_jsonl(model: str | Path, index_dir: Path, input_path: Path, output: P
     index = GalleryIndex.load(index_dir, rescore=rescore)
     index.require_model(allow_any_model)
     items, ids, lines, _rejects = read_items(Path(input_path), on_error="raise")
+    if not items:  # no query: an empty hits file, and no model loaded to embed nothing
+        write_jsonl(output, [])
+        return 0
     embedder = Embedder.from_pretrained(model, adapter=adapter, device=device, workers=workers, **settings)
     try:
         index.check_queries(embedder.fingerprint(), embedder.embedding_dim, allow_any_model)
@@ -64,7 +67,7 @@ def search_jsonl(model: str | Path, index_dir: Path, input_path: Path, output: P
             raise anchor_error(exc, Path(input_path), lines) from None
     finally:
         embedder.close()
-    scores, rows = index.search(truncate(queries, index.dim), k) if items else (np.empty((0, k)), np.empty((0, k)))
+    scores, rows = index.search(truncate(queries, index.dim), k)  # k past the rows: every row
     write_jsonl(output, [{"line": line, "id": query_id, "hits": hits}
                          for line, query_id, hits in zip(lines, ids, hits_of(index, scores, rows))])
     return len(items)

@@ -32,7 +32,7 @@ import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.gallery.index_choice import resolve_index  # the one chooser
-from vis_embed.gallery.search import SearchIndex, build_index  # the one factory
+from vis_embed.gallery.search import SearchIndex, build_index, non_finite_rows  # the one factory
 from vis_embed.gallery.search import search as batched_search  # NaN queries refused
 from vis_embed.gallery.faiss_headers import check_faiss_file
 from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE, SETTINGS_FILE, VECTORS_FILE,
@@ -78,8 +78,11 @@ def read_embeddings(path: Path) -> tuple[np.ndarray, EncodedAlignment]:
                         f"{vectors.dtype} {vectors.shape}", path=path, field="embeddings")
     if len(vectors) == 0:
         raise DataError("no vectors to index", path=path, field="embeddings")
-    if not np.isfinite(vectors).all():
-        raise DataError("NaN or infinite values", path=path, field="embeddings")
+    bad = non_finite_rows(vectors)
+    if len(bad):  # the row to look at: its input line when the record says it
+        line = f" (input line {alignment.lines[bad[0]]})" if len(alignment.lines) == len(vectors) else ""
+        raise DataError(f"row {bad[0]}{line} holds NaN or infinite values ({len(bad)} such rows)", path=path,
+                        field="embeddings")
     return l2_normalise(vectors), alignment
 
 
@@ -254,7 +257,12 @@ class GalleryIndex:
             raise DataError(f"the index is {self.dim} wide: {error.reason}", path=where, field="dim") from None
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)`` (Q, k) best first; rows -1 where fewer than k exist."""
+        """``(scores, rows)`` (Q, k) best first; rows -1 where fewer than k exist.  ``queries``: a
+        (Q, width) matrix, one query too (``query[None, :]``); any other shape is a DataError."""
+        queries = np.asarray(queries)
+        if queries.ndim != 2:
+            raise DataError(f"queries must be a (queries, {self.dim}) matrix, got shape {queries.shape} (one query: "
+                            f"query[None, :])", field="queries")
         if queries.shape[1] != self.dim:
             raise DataError(f"queries are {queries.shape[1]} wide, the index {self.dim}", field="dim")
         return batched_search(self.searcher, l2_normalise(queries), k)
