@@ -104,6 +104,40 @@ def test_nan_vectors_in_a_flat_index_are_refused_at_load(tmp_path) -> None:
         GalleryIndex.load(directory)
 
 
+@pytest.mark.parametrize("kind, offset, value, match", [
+    ("flat", 33, 1, "its metric is faiss metric 1, 0 expected"),    # L2: distances read as scores
+    ("int8", 33, 1, "its metric is faiss metric 1, 0 expected"),
+    ("ivf-pq", 33, 1, "its metric is faiss metric 1, 0 expected"),
+    ("binary", 21, 0, "its metric is faiss metric 0, 1 expected"),  # not what IndexBinaryFlat writes
+    ("int8", 37, 1, "its quantizer is type 1"),                      # 4-bit codes in 16-byte slots
+])
+def test_a_foreign_metric_or_quantizer_type_is_refused(tmp_path, kind, offset, value, match) -> None:
+    """Fields faiss trusts without a length: a file that is not an inner-product index of the
+    kind's own quantizer is refused, not searched (an L2 flat file loaded and ranked by distance)."""
+    directory = _index(tmp_path, kind, rows=300)
+    data = bytearray((directory / "index.faiss").read_bytes())
+    data[offset:offset + 4] = struct.pack("<i", value)
+    (directory / "index.faiss").write_bytes(bytes(data))
+    with pytest.raises(DataError, match=rf"index\.faiss: {match}"):
+        GalleryIndex.load(directory)
+
+
+@pytest.mark.parametrize("m", [2, 8])
+def test_an_ivf_pq_file_whose_codes_do_not_fit_its_quantizer_is_refused(tmp_path, m) -> None:
+    """The lists' code size must be ceil(M x nbits / 8): a file claiming another M loaded, and
+    faiss read every code past its list's end (a heap over-read: garbage hits, or a crash)."""
+    directory = _index(tmp_path, "ivf-pq", rows=300)
+    settings = json.loads((directory / "index.json").read_text())
+    data = bytearray((directory / "index.faiss").read_bytes())
+    pq = data.find(struct.pack("<QQQ", 16, settings["pq_bytes"], settings["pq_bits"]))  # d, M, nbits
+    assert pq > 0 and m != settings["pq_bytes"]
+    data[pq + 8:pq + 16] = struct.pack("<Q", m)
+    (directory / "index.faiss").write_bytes(bytes(data))
+    with pytest.raises(DataError, match=rf"index\.faiss: its {m} x {settings['pq_bits']}-bit product-quantizer "
+                                        rf"codes are \d+ bytes, \d+ expected"):
+        GalleryIndex.load(directory)
+
+
 def test_a_bom_in_index_json_is_read_like_every_other_json_file(tmp_path) -> None:
     directory = _index(tmp_path)
     (directory / "index.json").write_bytes(b"\xef\xbb\xbf" + (directory / "index.json").read_bytes())

@@ -117,3 +117,43 @@ def test_eval_searches_with_the_stores_kind_names(tmp_path: Path) -> None:
     assert (flat["index"], flat["bytes_per_vector"]) == ("flat", 4 * DIM)
     assert (ivf_pq["index"], ivf_pq["rescore"]) == ("ivf-pq", 100)
     assert ivf_pq["bytes_per_vector"] == 8 + max(m for m in range(1, min(64, DIM) + 1) if DIM % m == 0)
+
+
+def _repeated(copies: int, dim: int = 16) -> np.ndarray:
+    """4 unit vectors, ``copies`` of each, interleaved: row r is vector r % 4 (ties everywhere)."""
+    base = l2_normalise(np.random.default_rng(1).standard_normal((4, dim))).astype(np.float32)
+    return np.concatenate([base] * copies)
+
+
+def _by_policy(queries: np.ndarray, gallery: np.ndarray, k: int) -> np.ndarray:
+    """The tie policy spelled out: every row sorted by (higher score, smaller id), the first k."""
+    scores = queries @ gallery.T
+    return np.stack([np.lexsort((np.arange(len(gallery)), -row))[:k] for row in scores])
+
+
+@pytest.mark.parametrize("k", [3, 5, 160])  # inside one group of ties, across it, past faiss' heap (k >= 100)
+@pytest.mark.parametrize("n_queries", [1, 30])
+def test_every_exact_kind_breaks_ties_alike_by_the_smaller_row_id(k: int, n_queries: int) -> None:
+    """A gallery of repeated vectors: numpy_topk (whatever its chunks), faiss flat and torch return
+    the same rows in the same order: higher score first, then the smaller row id."""
+    from vis_embed.gallery.search import TorchExactIndex
+
+    gallery = _repeated(150)
+    queries = np.repeat(gallery[:2], n_queries // 2 or 1, axis=0)[:n_queries]
+    expected = _by_policy(queries, gallery, k)
+    for chunks in ({}, {"query_chunk": 4, "gallery_chunk": 7}):
+        np.testing.assert_array_equal(numpy_topk(queries, gallery, k, **chunks)[1], expected)
+    np.testing.assert_array_equal(search(build_index(gallery, IndexSpec.named("flat")), queries, k)[1], expected)
+    torch_exact = TorchExactIndex(gallery, "cpu")
+    np.testing.assert_array_equal(torch_exact.search(queries, k)[1], expected)
+    np.testing.assert_array_equal(search(torch_exact, queries, k)[1], expected)
+
+
+@pytest.mark.parametrize("kind", ["binary", "int8"])
+def test_quantized_hits_with_equal_scores_come_by_row_id(kind: str) -> None:
+    """Codes without re-ranking tie a lot (binary: Hamming distances); search() orders them by id."""
+    gallery = _repeated(10)
+    scores, ids = search(build_index(gallery, IndexSpec.named(kind, rescore=0)), gallery[:3], 12)
+    for row_scores, row_ids in zip(scores, ids):
+        order = np.lexsort((row_ids, -row_scores))
+        np.testing.assert_array_equal(row_ids, row_ids[order])

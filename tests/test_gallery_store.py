@@ -187,3 +187,68 @@ def test_duplicate_ids_and_a_damaged_directory_are_named(tmp_path: Path) -> None
         GalleryIndex.load(tmp_path / "idx")
     with pytest.raises(DataError, match="field 'index': not an index directory"):
         GalleryIndex.load(tmp_path)
+
+
+def test_index_out_replaces_only_an_index_directory(tmp_path: Path, capsys) -> None:
+    """--out holding other files, a regular file, or a folder holding the --embeddings is refused
+    (exit 2 naming --out) and left as it was; an index directory or an empty one is replaced."""
+    embeddings = _encoded(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("gallery.npy", "gallery.ids.json", "notes.txt"):
+        (work / name).write_text(name)
+    (tmp_path / "a_file").write_text("keep")
+    inside = tmp_path / "with_input"
+    inside.mkdir()
+    index = _encoded(inside)  # an index directory (index.json) that also holds the encode output
+    write_index(index, tmp_path / "made")
+    (inside / "index.json").write_bytes((tmp_path / "made" / "index.json").read_bytes())
+    for out, problem in ((work, "holds files and is not an index directory"), (tmp_path / "a_file", "is a file"),
+                         (inside, "holds the input")):
+        before = {path.name: path.read_bytes() for path in out.iterdir()} if out.is_dir() else out.read_bytes()
+        assert main(["index", "--embeddings", str(index if out == inside else embeddings), "--out", str(out)]) == 2
+        assert f"error: --out {out}: {problem}" in capsys.readouterr().err
+        assert before == ({path.name: path.read_bytes() for path in out.iterdir()} if out.is_dir()
+                          else out.read_bytes())
+    (tmp_path / "empty").mkdir()
+    for out in (tmp_path / "empty", tmp_path / "made"):
+        assert main(["index", "--embeddings", str(embeddings), "--out", str(out), "--kind", "flat"]) == 0
+        assert GalleryIndex.load(out).ntotal == 300
+
+
+def test_nan_embeddings_name_their_first_row_and_input_line(tmp_path: Path) -> None:
+    embeddings = _encoded(tmp_path, rows=30)
+    vectors = np.load(embeddings)
+    vectors[[7, 12]] = np.nan
+    np.save(embeddings, vectors)
+    with pytest.raises(DataError, match=r"emb0\.npy: field 'embeddings': row 7 \(input line 8\) holds NaN or "
+                                        r"infinite values \(2 such rows\)"):
+        write_index(embeddings, tmp_path / "idx")
+
+
+def test_a_query_array_of_another_shape_is_a_data_error_saying_the_shape_needed(tmp_path: Path) -> None:
+    embeddings = _encoded(tmp_path)
+    write_index(embeddings, tmp_path / "idx", kind="flat")
+    index = GalleryIndex.load(tmp_path / "idx")
+    query = np.load(embeddings)[0]
+    for wrong in (query, query[None, None, :]):
+        with pytest.raises(DataError, match=r"field 'queries': queries must be a \(queries, 32\) matrix, got shape"):
+            index.search(wrong, 3)
+    assert index.search(query[None, :], 3)[1][0, 0] == 0
+
+
+def test_search_of_an_empty_query_file_writes_no_hits_and_loads_no_model(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Zero queries at any --k: an empty hits file, exit 0, and no model loaded to embed nothing."""
+    from vis_embed.model.runtime.embedder import Embedder
+
+    def no_model(*_args, **_kwargs):
+        raise AssertionError("the model was loaded for zero queries")
+
+    monkeypatch.setattr(Embedder, "from_pretrained", no_model)
+    write_index(_encoded(tmp_path), tmp_path / "idx", kind="flat")
+    (tmp_path / "none.jsonl").write_text("\n  \n")
+    assert main(["search", "--model", str(tmp_path / "model"), "--index", str(tmp_path / "idx"),
+                 "--input", str(tmp_path / "none.jsonl"), "--k", str(10 ** 18), "--output",
+                 str(tmp_path / "hits.jsonl"), "--no-progress"]) == 0
+    assert (tmp_path / "hits.jsonl").read_text() == ""
+    assert json.loads(capsys.readouterr().out)["queries"] == 0

@@ -134,3 +134,69 @@ def test_metrics_count_requests_items_batches_and_errors(embedder) -> None:
     assert "vis_embed_batch_items_count 1.0" in text and "vis_embed_batch_items_sum 3.0" in text
     assert 'vis_embed_request_seconds_count{endpoint="/v1/embeddings"} 2.0' in text
     assert "vis_embed_queue_depth 0.0" in text
+
+
+def test_search_ranks_as_vis_embed_search_does_with_the_recorded_query_instruction(tiny_checkpoint,
+                                                                                   tmp_path) -> None:
+    """POST /v1/search without `instruction` embeds a query as `vis-embed search` does: with the
+    model's recorded query_instruction.  The same queries: the same hits, the same scores."""
+    import json
+    import shutil
+
+    from vis_embed.cli import main
+    from vis_embed.model.runtime.embedder import Embedder
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint(), model)
+    (model / "embedding_config.json").write_text(json.dumps({"query_instruction": "Find the caption's photo."}))
+    gallery, queries = tmp_path / "gallery.jsonl", tmp_path / "queries.jsonl"
+    gallery.write_text("".join(json.dumps({"id": f"doc{i}", "text": text}) + "\n" for i, text in enumerate(TEXTS)))
+    asked = ["a red dog", "the woman", "a sign"]
+    queries.write_text("".join(json.dumps({"text": text}) + "\n" for text in asked))
+    assert main(["encode", "--model", str(model), "--input", str(gallery), "--output", str(tmp_path / "g.npy"),
+                 "--no-progress"]) == 0
+    assert main(["index", "--embeddings", str(tmp_path / "g.npy"), "--out", str(tmp_path / "idx"),
+                 "--kind", "flat"]) == 0
+    assert main(["search", "--model", str(model), "--index", str(tmp_path / "idx"), "--input", str(queries),
+                 "--k", "3", "--output", str(tmp_path / "hits.jsonl"), "--no-progress"]) == 0
+    by_cli = [json.loads(line)["hits"] for line in (tmp_path / "hits.jsonl").read_text().splitlines()]
+    embedder = Embedder.from_pretrained(model, device="cpu", dtype="float32")
+    running = RunningServer(create_app(embedder, ServerSettings(model_name=NAME),
+                                       GalleryIndex.load(tmp_path / "idx")))
+    try:
+        response = httpx.post(f"{running.url}/v1/search", json={"model": NAME, "input": asked, "k": 3}, timeout=30)
+    finally:
+        running.stop()
+    assert response.status_code == 200, response.text
+    by_server = [row["hits"] for row in response.json()["data"]]
+    assert [[hit["id"] for hit in hits] for hits in by_server] == [[hit["id"] for hit in hits] for hits in by_cli]
+    np.testing.assert_allclose([[hit["score"] for hit in hits] for hits in by_server],
+                               [[hit["score"] for hit in hits] for hits in by_cli], atol=1e-5)
+
+
+def test_serve_rescore_sets_the_index_shortlist_as_search_does(index, monkeypatch, capsys) -> None:
+    """`serve --index DIR --rescore K` loads the index with K (as `vis-embed search --rescore`);
+    a bad K, or K without --index, is exit 2 before the model loads."""
+    from vis_embed.cli import main
+    from vis_embed.gallery import store
+    from vis_embed.model.runtime.embedder import Embedder
+    from vis_embed.serving import cli as serve_cli
+
+    class ModelLoading(Exception):
+        pass
+
+    def no_model(*_args: Any, **_kwargs: Any) -> Any:
+        raise ModelLoading
+
+    loaded, load = [], store.GalleryIndex.load
+    monkeypatch.setattr(serve_cli, "tune_malloc", lambda: None)  # leave this process's allocator alone
+    monkeypatch.setattr(Embedder, "from_pretrained", no_model)
+    monkeypatch.setattr(store.GalleryIndex, "load", lambda *a, **kw: loaded.append(load(*a, **kw)) or loaded[-1])
+    serve = ["serve", "--model", "tiny", "--index", str(index.directory)]
+    with pytest.raises(ModelLoading):
+        main([*serve, "--rescore", "2"])
+    assert loaded[-1].rescore == 2
+    assert main([*serve, "--rescore", "-1"]) == 2
+    assert "--rescore must be an integer >= 0" in capsys.readouterr().err
+    assert main(["serve", "--model", "tiny", "--rescore", "2"]) == 2
+    assert "--rescore re-ranks the shortlist of an --index" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -119,28 +120,82 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
+def check_replaceable(path: str | Path, marker: str, what: str, inputs: Iterable[str | Path] = (),
+                      flag: str = "--out") -> None:
+    """ConfigError naming ``flag`` unless a writer may replace the folder ``path``: it is missing,
+    empty, or holds ``marker`` (an earlier output of the same writer, ``what``), and none of
+    ``inputs`` lies inside it.  Replacing deletes what was there: a folder of someone's files
+    (``--out ~/photos``), a regular file, or the very input being read must never go that way."""
+    path = Path(path)
+    shown = f"{flag} {path}"
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{shown}: is a file, not a folder; choose a new or empty folder")
+    for source in inputs:
+        if Path(source).exists() and Path(source).resolve().is_relative_to(path.resolve()):
+            raise ConfigError(f"{shown}: holds the input {source}, which replacing it would delete; "
+                              f"choose another folder")
+    if path.is_dir() and any(path.iterdir()) and not (path / marker).is_file():
+        raise ConfigError(f"{shown}: holds files and is not {what} (no {marker}); replacing it would delete "
+                          f"them: choose a new or empty folder")
+
+
 @contextlib.contextmanager
-def atomic_directory(path: str | Path) -> Iterator[Path]:
+def atomic_directory(path: str | Path, *, marker: str | None = None, what: str = "",
+                     inputs: Iterable[str | Path] = (), flag: str = "--out") -> Iterator[Path]:
     """Yield a temporary directory; on success it replaces ``path`` (e.g. a checkpoint).
 
     An existing ``path`` is moved aside first and removed only after the new one is in
-    place, so a crash at any point leaves at least one complete directory.
+    place, so a crash at any point leaves at least one complete directory; the temporary
+    directory is removed on any failure.  With ``marker`` (a folder the user named), ``path``
+    is first checked to be one this writer may replace (:func:`check_replaceable`).
     """
     path = Path(path)
+    if marker is not None:
+        check_replaceable(path, marker, what, inputs, flag)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _new_temp_directory(path.parent, prefix=f".{path.name}.tmp-")
     try:
         yield tmp
-    except BaseException:
+        _swap_in(tmp, path)
+    finally:  # after a swap tmp is gone already; after any failure it must not stay (it can be GBs)
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = None
-    if path.exists():
-        old = path.parent / f".{path.name}.old-{os.getpid()}"
+
+
+def _swap_in(tmp: Path, path: Path) -> None:
+    """Rename ``tmp`` to ``path``, an existing ``path`` moved aside first and removed after.
+
+    Two writers of one ``path`` race: the other may rename its directory in between our move
+    aside and our rename (which then fails, ENOTEMPTY).  Its build is complete, so it is moved
+    aside in turn and the rename tried again: the last writer wins, as with a file."""
+    for _ in range(_TEMP_ATTEMPTS):
+        old = _move_aside(path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                if old is not None:  # put the previous directory back; if that fails it stays aside, whole
+                    with contextlib.suppress(OSError):
+                        os.replace(old, path)
+                raise
+            if old is not None:  # another writer's complete build took its place
+                shutil.rmtree(old, ignore_errors=True)
+            continue
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return
+    raise ConfigError(f"{path}: other writers replaced it {_TEMP_ATTEMPTS} times while this one tried to put its "
+                      f"own in place; run one writer at a time")
+
+
+def _move_aside(path: Path) -> Path | None:
+    """``path`` renamed to ``.NAME.old-PID`` (where readers look for a swap in progress), or None
+    when there is no ``path``."""
+    old = path.parent / f".{path.name}.old-{os.getpid()}"
+    try:
         os.replace(path, old)
-    os.replace(tmp, path)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    except FileNotFoundError:
+        return None
+    return old
 
 
 def check_regular_file(path: str | Path, what: str = "", name: str | None = None) -> None:

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from vis_embed.vectors.index_spec import STORE_KINDS
-from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, seed_int
+from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, add_rescore_argument, seed_int
 from vis_embed.vectors.options import positive_int
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_model_reference_arguments, add_preparation_arguments
@@ -22,7 +22,9 @@ from vis_embed.model.defaults import add_model_reference_arguments, add_preparat
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--embeddings", required=True, type=Path,
                         help="float vectors written by vis-embed encode (with its EMB.ids.json beside)")
-    parser.add_argument("--out", required=True, type=Path, help="index directory to write (replaced atomically)")
+    parser.add_argument("--out", required=True, type=Path,
+                        help="index directory to write (replaced atomically; an existing --out must be an index "
+                             "directory or empty, and must not hold --embeddings)")
     parser.add_argument("--kind", choices=STORE_KINDS, default="auto",
                         help="the kinds of eval's --index that persist: flat (exact float32), int8 (8-bit codes), "
                              "binary (sign bits, Hamming), ivf-pq "
@@ -51,9 +53,7 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=positive_int, default=10, help="hits per query (default: 10)")
     parser.add_argument("--instruction", default=None,
                         help="query instruction (default: the model's recorded query_instruction)")
-    parser.add_argument("--rescore", type=int, default=None, metavar="K",
-                        help="quantized index: re-rank a K x k shortlist with the float vectors (default: the "
-                             "index's, 4; 0: the codes' own scores)")
+    add_rescore_argument(parser)
     parser.add_argument("--allow-any-model", action="store_true", help=ALLOW_ANY_MODEL_HELP)
     parser.add_argument("--batch-size", type=positive_int, default=16, help="queries per forward pass (default: 16)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

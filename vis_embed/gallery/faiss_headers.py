@@ -7,6 +7,12 @@ builds (``IndexFlatIP``, ``IndexBinaryFlat``, ``IndexScalarQuantizer``, ``IndexI
 ``IndexFlatIP`` quantizer with array inverted lists), seeking over the data, and checks every
 length against the bytes left in the file and against the index's recorded rows and width.
 Only a file that passes is handed to faiss, so faiss allocates no more than the file holds.
+
+Fields faiss trusts without a length are checked too: the metric must be inner product (an L2
+file searches fine and returns distances as "scores", smallest best), and each kind's code size
+the one its quantizer implies (an ivf-pq file whose lists claim 4-byte codes for a 32 x 8-bit
+quantizer loaded, and faiss then read each code's 28 missing bytes past the list: garbage hits
+from a heap over-read).
 """
 
 from __future__ import annotations
@@ -14,9 +20,13 @@ from __future__ import annotations
 import struct
 from typing import BinaryIO
 
+import faiss
+
 from vis_embed.errors import DataError
 
 FOURCC = {"flat": b"IxFI", "binary": b"IBxF", "int8": b"IxSQ", "ivf-pq": b"IwPQ"}
+# what IndexBinaryFlat writes in its metric field (unused: it searches by Hamming distance)
+BINARY_METRIC = faiss.METRIC_L2
 
 
 class _Walker:
@@ -63,6 +73,17 @@ class _Walker:
             self.one("f")
         if d != dim or ntotal != rows:
             raise self.fail(f"the index is {ntotal} x {d}, index.json records {rows} x {dim}")
+        self.metric(metric, faiss.METRIC_INNER_PRODUCT)
+
+    def metric(self, found: int, expected: int) -> None:
+        """The stored metric is the one vis-embed index writes (scores are inner products)."""
+        if found != expected:
+            raise self.fail(f"its metric is faiss metric {found}, {expected} expected (inner product scores)")
+
+    def code_size(self, found: int, expected: int, what: str) -> None:
+        """faiss reads ``found`` bytes a code and decodes ``expected``: any other size over-reads."""
+        if found != expected:
+            raise self.fail(f"its {what} codes are {found} bytes, {expected} expected")
 
 
 def check_faiss_file(handle: BinaryIO, size: int, kind: str, rows: int, dim: int, path: str) -> None:
@@ -71,18 +92,20 @@ def check_faiss_file(handle: BinaryIO, size: int, kind: str, rows: int, dim: int
     walker = _Walker(handle, size, path)
     walker.fourcc(FOURCC[kind])
     if kind == "binary":
-        d, code_size, ntotal, _trained, _metric = walker.read("<iiq?i")
+        d, code_size, ntotal, _trained, metric = walker.read("<iiq?i")
         if d != dim + (-dim) % 8 or ntotal != rows or code_size * 8 != d:
             raise walker.fail(f"the index is {ntotal} x {d} bits, index.json records {rows} x {dim}")
+        walker.metric(metric, BINARY_METRIC)
         walker.vector(1, rows * code_size, "codes")
     elif kind == "flat":
         walker.index_header(dim, rows)
         walker.vector(4, rows * dim, "vectors")
     elif kind == "int8":
         walker.index_header(dim, rows)
-        _qtype, _rangestat, _arg, d, code_size = walker.read("<iifQQ")
-        if d != dim:
-            raise walker.fail(f"its quantizer is {d} wide, index.json records {dim}")
+        qtype, _rangestat, _arg, d, code_size = walker.read("<iifQQ")
+        if d != dim or qtype != faiss.ScalarQuantizer.QT_8bit:
+            raise walker.fail(f"its quantizer is type {qtype}, {d} wide; index.json records 8-bit, {dim} wide")
+        walker.code_size(code_size, dim, "8-bit")
         walker.vector(4, None, "quantizer ranges")
         walker.vector(1, rows * code_size, "codes")
     else:
@@ -104,6 +127,7 @@ def _check_ivf_pq(walker: _Walker, rows: int, dim: int) -> None:
     d, m, nbits = walker.read("<QQQ")
     if d != dim or m < 1 or dim % m or not 1 <= nbits <= 16:
         raise walker.fail(f"its product quantizer ({m} x {nbits} bits over {d}) does not fit width {dim}")
+    walker.code_size(code_size, (m * nbits + 7) // 8, f"{m} x {nbits}-bit product-quantizer")
     walker.vector(4, (1 << nbits) * dim, "product-quantizer centroids")
     walker.fourcc(b"ilar")
     list_count, list_code_size = walker.read("<QQ")

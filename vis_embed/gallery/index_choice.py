@@ -10,8 +10,11 @@ enough to scan (at most :data:`FLAT_AUTO_ROWS` rows) and its floats fit the budg
 ``ivf-pq`` with as many code bytes as fit.  A named kind that does not fit is an error.
 
 Without one (an evaluation: its metrics must be exact), ``auto`` is the fastest exact search
-on this machine.  Every exact kind returns the same top-k; they differ only in speed, and which is fastest
-depends on the hardware:
+on this machine.  Every exact kind returns the same top-k, rows of equal score included (higher
+score first, then the smaller row id: :mod:`vis_embed.gallery.search`'s tie policy), up to the
+float rounding of scores (faiss and torch sum float32 products in their own order, exact-bf16
+re-scores in float64, so rows whose scores differ in the last bits may swap); they differ in speed,
+and which is fastest depends on the hardware:
 
 - a GPU torch can use: flat on the GPU (``exact-gpu``: float32 products and top-k on the GPU);
 - a CPU with AMX (``amx_bf16``): flat at bfloat16 (``exact-bf16``) -- its bf16 products run several

@@ -11,6 +11,14 @@ import argparse
 ALLOW_ANY_MODEL_HELP = ("search an index whose index.json records no model fingerprint (an older one) with this "
                         "model's queries all the same (default: refused, the vectors' model is unknown)")
 
+def add_rescore_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--rescore K`` of a stored index (``vis-embed search`` and ``serve --index``: one
+    declaration); checked by the one rescore rule when the index loads (``GalleryIndex.load``)."""
+    parser.add_argument("--rescore", type=int, default=None, metavar="K",
+                        help="quantized index: re-rank a K x k shortlist with the float vectors (default: the "
+                             "index's, 4; 0: the codes' own scores)")
+
+
 MAX_SEED = 2 ** 31 - 1  # faiss' clustering seed is a C int
 
 

@@ -17,6 +17,15 @@ whatever the kind:
 - ``binary`` / ``int8``: quantized codes (1 bit / 1 byte a dimension,
   :mod:`vis_embed.gallery.quantized_index`), approximate; ``rescore`` K re-ranks a K x k
   shortlist with the float vectors (ivf-pq too).
+
+Ties: one policy, higher score first, then the smaller row id (:func:`tie_order`, applied by
+:func:`search` to every kind's hits: faiss returns equal scores by descending id, torch in no
+fixed order).  Which of the rows tied at the k-th score make the cut follows it too for the exact
+kinds, each of which would otherwise keep an arbitrary subset of them: :func:`numpy_topk` and
+:class:`TorchExactIndex` keep every tied row before choosing,
+:class:`~vis_embed.gallery.search_bf16.Bf16ShortlistIndex` re-scores them all, and a faiss flat
+index searched by :func:`search` looks deeper for a query whose tie crosses the k-th place
+(:func:`_flat_search`).  A gallery of repeated vectors gives every exact kind the same hits.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from vis_embed.vectors.index_spec import IVF_MIN_POINTS, IndexSpec, default_npro
 from vis_embed.gallery.quantized_index import QuantizedIndex
 from vis_embed.gallery.search_bf16 import Bf16ShortlistIndex, float32_matrix
 
-__all__ = ["SearchIndex", "TorchExactIndex", "build_index", "numpy_topk", "search"]
+__all__ = ["SearchIndex", "TorchExactIndex", "build_index", "non_finite_rows", "numpy_topk", "search", "tie_order"]
 
 
 class SearchIndex(Protocol):
@@ -49,11 +58,16 @@ class SearchIndex(Protocol):
         """``(scores, ids)`` of shape (Q, k), best first; ids -1 past the vectors held."""
         ...
 
+def non_finite_rows(matrix: np.ndarray) -> np.ndarray:
+    """The rows of a 2-D ``matrix`` holding NaN or an infinity (what errors name: the first)."""
+    return np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+
+
 def _finite(matrix: np.ndarray, name: str) -> np.ndarray:
     """``matrix`` (float32, 2-D) when every row is finite; else ValueError naming the first bad
     row: faiss silently drops a NaN gallery vector and scores a NaN query 0."""
     matrix = float32_matrix(matrix, name)
-    bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+    bad = non_finite_rows(matrix)
     if len(bad):
         raise ValueError(f"{name} row {int(bad[0])} is NaN or infinite ({len(bad)} such rows)")
     return matrix
@@ -81,7 +95,8 @@ class TorchExactIndex:
     """Exact top-k on a torch device: float32 products (``highest`` precision) and ``torch.topk``.
 
     The gallery is copied to the device once; queries go in blocks whose score matrix stays
-    under 1 GiB.  Scores are float32 sums as in faiss; tied scores come in no fixed order.
+    under 1 GiB.  Scores are float32 sums as in faiss.  ``torch.topk`` keeps an arbitrary subset
+    of the rows tied at the k-th score, so those queries choose again (:func:`_smallest_tied`).
     """
 
     def __init__(self, gallery: np.ndarray, device: str | torch.device = "cuda") -> None:
@@ -103,12 +118,35 @@ class TorchExactIndex:
         with _full_float32_products(), torch.no_grad():
             for start in range(0, len(queries), block):
                 query_block = torch.from_numpy(queries[start:start + block]).to(self.device)
-                top = torch.topk(query_block @ self.gallery.T, k, dim=1)
-                scores.append(top.values.cpu().numpy())
-                ids.append(top.indices.cpu().numpy())
+                products = query_block @ self.gallery.T
+                top = torch.topk(products, k, dim=1)
+                values, indices = _smallest_tied(products, top.values, top.indices)
+                scores.append(values.cpu().numpy())
+                ids.append(indices.cpu().numpy())
         if not scores:
             return np.empty((0, k), dtype=np.float32), np.empty((0, k), dtype=np.int64)
-        return np.concatenate(scores), np.concatenate(ids).astype(np.int64)
+        return tie_order(np.concatenate(scores), np.concatenate(ids).astype(np.int64))
+
+
+def _smallest_tied(products: torch.Tensor, values: torch.Tensor,
+                   indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk``'s ``(values, indices)`` of ``products``, where more rows tie at a query's
+    k-th score than it kept, chosen again: every row above it and the tied rows of smallest id."""
+    k = values.shape[1]
+    kth = values[:, -1:]
+    for query in torch.nonzero((products >= kth).sum(dim=1) > k).flatten().tolist():  # rare: repeated rows
+        row, bar = products[query], kth[query, 0]
+        above = torch.nonzero(row > bar).flatten()
+        chosen = torch.cat([above, torch.nonzero(row == bar).flatten()[:k - len(above)]])  # ascending ids
+        values[query], indices[query] = row[chosen], chosen
+    return values, indices
+
+
+def tie_order(scores: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's hits in the one order of every kind: higher score first, then the smaller row
+    id; missing hits (id -1) last.  A permutation within rows: which rows are hits is the index's."""
+    order = np.lexsort((ids, -scores, ids < 0), axis=1)
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
 
 def build_index(gallery: np.ndarray, spec: IndexSpec, seed: int = 0) -> SearchIndex:
@@ -160,8 +198,8 @@ def _ivf_index(gallery: np.ndarray, spec: IndexSpec, seed: int) -> SearchIndex:
 
 
 def search(index: SearchIndex, queries: np.ndarray, k: int, batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    """``(scores, ids)`` of shape (Q, k), best first; ids are -1 where fewer than k exist.
-    A NaN or infinite query is an error (every index kind)."""
+    """``(scores, ids)`` of shape (Q, k), best first (ties: :func:`tie_order`); ids are -1 where
+    fewer than k exist.  A NaN or infinite query is an error (every index kind)."""
     queries = _finite(queries, "queries")
     k = min(int(k), index.ntotal)
     if k <= 0:
@@ -170,13 +208,41 @@ def search(index: SearchIndex, queries: np.ndarray, k: int, batch_size: int = 40
     ids = np.empty((queries.shape[0], k), dtype=np.int64)
     for start in range(0, queries.shape[0], batch_size):
         stop = start + batch_size
-        scores[start:stop], ids[start:stop] = index.search(queries[start:stop], k)
+        found = _flat_search(index, queries[start:stop], k) if isinstance(index, faiss.IndexFlat) \
+            else index.search(queries[start:stop], k)
+        scores[start:stop], ids[start:stop] = tie_order(*found)
     return scores, ids
+
+
+def _flat_search(index: faiss.IndexFlat, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A faiss flat search whose k hits follow the tie policy: faiss (1.15) keeps an arbitrary
+    subset of the rows tied at the k-th score from k = 100 on (its reservoir).  One more hit is
+    fetched; a query whose (k+1)-th score equals its k-th is searched again, deep enough to hold
+    the whole tie, and chooses from it (rare but for repeated gallery rows)."""
+    fetched = min(k + 1, index.ntotal)
+    scores, ids = index.search(queries, fetched)
+    if fetched > k:
+        for query in np.flatnonzero(scores[:, k] == scores[:, k - 1]):
+            scores[query, :k], ids[query, :k] = _whole_tie(index, queries[query:query + 1], k)
+    return scores[:, :k], ids[:, :k]
+
+
+def _whole_tie(index: faiss.IndexFlat, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """One query's k best by (higher score, smaller id), searched deeper until a score below its
+    k-th shows the tie at the k-th is held whole (depth doubling: a tie costs its size, at most twice)."""
+    depth = min(2 * k, index.ntotal)
+    scores, ids = index.search(query, depth)
+    while depth < index.ntotal and scores[0, -1] == scores[0, k - 1]:
+        depth = min(2 * depth, index.ntotal)
+        scores, ids = index.search(query, depth)
+    best = np.lexsort((ids[0], -scores[0]))[:k]
+    return scores[0, best], ids[0, best]
 
 
 def numpy_topk(queries: np.ndarray, gallery: np.ndarray, k: int,
                query_chunk: int = 1024, gallery_chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k by chunked matmul + argpartition: the reference the indexes are checked against.
+    """Exact top-k by chunked matmul + argpartition: the reference the indexes are checked against
+(ties: every row tied at the k-th score is kept until the final :func:`tie_order`).
 
     Chunking both sides bounds memory to ``query_chunk x (gallery_chunk + k)`` scores; the score
     block is one preallocated buffer (a fresh one per block costs page faults).
@@ -197,15 +263,26 @@ def numpy_topk(queries: np.ndarray, gallery: np.ndarray, k: int,
             gallery_block = gallery[g_start:g_start + gallery_chunk]
             block = buffer[:len(query_block) * len(gallery_block)].reshape(len(query_block), len(gallery_block))
             np.matmul(query_block, gallery_block.T, out=block)
-            block_k = min(k, block.shape[1])
-            top = np.argpartition(block, block.shape[1] - block_k, axis=1)[:, -block_k:]
+            block_ids = np.broadcast_to(np.arange(g_start, g_start + len(gallery_block)), block.shape)
+            top = _best_columns(block, block_ids, min(k, block.shape[1]))
             merged_scores = np.concatenate([best_scores, np.take_along_axis(block, top, axis=1)], axis=1)
             merged_ids = np.concatenate([best_ids, top + g_start], axis=1)
-            keep = min(k, merged_scores.shape[1])
-            top = np.argpartition(-merged_scores, keep - 1, axis=1)[:, :keep]
+            top = _best_columns(merged_scores, merged_ids, min(k, merged_scores.shape[1]))
             best_scores = np.take_along_axis(merged_scores, top, axis=1)
             best_ids = np.take_along_axis(merged_ids, top, axis=1)
-        order = np.lexsort((best_ids, -best_scores), axis=1)
-        out_scores[q_start:q_start + query_chunk] = np.take_along_axis(best_scores, order, axis=1)
-        out_ids[q_start:q_start + query_chunk] = np.take_along_axis(best_ids, order, axis=1)
+        out_scores[q_start:q_start + query_chunk], out_ids[q_start:q_start + query_chunk] = \
+            tie_order(best_scores, best_ids)
     return out_scores, out_ids
+
+
+def _best_columns(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of each row's ``k`` best entries by (higher score, smaller id), unordered.
+    ``argpartition`` keeps an arbitrary subset of the entries tied at the k-th score, so the rows
+    where more tie than it kept choose again among all of them."""
+    n = scores.shape[1]
+    top = np.argpartition(scores, n - k, axis=1)[:, n - k:]
+    kth = np.take_along_axis(scores, top, axis=1).min(axis=1, keepdims=True)
+    for row in np.flatnonzero((scores >= kth).sum(axis=1) > k):  # rare: repeated gallery rows
+        candidates = np.flatnonzero(scores[row] >= kth[row, 0])
+        top[row] = candidates[np.lexsort((ids[row, candidates], -scores[row, candidates]))[:k]]
+    return top

@@ -32,7 +32,7 @@ import numpy as np
 
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.gallery.index_choice import resolve_index  # the one chooser
-from vis_embed.gallery.search import SearchIndex, build_index  # the one factory
+from vis_embed.gallery.search import SearchIndex, build_index, non_finite_rows  # the one factory
 from vis_embed.gallery.search import search as batched_search  # NaN queries refused
 from vis_embed.gallery.faiss_headers import check_faiss_file
 from vis_embed.gallery.index_files import (FORMAT_VERSION, IDS_FILE, INDEX_FILE, SETTINGS_FILE, VECTORS_FILE,
@@ -78,8 +78,11 @@ def read_embeddings(path: Path) -> tuple[np.ndarray, EncodedAlignment]:
                         f"{vectors.dtype} {vectors.shape}", path=path, field="embeddings")
     if len(vectors) == 0:
         raise DataError("no vectors to index", path=path, field="embeddings")
-    if not np.isfinite(vectors).all():
-        raise DataError("NaN or infinite values", path=path, field="embeddings")
+    bad = non_finite_rows(vectors)
+    if len(bad):  # the row to look at: its input line when the record says it
+        line = f" (input line {alignment.lines[bad[0]]})" if len(alignment.lines) == len(vectors) else ""
+        raise DataError(f"row {bad[0]}{line} holds NaN or infinite values ({len(bad)} such rows)", path=path,
+                        field="embeddings")
     return l2_normalise(vectors), alignment
 
 
@@ -123,29 +126,43 @@ def _float_parts(codes: Any, kind: str) -> list[np.ndarray]:
 
 def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: float | None = None,
                 seed: int = 0) -> IndexFile:
-    """Build the index of ``embeddings`` (an encode output) into ``out``; returns its index.json."""
+    """Build the index of ``embeddings`` (an encode output) into ``out``; returns its index.json.
+
+    ``out`` is replaced only when it is missing, empty or an index directory, and holds no input
+    (checked before anything is read or built: replacing deletes what was there)."""
+    from vis_embed.model.runtime.encode_file import sidecar_paths  # the encode output's file names
+
     check_index_name(kind, STORE_KINDS, "--kind")
-    vectors, alignment = read_embeddings(Path(embeddings))
+    embeddings = Path(embeddings)
+    with atomic_directory(out, marker=SETTINGS_FILE, what="an index directory",
+                          inputs=(embeddings, *sidecar_paths(embeddings))) as tmp:
+        settings, index, vectors, ids = _build(embeddings, kind, memory_gb, seed)
+        codes = index.codes if isinstance(index, QuantizedIndex) else index  # the faiss index to write
+        (faiss.write_index_binary if settings.kind == "binary" else faiss.write_index)(codes, str(tmp / INDEX_FILE))
+        if settings.kind != "flat":
+            np.save(tmp / VECTORS_FILE, vectors)
+        atomic_write_json(tmp / IDS_FILE, ids, indent=0)
+        atomic_write_json(tmp / SETTINGS_FILE, settings.as_json())
+    return settings
+
+
+def _build(embeddings: Path, kind: str, memory_gb: float | None, seed: int) -> tuple[IndexFile, Any, np.ndarray,
+                                                                                      list[Any]]:
+    """index.json, the built index, its float vectors and ids of an encode output."""
+    vectors, alignment = read_embeddings(embeddings)
     rows, dim = vectors.shape
     budget = memory_budget_bytes(memory_gb)
     choice = resolve_index(kind, dim, rows, budget)
     spec = choice.spec.model_copy(update={"rescore": DEFAULT_RESCORE if choice.spec.takes_rescore else 0})
     index = build_index(vectors, spec, seed=seed)
-    ids = unique_ids(alignment.ids or [None] * rows, Path(embeddings))
+    ids = unique_ids(alignment.ids or [None] * rows, embeddings)
     settings = IndexFile(
         format_version=FORMAT_VERSION, kind=spec.kind, kind_requested=kind, kind_reason=choice.reason,
         rows=rows, dim=dim, bytes_per_vector=spec.bytes_per_vector,
         memory_budget_gb=round(budget / 2 ** 30, 3), memory_given=memory_gb is not None,
         rescore=spec.rescore, **faiss_parameters(index),
         embeddings=str(embeddings), model=alignment.model, embedding_config=alignment.embedding_config)
-    codes = index.codes if isinstance(index, QuantizedIndex) else index  # the faiss index to write
-    with atomic_directory(out) as tmp:
-        (faiss.write_index_binary if spec.kind == "binary" else faiss.write_index)(codes, str(tmp / INDEX_FILE))
-        if spec.kind != "flat":
-            np.save(tmp / VECTORS_FILE, vectors)
-        atomic_write_json(tmp / IDS_FILE, ids, indent=0)
-        atomic_write_json(tmp / SETTINGS_FILE, settings.as_json())
-    return settings
+    return settings, index, vectors, ids
 
 
 @dataclass
@@ -240,7 +257,12 @@ class GalleryIndex:
             raise DataError(f"the index is {self.dim} wide: {error.reason}", path=where, field="dim") from None
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)`` (Q, k) best first; rows -1 where fewer than k exist."""
+        """``(scores, rows)`` (Q, k) best first; rows -1 where fewer than k exist.  ``queries``: a
+        (Q, width) matrix, one query too (``query[None, :]``); any other shape is a DataError."""
+        queries = np.asarray(queries)
+        if queries.ndim != 2:
+            raise DataError(f"queries must be a (queries, {self.dim}) matrix, got shape {queries.shape} (one query: "
+                            f"query[None, :])", field="queries")
         if queries.shape[1] != self.dim:
             raise DataError(f"queries are {queries.shape[1]} wide, the index {self.dim}", field="dim")
         return batched_search(self.searcher, l2_normalise(queries), k)

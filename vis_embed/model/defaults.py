@@ -27,6 +27,10 @@ DEFAULT_VIDEO_MAX_PIXELS = 768 * 28 * 28
 # Qwen2/2.5/3-VL); the vision tower's names are in adaptation/lora.py's VISION_LORA_MODULES.
 TEXT_LORA_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
+# What save_pretrained writes into every checkpoint folder (transformers' CONFIG_NAME): a folder
+# holding it is one that export, merge and tiny-model may replace (vis_embed.io.check_replaceable).
+CHECKPOINT_MARKER = "config.json"
+
 # Names a user may give for the weights' dtype (model/network/embedding_model.resolve_dtype, the one rule):
 # "auto" = by device (bfloat16 on CUDA, float32 elsewhere), "checkpoint" = the checkpoint's own.
 DTYPE_NAMES: tuple[str, ...] = ("auto", "checkpoint", "bfloat16", "float32", "float16")

@@ -169,15 +169,17 @@ class _Requests:
         self.settings = parts.settings
 
     async def embed_items(self, request: Request, schema: type[BaseModel] = EmbeddingRequest,
-                          check: Any = None) -> tuple[Any, Any]:
+                          check: Any = None, instruction_of: Any = None) -> tuple[Any, Any]:
         """``(the request's other fields, its EmbeddingResult)``: body to vectors, every limit applied;
-        ``check(parsed, n_items)`` refuses what the route cannot answer before any work."""
+        ``check(parsed, n_items)`` refuses what the route cannot answer before any work;
+        ``instruction_of(given)`` the instruction embedded with (default: the request's own, as
+        OpenAI's /v1/embeddings, where the client says what an item is)."""
         settings, parts = self.settings, self.parts
         deadline = time.monotonic() + settings.request_timeout_s  # with_deadline's clock, give or take
         parsed = parse_request(await _read_body(request, settings.max_request_bytes), schema)
         _check_model(parsed, settings.model_name)
         check_instruction(parsed.instruction)
-        instruction = parsed.instruction
+        instruction = parsed.instruction if instruction_of is None else instruction_of(parsed.instruction)
         items = parse_items(parsed.input, settings.max_items)
         if check is not None:
             check(parsed, len(items))
@@ -275,7 +277,7 @@ def _install_routes(app: FastAPI, parts: _Parts, requests: _Requests, authorized
 
     if parts.search_work is not None:
         install_search(app, parts.search_work, requests.embed_items, authorized, requests.with_deadline,
-                       settings.model_name)
+                       settings.model_name, embedder)
 
 
 def _authorization(api_key: str | None):

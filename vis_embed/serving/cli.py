@@ -5,7 +5,7 @@
                     [--allow-urls [--allow-private-urls]] [--max-input-tokens N] [--long-input MODE]
                     [--max-request-pixels P] [--request-timeout S] ...
 
-The flags but --model, --adapter, --served-model-name and --index are generated from
+The flags but --model, --adapter, --served-model-name and the index's are generated from
 :class:`vis_embed.serving.settings.ServerSettings` (defaults, help and bounds written once there).
 The security-relevant defaults and what each protects against: docs/serving.md#deploying.
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 from vis_embed.config import add_model_arguments, from_arguments
 from vis_embed.errors import ConfigError
-from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP
+from vis_embed.gallery.options import ALLOW_ANY_MODEL_HELP, add_rescore_argument
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_model_reference_arguments, add_preparation_arguments
 from vis_embed.serving.hosts import default_allowed_hosts
@@ -49,8 +49,9 @@ _M_MMAP_THRESHOLD = -3  # and for M_MMAP_THRESHOLD
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model, --adapter, --served-model-name and --index by hand (no ServerSettings field of
-    their own), every other serve flag generated from ServerSettings' fields."""
+    """--model, --adapter, --served-model-name, --index, --allow-any-model and --rescore by hand (no
+    ServerSettings field of their own: the index is loaded before the app, with --rescore as
+    ``vis-embed search`` loads it), every other serve flag generated from ServerSettings' fields."""
     add_model_reference_arguments(parser)
     parser.add_argument("--served-model-name", default=None,
                         help="the name clients send as \"model\" (default: the --model argument)")
@@ -61,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                    help="a vis-embed index directory of this model's vectors: adds POST /v1/search")
     groups[GALLERIES].add_argument("--allow-any-model", action="store_true",
                                    help=ALLOW_ANY_MODEL_HELP)
+    add_rescore_argument(groups[GALLERIES])  # as vis-embed search's
     add_model_loading_arguments(parser)
     add_preparation_arguments(parser)
 
@@ -131,7 +133,10 @@ def run(args: argparse.Namespace) -> int:
     from vis_embed.serving.protocol import header_timeout_protocol
 
     settings = server_settings(args)  # before anything loads: a bad flag costs no model load
-    index = None if args.index is None else GalleryIndex.load(args.index)  # a bad index fails before the model loads
+    if args.rescore is not None and args.index is None:
+        raise ConfigError("--rescore re-ranks the shortlist of an --index; give --index")
+    # a bad index (or --rescore for it) fails before the model loads
+    index = None if args.index is None else GalleryIndex.load(args.index, rescore=args.rescore)
     if index is not None:
         index.require_model(args.allow_any_model)
     embedder = Embedder.from_pretrained(

@@ -7,9 +7,11 @@ any other model answers 400 unless N is its full width.  ``vis-embed serve --dim
 width answered when a request names none.
 
 ``POST /v1/search`` (with ``vis-embed serve --index DIR``): ``{"model", "input", "instruction"?,
-"k"?}``; the input items are embedded exactly as ``/v1/embeddings`` embeds them (same body and
-item limits, API key, micro-batching and per-request isolation), cut to the index's width and
-searched (:mod:`vis_embed.gallery.store`), the work bounded by :mod:`.search_work`.  Answer:
+"k"?}``; the input items are embedded as ``/v1/embeddings`` embeds them (same body and item
+limits, API key, micro-batching and per-request isolation) but with ``vis-embed search``'s
+instruction (:func:`~vis_embed.gallery.search_file.query_instruction`: the request's, else the
+model's recorded query instruction), cut to the index's width and searched
+(:mod:`vis_embed.gallery.store`), the work bounded by :mod:`.search_work`.  Answer:
 ``{"object": "list", "model", "data": [{"object": "search_result", "index": i, "hits": [{"id",
 "score"}, ...]}], "usage"}``.
 """
@@ -25,6 +27,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from vis_embed.errors import ConfigError, DataError
+from vis_embed.gallery.search_file import query_instruction  # the one rule, shared with vis-embed search
 from vis_embed.vectors.stored_form import warn_if_not_matryoshka
 from vis_embed.vectors.transforms import check_dim, truncate
 from vis_embed.serving.errors import RequestError
@@ -91,16 +94,18 @@ EmbedItems = Callable[..., Awaitable[tuple[Any, Any]]]
 
 def install_search(app: FastAPI, work: SearchWork, embed_items: EmbedItems, authorized: Any,
                    with_deadline: Callable[[Awaitable[Response]], Awaitable[Response]],
-                   model_name: str) -> None:
+                   model_name: str, embedder: Embedder) -> None:
     """``POST /v1/search`` over ``work.index`` (a loaded :class:`~vis_embed.gallery.store.GalleryIndex`),
     its work bounded by ``work`` (:mod:`.search_work`).
 
     ``embed_items(request, schema, check)`` is the app's own path from body to vectors (limits,
     parsing, batching; ``check(parsed, n_items)`` refuses before any work); ``with_deadline``
-    its request timeout."""
+    its request timeout; queries are embedded with :func:`query_instruction` of ``embedder``, as
+    ``vis-embed search`` embeds them (the same query, the same hits)."""
     async def search(request: Request) -> Response:
         parsed, result = await embed_items(request, SearchRequest,
-                                           lambda parsed, n_items: work.check(n_items, parsed.k))
+                                           lambda parsed, n_items: work.check(n_items, parsed.k),
+                                           lambda given: query_instruction(given, embedder))
         queries = truncate(result.embeddings, work.index.dim)
         usage = {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
         body = await work.answer(request, queries, parsed.k, model_name, usage)

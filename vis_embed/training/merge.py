@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vis_embed.io import atomic_directory
+from vis_embed.model.defaults import CHECKPOINT_MARKER
 from vis_embed.model.embedding_config import resolve_embedding_config
 from vis_embed.model.files.export import load_merged, recorded_base
 from vis_embed.model.network.adaptation import FullAdaptation
@@ -27,9 +28,10 @@ def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,
     adapter's recorded ``embedding_config.json`` (over the base's) beside it.  ``dtype``: the merged
     weights' ("checkpoint", the default: the base checkpoint's own; "auto": by device)."""
     base = recorded_base(base, Path(adapter).expanduser())
-    config = resolve_embedding_config(base, adapter, dtype=None if dtype in (None, "checkpoint") else dtype)
-    merged, processor = load_merged(base, adapter, dtype)
-    with atomic_directory(out) as tmp:
+    # ``out`` checked before the model loads: a folder of other files, or holding the inputs, is refused
+    with atomic_directory(out, marker=CHECKPOINT_MARKER, what="a model checkpoint", inputs=(adapter, base)) as tmp:
+        config = resolve_embedding_config(base, adapter, dtype=None if dtype in (None, "checkpoint") else dtype)
+        merged, processor = load_merged(base, adapter, dtype)
         merged.save_pretrained(str(tmp), safe_serialization=True)
         processor.save_pretrained(str(tmp))
         config.model_copy(update={"adaptation": FullAdaptation.kind}).save(tmp)  # full weights now

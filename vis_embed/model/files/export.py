@@ -37,6 +37,7 @@ from vis_embed.vectors.transforms import vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from vis_embed.model.network.adaptation import FullAdaptation, saved_adapter
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
+from vis_embed.model.defaults import CHECKPOINT_MARKER
 from vis_embed.model.references import looks_like_path
 
 if TYPE_CHECKING:
@@ -220,18 +221,20 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     ``dtype``: the written weights' (default "checkpoint": the base checkpoint's own).
     The effective settings are written as the export's ``embedding_config.json``.
     """
-    config = export_config(model, adapter, query_instruction=query_instruction,
-                           dtype=None if dtype in (None, "checkpoint") else dtype,
-                           document_instruction=document_instruction, min_pixels=min_pixels,
-                           max_pixels=max_pixels, **settings)
-    # a LoRA merged into the weights; a projection head beside the base, as a Dense module
-    merged, head, processor = load_folded(model, adapter, dtype)
-    processor = prepare_processor(processor, config.min_pixels, config.max_pixels)
-    embedding_dim = int(merged.config.get_text_config().hidden_size)
-    # vLLM reads these from config.json: it then serves `dimensions` (vis_embed/vectors/transforms.py)
-    full_width = head.out_dim if head is not None else embedding_dim
-    merged.config.update(vllm_matryoshka_fields(config.matryoshka_dims, full_width))
-    with atomic_directory(out) as tmp:
+    # ``out`` checked first (a folder of other files, or holding the model read, is refused), then built
+    with atomic_directory(out, marker=CHECKPOINT_MARKER, what="a model checkpoint",
+                          inputs=[path for path in (model, adapter) if path is not None]) as tmp:
+        config = export_config(model, adapter, query_instruction=query_instruction,
+                               dtype=None if dtype in (None, "checkpoint") else dtype,
+                               document_instruction=document_instruction, min_pixels=min_pixels,
+                               max_pixels=max_pixels, **settings)
+        # a LoRA merged into the weights; a projection head beside the base, as a Dense module
+        merged, head, processor = load_folded(model, adapter, dtype)
+        processor = prepare_processor(processor, config.min_pixels, config.max_pixels)
+        embedding_dim = int(merged.config.get_text_config().hidden_size)
+        # vLLM reads these from config.json: it then serves `dimensions` (vis_embed/vectors/transforms.py)
+        full_width = head.out_dim if head is not None else embedding_dim
+        merged.config.update(vllm_matryoshka_fields(config.matryoshka_dims, full_width))
         merged.save_pretrained(str(tmp), safe_serialization=True)
         processor.save_pretrained(str(tmp))
         files = sentence_transformers_files(embedding_dim, config.query_instruction, config.document_instruction)

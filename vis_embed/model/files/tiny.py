@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vis_embed.io import atomic_directory
-from vis_embed.model.defaults import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from vis_embed.model.defaults import CHECKPOINT_MARKER, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 
 if TYPE_CHECKING:  # no torch or transformers at import time: `vis-embed tiny-model --help`
     import torch
@@ -230,9 +230,10 @@ def build_tiny_checkpoint(out_dir: str | Path, arch: str = "qwen2-vl", seed: int
                           preset: str = "tiny") -> Path:
     """Write a tiny random checkpoint of ``arch`` to ``out_dir`` and return the path."""
     out_dir = Path(out_dir)
-    model, processor = build_random_model(arch, preset, seed)
-    # atomic_directory: a killed build never leaves a half-written checkpoint behind.
-    with atomic_directory(out_dir) as tmp:
+    # atomic_directory: a killed build never leaves a half-written checkpoint behind; a folder
+    # of other files is refused before anything is built (replacing it would delete them)
+    with atomic_directory(out_dir, marker=CHECKPOINT_MARKER, what="a model checkpoint", flag="OUT_DIR") as tmp:
+        model, processor = build_random_model(arch, preset, seed)
         model.save_pretrained(tmp, safe_serialization=True)
         processor.save_pretrained(tmp)
     return out_dir

@@ -19,8 +19,7 @@ from vis_embed.prep.synth.modalities import render_special
 from vis_embed.prep.synth.plan import BoxRef, Plan
 from vis_embed.prep.synth.sampling import Params
 from vis_embed.prep.synth.sizes import SynthSize
-from vis_embed.errors import ConfigError
-from vis_embed.io import atomic_directory, read_json_object
+from vis_embed.io import atomic_directory, check_replaceable, read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +81,8 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def check_target(out_dir: Path) -> None:
-    """Refuse to replace a non-empty folder that is not a previous synth output."""
-    if out_dir.exists() and (not out_dir.is_dir() or (
-            any(out_dir.iterdir()) and not (out_dir / MARKER_FILE).is_file())):
-        raise ConfigError(f"{out_dir} exists and is not a synthetic benchmark folder (no {MARKER_FILE}); "
-                          "choose a new or empty output folder")
+    """Refuse to replace a non-empty folder that is not a previous synth output (io's one rule)."""
+    check_replaceable(out_dir, MARKER_FILE, "a synthetic benchmark folder", flag="output folder")
 
 
 def is_current(out_dir: str | Path) -> bool:
