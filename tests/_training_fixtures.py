@@ -68,6 +68,7 @@ def tiny_recipe(model: Path, data_yaml: Path, schedule: Path, output_dir: Path, 
     raw: dict[str, Any] = {
         "model": str(model), "data": str(data_yaml), "schedule": str(schedule), "output_dir": str(output_dir),
         "max_steps": 4, "global_batch_size": 4, "seed": 0,
+        "sampling": {"hard_negatives": 0},  # what write_schedule builds (M unset = B, seed 0)
         "optimizer": {"lr": 1e-3, "warmup_steps": 1, "max_grad_norm": 1.0},
         "temperature": {"init": 0.05, "learnable": True},
         "lora": {"r": 4, "alpha": 8, "dropout": 0.0},

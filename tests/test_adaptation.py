@@ -167,7 +167,7 @@ def test_full_refuses_a_checkpoint_that_lacks_weights(tiny_checkpoint, tmp_path)
 
 def _recipe(**sections):
     raw = {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out", "max_steps": 1,
-           "global_batch_size": 2, **sections}
+           "global_batch_size": 8, **sections}
     return load_recipe(raw=raw)
 
 
@@ -198,7 +198,7 @@ def test_full_and_head_kinds_and_the_older_spellings() -> None:
 def test_older_spellings_set_on_the_command_line_keep_the_file_section(tmp_path) -> None:
     recipe_file = tmp_path / "recipe.yaml"
     recipe_file.write_text("model: m\ndata: d.yaml\nschedule: s.parquet\noutput_dir: out\nmax_steps: 1\n"
-                           "global_batch_size: 2\nadaptation:\n  kind: lora\n  lora:\n    r: 8\n")
+                           "global_batch_size: 8\nadaptation:\n  kind: lora\n  lora:\n    r: 8\n")
     recipe = load_recipe(recipe_file, overrides=["adaptation=head", "lora.alpha=4"])
     assert (recipe.adaptation.kind, recipe.adaptation.lora.r, recipe.adaptation.lora.alpha) == ("head", 8, 4)
     recipe = load_recipe(recipe_file, overrides=["adaptation.lora.r=2", "lora.enabled=false"])
@@ -213,7 +213,7 @@ def test_a_run_recorded_with_the_older_spelling_resumes_with_the_new_one(tmp_pat
     from vis_embed.training.run_dir import check_resumed_recipe
 
     raw = {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out", "max_steps": 1,
-           "global_batch_size": 2}
+           "global_batch_size": 8}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({**raw, "adaptation": "lora", "lora": {"r": 8}}))
     same = recipe_to_dict(load_recipe(raw={**raw, "adaptation": {"kind": "lora", "lora": {"r": 8}}}))
     check_resumed_recipe(tmp_path, same)  # the same run, spelled as now

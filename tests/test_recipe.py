@@ -57,6 +57,30 @@ def test_a_key_set_on_the_command_line_is_named_without_a_file_line(tmp_path: Pa
         load_recipe(path, ["max_steps=many"])
 
 
+@pytest.mark.parametrize("changed, named", [
+    ({"sampling": {"interleave_batch_size": 32, "hard_negatives": 40}}, "sampling.hard_negatives"),  # k + 1 > M
+    ({"global_batch_size": 30}, "global_batch_size"),  # B not a multiple of M
+    ({"sampling": {"interleave_batch_size": 32, "hard_negatives": 2, "strategy": "naive"}},
+     "sampling.hard_negatives"),  # naive places no hard negatives
+])
+def test_a_sampling_combination_no_schedule_can_have_names_the_recipe_line(tmp_path: Path, changed: dict,
+                                                                          named: str) -> None:
+    """Refused when the recipe loads (not after the data and the schedule), at the recipe's own
+    line and dotted key, with the scheduler's reason: the rule is ScheduleSettings', not restated."""
+    from vis_embed.sampling import ScheduleSettings
+
+    raw = {**MINIMAL, "global_batch_size": 32, "sampling": {"interleave_batch_size": 32, "hard_negatives": 0}}
+    path = _write(tmp_path, {**raw, **changed})
+    leaf = named.rpartition(".")[2]
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if text.strip().startswith(f"{leaf}:"))
+    recipe = {**raw, **changed}
+    with pytest.raises(ConfigError) as scheduler:
+        ScheduleSettings(steps=10, global_batch_size=recipe["global_batch_size"], seed=0, **recipe["sampling"])
+    with pytest.raises(ConfigError) as info:
+        load_recipe(path)
+    assert str(info.value) == f"{path}:{line}: field '{named}': {scheduler.value.reason}"
+
+
 @pytest.mark.parametrize("override", ["lora.alpah=3", "lora.r=abc", "adaptation.lora.r=abc"])
 def test_an_older_spelling_set_on_the_command_line_is_named_without_a_file_line(tmp_path: Path,
                                                                               override: str) -> None:

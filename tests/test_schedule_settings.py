@@ -35,12 +35,12 @@ def test_cli_defaults_are_the_settings_defaults() -> None:
 
 
 def test_recipe_sampling_section_is_the_settings_declaration() -> None:
-    recipe = load_recipe(raw={**_REQUIRED, "sampling": {"hard_negatives": 2, "strategy": "naive"}})
+    recipe = load_recipe(raw={**_REQUIRED, "sampling": {"hard_negatives": 2, "size_exponent": 0.5}})
     assert isinstance(recipe.sampling, SamplingOptions)
     settings = recipe.sampling.schedule_settings(steps=recipe.max_steps, global_batch_size=8, seed=1)
     # unset interleave_batch_size: one slot per batch; the rest as written or the shared default
     assert settings == ScheduleSettings(steps=3, global_batch_size=8, interleave_batch_size=8, seed=1,
-                                        hard_negatives=2, strategy="naive")
+                                        hard_negatives=2, size_exponent=0.5)
     assert load_recipe(raw=_REQUIRED).sampling == SamplingOptions()
 
 

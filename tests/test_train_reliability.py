@@ -24,7 +24,7 @@ from _training_fixtures import tiny_recipe, write_identity_dataset, write_schedu
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 BASE = {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out", "max_steps": 2,
-        "global_batch_size": 2}
+        "global_batch_size": 8}
 
 
 # ---------------------------------------------------------------- recipe numbers

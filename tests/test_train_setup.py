@@ -21,7 +21,7 @@ TOTAL = 20
 
 def _raw(**extra) -> dict:
     return {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out", "max_steps": TOTAL,
-            "global_batch_size": 4, **extra}
+            "global_batch_size": 8, **extra}
 
 
 def _transformers_factors(make, **kwargs) -> list[float]:
@@ -54,7 +54,7 @@ def test_lr_factor_is_transformers_schedule_with_the_warm_up_one_step_ahead(
 def test_a_deepspeed_recipe_without_deepspeed_installed_names_the_extra(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr(integrations, "find_spec", lambda module: None)  # as if `import deepspeed` failed
     path = tmp_path / "r.yaml"
-    path.write_text("model: m\ndata: d\nschedule: s\noutput_dir: o\nmax_steps: 1\nglobal_batch_size: 2\n"
+    path.write_text("model: m\ndata: d\nschedule: s\noutput_dir: o\nmax_steps: 1\nglobal_batch_size: 8\n"
                     "deepspeed: ds_configs/zero2.json\n")
     with pytest.raises(ConfigError, match=rf"recipe {path} needs deepspeed \(deepspeed: ds_configs/zero2.json\): "
                                           r"pip install 'vis_embed\[deepspeed\]'"):

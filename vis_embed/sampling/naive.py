@@ -84,9 +84,9 @@ def _slot_datasets(rng: np.random.Generator, shares: np.ndarray, settings: Sched
 
 def plan_naive_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettings,
                         show_progress: bool = False) -> Schedule:
-    """Compute the naive schedule in memory (same output type and file format as the real one)."""
-    if settings.hard_negatives:
-        raise ConfigError("the naive strategy places no hard negatives: set hard_negatives to 0")
+    """Compute the naive schedule in memory (same output type and file format as the real one).
+
+    ``settings`` never asks for hard negatives here: ScheduleSettings refuses them with ``naive``."""
     rng = np.random.default_rng(settings.seed)
     batch, slot_size = settings.global_batch_size, settings.interleave_batch_size
     lookups = [_positive_lookup(ds) for ds in datasets]

@@ -5,7 +5,8 @@
 :class:`ScheduleSettings` adds what one schedule file needs on top (steps, B, seed) and
 checks the combinations that cannot work.  Built directly, errors name the *setting*
 (``interleave_batch_size``); ``vis-embed schedule`` generates its flags from the fields
-(``--interleave-batch-size``) and its errors name the flag (:class:`vis_embed.config.Settings`).
+(``--interleave-batch-size``) and its errors name the flag (:class:`vis_embed.config.Settings`);
+a recipe's errors name its dotted key (``sampling.hard_negatives``) and line.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class ScheduleSettings(SamplingOptions):
     seed: int = Field(0, description="same seed + same data + same settings -> identical schedule",
                       json_schema_extra=flag("--seed"))
 
+    # The combinations no schedule can have, checked here once: `vis-embed schedule`, build_schedule
+    # and a recipe (training.recipe.Recipe validates the settings it would build) all meet them.
     @model_validator(mode="after")
     def _check_combinations(self) -> ScheduleSettings:
         b, m, k = self.global_batch_size, self.interleave_batch_size, self.hard_negatives
@@ -75,6 +78,9 @@ class ScheduleSettings(SamplingOptions):
         if k and k + 1 > m:
             raise invalid(f"hard_negatives {k} cannot fit: an anchor and its {k} hard negatives need a "
                           f"slot of at least {k + 1} members, but interleave_batch_size is {m}", "hard_negatives")
+        if k and self.strategy == "naive":
+            raise invalid(f"the naive strategy places no hard negatives: set hard_negatives to 0 (got {k})",
+                          "hard_negatives")
         return self
 
     @property

@@ -23,11 +23,11 @@ from pydantic.fields import FieldInfo
 
 from vis_embed.config import Settings, invalid, validated
 from vis_embed.data.yaml_lines import LineDict, load_yaml_with_lines
-from vis_embed.errors import ConfigError, DataError
+from vis_embed.errors import ConfigError, DataError, SettingsError
 from vis_embed.integrations import require
 from vis_embed.model.network.adaptation import AdaptationOptions
 from vis_embed.model.embedding_config import LOADING, EmbeddingConfig, flag_fields, matryoshka_dims_field
-from vis_embed.sampling.settings import SamplingOptions
+from vis_embed.sampling.settings import SamplingOptions, ScheduleSettings
 from vis_embed.training.recipe_spellings import MovedTwoTierKeys, upgrade_override_path, upgrade_recipe_spellings
 
 
@@ -169,8 +169,9 @@ class Recipe(Settings):
     # transformers.set_seed seeds numpy's legacy RNG, which takes [0, 2**32); seed + rank must fit.
     seed: int = Field(42, ge=0, lt=2**31)
     # the schedule settings' one declaration (the model the `vis-embed schedule` flags and
-    # build_schedule use), read only to build a missing schedule; an unset interleave_batch_size
-    # means one slot per batch (M = global_batch_size)
+    # build_schedule use): builds a missing schedule, and an existing one must have been built
+    # with them (schedule_source.check_schedule_settings); an unset interleave_batch_size means
+    # one slot per batch (M = global_batch_size)
     sampling: SamplingOptions = Field(default_factory=SamplingOptions)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     temperature: TemperatureConfig = Field(default_factory=TemperatureConfig)
@@ -213,6 +214,34 @@ class Recipe(Settings):
             raise invalid(f"temperature.init {self.temperature.init} is below temperature.min "
                           f"{self.temperature.min}", "temperature", "init")
         return self
+
+    @model_validator(mode="after")
+    def _check_schedule_settings(self) -> "Recipe":
+        # ScheduleSettings' own checks (B a multiple of M, k + 1 <= M, ...) on the settings this
+        # recipe trains with, so a combination no schedule can have is named here, at its key
+        # and line, not after the data has loaded.
+        try:
+            self.schedule_settings()
+        except SettingsError as error:
+            raise invalid(error.reason, *recipe_key(error.field)) from None
+        return self
+
+    def schedule_settings(self) -> ScheduleSettings:
+        """The settings of the schedule this recipe trains on: ``sampling:`` with max_steps,
+        global_batch_size and seed (what a missing schedule is built with, and what an existing
+        one must record)."""
+        return self.sampling.schedule_settings(steps=self.max_steps, global_batch_size=self.global_batch_size,
+                                               seed=self.seed)
+
+
+def recipe_key(setting: str | None) -> tuple[str, ...]:
+    """The recipe key of a ScheduleSettings field: ``steps`` is max_steps, the sampling options
+    live under ``sampling:``, global_batch_size and seed at the top level."""
+    if setting is None:
+        return ()
+    if setting == "steps":
+        return ("max_steps",)
+    return ("sampling", setting) if setting in SamplingOptions.model_fields else (setting,)
 
 
 # The recipe keys a resumed run may change (run_dir.check_resumed_recipe compares all others): the
