@@ -110,6 +110,9 @@ def test_own_image_share_without_records_or_false_negatives_is_nan() -> None:
 
 
 # ------------------------------------------------------------------ in training
+# the recipe settings of naive_setup's schedule (a recipe must match its schedule's)
+NAIVE = {"global_batch_size": 6, "sampling__strategy": "naive"}
+
 
 @pytest.fixture(scope="module")
 def naive_setup(tiny_checkpoint, tmp_path_factory):
@@ -137,7 +140,7 @@ def _schedule_fn_fraction(schedule: Path, data: Path, step: int) -> float:
 
 def _train(setup, out: Path, **overrides) -> list[dict]:
     model, data, schedule = setup
-    raw = tiny_recipe(model, data, schedule, out, max_steps=2, global_batch_size=6, **overrides)
+    raw = tiny_recipe(model, data, schedule, out, max_steps=2, **NAIVE, **overrides)
     Trainer(load_recipe(raw=raw)).train()
     return [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
 
@@ -171,14 +174,14 @@ def test_warm_start_begins_from_the_adapter_with_a_fresh_optimiser(naive_setup, 
     first = tmp_path / "first"
     _train(naive_setup, first)
     saved = load_file(str(first / "final" / "adapter_model.safetensors"))
-    raw = tiny_recipe(model, data, schedule, tmp_path / "warm", max_steps=2, global_batch_size=6,
+    raw = tiny_recipe(model, data, schedule, tmp_path / "warm", max_steps=2, **NAIVE,
                       init_adapter=str(first / "final"))
     warm = Trainer(load_recipe(raw=raw))
     state = _lora_state(warm)
     assert set(state) == set(saved)
     assert all(torch.equal(state[name], saved[name]) for name in saved)
     cold = _lora_state(Trainer(load_recipe(raw=tiny_recipe(model, data, schedule, tmp_path / "cold", max_steps=2,
-                                                           global_batch_size=6))))
+                                                           **NAIVE))))
     assert any(not torch.equal(cold[name], saved[name]) for name in saved)  # not the fresh init anyway
     warm.train()
     log = [json.loads(line) for line in (tmp_path / "warm" / "train_log.jsonl").read_text().splitlines()]
@@ -194,6 +197,6 @@ def test_warm_start_refuses_an_adapter_that_does_not_fit(naive_setup, tmp_path) 
     for overrides, message in (({"init_adapter": str(tmp_path / "nowhere")}, "not a directory"),
                                ({"init_adapter": str(first / "final"), "lora__r": 8}, "does not fit"),
                                ({"init_adapter": str(first / "final"), "lora__vision": True}, "lacks")):
-        raw = tiny_recipe(model, data, schedule, tmp_path / "bad", max_steps=2, global_batch_size=6, **overrides)
+        raw = tiny_recipe(model, data, schedule, tmp_path / "bad", max_steps=2, **NAIVE, **overrides)
         with pytest.raises(ConfigError, match=message):
             Trainer(load_recipe(raw=raw), overwrite=True)

@@ -81,7 +81,8 @@ def trainer_setup(tiny_checkpoint, tmp_path: Path):
     build_schedule(config, schedule, steps=1, global_batch_size=4, interleave_batch_size=2, hard_negatives=0, seed=0)
 
     def recipe(run: str):
-        return load_recipe(raw=tiny_recipe(tiny_checkpoint("qwen2-vl"), data, schedule, tmp_path / run, max_steps=1))
+        return load_recipe(raw=tiny_recipe(tiny_checkpoint("qwen2-vl"), data, schedule, tmp_path / run, max_steps=1,
+                                                   sampling__interleave_batch_size=2))
     return config, schedule, recipe
 
 

@@ -161,7 +161,8 @@ def test_recipe_identity_mask_false_trains_and_is_recorded(tiny_checkpoint, tmp_
     first_losses = {}
     for mask in ("true", "false"):
         out = tmp_path / f"mask-{mask}"
-        raw = tiny_recipe(tiny_checkpoint("qwen2-vl"), data, schedule, out, max_steps=2, checkpoint__every=2)
+        raw = tiny_recipe(tiny_checkpoint("qwen2-vl"), data, schedule, out, max_steps=2, checkpoint__every=2,
+                          sampling__strategy="naive")
         recipe = load_recipe(raw=raw, overrides=[f"loss.identity_mask={mask}"])
         assert recipe.loss.identity_mask is (mask == "true")
         Trainer(recipe).train()

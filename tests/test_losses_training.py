@@ -61,7 +61,8 @@ def setup(tiny_checkpoint, tmp_path_factory) -> tuple[Path, Path, Path, Path]:
 
 def _recipe(setup, out: Path, **overrides):
     base, data, schedule, _manifest = setup
-    return load_recipe(raw=tiny_recipe(base, data, schedule, out, max_steps=2, optimizer__lr=5e-2, **overrides))
+    return load_recipe(raw=tiny_recipe(base, data, schedule, out, max_steps=2, optimizer__lr=5e-2,
+                                       sampling__hard_negatives=1, **overrides))
 
 
 def test_the_trainer_gives_the_loss_the_designated_pairs_of_the_schedule(setup, tmp_path) -> None:

@@ -15,7 +15,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from vis_embed.errors import FingerprintMismatchError
+from vis_embed.errors import ConfigError, FingerprintMismatchError
 from vis_embed.training.recipe import load_recipe
 from vis_embed.training.trainer import Trainer, TrainingDivergedError
 
@@ -153,6 +153,26 @@ def test_schedule_of_other_data_is_refused(setup, tmp_path) -> None:
     (other_root / "rec.jsonl").write_text((other_root / "rec.jsonl").read_text().replace("obj011", "obj012"))
     with pytest.raises(FingerprintMismatchError, match="different training data"):
         Trainer(load_recipe(raw=tiny_recipe(model, other, schedule, tmp_path / "o")))
+
+
+def test_a_schedule_built_with_other_settings_is_refused_naming_each_key(setup, tmp_path) -> None:
+    """An ablation arm (naive, M 2, seed 123) pointed at another arm's file (identity-aware, M 4,
+    seed 0) must not train on its batches while recipe.yaml and the model card record its own."""
+    model, data, schedule = setup  # M = B = 4, k 0, identity_aware, seed 0, 8 steps
+    raw = tiny_recipe(model, data, schedule, tmp_path / "arm", seed=123,
+                      sampling={"strategy": "naive", "hard_negatives": 0, "interleave_batch_size": 2})
+    with pytest.raises(ConfigError) as info:
+        Trainer(load_recipe(raw=raw))
+    message = str(info.value)
+    assert message.startswith(f"schedule {schedule} was built with other settings than the recipe's: ")
+    for difference in ("sampling.interleave_batch_size: 4 in the file, 2 in the recipe",
+                       "seed: 0 in the file, 123 in the recipe",
+                       "sampling.strategy: 'identity_aware' in the file, 'naive' in the recipe"):
+        assert difference in message
+    assert "global_batch_size" not in message and "max_steps" not in message  # only what differs
+    # steps may exceed max_steps (a run may stop early), never fall short of it
+    with pytest.raises(ConfigError, match="max_steps: the file has 8 steps, fewer than the recipe's 9"):
+        Trainer(load_recipe(raw=tiny_recipe(model, data, schedule, tmp_path / "long", max_steps=9)))
 
 
 def test_missing_schedule_is_built_first_and_announced(setup, tmp_path, caplog) -> None:

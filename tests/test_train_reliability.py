@@ -166,15 +166,16 @@ def test_train_cli_refuses_a_finished_run_then_overwrite_and_resume_work(setup, 
     assert (out / "final" / "adapter_model.safetensors").read_bytes() == final  # nothing lost
     assert (out / "train_log.jsonl").read_text() == log
 
-    other = _recipe_file(setup, tmp_path / "other.yaml", out, max_steps=2, checkpoint__every=1, seed=5,
-                         optimizer__lr=1e-2)
+    other = _recipe_file(setup, tmp_path / "other.yaml", out, max_steps=2, checkpoint__every=1,
+                         temperature__init=0.07, optimizer__lr=1e-2)
     assert cli_main(["train", str(other), "--resume", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "optimizer.lr: 0.001 -> 0.01" in err and "seed: 0 -> 5" in err
+    assert "optimizer.lr: 0.001 -> 0.01" in err and "temperature.init: 0.05 -> 0.07" in err
 
     assert cli_main(["train", str(other), "--overwrite", "--no-progress"]) == 0
     state = json.loads((out / "final" / "trainer_state.json").read_text())
-    assert state["recipe"]["seed"] == 5 and len((out / "train_log.jsonl").read_text().splitlines()) == 2
+    assert state["recipe"]["temperature"]["init"] == 0.07
+    assert len((out / "train_log.jsonl").read_text().splitlines()) == 2
 
 
 def test_huge_learning_rate_never_writes_an_exploded_checkpoint(setup, tmp_path, capsys) -> None:

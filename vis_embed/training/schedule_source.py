@@ -1,4 +1,4 @@
-"""The trainer's view of the offline schedule: whole steps, fingerprint check, build-if-missing.
+"""The trainer's view of the offline schedule: whole steps, fingerprint and settings checks, build-if-missing.
 
 Thin layer over :mod:`vis_embed.sampling` (planning, reading, fingerprints).  The trainer reads
 each step *whole* -- every rank needs all B identity labels for the loss mask -- and keeps its contiguous shard of
@@ -18,10 +18,12 @@ from vis_embed.errors import ConfigError
 from vis_embed.sampling.schedule_io import LABEL_COLUMN, check_data_fingerprint, iter_batches, rank_rows
 from vis_embed.sampling.settings import SamplingOptions
 from vis_embed.distributed import barrier, is_main_process
+from vis_embed.training.recipe import recipe_key
 
 if TYPE_CHECKING:
     from vis_embed.data.train import TrainDataConfig
-    from vis_embed.sampling.schedule_io import ScheduledBatch
+    from vis_embed.sampling.schedule_io import ScheduledBatch, ScheduleInfo
+    from vis_embed.sampling.settings import ScheduleSettings
     from vis_embed.training.recipe import Recipe
 
 log = logging.getLogger(__name__)
@@ -80,14 +82,36 @@ def has_label_column(path: Path) -> bool:
 
 
 def open_schedule(recipe: Recipe, data: TrainDataConfig) -> ScheduleSource:
-    """Open the recipe's schedule, building it first (and saying so) when it does not exist."""
+    """Open the recipe's schedule, building it first (and saying so) when it does not exist;
+    an existing one must have been built with the recipe's settings (:func:`check_schedule_settings`)."""
     path = Path(recipe.schedule)
+    settings = recipe.schedule_settings()  # what a missing file is built with and an existing one must record
     if not path.is_file():
         if is_main_process():
             log.info("schedule %s does not exist: building it first from the recipe's sampling settings "
                      "(%d steps x %d members)", path, recipe.max_steps, recipe.global_batch_size)
-            write_recipe_schedule(data, path, steps=recipe.max_steps, global_batch_size=recipe.global_batch_size,
-                                  seed=recipe.seed, sampling=recipe.sampling,
-                                  show_progress=recipe.logging.progress_bar)
+            build_schedule(data, path, settings, show_progress=recipe.logging.progress_bar,
+                           log_report=recipe.logging.progress_bar)
         barrier()
-    return ScheduleSource(path, data.fingerprint(), data)
+    source = ScheduleSource(path, data.fingerprint(), data)
+    check_schedule_settings(source.info, settings)
+    return source
+
+
+def check_schedule_settings(info: ScheduleInfo, wanted: ScheduleSettings) -> None:
+    """Refuse a schedule file built with other settings than ``wanted`` (the recipe's).
+
+    Every argument the file records must equal the recipe's, except ``steps``, which may exceed
+    max_steps (a run may stop before its schedule ends).  Otherwise an ablation arm would train
+    on another arm's batches while recipe.yaml and the model card record its own sampling.
+    """
+    recorded = info.arguments
+    problems = [f"{'.'.join(recipe_key(name))}: {recorded.get(name, 'not recorded')!r} in the file, "
+                f"{value!r} in the recipe"
+                for name, value in wanted.to_json().items() if name != "steps" and recorded.get(name) != value]
+    if info.steps < wanted.steps:
+        problems.append(f"max_steps: the file has {info.steps} steps, fewer than the recipe's {wanted.steps}")
+    if problems:
+        raise ConfigError(f"schedule {info.path} was built with other settings than the recipe's: "
+                          f"{'; '.join(problems)}. Point `schedule` at another path (the trainer builds it "
+                          f"there), delete this file, or set the recipe to the file's values")

@@ -89,13 +89,8 @@ class Trainer:
         self.show_progress = recipe.logging.progress_bar if show_progress is None else show_progress
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
         self.data = load_train_config(recipe.data, check_images=is_main_process())
+        # built with the recipe's settings (sampling, B, seed; at least max_steps steps), or refused
         self.schedule: ScheduleSource = open_schedule(recipe, self.data)
-        if self.schedule.global_batch_size != recipe.global_batch_size:
-            raise ConfigError(f"schedule {recipe.schedule} has {self.schedule.global_batch_size} members per step "
-                              f"but the recipe's global_batch_size is {recipe.global_batch_size}")
-        if self.schedule.num_steps < recipe.max_steps:
-            raise ConfigError(f"schedule {recipe.schedule} has {self.schedule.num_steps} steps, "
-                              f"fewer than max_steps {recipe.max_steps}")
         self.shard = self.schedule.shard(self.rank, self.world_size)
 
         set_seed(recipe.seed)  # identical LoRA init on every rank
