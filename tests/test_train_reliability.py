@@ -100,6 +100,23 @@ def test_resume_names_every_recipe_key_that_differs(tmp_path) -> None:
         check_run_directory(out, new, resume=True, overwrite=False)
 
 
+def test_resume_with_max_steps_below_the_newest_checkpoint_is_refused(tmp_path) -> None:
+    """Checkpoints 2 and 4 of a 6-step run, resumed with max_steps 3: nothing would train, and
+    final/ would get the 4-step weights stamped as step 3.  Refused, naming both numbers."""
+    recorded = load_recipe(raw=dict(BASE), overrides=["max_steps=6"]).model_dump(mode="json")
+    out = tmp_path / "run"
+    for step in (2, 4):
+        (out / f"checkpoint-{step}").mkdir(parents=True)
+        ckpt.write_trainer_state(out / f"checkpoint-{step}", {"step": step, "recipe": recorded})
+    lower = load_recipe(raw=dict(BASE), overrides=["max_steps=3"]).model_dump(mode="json")
+    with pytest.raises(ConfigError, match=r"checkpoint-4 has completed 4 steps, more than max_steps 3\. "
+                                          r"Resume with max_steps >= 4"):
+        check_run_directory(out, lower, resume=True, overwrite=False)
+    for steps in (4, 5, 9):  # at or above the checkpoint: resumable (final/ then says its own step)
+        allowed = load_recipe(raw=dict(BASE), overrides=[f"max_steps={steps}"]).model_dump(mode="json")
+        check_run_directory(out, allowed, resume=True, overwrite=False)
+
+
 def test_resume_before_the_first_checkpoint_compares_with_recipe_yaml(tmp_path) -> None:
     old = load_recipe(raw=dict(BASE)).model_dump(mode="json")
     out = tmp_path / "run"

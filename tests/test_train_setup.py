@@ -51,6 +51,44 @@ def test_lr_factor_is_transformers_schedule_with_the_warm_up_one_step_ahead(
     assert ours(0) > 0
 
 
+def _lrs_used(backend, steps: int) -> list[float]:
+    """The LR each of ``steps`` optimiser steps runs with (no gradients: only the schedule moves)."""
+    used = []
+    for _ in range(steps):
+        used.append(backend.lr())
+        backend.step()
+    return used
+
+
+@pytest.mark.parametrize("decay", ["cosine", "linear", "constant"])
+def test_resuming_with_another_max_steps_follows_the_new_decay_after_the_resumed_step(tmp_path: Path,
+                                                                                      decay: str) -> None:
+    """What docs/training.md and RESUME_MAY_CHANGE say of max_steps: the resumed step keeps the
+    checkpoint's LR, later steps follow the decay over the new max_steps (the schedule itself is
+    not saved); so a decaying LR gives neither run's curve, and the trainer says so."""
+    from vis_embed.training.backends import TorchBackend
+    from vis_embed.training.lr_schedule import lr_schedule_of, resumed_decay_note
+    from vis_embed.training.recipe import OptimizerConfig
+
+    optimizer = OptimizerConfig(lr=1.0, warmup_steps=1, decay=decay)
+    short, long = lr_schedule_of(optimizer, 6), lr_schedule_of(optimizer, 10)
+    first = TorchBackend(torch.nn.Linear(2, 2), optimizer=optimizer, lr_schedule=short)
+    _lrs_used(first, 4)
+    first.save(tmp_path)  # a checkpoint after 4 of 6 steps
+    resumed = TorchBackend(torch.nn.Linear(2, 2), optimizer=optimizer, lr_schedule=long)
+    resumed.load(tmp_path)  # resumed with max_steps 10
+    used = _lrs_used(resumed, 6)
+    assert used == pytest.approx([short(4)] + [long(step) for step in range(5, 10)])
+    fresh = [long(step) for step in range(4, 10)]
+    note = resumed_decay_note(optimizer, 6, 10)
+    if decay == "constant":
+        assert used == pytest.approx(fresh) and note is None
+    else:
+        assert used[0] != pytest.approx(fresh[0]) and used[1] > used[0]  # the LR jumps back up
+        assert note is not None and f"{decay} LR decay" in note and "neither" in note
+    assert resumed_decay_note(optimizer, 10, 10) is None and resumed_decay_note(optimizer, None, 10) is None
+
+
 def test_a_deepspeed_recipe_without_deepspeed_installed_names_the_extra(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr(integrations, "find_spec", lambda module: None)  # as if `import deepspeed` failed
     path = tmp_path / "r.yaml"

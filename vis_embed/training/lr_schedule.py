@@ -44,3 +44,18 @@ def lr_lambda(warmup_steps: int, total_steps: int, decay: str = "cosine",
         return min_ratio + (1.0 - min_ratio) * shape
 
     return factor
+
+
+def resumed_decay_note(optimizer: OptimizerConfig, previous_steps: int | None, total_steps: int) -> str | None:
+    """What resuming with another max_steps does to the LR (None: nothing).
+
+    max_steps may change on resume (recipe.RESUME_MAY_CHANGE), but a cosine or linear decay is
+    spread over it: the resumed step keeps the LR its checkpoint saved (the optimiser's state) and
+    the later ones follow the decay over the new length, so the run is neither the first one
+    continued nor a fresh run of the new length.  A constant LR is the same curve at any length.
+    """
+    if previous_steps is None or previous_steps == total_steps or optimizer.decay == "constant":
+        return None
+    return (f"max_steps changed from {previous_steps} to {total_steps}: the {optimizer.decay} LR decay of the "
+            f"steps still to come follows the new length, so this run is neither the {previous_steps}-step run "
+            f"continued nor a fresh {total_steps}-step one")

@@ -244,10 +244,17 @@ def recipe_key(setting: str | None) -> tuple[str, ...]:
     return ("sampling", setting) if setting in SamplingOptions.model_fields else (setting,)
 
 
-# The recipe keys a resumed run may change (run_dir.check_resumed_recipe compares all others): the
-# step budget, logging, where the run lives (a run directory may be moved) and the execution knobs
-# that leave every number the same (prefetch, threads).  Declared here, beside the keys and
-# without torch, so that `vis-embed train --help` lists them from this one tuple.
+# The recipe keys a resumed run may change (run_dir.check_resumed_recipe compares all others).
+# Not every one leaves the numbers as they were (docs/training.md, "Resume"):
+# * max_steps ends the run at another step (never below the newest checkpoint's:
+#   run_dir.check_resumed_step), and with optimizer.decay cosine or linear it reshapes the LR still
+#   to come: the resumed step keeps the LR the checkpoint saved, the later ones follow the decay
+#   over the new max_steps, so the run is neither the old one continued nor a fresh run of the
+#   new length (the trainer logs a warning); with decay constant only the length changes;
+# * torch_threads can change float rounding on a CPU (a reduction split over other threads);
+# * logging, output_dir (a run directory may be moved) and num_workers (prefetch) change nothing.
+# Declared here, beside the keys and without torch, so that `vis-embed train --help` lists them
+# from this one tuple.
 RESUME_MAY_CHANGE = ("max_steps", "logging", "output_dir", "num_workers", "torch_threads")
 
 

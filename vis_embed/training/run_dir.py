@@ -8,8 +8,11 @@ silently mix two runs.  So (:func:`prepare_run_directory`):
 * a directory holding any of those artefacts is refused unless ``--resume`` (continue it) or
   ``--overwrite`` (remove those artefacts first; other files, e.g. a schedule, stay);
 * ``--resume`` compares this run's recipe with the checkpoint's (or, before the first
-  checkpoint, with ``recipe.yaml``) and names every key that differs, except the keys that
-  cannot change the result: :data:`vis_embed.training.recipe.RESUME_MAY_CHANGE`;
+  checkpoint, with ``recipe.yaml``) and names every key that differs, except the keys a resumed
+  run may change: :data:`vis_embed.training.recipe.RESUME_MAY_CHANGE` (what each changes is said
+  there);
+* ``--resume`` with max_steps below the newest checkpoint's step is refused: nothing would
+  train, and ``final/`` would hold that checkpoint's weights under the smaller step;
 * temporaries a killed run left behind (``.checkpoint-N.tmp-*``, ``.final.tmp-*``, half-written
   files of :mod:`vis_embed.io`) are removed when a run starts.
 """
@@ -50,6 +53,7 @@ def check_run_directory(output_dir: Path, recipe: dict[str, Any], *, resume: boo
     found = run_artefacts(output_dir)
     if resume:
         check_resumed_recipe(output_dir, recipe)
+        check_resumed_step(output_dir, recipe["max_steps"])
     elif found and not overwrite:
         names = ", ".join(path.name for path in found[:4]) + (", ..." if len(found) > 4 else "")
         raise ConfigError(f"output_dir {output_dir} already holds a training run ({names}); "
@@ -83,6 +87,23 @@ def check_resumed_recipe(output_dir: Path, recipe: dict[str, Any]) -> None:
         raise ConfigError(f"--resume: this recipe differs from the one {source} was trained with: {shown}{more}. "
                           f"Resume with the same recipe (only {', '.join(RESUME_MAY_CHANGE)} may change), "
                           f"or start a new run in another output_dir (or with --overwrite)")
+
+
+def check_resumed_step(output_dir: Path, max_steps: int) -> None:
+    """ConfigError when the newest checkpoint has completed more than ``max_steps`` steps.
+
+    The loop would run no step and ``final/`` would get the checkpoint's weights stamped with
+    max_steps (a 4-step adapter recorded as 3 steps, replacing a final/ already there).  Equal is
+    fine: final/ then holds the checkpoint's weights under their own step.
+    """
+    checkpoint = latest_checkpoint(output_dir)
+    if checkpoint is None:
+        return
+    step = read_trainer_state(checkpoint).step
+    if step > max_steps:
+        raise ConfigError(f"--resume: {checkpoint} has completed {step} steps, more than max_steps {max_steps}. "
+                          f"Resume with max_steps >= {step}, use {checkpoint} itself (an adapter directory "
+                          f"like final/), or train {max_steps} steps in another output_dir (or with --overwrite)")
 
 
 def recipe_differences(previous: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:

@@ -41,7 +41,7 @@ from vis_embed.training.gradcache import StepResult, contrastive_step
 from vis_embed.training.losses import BatchLabels, Temperature, build_objective
 from vis_embed.training.losses.diagnostics import false_negative_stats
 from vis_embed.training.losses.matryoshka import matryoshka_for_model
-from vis_embed.training.lr_schedule import lr_schedule_of
+from vis_embed.training.lr_schedule import lr_schedule_of, resumed_decay_note
 from vis_embed.training.model_setup import build_training_model, trained_embedding_config
 from vis_embed.training.memory_plan import PLAN_FILE, plan_training
 from vis_embed.training.recipe import Recipe, recipe_to_dict
@@ -167,6 +167,11 @@ class Trainer:
         self.start_step = state.step
         if is_main_process():
             log.info("resuming from %s at step %d", directory, self.start_step)
+            # recipe.yaml records only the new max_steps: say what the change did to the LR
+            note = resumed_decay_note(self.recipe.optimizer, (state.recipe or {}).get("max_steps"),
+                                      self.recipe.max_steps)
+            if note:
+                log.warning(note)
 
     # ------------------------------------------------------------------ data
     def _members(self, step: int) -> list[Any]:
