@@ -102,8 +102,8 @@ def check_resumed_step(output_dir: Path, max_steps: int) -> None:
     step = read_trainer_state(checkpoint).step
     if step > max_steps:
         raise ConfigError(f"--resume: {checkpoint} has completed {step} steps, more than max_steps {max_steps}. "
-                          f"Resume with max_steps >= {step}, use {checkpoint} itself (an adapter directory "
-                          f"like final/), or train {max_steps} steps in another output_dir (or with --overwrite)")
+                          f"Resume with max_steps >= {step}, use {checkpoint} itself (its weights load like "
+                          f"final/'s), or train {max_steps} steps in another output_dir (or with --overwrite)")
 
 
 def recipe_differences(previous: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
