@@ -122,8 +122,28 @@ def test_bad_options_and_rows() -> None:
         ResampleOptions(eval_fraction=1.5)
     with pytest.raises(DataError, match="max_images_per_identity"):
         ResampleOptions(max_images_per_identity=1)
-    with pytest.raises(DataError, match="lacks 'id' or 'identity'"):
+    with pytest.raises(DataError, match="field 'identity': missing required field"):
         resample_rows([{"id": "a", "image": "a.jpg"}])
+
+
+@pytest.mark.parametrize(("lines", "expected"), [
+    (['{"id": "a", "image": "x.png", "identity": "p1"}', "", '{"id": "b", "image": "x.png"}'],
+     "rows.jsonl:3: field 'identity': missing required field"),  # the blank line counts
+    (['{"id": "a", "image": "x.png", "identity": "p1"}', '{"id": "b", "image": "x.png", "identity": 12}'],
+     "rows.jsonl:2: field 'identity': expected a string, got int"),
+    (['{"id": "a", "image": "x.png", "identity": ["p1"]}'], "rows.jsonl:1: field 'identity': expected a string"),
+    (['{"id": "a", "query": {"text": "q"}, "positive": {"text": "t"}}',
+      '{"id": 5, "query": {"text": "q"}, "positive": {"text": "t"}}'], "rows.jsonl:2: field 'id': expected a string"),
+    (['{"id": "a", "query": {"text": "q"}, "positive": {"text": "t"}}', '{"id": "b", "query": {"text": "q"}}'],
+     "rows.jsonl:2: field 'positive': missing required field"),
+    (['{"id": "a", "image": "x.png", "identity": "p1"}', '{"id": "a", "image": "y.png", "identity": "p1"}'],
+     "rows.jsonl:2: field 'id': duplicate id 'a' \\(first on line 1\\)"),
+])
+def test_bad_rows_name_file_line_and_field(tmp_path: Path, lines: list[str], expected: str) -> None:
+    (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=expected):
+        resample_file(tmp_path / "rows.jsonl", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_prep_split_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vis_embed.prep.common import relative_to, write_report, write_yaml
+from vis_embed.data.eval_rows import unique_id
+from vis_embed.data.items import check_item
+from vis_embed.data.records import RowContext, require_str
 from vis_embed.data.tables import read_table, write_table
+from vis_embed.prep.common import relative_to, write_report, write_yaml
 from vis_embed.errors import DataError
 
 
@@ -49,11 +53,23 @@ class ResampleOptions:
                 raise DataError(f"{name} is too small ({value})", field=name)
 
 
-def _group_key(row: dict[str, Any], kind: str) -> str:
-    identity = row.get("identity")
-    if kind == "pairs" and identity is None:
-        return "\x00row:" + row["id"]  # cannot collide with a real identity string
-    return identity
+def _group_keys(rows: list[dict[str, Any]], kind: str, path: str | Path | None,
+                lines: Iterable[int]) -> list[str]:
+    """Each row's group (its identity), after checking the fields the split relies on: DataErrors
+    name the file, the row's real line (blank lines count) and the field, never a TypeError."""
+    seen: dict[str, int] = {}
+    keys = []
+    for row, line in zip(rows, lines):
+        ctx = RowContext(path or "<rows>", line)
+        row_id = unique_id(row, ctx, seen)  # a duplicate would be written out twice, silently
+        identity = require_str(row, "identity", ctx, optional=kind == "pairs")
+        if kind == "pairs":
+            for side in ("query", "positive"):
+                if side not in row:
+                    raise ctx.error(side, "missing required field")
+                check_item(row[side], side, path=ctx.path, line=line)
+        keys.append("\x00row:" + row_id if identity is None else identity)  # \x00: no identity collides
+    return keys
 
 
 def _detect_kind(rows: list[dict[str, Any]]) -> str:
@@ -124,17 +140,16 @@ def _side_summary(rows: list[dict[str, Any]], groups: dict[str, list[int]]) -> d
     return {"rows": len(rows), "identities": len(groups)}
 
 
-def resample_rows(rows: list[dict[str, Any]], options: ResampleOptions = ResampleOptions()
+def resample_rows(rows: list[dict[str, Any]], options: ResampleOptions = ResampleOptions(), *,
+                  path: str | Path | None = None, lines: list[int] | None = None,
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Return ``(train_rows, eval_rows, report)``; see the module docstring for the rules."""
+    """Return ``(train_rows, eval_rows, report)``; see the module docstring for the rules.
+    ``path`` and ``lines`` (default: 1, 2, ...) are where the rows came from, for errors."""
     kind = _detect_kind(rows)
     rng = random.Random(options.seed)
     groups: dict[str, list[int]] = defaultdict(list)
-    for position, row in enumerate(rows):
-        if "id" not in row or (kind == "identity" and "identity" not in row):
-            raise DataError(f"row {position + 1} lacks 'id'" + (" or 'identity'" if kind == "identity" else ""),
-                            line=position + 1)
-        groups[_group_key(row, kind)].append(position)
+    for position, key in enumerate(_group_keys(rows, kind, path, lines or range(1, len(rows) + 1))):
+        groups[key].append(position)
     min_rows = 2 if kind == "identity" else 1
     singles = [name for name, members in groups.items() if len(members) < min_rows]
     eligible = {name: members for name, members in groups.items() if len(members) >= min_rows}
@@ -193,8 +208,9 @@ def resample_file(source: str | Path, out_dir: str | Path, options: ResampleOpti
     name = name or source.stem
     root = relative_to(Path(image_root) if image_root is not None else source.parent, out_dir)
     suffix = f".{file_format}" if file_format else source.suffix
-    rows = [row for _, row in read_table(source)]
-    train_rows, eval_rows, report = resample_rows(rows, options)
+    numbered = list(read_table(source))
+    rows = [row for _, row in numbered]
+    train_rows, eval_rows, report = resample_rows(rows, options, path=source, lines=[line for line, _ in numbered])
     report["source"] = str(source)
     if not train_rows:
         raise DataError("no training rows left after re-sampling", path=source)
