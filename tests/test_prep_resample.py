@@ -117,6 +117,16 @@ def test_pairs_rows_keep_rows_without_identity() -> None:
     assert len(shared_sides) == 1
 
 
+def test_pairs_rows_without_identity_are_split_by_their_loss_label() -> None:
+    # classification rows: the positive is the class name, the loss label (docs/data.md)
+    names = ["tench", "goldfish", "shark"]
+    rows = [{"id": str(k), "query": {"image": f"{k}.jpg"}, "positive": {"text": names[k % 3]}} for k in range(30)]
+    train, evaluation, report = resample_rows(rows, ResampleOptions(eval_fraction=0.3, min_identities=1))
+    assert report["split_mode"] == "identity" and evaluation and train
+    assert {r["positive"]["text"] for r in train}.isdisjoint(r["positive"]["text"] for r in evaluation)
+    assert report["input"]["identities"] == 3
+
+
 def test_bad_options_and_rows() -> None:
     with pytest.raises(DataError, match="eval_fraction"):
         ResampleOptions(eval_fraction=1.5)

@@ -3,7 +3,9 @@
 Order of operations (all random choices from one ``random.Random(seed)`` over sorted
 identity names, so the output depends only on the rows and the seed):
 
-1. group rows by identity (``pairs`` rows without identity are groups of one);
+1. group rows by identity; a ``pairs`` row without identity is grouped by its loss label
+   (its positive, as training labels it: ``TrainDataset.label_key``), so rows whose
+   positive is the same class label never land on both sides;
 2. ``identity`` rows: drop identities with a single instance -- an anchor needs another
    row of its identity as positive, and an eval query needs a second instance to find;
 3. split: **identity-disjoint** (``eval_fraction`` of the identities go to eval) when at
@@ -31,6 +33,7 @@ from vis_embed.data.eval_rows import unique_id
 from vis_embed.data.items import check_item
 from vis_embed.data.records import RowContext, require_str
 from vis_embed.data.tables import read_table, write_table
+from vis_embed.data.train import TrainDataset
 from vis_embed.prep.common import relative_to, write_report, write_yaml
 from vis_embed.errors import DataError
 
@@ -54,21 +57,27 @@ class ResampleOptions:
 
 
 def _group_keys(rows: list[dict[str, Any]], kind: str, path: str | Path | None,
-                lines: Iterable[int]) -> list[str]:
-    """Each row's group (its identity), after checking the fields the split relies on: DataErrors
-    name the file, the row's real line (blank lines count) and the field, never a TypeError."""
+                lines: Iterable[int], image_root: str | Path | None) -> list[str]:
+    """Each row's group (its identity, or a pairs row's loss label), after checking the fields the
+    split relies on: DataErrors name the file, the row's real line (blank lines count) and the
+    field, never a TypeError."""
+    # training's own labelling (TrainDataset.label_key): rows whose positives are the same item
+    # ("tench") are one class to the loss, so a split must keep them on one side too
+    labeller = TrainDataset(name="resample", kind="pairs", path=Path(path or "."),
+                            image_root=Path(image_root or "."))
     seen: dict[str, int] = {}
     keys = []
     for row, line in zip(rows, lines):
         ctx = RowContext(path or "<rows>", line)
-        row_id = unique_id(row, ctx, seen)  # a duplicate would be written out twice, silently
+        unique_id(row, ctx, seen)  # a duplicate would be written out twice, silently
         identity = require_str(row, "identity", ctx, optional=kind == "pairs")
         if kind == "pairs":
             for side in ("query", "positive"):
                 if side not in row:
                     raise ctx.error(side, "missing required field")
                 check_item(row[side], side, path=ctx.path, line=line)
-        keys.append("\x00row:" + row_id if identity is None else identity)  # \x00: no identity collides
+        # \x00: no identity string collides with a label
+        keys.append("\x00label:" + repr(labeller.label_key(row)) if identity is None else identity)
     return keys
 
 
@@ -142,13 +151,15 @@ def _side_summary(rows: list[dict[str, Any]], groups: dict[str, list[int]]) -> d
 
 def resample_rows(rows: list[dict[str, Any]], options: ResampleOptions = ResampleOptions(), *,
                   path: str | Path | None = None, lines: list[int] | None = None,
+                  image_root: str | Path | None = None
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """Return ``(train_rows, eval_rows, report)``; see the module docstring for the rules.
-    ``path`` and ``lines`` (default: 1, 2, ...) are where the rows came from, for errors."""
+    ``path`` and ``lines`` (default: 1, 2, ...) are where the rows came from, for errors;
+    ``image_root`` resolves the positives' images that label rows without identity."""
     kind = _detect_kind(rows)
     rng = random.Random(options.seed)
     groups: dict[str, list[int]] = defaultdict(list)
-    for position, key in enumerate(_group_keys(rows, kind, path, lines or range(1, len(rows) + 1))):
+    for position, key in enumerate(_group_keys(rows, kind, path, lines or range(1, len(rows) + 1), image_root)):
         groups[key].append(position)
     min_rows = 2 if kind == "identity" else 1
     singles = [name for name, members in groups.items() if len(members) < min_rows]
@@ -206,11 +217,13 @@ def resample_file(source: str | Path, out_dir: str | Path, options: ResampleOpti
     """
     source, out_dir = Path(source), Path(out_dir)
     name = name or source.stem
-    root = relative_to(Path(image_root) if image_root is not None else source.parent, out_dir)
+    image_folder = Path(image_root) if image_root is not None else source.parent
+    root = relative_to(image_folder, out_dir)
     suffix = f".{file_format}" if file_format else source.suffix
     numbered = list(read_table(source))
     rows = [row for _, row in numbered]
-    train_rows, eval_rows, report = resample_rows(rows, options, path=source, lines=[line for line, _ in numbered])
+    train_rows, eval_rows, report = resample_rows(rows, options, path=source, lines=[line for line, _ in numbered],
+                                                  image_root=image_folder)
     report["source"] = str(source)
     if not train_rows:
         raise DataError("no training rows left after re-sampling", path=source)
