@@ -36,6 +36,10 @@ from vis_embed.data.tables import read_table, write_table
 from vis_embed.data.train import TrainDataset
 from vis_embed.prep.common import relative_to, write_report, write_yaml
 from vis_embed.errors import DataError
+from vis_embed.io import atomic_directory
+from vis_embed.prep.resample_benchmark import GALLERY_STEM, QUERIES_STEM, gallery_benchmark
+
+REPORT_FILE = "resample_report.json"  # also the marker of an output folder this command may replace
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ def _group_keys(rows: list[dict[str, Any]], kind: str, path: str | Path | None,
         ctx = RowContext(path or "<rows>", line)
         unique_id(row, ctx, seen)  # a duplicate would be written out twice, silently
         identity = require_str(row, "identity", ctx, optional=kind == "pairs")
+        if kind == "identity" and row.get("video") is None:
+            require_str(row, "image", ctx)  # the benchmark compares instances by their file
         if kind == "pairs":
             for side in ("query", "positive"):
                 if side not in row:
@@ -207,19 +213,20 @@ def resample_file(source: str | Path, out_dir: str | Path, options: ResampleOpti
 
     * ``OUT/train.yaml``: a data config with the training split (dataset ``name``, default
       the source's stem; kind from the rows);
-    * ``OUT/benchmark.yaml`` (identity rows with an eval split): a ``gallery`` dataset whose
-      queries and gallery are both the eval file (self-matches are excluded), benchmark
-      ``other``, meta-task ``meta_task``, split ``IND`` (its training split is trained on);
+    * ``OUT/benchmark.yaml`` with ``OUT/eval_queries.<fmt>`` and ``OUT/eval_gallery.<fmt>``
+      (identity rows with an eval split; see :mod:`vis_embed.prep.resample_benchmark`): a
+      ``gallery`` dataset, benchmark ``other``, meta-task ``meta_task``, split ``IND`` (its
+      training split is trained on);
     * ``OUT/resample_report.json``.
 
-    Image paths in the rows are copied unchanged; both YAMLs set ``image_root`` to
-    ``image_root`` (default: the source's folder, the source's own default).
+    The files are one set: written into a staging folder that replaces ``OUT`` whole, so a
+    rerun never leaves an earlier run's eval files beside this one's.  ``OUT`` must be new,
+    empty or an earlier output (it holds ``resample_report.json``).  Image paths in the rows
+    are copied unchanged; both YAMLs set ``image_root`` to ``image_root`` (default: the
+    source's folder, the source's own default).
     """
     source, out_dir = Path(source), Path(out_dir)
-    name = name or source.stem
     image_folder = Path(image_root) if image_root is not None else source.parent
-    root = relative_to(image_folder, out_dir)
-    suffix = f".{file_format}" if file_format else source.suffix
     numbered = list(read_table(source))
     rows = [row for _, row in numbered]
     train_rows, eval_rows, report = resample_rows(rows, options, path=source, lines=[line for line, _ in numbered],
@@ -227,14 +234,40 @@ def resample_file(source: str | Path, out_dir: str | Path, options: ResampleOpti
     report["source"] = str(source)
     if not train_rows:
         raise DataError("no training rows left after re-sampling", path=source)
-    report["train"]["path"] = str(write_table(out_dir / f"train{suffix}", train_rows))
-    write_yaml(out_dir / "train.yaml", {"datasets": [
-        {"name": name, "kind": report["kind"], "path": f"train{suffix}", "image_root": root}]})
-    if eval_rows:
-        report["eval"]["path"] = str(write_table(out_dir / f"eval{suffix}", eval_rows))
-        if report["kind"] == "identity":
-            write_yaml(out_dir / "benchmark.yaml", {"name": name, "datasets": [
-                {"name": name, "benchmark": "other", "meta_task": meta_task, "split": "IND", "layout": "gallery",
-                 "queries": f"eval{suffix}", "gallery": f"eval{suffix}", "image_root": root}]})
-    write_report(out_dir / "resample_report.json", report)
+    with atomic_directory(out_dir, marker=REPORT_FILE, what="a `prep resample` output folder",
+                          inputs=(source, image_folder), flag="OUT_DIR") as staging:
+        _write_outputs(staging, out_dir, train_rows, eval_rows, report, _Naming(
+            name or source.stem, f".{file_format}" if file_format else source.suffix,
+            relative_to(image_folder, out_dir), meta_task, image_folder))
     return report
+
+
+@dataclass(frozen=True)
+class _Naming:
+    name: str
+    suffix: str
+    root: str          # image_root as written in the YAMLs (relative to OUT)
+    meta_task: str
+    image_folder: Path
+
+
+def _write_outputs(staging: Path, out_dir: Path, train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]],
+                   report: dict[str, Any], naming: _Naming) -> None:
+    """Every output into ``staging``; the report names the paths they will have in ``out_dir``."""
+    suffix, root = naming.suffix, naming.root
+    write_table(staging / f"train{suffix}", train_rows)
+    report["train"]["path"] = str(out_dir / f"train{suffix}")
+    write_yaml(staging / "train.yaml", {"datasets": [
+        {"name": naming.name, "kind": report["kind"], "path": f"train{suffix}", "image_root": root}]})
+    if eval_rows:
+        write_table(staging / f"eval{suffix}", eval_rows)
+        report["eval"]["path"] = str(out_dir / f"eval{suffix}")
+    queries, gallery, report["benchmark"] = gallery_benchmark(eval_rows, report["kind"], naming.image_folder)
+    if queries:
+        write_table(staging / f"{QUERIES_STEM}{suffix}", queries)
+        write_table(staging / f"{GALLERY_STEM}{suffix}", gallery)
+        write_yaml(staging / "benchmark.yaml", {"name": naming.name, "datasets": [
+            {"name": naming.name, "benchmark": "other", "meta_task": naming.meta_task, "split": "IND",
+             "layout": "gallery", "queries": f"{QUERIES_STEM}{suffix}", "gallery": f"{GALLERY_STEM}{suffix}",
+             "image_root": root}]})
+    write_report(staging / REPORT_FILE, report)
