@@ -136,7 +136,22 @@ def test_mine_dataset_with_an_injected_encoder_writes_ids_and_uses_instructions(
     assert reloaded.get("r0")["hard_negatives"] == ["r2", "r3"]
 
 
-def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint) -> None:
+def test_a_group_by_field_no_record_has_is_an_error_before_encoding(tmp_path: Path) -> None:
+    from vis_embed.errors import ConfigError
+
+    encoder = _TextEncoder({})
+    dataset = load_mining_dataset(_pairs_config(tmp_path))
+    with pytest.raises(ConfigError, match="--group-by 'edti': no record .* has this field"):
+        mine_dataset(dataset, encoder, k=2, group_by="edti")  # misspelled: would mine nothing, exit 0
+    assert encoder.calls == []
+    del dataset.records[0]["edit"]  # some records without it are fine: counted
+    _rows, result = mine_dataset(dataset, _TextEncoder({f"{s}{i}": _angles([i * 10.0])[0] for s in "qp"
+                                                        for i in range(8)}), k=2, group_by="edit")
+    assert result.report["records_without_group"] == 1
+
+
+def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint, capsys: pytest.CaptureFixture[str]
+                                          ) -> None:
     from vis_embed.cli import main
     from vis_embed.data import load_train_config
 
@@ -146,6 +161,7 @@ def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint) -> No
                  "--group-by", "edit", "--k", "2", "--out", str(out), "--min-positive-similarity", "-1.5",
                  "--similarity", "query"])
     assert code == 0
+    assert "0 records without 'edit'" in capsys.readouterr().out
     (tmp_path / "mined.yaml").write_text("datasets:\n  - {name: edits, kind: pairs, path: mined.jsonl}\n")
     dataset = load_train_config(tmp_path / "mined.yaml").datasets[0]
     for rec in dataset.records:

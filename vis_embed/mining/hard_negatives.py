@@ -196,19 +196,30 @@ def _field(record: dict[str, Any], dotted: str) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
 
 
+def _group_values(dataset: TrainDataset, group_by: str) -> list[Any]:
+    """Each record's ``group_by`` value; some missing is fine (counted: no negatives), none
+    present is a misspelled field, which would otherwise mine nothing and exit 0."""
+    values = [_field(record, group_by) for record in dataset.records]
+    if all(value is None for value in values):
+        fields = ", ".join(sorted(dataset.records[0])) if dataset.records else ""
+        raise ConfigError(f"--group-by {group_by!r}: no record of dataset {dataset.name!r} has this field, so "
+                          f"no record would get a hard negative (the first record's fields: {fields})")
+    return values
+
+
 def mine_dataset(dataset: TrainDataset, encoder: Encoder, k: int = 5, group_by: str | None = None,
                  min_positive_similarity: float | None = None, remove_noisy: bool = False,
                  batch_size: int = 16, show_progress: bool = False,
                  similarity: str = "candidate") -> tuple[list[dict[str, Any]], MiningResult]:
     """Mine one loaded sub-dataset (``vis_embed.data.TrainDataset``); returns output rows and result."""
     records = dataset.records
+    groups = None if group_by is None else _group_values(dataset, group_by)  # before the (slow) encoding
     queries = encoder.encode([dataset.query_item(r) for r in records], instruction=dataset.query_instruction,
                              batch_size=batch_size, show_progress=show_progress)
     candidates = encoder.encode([dataset.positive_item(r) for r in records],
                                 instruction=dataset.candidate_instruction, batch_size=batch_size,
                                 show_progress=show_progress)
     identities = dataset.labels  # the loss's labels, encoded once at load
-    groups = None if group_by is None else [_field(r, group_by) for r in records]
     result = mine_from_embeddings(queries, candidates, identities, groups, k, kind=dataset.kind,
                                   min_positive_similarity=min_positive_similarity, remove_noisy=remove_noisy,
                                   similarity=similarity)
