@@ -91,7 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     for name in ("resample", "split"):
         resample = sub.add_parser(name, help="cap identities/images, drop single-instance identities, "
-                                             "identity-disjoint train/eval split")
+                                             "identity-disjoint train/eval split",
+                                  description="Identity-disjoint within SOURCE only: datasets sharing an "
+                                              "identity_namespace are split independently, so an identity can be "
+                                              "train in one and eval in another; split such files together (one "
+                                              "concatenated SOURCE). See docs/data.md.")
         resample.add_argument("source", type=Path, help="identity (or pairs) .jsonl/.parquet file")
         resample.add_argument("out_dir", type=Path, help="output folder: new, empty or an earlier output of this "
                               "command, replaced whole (no file of an earlier run stays)")
