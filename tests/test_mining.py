@@ -136,7 +136,22 @@ def test_mine_dataset_with_an_injected_encoder_writes_ids_and_uses_instructions(
     assert reloaded.get("r0")["hard_negatives"] == ["r2", "r3"]
 
 
-def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint) -> None:
+def test_a_group_by_field_no_record_has_is_an_error_before_encoding(tmp_path: Path) -> None:
+    from vis_embed.errors import ConfigError
+
+    encoder = _TextEncoder({})
+    dataset = load_mining_dataset(_pairs_config(tmp_path))
+    with pytest.raises(ConfigError, match="--group-by 'edti': no record .* has this field"):
+        mine_dataset(dataset, encoder, k=2, group_by="edti")  # misspelled: would mine nothing, exit 0
+    assert encoder.calls == []
+    del dataset.records[0]["edit"]  # some records without it are fine: counted
+    _rows, result = mine_dataset(dataset, _TextEncoder({f"{s}{i}": _angles([i * 10.0])[0] for s in "qp"
+                                                        for i in range(8)}), k=2, group_by="edit")
+    assert result.report["records_without_group"] == 1
+
+
+def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint, capsys: pytest.CaptureFixture[str]
+                                          ) -> None:
     from vis_embed.cli import main
     from vis_embed.data import load_train_config
 
@@ -146,6 +161,7 @@ def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint) -> No
                  "--group-by", "edit", "--k", "2", "--out", str(out), "--min-positive-similarity", "-1.5",
                  "--similarity", "query"])
     assert code == 0
+    assert "0 records without 'edit'" in capsys.readouterr().out
     (tmp_path / "mined.yaml").write_text("datasets:\n  - {name: edits, kind: pairs, path: mined.jsonl}\n")
     dataset = load_train_config(tmp_path / "mined.yaml").datasets[0]
     for rec in dataset.records:
@@ -156,3 +172,34 @@ def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint) -> No
     report = json.loads((tmp_path / "mined.jsonl.mining.json").read_text())
     assert report["records_with_k"] == 8 and report["positive_similarity"]["below_threshold"] == 0
     assert report["similarity"] == "query"
+
+
+def test_search_depth_follows_k_not_the_largest_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vis_embed.gallery.search as gallery_search
+    from vis_embed.vectors.index_spec import IndexSpec
+
+    rng = np.random.default_rng(0)
+    n, k = 600, 5
+    vectors = rng.normal(size=(n, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors[1] = vectors[0]  # a tie: the result must not depend on how deep the search went
+    identity = np.where(np.arange(n) < 550, 0, np.arange(n))  # one identity of 550 rows, 50 singletons
+    _, full = gallery_search.search(gallery_search.build_index(vectors, IndexSpec(kind="flat")), vectors, n)
+    other = [[int(j) for j in hits if identity[j] != identity[i]] for i, hits in enumerate(full)]
+    # depth a row needs: the position of its k-th neighbour of another identity
+    needed = [1 + int(np.flatnonzero(identity[hits] != identity[i])[k - 1]) for i, hits in enumerate(full)]
+    calls: list[tuple[int, int]] = []
+    real_search = gallery_search.search
+
+    def counting_search(index, queries, depth):
+        calls.append((len(queries), depth))
+        return real_search(index, queries, depth)
+
+    monkeypatch.setattr(gallery_search, "search", counting_search)
+    result = mine_from_embeddings(vectors, vectors, identity, None, k)
+    # the same negatives as one search deep enough for everyone
+    assert result.hard_negatives == [hits[:k] for hits in other]
+    # work (and memory) follows what each row needs: k + a margin for all, deeper (doubling, so
+    # less than 4x its need) only for the rows crowded by their own identity -- not N x (k + 550)
+    work = sum(rows * depth for rows, depth in calls)
+    assert work <= n * (k + 16) + 4 * sum(needed) < n * (k + 550)

@@ -14,6 +14,10 @@ from vis_embed.data import write_table
 from vis_embed.errors import DataError
 
 
+def load_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def _rows(n_identities: int, sizes=(1, 2, 3, 5, 8)) -> list[dict]:
     rows = []
     for k in range(n_identities):
@@ -117,13 +121,43 @@ def test_pairs_rows_keep_rows_without_identity() -> None:
     assert len(shared_sides) == 1
 
 
+def test_pairs_rows_without_identity_are_split_by_their_loss_label() -> None:
+    # classification rows: the positive is the class name, the loss label (docs/data.md)
+    names = ["tench", "goldfish", "shark"]
+    rows = [{"id": str(k), "query": {"image": f"{k}.jpg"}, "positive": {"text": names[k % 3]}} for k in range(30)]
+    train, evaluation, report = resample_rows(rows, ResampleOptions(eval_fraction=0.3, min_identities=1))
+    assert report["split_mode"] == "identity" and evaluation and train
+    assert {r["positive"]["text"] for r in train}.isdisjoint(r["positive"]["text"] for r in evaluation)
+    assert report["input"]["identities"] == 3
+
+
 def test_bad_options_and_rows() -> None:
     with pytest.raises(DataError, match="eval_fraction"):
         ResampleOptions(eval_fraction=1.5)
     with pytest.raises(DataError, match="max_images_per_identity"):
         ResampleOptions(max_images_per_identity=1)
-    with pytest.raises(DataError, match="lacks 'id' or 'identity'"):
+    with pytest.raises(DataError, match="field 'identity': missing required field"):
         resample_rows([{"id": "a", "image": "a.jpg"}])
+
+
+@pytest.mark.parametrize(("lines", "expected"), [
+    (['{"id": "a", "image": "x.png", "identity": "p1"}', "", '{"id": "b", "image": "x.png"}'],
+     "rows.jsonl:3: field 'identity': missing required field"),  # the blank line counts
+    (['{"id": "a", "image": "x.png", "identity": "p1"}', '{"id": "b", "image": "x.png", "identity": 12}'],
+     "rows.jsonl:2: field 'identity': expected a string, got int"),
+    (['{"id": "a", "image": "x.png", "identity": ["p1"]}'], "rows.jsonl:1: field 'identity': expected a string"),
+    (['{"id": "a", "query": {"text": "q"}, "positive": {"text": "t"}}',
+      '{"id": 5, "query": {"text": "q"}, "positive": {"text": "t"}}'], "rows.jsonl:2: field 'id': expected a string"),
+    (['{"id": "a", "query": {"text": "q"}, "positive": {"text": "t"}}', '{"id": "b", "query": {"text": "q"}}'],
+     "rows.jsonl:2: field 'positive': missing required field"),
+    (['{"id": "a", "image": "x.png", "identity": "p1"}', '{"id": "a", "image": "y.png", "identity": "p1"}'],
+     "rows.jsonl:2: field 'id': duplicate id 'a' \\(first on line 1\\)"),
+])
+def test_bad_rows_name_file_line_and_field(tmp_path: Path, lines: list[str], expected: str) -> None:
+    (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=expected):
+        resample_file(tmp_path / "rows.jsonl", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_prep_split_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,3 +168,63 @@ def test_prep_split_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     out = json.loads(capsys.readouterr().out.splitlines()[0])
     assert out["split_mode"] == "identity" and out["train"]["identities"] == 10
     assert (tmp_path / "out" / "train.parquet").is_file() and (tmp_path / "out" / "eval.parquet").is_file()
+
+
+def _scene_rows(n_identities: int, *, same_file_every: int = 0, bbox: bool = False) -> list[dict]:
+    """3 instances per identity, each with the identity's caption; every ``same_file_every``-th
+    identity shows all its instances in one image file (crops or repeats of one photo)."""
+    rows = []
+    for k in range(n_identities):
+        one_file = same_file_every and k % same_file_every == 0
+        for j in range(3):
+            row = {"id": f"o{k}-{j}", "image": f"s{k}.png" if one_file else f"s{k}-{j}.png",
+                   "identity": f"o{k}", "text": f"object {k}"}
+            if bbox:
+                row["bbox"] = [j, j, 10 + j, 10 + j]
+            rows.append(row)
+    return rows
+
+
+def test_benchmark_tests_the_trained_task_without_the_identity_text(tmp_path: Path) -> None:
+    from vis_embed.data import load_benchmark
+
+    write_table(tmp_path / "objects.jsonl", _scene_rows(40, same_file_every=4))
+    report = resample_file(tmp_path / "objects.jsonl", tmp_path / "out", ResampleOptions(eval_fraction=0.5))
+    data = load_benchmark(tmp_path / "out" / "benchmark.yaml").datasets[0].load_gallery(check_images=False)
+    # the query is the row as training's query item (image + text); the candidate has no text,
+    # as training's positive: a gallery of captions would be solved by reading them
+    assert all(q.text is not None for q in data.queries) and all(g.text is None for g in data.gallery)
+    one_file = {f"o{k}" for k in range(0, 40, 4)}
+    eval_ids = {r["identity"] for r in load_rows(tmp_path / "out" / "eval.jsonl")}
+    left_out = eval_ids & one_file
+    assert left_out and not {q.identity for q in data.queries} & left_out
+    assert report["benchmark"]["identities_left_out_one_image"] == len(left_out)
+    assert report["benchmark"]["queries"] == len(data.queries) == 3 * len(eval_ids - one_file)
+
+
+def test_rows_with_a_bbox_get_no_gallery_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_table(tmp_path / "ground.jsonl", _scene_rows(20, bbox=True))
+    assert cli_main(["prep", "resample", str(tmp_path / "ground.jsonl"), str(tmp_path / "out"),
+                     "--eval-fraction", "0.25"]) == 0
+    assert "no benchmark.yaml written" in capsys.readouterr().out
+    assert (tmp_path / "out" / "eval.jsonl").is_file() and not (tmp_path / "out" / "benchmark.yaml").exists()
+    saved = json.loads((tmp_path / "out" / "resample_report.json").read_text())
+    assert saved["benchmark"]["written"] is False and "bbox" in saved["benchmark"]["reason"]
+
+
+def test_outputs_are_one_set_a_rerun_leaves_no_stale_eval_files(tmp_path: Path) -> None:
+    from vis_embed.errors import ConfigError
+
+    write_table(tmp_path / "objects.jsonl", _scene_rows(20))
+    resample_file(tmp_path / "objects.jsonl", tmp_path / "out", ResampleOptions(eval_fraction=0.25))
+    assert (tmp_path / "out" / "benchmark.yaml").is_file()
+    report = resample_file(tmp_path / "objects.jsonl", tmp_path / "out", ResampleOptions(eval_fraction=0))
+    assert report["eval"]["rows"] == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["resample_report.json", "train.jsonl",
+                                                                      "train.yaml"]
+    # a folder of someone else's files is never replaced
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(ConfigError, match="OUT_DIR"):
+        resample_file(tmp_path / "objects.jsonl", tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"

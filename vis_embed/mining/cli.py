@@ -55,5 +55,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{report['dataset']}: {report['records']} records, {report['records_with_k']} with {args.k} hard "
           f"negatives, {report['records_with_fewer']} with fewer, {report['positive_similarity']['below_threshold']} "
           f"noisy positives ({'removed' if args.noisy == 'remove' else 'flagged'}; {report['removed']} rows removed)")
+    if args.group_by is not None:
+        print(f"{report['records_without_group']} records without {args.group_by!r} (they get and give no "
+              "hard negatives)")
     print(f"wrote {args.out} and {report_path}")
     return 0

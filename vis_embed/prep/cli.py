@@ -91,9 +91,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     for name in ("resample", "split"):
         resample = sub.add_parser(name, help="cap identities/images, drop single-instance identities, "
-                                             "identity-disjoint train/eval split")
+                                             "identity-disjoint train/eval split",
+                                  description="Identity-disjoint within SOURCE only: datasets sharing an "
+                                              "identity_namespace are split independently, so an identity can be "
+                                              "train in one and eval in another; split such files together (one "
+                                              "concatenated SOURCE). See docs/data.md.")
         resample.add_argument("source", type=Path, help="identity (or pairs) .jsonl/.parquet file")
-        resample.add_argument("out_dir", type=Path, help="output folder")
+        resample.add_argument("out_dir", type=Path, help="output folder: new, empty or an earlier output of this "
+                              "command, replaced whole (no file of an earlier run stays)")
         resample.add_argument("--eval-fraction", type=float, default=0.1,
                               help="fraction of identities held out for evaluation (default: 0.1)")
         resample.add_argument("--max-identities", type=int, default=None, help="cap on training identities")
@@ -230,4 +235,10 @@ def run(args: argparse.Namespace) -> int:
                                              "dropped_single_instance_identities")}))
     if report["fallback_reason"]:
         print(f"warning: {report['fallback_reason']}")
+    benchmark = report["benchmark"]
+    if report["kind"] == "identity" and not benchmark["written"]:
+        print(f"note: no benchmark.yaml written: {benchmark['reason']}")
+    elif benchmark.get("identities_left_out_one_image"):
+        print(f"note: {benchmark['identities_left_out_one_image']} eval identities left out of benchmark.yaml "
+              "(all their eval instances show one image file, so no query of theirs could be answered)")
     return 0

@@ -3,7 +3,9 @@
 Order of operations (all random choices from one ``random.Random(seed)`` over sorted
 identity names, so the output depends only on the rows and the seed):
 
-1. group rows by identity (``pairs`` rows without identity are groups of one);
+1. group rows by identity; a ``pairs`` row without identity is grouped by its loss label
+   (its positive, as training labels it: ``TrainDataset.label_key``), so rows whose
+   positive is the same class label never land on both sides;
 2. ``identity`` rows: drop identities with a single instance -- an anchor needs another
    row of its identity as positive, and an eval query needs a second instance to find;
 3. split: **identity-disjoint** (``eval_fraction`` of the identities go to eval) when at
@@ -22,13 +24,22 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vis_embed.prep.common import relative_to, write_report, write_yaml
+from vis_embed.data.eval_rows import unique_id
+from vis_embed.data.items import check_item
+from vis_embed.data.records import RowContext, require_str
 from vis_embed.data.tables import read_table, write_table
+from vis_embed.data.train import TrainDataset
+from vis_embed.prep.common import relative_to, write_report, write_yaml
 from vis_embed.errors import DataError
+from vis_embed.io import atomic_directory
+from vis_embed.prep.resample_benchmark import GALLERY_STEM, QUERIES_STEM, gallery_benchmark
+
+REPORT_FILE = "resample_report.json"  # also the marker of an output folder this command may replace
 
 
 @dataclass(frozen=True)
@@ -49,11 +60,31 @@ class ResampleOptions:
                 raise DataError(f"{name} is too small ({value})", field=name)
 
 
-def _group_key(row: dict[str, Any], kind: str) -> str:
-    identity = row.get("identity")
-    if kind == "pairs" and identity is None:
-        return "\x00row:" + row["id"]  # cannot collide with a real identity string
-    return identity
+def _group_keys(rows: list[dict[str, Any]], kind: str, path: str | Path | None,
+                lines: Iterable[int], image_root: str | Path | None) -> list[str]:
+    """Each row's group (its identity, or a pairs row's loss label), after checking the fields the
+    split relies on: DataErrors name the file, the row's real line (blank lines count) and the
+    field, never a TypeError."""
+    # training's own labelling (TrainDataset.label_key): rows whose positives are the same item
+    # ("tench") are one class to the loss, so a split must keep them on one side too
+    labeller = TrainDataset(name="resample", kind="pairs", path=Path(path or "."),
+                            image_root=Path(image_root or "."))
+    seen: dict[str, int] = {}
+    keys = []
+    for row, line in zip(rows, lines):
+        ctx = RowContext(path or "<rows>", line)
+        unique_id(row, ctx, seen)  # a duplicate would be written out twice, silently
+        identity = require_str(row, "identity", ctx, optional=kind == "pairs")
+        if kind == "identity" and row.get("video") is None:
+            require_str(row, "image", ctx)  # the benchmark compares instances by their file
+        if kind == "pairs":
+            for side in ("query", "positive"):
+                if side not in row:
+                    raise ctx.error(side, "missing required field")
+                check_item(row[side], side, path=ctx.path, line=line)
+        # \x00: no identity string collides with a label
+        keys.append("\x00label:" + repr(labeller.label_key(row)) if identity is None else identity)
+    return keys
 
 
 def _detect_kind(rows: list[dict[str, Any]]) -> str:
@@ -124,17 +155,18 @@ def _side_summary(rows: list[dict[str, Any]], groups: dict[str, list[int]]) -> d
     return {"rows": len(rows), "identities": len(groups)}
 
 
-def resample_rows(rows: list[dict[str, Any]], options: ResampleOptions = ResampleOptions()
+def resample_rows(rows: list[dict[str, Any]], options: ResampleOptions = ResampleOptions(), *,
+                  path: str | Path | None = None, lines: list[int] | None = None,
+                  image_root: str | Path | None = None
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Return ``(train_rows, eval_rows, report)``; see the module docstring for the rules."""
+    """Return ``(train_rows, eval_rows, report)``; see the module docstring for the rules.
+    ``path`` and ``lines`` (default: 1, 2, ...) are where the rows came from, for errors;
+    ``image_root`` resolves the positives' images that label rows without identity."""
     kind = _detect_kind(rows)
     rng = random.Random(options.seed)
     groups: dict[str, list[int]] = defaultdict(list)
-    for position, row in enumerate(rows):
-        if "id" not in row or (kind == "identity" and "identity" not in row):
-            raise DataError(f"row {position + 1} lacks 'id'" + (" or 'identity'" if kind == "identity" else ""),
-                            line=position + 1)
-        groups[_group_key(row, kind)].append(position)
+    for position, key in enumerate(_group_keys(rows, kind, path, lines or range(1, len(rows) + 1), image_root)):
+        groups[key].append(position)
     min_rows = 2 if kind == "identity" else 1
     singles = [name for name, members in groups.items() if len(members) < min_rows]
     eligible = {name: members for name, members in groups.items() if len(members) >= min_rows}
@@ -181,31 +213,61 @@ def resample_file(source: str | Path, out_dir: str | Path, options: ResampleOpti
 
     * ``OUT/train.yaml``: a data config with the training split (dataset ``name``, default
       the source's stem; kind from the rows);
-    * ``OUT/benchmark.yaml`` (identity rows with an eval split): a ``gallery`` dataset whose
-      queries and gallery are both the eval file (self-matches are excluded), benchmark
-      ``other``, meta-task ``meta_task``, split ``IND`` (its training split is trained on);
+    * ``OUT/benchmark.yaml`` with ``OUT/eval_queries.<fmt>`` and ``OUT/eval_gallery.<fmt>``
+      (identity rows with an eval split; see :mod:`vis_embed.prep.resample_benchmark`): a
+      ``gallery`` dataset, benchmark ``other``, meta-task ``meta_task``, split ``IND`` (its
+      training split is trained on);
     * ``OUT/resample_report.json``.
 
-    Image paths in the rows are copied unchanged; both YAMLs set ``image_root`` to
-    ``image_root`` (default: the source's folder, the source's own default).
+    The files are one set: written into a staging folder that replaces ``OUT`` whole, so a
+    rerun never leaves an earlier run's eval files beside this one's.  ``OUT`` must be new,
+    empty or an earlier output (it holds ``resample_report.json``).  Image paths in the rows
+    are copied unchanged; both YAMLs set ``image_root`` to ``image_root`` (default: the
+    source's folder, the source's own default).
     """
     source, out_dir = Path(source), Path(out_dir)
-    name = name or source.stem
-    root = relative_to(Path(image_root) if image_root is not None else source.parent, out_dir)
-    suffix = f".{file_format}" if file_format else source.suffix
-    rows = [row for _, row in read_table(source)]
-    train_rows, eval_rows, report = resample_rows(rows, options)
+    image_folder = Path(image_root) if image_root is not None else source.parent
+    numbered = list(read_table(source))
+    rows = [row for _, row in numbered]
+    train_rows, eval_rows, report = resample_rows(rows, options, path=source, lines=[line for line, _ in numbered],
+                                                  image_root=image_folder)
     report["source"] = str(source)
     if not train_rows:
         raise DataError("no training rows left after re-sampling", path=source)
-    report["train"]["path"] = str(write_table(out_dir / f"train{suffix}", train_rows))
-    write_yaml(out_dir / "train.yaml", {"datasets": [
-        {"name": name, "kind": report["kind"], "path": f"train{suffix}", "image_root": root}]})
-    if eval_rows:
-        report["eval"]["path"] = str(write_table(out_dir / f"eval{suffix}", eval_rows))
-        if report["kind"] == "identity":
-            write_yaml(out_dir / "benchmark.yaml", {"name": name, "datasets": [
-                {"name": name, "benchmark": "other", "meta_task": meta_task, "split": "IND", "layout": "gallery",
-                 "queries": f"eval{suffix}", "gallery": f"eval{suffix}", "image_root": root}]})
-    write_report(out_dir / "resample_report.json", report)
+    with atomic_directory(out_dir, marker=REPORT_FILE, what="a `prep resample` output folder",
+                          inputs=(source, image_folder), flag="OUT_DIR") as staging:
+        _write_outputs(staging, out_dir, train_rows, eval_rows, report, _Naming(
+            name or source.stem, f".{file_format}" if file_format else source.suffix,
+            relative_to(image_folder, out_dir), meta_task, image_folder))
     return report
+
+
+@dataclass(frozen=True)
+class _Naming:
+    name: str
+    suffix: str
+    root: str          # image_root as written in the YAMLs (relative to OUT)
+    meta_task: str
+    image_folder: Path
+
+
+def _write_outputs(staging: Path, out_dir: Path, train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]],
+                   report: dict[str, Any], naming: _Naming) -> None:
+    """Every output into ``staging``; the report names the paths they will have in ``out_dir``."""
+    suffix, root = naming.suffix, naming.root
+    write_table(staging / f"train{suffix}", train_rows)
+    report["train"]["path"] = str(out_dir / f"train{suffix}")
+    write_yaml(staging / "train.yaml", {"datasets": [
+        {"name": naming.name, "kind": report["kind"], "path": f"train{suffix}", "image_root": root}]})
+    if eval_rows:
+        write_table(staging / f"eval{suffix}", eval_rows)
+        report["eval"]["path"] = str(out_dir / f"eval{suffix}")
+    queries, gallery, report["benchmark"] = gallery_benchmark(eval_rows, report["kind"], naming.image_folder)
+    if queries:
+        write_table(staging / f"{QUERIES_STEM}{suffix}", queries)
+        write_table(staging / f"{GALLERY_STEM}{suffix}", gallery)
+        write_yaml(staging / "benchmark.yaml", {"name": naming.name, "datasets": [
+            {"name": naming.name, "benchmark": "other", "meta_task": naming.meta_task, "split": "IND",
+             "layout": "gallery", "queries": f"{QUERIES_STEM}{suffix}", "gallery": f"{GALLERY_STEM}{suffix}",
+             "image_root": root}]})
+    write_report(staging / REPORT_FILE, report)
