@@ -60,7 +60,7 @@ class ResampleOptions:
                 raise DataError(f"{name} is too small ({value})", field=name)
 
 
-def _group_keys(rows: list[dict[str, Any]], kind: str, path: str | Path | None,
+def _split_keys(rows: list[dict[str, Any]], kind: str, path: str | Path | None,
                 lines: Iterable[int], image_root: str | Path | None) -> list[str]:
     """Each row's group (its identity, or a pairs row's loss label), after checking the fields the
     split relies on: DataErrors name the file, the row's real line (blank lines count) and the
@@ -165,7 +165,7 @@ def resample_rows(rows: list[dict[str, Any]], options: ResampleOptions = Resampl
     kind = _detect_kind(rows)
     rng = random.Random(options.seed)
     groups: dict[str, list[int]] = defaultdict(list)
-    for position, key in enumerate(_group_keys(rows, kind, path, lines or range(1, len(rows) + 1), image_root)):
+    for position, key in enumerate(_split_keys(rows, kind, path, lines or range(1, len(rows) + 1), image_root)):
         groups[key].append(position)
     min_rows = 2 if kind == "identity" else 1
     singles = [name for name, members in groups.items() if len(members) < min_rows]
