@@ -28,6 +28,8 @@ uvicorn = pytest.importorskip("uvicorn")
 from PIL import Image  # noqa: E402
 
 from _serve_fixtures import RunningServer, wait_until_healthy  # noqa: E402
+
+from vis_embed.serving.waiting import DISCONNECT_POLL_S  # noqa: E402
 from vis_embed.serving.app import create_app  # noqa: E402
 from vis_embed.serving.settings import ServerSettings  # noqa: E402
 
@@ -198,6 +200,46 @@ def test_a_full_queue_answers_429_and_the_server_recovers(embedder, expected) ->
     finally:
         gate.set()
         running.stop()
+
+
+def test_a_request_that_gives_up_during_its_forward_leaves_its_batch_and_the_server_serving(embedder,
+                                                                                          expected) -> None:
+    # A request whose client left while the forward it shared ran: its item list was emptied, the
+    # rows were sized by it, and an IndexError killed the worker thread -- its batch-mate got no
+    # answer and every later request timed out behind a /health that still said ok.
+    gate = threading.Event()
+    gated = RecordingEmbedder(embedder, gate)
+    settings = ServerSettings(model_name=MODEL_NAME, max_batch_size=8, max_wait_ms=300, max_queue=4)
+    running = RunningServer(create_app(gated, settings))
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            leaving = pool.submit(httpx.post, f"{running.url}/v1/embeddings", timeout=1.5,  # gives up while
+                                  json={"model": MODEL_NAME, "input": [POOL[0], POOL[1]]})  # the forward waits
+            time.sleep(0.05)  # the leaving request first: the batch starts with it and takes the other within 300 ms
+            staying = pool.submit(_embed, running.url, {"input": [POOL[4]]})
+            with pytest.raises(httpx.TimeoutException):
+                leaving.result()
+            time.sleep(4 * DISCONNECT_POLL_S)  # the server sees the client gone: the job is cancelled
+            gate.set()  # ...and the shared forward returns rows for it
+            answer = staying.result()
+        assert gated.group_sizes == [3]  # both requests were in one model call
+        assert answer.status_code == 200, answer.text
+        assert _cos(np.array(answer.json()["data"][0]["embedding"]), expected[None][4]) >= 0.99999
+        assert running.app.state.batcher.alive
+        _assert_serving(running.url, expected)
+        assert httpx.head(f"{running.url}/health").status_code == 200
+    finally:
+        gate.set()
+        running.stop()
+
+
+def test_health_says_503_when_the_model_thread_is_gone(served, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vis_embed.serving.batcher import MicroBatcher
+
+    url, _ = served
+    monkeypatch.setattr(MicroBatcher, "alive", property(lambda self: False))
+    response = httpx.get(f"{url}/health")
+    assert response.status_code == 503 and response.json() == {"status": "unavailable"}
 
 
 def _wait_for(batcher: Any, busy: bool, queued: int) -> None:

@@ -256,10 +256,13 @@ def _install_routes(app: FastAPI, parts: _Parts, requests: _Requests, authorized
     config = getattr(embedder, "embedding_config", None)
     embedding_config = config.to_json() if hasattr(config, "to_json") else None
 
-    @app.get("/health")
-    async def health(request: Request) -> dict[str, Any]:
-        """Liveness for anyone; the model and queue for a request with the key (a key-less
-        server shows them to none: its model path is not for whoever can connect)."""
+    @app.api_route("/health", methods=["GET", "HEAD"])
+    async def health(request: Request) -> Any:
+        """Liveness for anyone (503 when the model's worker thread is gone: every request would
+        time out); the model and queue for a request with the key (a key-less server shows them to
+        none: its model path is not for whoever can connect).  HEAD too: load balancers probe so."""
+        if not parts.batcher.alive:
+            return JSONResponse({"status": "unavailable"}, status_code=503)
         if settings.api_key is not None and _has_key(request, settings.api_key):
             return {"status": "ok", "model": settings.model_name, **parts.batcher.stats(),
                     "pixels_in_flight": parts.pixel_budget.used}

@@ -21,6 +21,7 @@ driven from several threads at once, and one thread keeps the event loop free fo
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -38,6 +39,8 @@ from vis_embed.serving.settings import ServerSettings
 
 if TYPE_CHECKING:
     from vis_embed.model.runtime.embedder import Embedder
+
+log = logging.getLogger(__name__)
 
 
 class QueueFullError(Exception):
@@ -121,6 +124,12 @@ class MicroBatcher:
         with self._ready:
             return {"queued_requests": len(self._queue), "busy": self._busy, "max_queue": self.max_queue}
 
+    @property
+    def alive(self) -> bool:
+        """Whether the worker thread runs: a server whose model thread is gone answers nothing
+        but timeouts, and /health must say so."""
+        return self._thread is not None and self._thread.is_alive()
+
     # ------------------------------------------------------------------ worker
     def _run(self) -> None:
         while True:
@@ -129,6 +138,11 @@ class MicroBatcher:
                 return
             try:
                 self._process(jobs)
+            except Exception as exc:  # noqa: BLE001  (a bug here must cost these requests, not the server)
+                log.exception("serving worker: a batch of %d requests failed", len(jobs))
+                for job in jobs:  # answered ones are settled already: answer() leaves them be
+                    job.answer(error=RequestError(500, f"the server failed on this batch ({type(exc).__name__})",
+                                                  error_type="server_error"))
             finally:
                 with self._ready:
                     self._busy = False
@@ -202,7 +216,8 @@ class MicroBatcher:
             for position, index in enumerate(kept):
                 j, k = members[index]
                 if j not in rows:
-                    rows[j] = np.zeros((len(jobs[j].items), embeddings.shape[1]), dtype=np.float32)
+                    # job_items: a request that gave up during the run has emptied jobs[j].items
+                    rows[j] = np.zeros((len(job_items[j]), embeddings.shape[1]), dtype=np.float32)
                 rows[j][k] = embeddings[position]
             for index, exc in errors.items():
                 j, k = members[index]
