@@ -125,6 +125,9 @@ def test_openai_client_gets_the_vectors_of_embedder_encode(served, expected) -> 
     items = client.embeddings.create(model=MODEL_NAME, input=[POOL[4], POOL[8]])  # items, not strings
     assert _cos(np.array(items.data[1].embedding), expected[None][8]) >= 0.99999
     assert [model.id for model in client.models.list().data] == [MODEL_NAME]
+    assert client.models.retrieve(MODEL_NAME).id == MODEL_NAME  # GET /v1/models/{id}
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("another-model")
 
 
 def test_a_string_input_is_one_text_item(served, expected) -> None:

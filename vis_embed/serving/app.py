@@ -1,4 +1,4 @@
-"""The FastAPI application: ``POST /v1/embeddings``, ``GET /v1/models``, ``GET /health``,
+"""The FastAPI application: ``POST /v1/embeddings``, ``GET /v1/models`` (and ``/{id}``), ``GET /health``,
 ``GET /metrics`` (:mod:`.metrics`) and, with an index, ``POST /v1/search`` (:mod:`.gallery_routes`).
 
 :func:`create_app` takes a loaded ``Embedder`` (tests and library users build the app around
@@ -177,7 +177,7 @@ class _Requests:
         settings, parts = self.settings, self.parts
         deadline = time.monotonic() + settings.request_timeout_s  # with_deadline's clock, give or take
         parsed = parse_request(await _read_body(request, settings.max_request_bytes), schema)
-        _check_model(parsed, settings.model_name)
+        check_served_model(parsed.model, settings.model_name)
         check_instruction(parsed.instruction)
         instruction = parsed.instruction if instruction_of is None else instruction_of(parsed.instruction)
         items = parse_items(parsed.input, settings.max_items)
@@ -268,10 +268,18 @@ def _install_routes(app: FastAPI, parts: _Parts, requests: _Requests, authorized
                     "pixels_in_flight": parts.pixel_budget.used}
         return {"status": "ok"}
 
+    served_model = {"id": settings.model_name, "object": "model", "created": created, "owned_by": "vis_embed",
+                    "embedding_config": embedding_config}
+
     @app.get("/v1/models", dependencies=[authorized])
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": settings.model_name, "object": "model", "created": created,
-                                            "owned_by": "vis_embed", "embedding_config": embedding_config}]}
+        return {"object": "list", "data": [served_model]}
+
+    @app.get("/v1/models/{model_id:path}", dependencies=[authorized])
+    async def model(model_id: str) -> dict[str, Any]:
+        """OpenAI's ``models.retrieve``: the served model, or 404 as for an unknown model in a request."""
+        check_served_model(model_id, settings.model_name)
+        return served_model
 
     @app.post("/v1/embeddings", dependencies=[authorized])
     async def embeddings(request: Request) -> JSONResponse:
@@ -320,9 +328,11 @@ def _too_large(size: int, limit: int) -> RequestError:
                              f"{limit} bytes (--max-request-bytes); split the request")
 
 
-def _check_model(request: Any, model_name: str) -> None:
-    if request.model != model_name:
-        raise RequestError(404, f"model {request.model!r} is not served here (this server serves "
+def check_served_model(requested: str, model_name: str) -> None:
+    """404 in OpenAI's shape unless ``requested`` is the served model (a request's ``model``, or
+    the id of ``GET /v1/models/{id}``)."""
+    if requested != model_name:
+        raise RequestError(404, f"model {requested!r} is not served here (this server serves "
                                 f"{model_name!r}; see GET /v1/models)", param="model",
                            error_type="model_not_found")
 
