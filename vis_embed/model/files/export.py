@@ -139,6 +139,11 @@ def _load_base(base: str, dtype: Any) -> tuple[Any, Any]:
 
     from vis_embed.model.network.embedding_model import resolve_dtype
 
+    from vis_embed.model.network.projection_head import load_exported_head
+
+    if looks_like_path(base) and load_exported_head(base) is not None:  # its head would be dropped
+        raise ConfigError(f"{base} is an export with a projection head; merge or export the base it was "
+                          "built from, with --adapter HEAD_DIR")
     torch_dtype = resolve_dtype(dtype or "checkpoint")
     local_only = looks_like_path(base)  # a path never needs the hub: no network retries
     try:
