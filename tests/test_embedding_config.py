@@ -110,6 +110,28 @@ def test_training_writes_the_settings_beside_every_adapter(trained) -> None:
         EmbeddingConfig.model_validate(recorded)
 
 
+def test_training_records_no_instruction_as_empty_and_disagreement_as_null(tmp_path) -> None:
+    """"" (every dataset has none) and null (they differ) are kept apart: the export refuses null."""
+    from types import SimpleNamespace
+
+    from vis_embed.data.train import TrainDataConfig, TrainDataset
+    from vis_embed.training.model_setup import trained_embedding_config
+
+    def recorded(*candidate_instructions: str | None) -> str | None:
+        datasets = [TrainDataset(name=f"d{i}", kind="pairs", path=tmp_path, image_root=tmp_path,
+                                 query_instruction="Find it.", candidate_instruction=text)
+                    for i, text in enumerate(candidate_instructions)]
+        data = TrainDataConfig(path=tmp_path / "d.yaml", datasets=datasets)
+        recipe = load_recipe(raw={"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out",
+                                  "max_steps": 1, "global_batch_size": 8})
+        return trained_embedding_config(recipe, data, SimpleNamespace(embedding_config=EmbeddingConfig())
+                                        ).document_instruction
+
+    assert recorded(None, None) == "" and recorded(None, "") == ""
+    assert recorded("Represent it.", "Represent it.") == "Represent it."
+    assert recorded("Represent it.", None) is None
+
+
 # ------------------------------------------------------------------ encode
 def test_encode_with_no_flags_uses_the_recorded_settings(trained, items, tmp_path) -> None:
     recorded, meta = _encode(trained["base"], trained["final"], items, tmp_path / "recorded.npy")

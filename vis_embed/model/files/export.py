@@ -36,7 +36,8 @@ from vis_embed.errors import ConfigError
 from vis_embed.vectors.transforms import vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from vis_embed.model.network.adaptation import FullAdaptation, saved_adapter
-from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
+from vis_embed.model.embedding_config import (EMBEDDING_CONFIG_FILE, EmbeddingConfig, read_embedding_config,
+                                              resolve_embedding_config)
 from vis_embed.model.defaults import CHECKPOINT_MARKER
 from vis_embed.model.references import looks_like_path
 
@@ -49,6 +50,10 @@ EXPORT_FORMATS = ("sentence-transformers",)
 # The identity task's instructions (vis_embed.prep.synth's "identity" pair): what the quickstart trains.
 DEFAULT_QUERY_INSTRUCTION = "Find the same object as the one in the given image."
 DEFAULT_DOCUMENT_INSTRUCTION = "Represent the given image."
+# What an export prompts with when no embedding_config.json records the instruction (a base
+# vis_embed never trained): the quickstart's task.
+DEFAULT_INSTRUCTIONS = {"query_instruction": DEFAULT_QUERY_INSTRUCTION,
+                        "document_instruction": DEFAULT_DOCUMENT_INSTRUCTION}
 
 # Jinja prepended to the checkpoint's chat template (see the module docstring).  A top-level
 # ``set messages`` shadows the caller's messages for the original template that follows.
@@ -222,7 +227,7 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
 
     Settings left at None (instructions, pixels, ``settings``: other EmbeddingConfig fields)
     take the adapter's / base's recorded ``embedding_config.json``, else the defaults (the
-    instructions: DEFAULT_QUERY_INSTRUCTION / DEFAULT_DOCUMENT_INSTRUCTION; "" = no prompt).
+    instructions: :func:`export_instruction`; "" = no prompt).
     ``dtype``: the written weights' (default "checkpoint": the base checkpoint's own).
     The effective settings are written as the export's ``embedding_config.json``.
     """
@@ -262,10 +267,27 @@ def export_config(model: str | None, adapter: str | Path | None, **given: Any) -
         raise ConfigError(f"the model's prompt_format is {config.prompt_format!r} (recorded in its "
                           "embedding_config.json or given); the sentence-transformers export reproduces "
                           "the 'chat' prompt format only")
-    instructions = {"query_instruction": config.query_instruction, "document_instruction": config.document_instruction}
-    defaults = {"query_instruction": DEFAULT_QUERY_INSTRUCTION, "document_instruction": DEFAULT_DOCUMENT_INSTRUCTION}
-    update = {key: (defaults[key] if value is None else value or None) for key, value in instructions.items()}
+    update = {key: export_instruction(key, given.get(key), base, adapter) for key in DEFAULT_INSTRUCTIONS}
     return config.model_copy(update={**update, "adaptation": FullAdaptation.kind})  # full weights (+ ST modules)
+
+
+def export_instruction(key: str, given: str | None, base: str | Path | None, adapter: str | Path | None) -> str:
+    """The prompt ``key`` exports ("" = none): given > recorded (the adapter's file over the
+    base's) > the default when no file records the key.  A recorded null is refused: training
+    records it when its datasets had different instructions (and runs before "" was recorded
+    for "none" wrote it for no instruction), so the default would be a prompt the model never saw."""
+    if given is not None:
+        return given
+    for directory in (adapter, base):
+        recorded = read_embedding_config(directory)
+        if key not in recorded:
+            continue
+        if recorded[key] is None:
+            path = Path(str(directory)).expanduser() / EMBEDDING_CONFIG_FILE
+            raise ConfigError(f"{path}: records {key}: null (the training datasets had different instructions, "
+                              f"or, in older runs, none); pass --{key.replace('_', '-')} TEXT ('' for no prompt)")
+        return recorded[key]
+    return DEFAULT_INSTRUCTIONS[key]
 
 
 def _add_head_modules(directory: Path, files: dict[str, Any], head: ProjectionHead) -> None:
