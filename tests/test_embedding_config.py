@@ -283,9 +283,12 @@ def test_export_carries_the_settings_and_refuses_a_format_it_cannot_reproduce(tr
         export_sentence_transformers(None, tmp_path / "refused", adapter=trained["final"])
     assert not (tmp_path / "refused").exists()
     argv = ["export", "--adapter", str(trained["final"]), "--out", str(tmp_path / "st"), "--prompt-format", "chat"]
-    assert main(argv) == 0
+    # sentence-transformers cuts a long item's tokens elsewhere than vis_embed: no cap is exported
+    assert main([*argv, "--max-length", "64"]) == 2 and not (tmp_path / "st").exists()
+    with pytest.warns(UserWarning, match="recorded max_length 64 is not exported"):
+        assert main(argv) == 0
     recorded = read_embedding_config(tmp_path / "st")
-    assert recorded["prompt_format"] == "chat" and recorded["max_pixels"] == 50176 and recorded["max_length"] == 64
+    assert recorded["prompt_format"] == "chat" and recorded["max_pixels"] == 50176 and recorded["max_length"] is None
     prompts = json.loads((tmp_path / "st" / "config_sentence_transformers.json").read_text())["prompts"]
     assert prompts == {"query": "Find the same object.", "document": "Represent the given image."}
     size = json.loads((tmp_path / "st" / "processor_config.json").read_text())["image_processor"]["size"]

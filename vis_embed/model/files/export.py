@@ -29,6 +29,7 @@ The library half of ``vis-embed export`` (command line in :mod:`vis_embed.model.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,9 @@ EXPORT_FORMATS = ("sentence-transformers",)
 # The identity task's instructions (vis_embed.prep.synth's "identity" pair): what the quickstart trains.
 DEFAULT_QUERY_INSTRUCTION = "Find the same object as the one in the given image."
 DEFAULT_DOCUMENT_INSTRUCTION = "Represent the given image."
+# Why a token cap is not exported: the two cut different tokens, so the vectors of long items would differ.
+UNEXPORTED_MAX_LENGTH = ("sentence-transformers cuts an item's tokens at the end (the generation prompt "
+                         "and image tokens too), vis_embed only the end of the item's text")
 # What an export prompts with when no embedding_config.json records the instruction (a base
 # vis_embed never trained): the quickstart's task.
 DEFAULT_INSTRUCTIONS = {"query_instruction": DEFAULT_QUERY_INSTRUCTION,
@@ -262,12 +266,18 @@ def export_config(model: str | None, adapter: str | Path | None, **given: Any) -
     base = model
     if base is None and adapter is not None:
         base = saved_adapter(adapter).base_model(Path(adapter).expanduser())
+    if given.get("max_length") is not None:
+        raise ConfigError(f"--max-length {given['max_length']}: {UNEXPORTED_MAX_LENGTH}; export without it")
     config = resolve_embedding_config(base, adapter, **given)
     if config.prompt_format != "chat":
         raise ConfigError(f"the model's prompt_format is {config.prompt_format!r} (recorded in its "
                           "embedding_config.json or given); the sentence-transformers export reproduces "
                           "the 'chat' prompt format only")
     update = {key: export_instruction(key, given.get(key), base, adapter) for key in DEFAULT_INSTRUCTIONS}
+    if config.max_length is not None:  # recorded (trained with it): the export's own record says what it does
+        warnings.warn(f"the recorded max_length {config.max_length} is not exported ({UNEXPORTED_MAX_LENGTH}); "
+                      "the export's embedding_config.json records none", stacklevel=2)
+        update["max_length"] = None
     return config.model_copy(update={**update, "adaptation": FullAdaptation.kind})  # full weights (+ ST modules)
 
 
