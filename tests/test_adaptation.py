@@ -287,3 +287,32 @@ def test_what_the_model_card_says_is_asked_of_the_registry() -> None:
         assert card_data(facts).library_name == library
         assert ("lora" in card_data(facts).tags) == (kind == "lora")
         assert card_data(facts, merged=True).library_name == "sentence-transformers"
+
+
+def test_missing_or_truncated_weights_are_a_config_error_naming_the_file(tiny_checkpoint, tmp_path) -> None:
+    """Without the check peft looks a missing adapter file up on the Hub (a network traceback) and
+    safetensors reports a truncated file without naming it."""
+    import shutil
+
+    from vis_embed.errors import ConfigError
+    from vis_embed.model.files.export import load_merged
+
+    base = tiny_checkpoint("qwen2-vl")
+    model = _load(base)
+    model.add_lora(r=2)
+    adapter = model.save_pretrained(tmp_path / "lora")
+    weights = adapter / "adapter_model.safetensors"
+    intact = weights.read_bytes()
+    weights.unlink()
+    for load in (lambda: _load(base, adapter), lambda: load_merged(str(base), adapter)):
+        with pytest.raises(ConfigError, match="no adapter_model.safetensors"):
+            load()
+    weights.write_bytes(intact[:100])
+    for load in (lambda: _load(base, adapter), lambda: load_merged(str(base), adapter)):
+        with pytest.raises(ConfigError, match="lora/adapter_model.safetensors: not a readable safetensors file"):
+            load()
+    full = tmp_path / "full"
+    shutil.copytree(base, full)
+    (full / "model.safetensors").write_bytes((base / "model.safetensors").read_bytes()[:5000])
+    with pytest.raises(ConfigError, match=r"full \(its \*.safetensors\): not a readable safetensors file"):
+        _load(full)

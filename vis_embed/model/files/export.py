@@ -40,7 +40,7 @@ from vis_embed.model.network.adaptation import FullAdaptation, saved_adapter
 from vis_embed.model.embedding_config import (EMBEDDING_CONFIG_FILE, EmbeddingConfig, read_embedding_config,
                                               resolve_embedding_config)
 from vis_embed.model.defaults import CHECKPOINT_MARKER
-from vis_embed.model.references import looks_like_path
+from vis_embed.model.references import looks_like_path, unreadable_weights
 
 if TYPE_CHECKING:
     from transformers import ProcessorMixin
@@ -144,6 +144,7 @@ def load_merged(base: str | None, adapter: str | Path | None = None,
 
 def _load_base(base: str, dtype: Any) -> tuple[Any, Any]:
     """``(model, processor)`` of the checkpoint ``base`` (never the hub for a path)."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from vis_embed.model.network.embedding_model import resolve_dtype
@@ -161,6 +162,8 @@ def _load_base(base: str, dtype: Any) -> tuple[Any, Any]:
         processor = AutoProcessor.from_pretrained(base, local_files_only=local_only)
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot load base model {base!r}: {exc}") from exc
+    except SafetensorError as exc:  # a truncated weights file: named, not a traceback
+        raise unreadable_weights(f"{base} (its *.safetensors)", exc) from None
     return model, processor
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 
 from vis_embed.errors import ConfigError
 from vis_embed.model.network.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
@@ -37,7 +38,7 @@ from vis_embed.model.network.pooling import last_token_pool
 from vis_embed.model.network.projection_head import ProjectionHead, load_exported_head
 from vis_embed.model.inputs.preparer import (VIDEO_EXTRA_FIELDS, VISUAL_FIELDS, PreparedItem, Preparer, PreparesItems,
                                      token_limit)
-from vis_embed.model.references import looks_like_path
+from vis_embed.model.references import looks_like_path, unreadable_weights
 from vis_embed.model.network.rms_norm import use_fused_rms_norm
 from vis_embed.model.network.vision_metadata import METADATA_KEY, describe_batch, pinned, run_base_model
 
@@ -167,6 +168,8 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
                 name, dtype=torch_dtype, attn_implementation=load_attn_implementation(attn))
         except (OSError, ValueError, KeyError) as exc:
             raise ConfigError(f"cannot load model {name!r}: {exc}") from exc
+        except SafetensorError as exc:  # a truncated weights file: named, not a traceback
+            raise unreadable_weights(f"{name} (its *.safetensors)", exc) from None
         set_attention(backbone, attn)
         # A head export's Dense module: without it the vectors would be the base's, not the export's.
         head = load_exported_head(name)

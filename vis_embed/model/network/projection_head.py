@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from vis_embed.config import FileRecord
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.io import atomic_write_bytes, atomic_write_json, read_json_value
-from vis_embed.model.references import HEAD_CONFIG
+from vis_embed.model.references import HEAD_CONFIG, unreadable_weights
 
 HEAD_WEIGHTS = "head.safetensors"
 HEAD_TYPE = "projection_head"
@@ -112,7 +112,7 @@ def _head_with_weights(in_dim: int, out_dim: int, weights_path: Path, config_nam
     try:
         head.load_state_dict(load_file(str(weights_path)))
     except SafetensorError as exc:  # truncated or not a safetensors file
-        raise ConfigError(f"{weights_path}: not a readable safetensors file ({exc})") from None
+        raise unreadable_weights(weights_path, exc) from None
     except RuntimeError as exc:  # missing/unexpected keys or shapes other than the config's
         raise ConfigError(f"{weights_path}: does not match {config_name}: {exc}") from None
     return head
