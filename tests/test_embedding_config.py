@@ -20,6 +20,7 @@ import pytest
 import torch
 import yaml
 from PIL import Image
+from safetensors.torch import load_file
 
 from vis_embed.cli import load_command, main
 from vis_embed.errors import ConfigError
@@ -274,6 +275,10 @@ def test_merge_carries_the_settings(trained, items, tmp_path) -> None:
     folded, meta = _encode(merged, None, items, tmp_path / "merged.npy")  # no flags, no adapter
     assert _row_cosines(adapted, folded).min() >= 0.9999
     assert meta["embedding_config"]["prompt_format"] == "vlm2vec"
+    # --dtype is the written weights', not the recorded inference policy (a bf16 merge loads in fp32 on a CPU)
+    bf16 = merge_adapter(trained["final"], tmp_path / "bf16", dtype="bfloat16")
+    assert read_embedding_config(bf16)["dtype"] == read_embedding_config(trained["final"])["dtype"] == "float32"
+    assert {tensor.dtype for tensor in load_file(str(bf16 / "model.safetensors")).values()} == {torch.bfloat16}
 
 
 def test_export_carries_the_settings_and_refuses_a_format_it_cannot_reproduce(trained, tmp_path) -> None:
@@ -291,6 +296,11 @@ def test_export_carries_the_settings_and_refuses_a_format_it_cannot_reproduce(tr
     assert recorded["prompt_format"] == "chat" and recorded["max_pixels"] == 50176 and recorded["max_length"] is None
     prompts = json.loads((tmp_path / "st" / "config_sentence_transformers.json").read_text())["prompts"]
     assert prompts == {"query": "Find the same object.", "document": "Represent the given image."}
+    with pytest.warns(UserWarning):
+        assert main([*argv[:4], str(tmp_path / "bf16"), *argv[5:], "--dtype", "bfloat16"]) == 0
+    assert read_embedding_config(tmp_path / "bf16")["dtype"] == "float32"  # the weights' dtype only
+    assert {tensor.dtype for tensor in load_file(str(tmp_path / "bf16" / "model.safetensors")).values()} == {
+        torch.bfloat16}
     size = json.loads((tmp_path / "st" / "processor_config.json").read_text())["image_processor"]["size"]
     assert size["longest_edge"] == 50176
 

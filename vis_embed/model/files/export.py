@@ -235,14 +235,15 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     Settings left at None (instructions, pixels, ``settings``: other EmbeddingConfig fields)
     take the adapter's / base's recorded ``embedding_config.json``, else the defaults (the
     instructions: :func:`export_instruction`; "" = no prompt).
-    ``dtype``: the written weights' (default "checkpoint": the base checkpoint's own).
-    The effective settings are written as the export's ``embedding_config.json``.
+    ``dtype``: the written weights' (default "checkpoint": the base checkpoint's own); the
+    recorded dtype policy is the model's, not this.  The effective settings are written as the
+    export's ``embedding_config.json``.
     """
     # ``out`` checked first (a folder of other files, or holding the model read, is refused), then built
     with atomic_directory(out, marker=CHECKPOINT_MARKER, what="a model checkpoint",
                           inputs=[path for path in (model, adapter) if path is not None]) as tmp:
+        # ``dtype`` is the written weights' only, not the recorded policy (merge's rule)
         config = export_config(model, adapter, query_instruction=query_instruction,
-                               dtype=None if dtype in (None, "checkpoint") else dtype,
                                document_instruction=document_instruction, min_pixels=min_pixels,
                                max_pixels=max_pixels, **settings)
         # a LoRA merged into the weights; a projection head beside the base, as a Dense module
