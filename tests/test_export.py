@@ -171,3 +171,18 @@ def test_a_recorded_null_instruction_is_refused_not_replaced_by_the_default(
     EmbeddingConfig(query_instruction="Find it.", document_instruction="").save(base)  # recorded: none
     export_sentence_transformers(str(base), tmp_path / "st2")
     assert json.loads((tmp_path / "st2" / "config_sentence_transformers.json").read_text())["prompts"] == prompts
+
+
+def test_recorded_matryoshka_widths_above_the_models_are_refused(
+        tiny_checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Else config.json would list a width vLLM then offers as `dimensions` and cannot give."""
+    import shutil
+
+    from vis_embed.model.embedding_config import EmbeddingConfig
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_checkpoint("qwen2-vl"), base)
+    EmbeddingConfig(matryoshka_dims=[8, 100000], query_instruction="q", document_instruction="d").save(base)
+    assert cli_main(["export", str(base), "--out", str(tmp_path / "st")]) == 2
+    assert "matryoshka_dims [8, 100000]: 100000 exceeds the model's embedding width" in capsys.readouterr().err
+    assert not (tmp_path / "st").exists()

@@ -33,8 +33,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vis_embed.errors import ConfigError
-from vis_embed.vectors.transforms import vllm_matryoshka_fields
+from vis_embed.errors import ConfigError, DataError
+from vis_embed.vectors.transforms import check_matryoshka_dims, vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from vis_embed.model.network.adaptation import FullAdaptation, saved_adapter
 from vis_embed.model.embedding_config import (EMBEDDING_CONFIG_FILE, EmbeddingConfig, read_embedding_config,
@@ -252,6 +252,7 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
         embedding_dim = int(merged.config.get_text_config().hidden_size)
         # vLLM reads these from config.json: it then serves `dimensions` (vis_embed/vectors/transforms.py)
         full_width = head.out_dim if head is not None else embedding_dim
+        check_exported_widths(config.matryoshka_dims, full_width)
         merged.config.update(vllm_matryoshka_fields(config.matryoshka_dims, full_width))
         merged.save_pretrained(str(tmp), safe_serialization=True)
         processor.save_pretrained(str(tmp))
@@ -262,6 +263,17 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
             atomic_write_json(tmp / relative, content)
         config.save(tmp)
     return Path(out)
+
+
+def check_exported_widths(dims: list[int] | None, full_width: int) -> None:
+    """Refuse recorded Matryoshka widths above the model's: vLLM would list ``dimensions`` the
+    model cannot give (the one rule: ``check_matryoshka_dims``)."""
+    if dims:
+        try:
+            check_matryoshka_dims(dims, full_width)
+        except DataError as exc:
+            raise ConfigError(f"{EMBEDDING_CONFIG_FILE} (recorded): matryoshka_dims {dims}: {exc.reason}; "
+                              "fix the record before exporting") from None
 
 
 def export_config(model: str | None, adapter: str | Path | None, **given: Any) -> EmbeddingConfig:
