@@ -316,3 +316,17 @@ def test_missing_or_truncated_weights_are_a_config_error_naming_the_file(tiny_ch
     (full / "model.safetensors").write_bytes((base / "model.safetensors").read_bytes()[:5000])
     with pytest.raises(ConfigError, match=r"full \(its \*.safetensors\): not a readable safetensors file"):
         _load(full)
+
+
+def test_the_card_states_the_recorded_prompt_format_and_what_an_export_holds(tmp_path) -> None:
+    from vis_embed.model.embedding_config import EmbeddingConfig
+    from vis_embed.model.files.model_card import CardFacts, write_model_card
+
+    EmbeddingConfig(prompt_format="chat-system").save(tmp_path)
+    card = write_model_card(tmp_path, CardFacts(base_model="org/base")).read_text()
+    assert "`chat-system` prompt format" in card and "`chat` prompt format" not in card
+    for kind, title in (("lora", "Merged model"), ("head", "Model with a projection head"), (None, "Model")):
+        card = write_model_card(tmp_path, CardFacts(base_model="org/base", adaptation=kind), merged=True).read_text()
+        assert f"# {title} for `org/base`" in card, kind
+        assert "--adapter THIS_DIR" not in card  # an export is a model of its own: no usage that fails
+        assert "vis-embed eval --model THIS_DIR" in card and 'SentenceTransformer("THIS_DIR")' in card

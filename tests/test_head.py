@@ -172,6 +172,7 @@ def test_a_head_export_loads_with_its_head(head_export) -> None:
                        atol=1e-5)
     with pytest.raises(ConfigError, match="export with a projection head"):
         Embedder.from_pretrained(out, adapter=head_dir, device="cpu", dtype="float32")
+    assert "# Model with a projection head for" in (out / "README.md").read_text()  # not "Merged model"
 
 
 def test_exported_head_modules_vis_embed_cannot_apply_are_refused(head_export, tmp_path) -> None:

@@ -68,6 +68,7 @@ class LoraAdaptation(Adaptation):
     kind = "lora"
     config_file = ADAPTER_CONFIG
     card_title = "LoRA adapter"
+    export_title = "Merged model"  # the LoRA folded into the weights
     card_library = "peft"
     card_tags = ("lora",)
     merges = True
