@@ -287,3 +287,46 @@ def test_what_the_model_card_says_is_asked_of_the_registry() -> None:
         assert card_data(facts).library_name == library
         assert ("lora" in card_data(facts).tags) == (kind == "lora")
         assert card_data(facts, merged=True).library_name == "sentence-transformers"
+
+
+def test_missing_or_truncated_weights_are_a_config_error_naming_the_file(tiny_checkpoint, tmp_path) -> None:
+    """Without the check peft looks a missing adapter file up on the Hub (a network traceback) and
+    safetensors reports a truncated file without naming it."""
+    import shutil
+
+    from vis_embed.errors import ConfigError
+    from vis_embed.model.files.export import load_merged
+
+    base = tiny_checkpoint("qwen2-vl")
+    model = _load(base)
+    model.add_lora(r=2)
+    adapter = model.save_pretrained(tmp_path / "lora")
+    weights = adapter / "adapter_model.safetensors"
+    intact = weights.read_bytes()
+    weights.unlink()
+    for load in (lambda: _load(base, adapter), lambda: load_merged(str(base), adapter)):
+        with pytest.raises(ConfigError, match="no adapter_model.safetensors"):
+            load()
+    weights.write_bytes(intact[:100])
+    for load in (lambda: _load(base, adapter), lambda: load_merged(str(base), adapter)):
+        with pytest.raises(ConfigError, match="lora/adapter_model.safetensors: not a readable safetensors file"):
+            load()
+    full = tmp_path / "full"
+    shutil.copytree(base, full)
+    (full / "model.safetensors").write_bytes((base / "model.safetensors").read_bytes()[:5000])
+    with pytest.raises(ConfigError, match=r"full \(its \*.safetensors\): not a readable safetensors file"):
+        _load(full)
+
+
+def test_the_card_states_the_recorded_prompt_format_and_what_an_export_holds(tmp_path) -> None:
+    from vis_embed.model.embedding_config import EmbeddingConfig
+    from vis_embed.model.files.model_card import CardFacts, write_model_card
+
+    EmbeddingConfig(prompt_format="chat-system").save(tmp_path)
+    card = write_model_card(tmp_path, CardFacts(base_model="org/base")).read_text()
+    assert "`chat-system` prompt format" in card and "`chat` prompt format" not in card
+    for kind, title in (("lora", "Merged model"), ("head", "Model with a projection head"), (None, "Model")):
+        card = write_model_card(tmp_path, CardFacts(base_model="org/base", adaptation=kind), merged=True).read_text()
+        assert f"# {title} for `org/base`" in card, kind
+        assert "--adapter THIS_DIR" not in card  # an export is a model of its own: no usage that fails
+        assert "vis-embed eval --model THIS_DIR" in card and 'SentenceTransformer("THIS_DIR")' in card

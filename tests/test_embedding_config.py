@@ -20,6 +20,7 @@ import pytest
 import torch
 import yaml
 from PIL import Image
+from safetensors.torch import load_file
 
 from vis_embed.cli import load_command, main
 from vis_embed.errors import ConfigError
@@ -108,6 +109,28 @@ def test_training_writes_the_settings_beside_every_adapter(trained) -> None:
         assert recorded["document_instruction"] == "Represent the given image."
         assert recorded["attn_implementation"] is None  # the training machine's kernel is not recorded
         EmbeddingConfig.model_validate(recorded)
+
+
+def test_training_records_no_instruction_as_empty_and_disagreement_as_null(tmp_path) -> None:
+    """"" (every dataset has none) and null (they differ) are kept apart: the export refuses null."""
+    from types import SimpleNamespace
+
+    from vis_embed.data.train import TrainDataConfig, TrainDataset
+    from vis_embed.training.model_setup import trained_embedding_config
+
+    def recorded(*candidate_instructions: str | None) -> str | None:
+        datasets = [TrainDataset(name=f"d{i}", kind="pairs", path=tmp_path, image_root=tmp_path,
+                                 query_instruction="Find it.", candidate_instruction=text)
+                    for i, text in enumerate(candidate_instructions)]
+        data = TrainDataConfig(path=tmp_path / "d.yaml", datasets=datasets)
+        recipe = load_recipe(raw={"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out",
+                                  "max_steps": 1, "global_batch_size": 8})
+        return trained_embedding_config(recipe, data, SimpleNamespace(embedding_config=EmbeddingConfig())
+                                        ).document_instruction
+
+    assert recorded(None, None) == "" and recorded(None, "") == ""
+    assert recorded("Represent it.", "Represent it.") == "Represent it."
+    assert recorded("Represent it.", None) is None
 
 
 # ------------------------------------------------------------------ encode
@@ -252,6 +275,10 @@ def test_merge_carries_the_settings(trained, items, tmp_path) -> None:
     folded, meta = _encode(merged, None, items, tmp_path / "merged.npy")  # no flags, no adapter
     assert _row_cosines(adapted, folded).min() >= 0.9999
     assert meta["embedding_config"]["prompt_format"] == "vlm2vec"
+    # --dtype is the written weights', not the recorded inference policy (a bf16 merge loads in fp32 on a CPU)
+    bf16 = merge_adapter(trained["final"], tmp_path / "bf16", dtype="bfloat16")
+    assert read_embedding_config(bf16)["dtype"] == read_embedding_config(trained["final"])["dtype"] == "float32"
+    assert {tensor.dtype for tensor in load_file(str(bf16 / "model.safetensors")).values()} == {torch.bfloat16}
 
 
 def test_export_carries_the_settings_and_refuses_a_format_it_cannot_reproduce(trained, tmp_path) -> None:
@@ -261,11 +288,19 @@ def test_export_carries_the_settings_and_refuses_a_format_it_cannot_reproduce(tr
         export_sentence_transformers(None, tmp_path / "refused", adapter=trained["final"])
     assert not (tmp_path / "refused").exists()
     argv = ["export", "--adapter", str(trained["final"]), "--out", str(tmp_path / "st"), "--prompt-format", "chat"]
-    assert main(argv) == 0
+    # sentence-transformers cuts a long item's tokens elsewhere than vis_embed: no cap is exported
+    assert main([*argv, "--max-length", "64"]) == 2 and not (tmp_path / "st").exists()
+    with pytest.warns(UserWarning, match="recorded max_length 64 is not exported"):
+        assert main(argv) == 0
     recorded = read_embedding_config(tmp_path / "st")
-    assert recorded["prompt_format"] == "chat" and recorded["max_pixels"] == 50176 and recorded["max_length"] == 64
+    assert recorded["prompt_format"] == "chat" and recorded["max_pixels"] == 50176 and recorded["max_length"] is None
     prompts = json.loads((tmp_path / "st" / "config_sentence_transformers.json").read_text())["prompts"]
     assert prompts == {"query": "Find the same object.", "document": "Represent the given image."}
+    with pytest.warns(UserWarning):
+        assert main([*argv[:4], str(tmp_path / "bf16"), *argv[5:], "--dtype", "bfloat16"]) == 0
+    assert read_embedding_config(tmp_path / "bf16")["dtype"] == "float32"  # the weights' dtype only
+    assert {tensor.dtype for tensor in load_file(str(tmp_path / "bf16" / "model.safetensors")).values()} == {
+        torch.bfloat16}
     size = json.loads((tmp_path / "st" / "processor_config.json").read_text())["image_processor"]["size"]
     assert size["longest_edge"] == 50176
 

@@ -148,3 +148,41 @@ def test_vllm_pooling_runner_matches_embedder(exported: tuple[Path, Path, Path])
         request = {"prompt": prompt, **({"multi_modal_data": {"image": item["image"]}} if "image" in item else {})}
         vector = np.asarray(llm.embed([request])[0].outputs.embedding, dtype=np.float32)[None]
         assert _cosines(vector, embedder.encode([item], instruction=QUERY)).min() >= 0.9999
+
+
+def test_a_recorded_null_instruction_is_refused_not_replaced_by_the_default(
+        tiny_checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """null is what training records when its datasets had different candidate instructions:
+    exporting the default in its place would prompt with text the model never saw."""
+    import shutil
+
+    from vis_embed.model.embedding_config import EmbeddingConfig
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_checkpoint("qwen2-vl"), base)
+    EmbeddingConfig(query_instruction="Find it.", document_instruction=None).save(base)
+    assert cli_main(["export", str(base), "--out", str(tmp_path / "refused")]) == 2
+    assert "records document_instruction: null" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+    out = tmp_path / "st"
+    assert cli_main(["export", str(base), "--out", str(out), "--document-instruction", ""]) == 0
+    prompts = json.loads((out / "config_sentence_transformers.json").read_text())["prompts"]
+    assert prompts == {"query": "Find it."}  # "" = no prompt, as the Embedder reads it
+    EmbeddingConfig(query_instruction="Find it.", document_instruction="").save(base)  # recorded: none
+    export_sentence_transformers(str(base), tmp_path / "st2")
+    assert json.loads((tmp_path / "st2" / "config_sentence_transformers.json").read_text())["prompts"] == prompts
+
+
+def test_recorded_matryoshka_widths_above_the_models_are_refused(
+        tiny_checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Else config.json would list a width vLLM then offers as `dimensions` and cannot give."""
+    import shutil
+
+    from vis_embed.model.embedding_config import EmbeddingConfig
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_checkpoint("qwen2-vl"), base)
+    EmbeddingConfig(matryoshka_dims=[8, 100000], query_instruction="q", document_instruction="d").save(base)
+    assert cli_main(["export", str(base), "--out", str(tmp_path / "st")]) == 2
+    assert "matryoshka_dims [8, 100000]: 100000 exceeds the model's embedding width" in capsys.readouterr().err
+    assert not (tmp_path / "st").exists()

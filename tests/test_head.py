@@ -143,3 +143,52 @@ def test_sentence_transformers_export_applies_the_head(trained, tmp_path) -> Non
         ITEMS, instruction="Represent the image.")
     assert ((base_vectors * ours).sum(-1)).min() < 0.999  # the check would see a missing head
 
+
+
+@pytest.fixture(scope="module")
+def head_export(tiny_checkpoint, tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(base, a perturbed 8-wide head with Matryoshka dims, its `vis-embed export`)."""
+    base = tiny_checkpoint("qwen2-vl")
+    root = tmp_path_factory.mktemp("head-export")
+    model = EmbeddingModel.from_pretrained(base, device="cpu", dtype="float32")
+    head = model.add_projection_head(out_dim=8)
+    with torch.no_grad():
+        head.linear.weight.add_(torch.randn(head.linear.weight.shape, generator=torch.Generator().manual_seed(0)))
+    model.embedding_config = model.embedding_config.with_values(matryoshka_dims=[4], query_instruction="Find it.",
+                                                                document_instruction="")
+    model.save_pretrained(root / "head")
+    assert cli_main(["export", "--adapter", str(root / "head"), "--out", str(root / "st")]) == 0
+    return base, root / "head", root / "st"
+
+
+def test_a_head_export_loads_with_its_head(head_export) -> None:
+    """Embedder (hence `vis-embed encode --model EXPORT`) applies the export's Dense module: the
+    vectors are the head's, 8 wide, not the base's."""
+    base, head_dir, out = head_export
+    ours = Embedder.from_pretrained(base, adapter=head_dir, device="cpu", dtype="float32")
+    exported = Embedder.from_pretrained(out, device="cpu", dtype="float32")
+    assert exported.embedding_dim == 8 and exported.embedding_config.matryoshka_dims == [4]
+    assert np.allclose(exported.encode(ITEMS, instruction="Find it."), ours.encode(ITEMS, instruction="Find it."),
+                       atol=1e-5)
+    with pytest.raises(ConfigError, match="export with a projection head"):
+        Embedder.from_pretrained(out, adapter=head_dir, device="cpu", dtype="float32")
+    assert "# Model with a projection head for" in (out / "README.md").read_text()  # not "Merged model"
+
+
+def test_exported_head_modules_vis_embed_cannot_apply_are_refused(head_export, tmp_path) -> None:
+    from vis_embed.model.network.projection_head import load_exported_head
+
+    _base, _head_dir, out = head_export
+    copy = tmp_path / "st"
+    copy.mkdir()
+    shutil.copytree(out / "3_Dense", copy / "3_Dense")
+    modules = json.loads((out / "modules.json").read_text())
+    (copy / "modules.json").write_text(json.dumps(modules + [{"idx": 5, "name": "5", "path": "5_Router",
+                                                             "type": "sentence_transformers.models.Router"}]))
+    with pytest.raises(ConfigError, match="module 'Router', which vis_embed does not apply"):
+        load_exported_head(copy)
+    (copy / "modules.json").write_text(json.dumps(modules))
+    weights = copy / "3_Dense" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated
+    with pytest.raises(ConfigError, match=r"3_Dense/model.safetensors: not a readable safetensors file"):
+        load_exported_head(copy)

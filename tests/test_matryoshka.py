@@ -102,7 +102,7 @@ def test_export_tells_vllm_the_matryoshka_dimensions(tiny_checkpoint, tmp_path) 
     shutil.copytree(tiny_checkpoint("qwen2-vl"), base)
     plain = json.loads((export_sentence_transformers(str(base), tmp_path / "plain") / "config.json").read_text())
     assert "matryoshka_dimensions" not in plain and "is_matryoshka" not in plain
-    EmbeddingConfig(matryoshka_dims=[4, 8]).save(base)
+    EmbeddingConfig(matryoshka_dims=[4, 8], query_instruction="", document_instruction="").save(base)
     out = export_sentence_transformers(str(base), tmp_path / "st")
     config = json.loads((out / "config.json").read_text())
     width = config.get("text_config", config).get("hidden_size") or config["hidden_size"]

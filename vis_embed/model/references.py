@@ -78,3 +78,8 @@ def record_absolute_base(adapter_dir: Path) -> None:
     if base and absolute_model_reference(base) != base:
         config["base_model_name_or_path"] = absolute_model_reference(base)
         atomic_write_json(config_path, config)
+
+
+def unreadable_weights(path: str | Path, error: Exception) -> ConfigError:
+    """The one message for a weights file safetensors cannot read (truncated, not safetensors)."""
+    return ConfigError(f"{path}: not a readable safetensors file, truncated or damaged ({error})")

@@ -30,7 +30,9 @@ def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,
     base = recorded_base(base, Path(adapter).expanduser())
     # ``out`` checked before the model loads: a folder of other files, or holding the inputs, is refused
     with atomic_directory(out, marker=CHECKPOINT_MARKER, what="a model checkpoint", inputs=(adapter, base)) as tmp:
-        config = resolve_embedding_config(base, adapter, dtype=None if dtype in (None, "checkpoint") else dtype)
+        # ``dtype`` is the written weights' only: the recorded dtype policy (how the model loads
+        # for inference: auto, float32 on a CPU) stays the adapter's
+        config = resolve_embedding_config(base, adapter)
         merged, processor = load_merged(base, adapter, dtype)
         merged.save_pretrained(str(tmp), safe_serialization=True)
         processor.save_pretrained(str(tmp))

@@ -65,7 +65,10 @@ def trained_embedding_config(recipe: Recipe, data: TrainDataConfig, model: Embed
     instructions when every dataset shares them; not attn_implementation (the training
     machine's kernel choice, not how the model embeds)."""
     def shared(values: list[str | None]) -> str | None:
-        return values[0] if len(set(values)) == 1 else None
+        """The one instruction every dataset trains with ("": none, as the prompt builder treats
+        None); None (null) only when they differ, so the export can tell the two apart."""
+        texts = {value or "" for value in values}
+        return texts.pop() if len(texts) == 1 else None
 
     return model.embedding_config.model_copy(update={
         "attn_implementation": None, "adaptation": recipe.adaptation.kind,

@@ -29,16 +29,18 @@ The library half of ``vis-embed export`` (command line in :mod:`vis_embed.model.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vis_embed.errors import ConfigError
-from vis_embed.vectors.transforms import vllm_matryoshka_fields
+from vis_embed.errors import ConfigError, DataError
+from vis_embed.vectors.transforms import check_matryoshka_dims, vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from vis_embed.model.network.adaptation import FullAdaptation, saved_adapter
-from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
+from vis_embed.model.embedding_config import (EMBEDDING_CONFIG_FILE, EmbeddingConfig, read_embedding_config,
+                                              resolve_embedding_config)
 from vis_embed.model.defaults import CHECKPOINT_MARKER
-from vis_embed.model.references import looks_like_path
+from vis_embed.model.references import looks_like_path, unreadable_weights
 
 if TYPE_CHECKING:
     from transformers import ProcessorMixin
@@ -49,6 +51,13 @@ EXPORT_FORMATS = ("sentence-transformers",)
 # The identity task's instructions (vis_embed.prep.synth's "identity" pair): what the quickstart trains.
 DEFAULT_QUERY_INSTRUCTION = "Find the same object as the one in the given image."
 DEFAULT_DOCUMENT_INSTRUCTION = "Represent the given image."
+# Why a token cap is not exported: the two cut different tokens, so the vectors of long items would differ.
+UNEXPORTED_MAX_LENGTH = ("sentence-transformers cuts an item's tokens at the end (the generation prompt "
+                         "and image tokens too), vis_embed only the end of the item's text")
+# What an export prompts with when no embedding_config.json records the instruction (a base
+# vis_embed never trained): the quickstart's task.
+DEFAULT_INSTRUCTIONS = {"query_instruction": DEFAULT_QUERY_INSTRUCTION,
+                        "document_instruction": DEFAULT_DOCUMENT_INSTRUCTION}
 
 # Jinja prepended to the checkpoint's chat template (see the module docstring).  A top-level
 # ``set messages`` shadows the caller's messages for the original template that follows.
@@ -135,10 +144,16 @@ def load_merged(base: str | None, adapter: str | Path | None = None,
 
 def _load_base(base: str, dtype: Any) -> tuple[Any, Any]:
     """``(model, processor)`` of the checkpoint ``base`` (never the hub for a path)."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from vis_embed.model.network.embedding_model import resolve_dtype
 
+    from vis_embed.model.network.projection_head import load_exported_head
+
+    if looks_like_path(base) and load_exported_head(base) is not None:  # its head would be dropped
+        raise ConfigError(f"{base} is an export with a projection head; merge or export the base it was "
+                          "built from, with --adapter HEAD_DIR")
     torch_dtype = resolve_dtype(dtype or "checkpoint")
     local_only = looks_like_path(base)  # a path never needs the hub: no network retries
     try:
@@ -147,6 +162,8 @@ def _load_base(base: str, dtype: Any) -> tuple[Any, Any]:
         processor = AutoProcessor.from_pretrained(base, local_files_only=local_only)
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot load base model {base!r}: {exc}") from exc
+    except SafetensorError as exc:  # a truncated weights file: named, not a traceback
+        raise unreadable_weights(f"{base} (its *.safetensors)", exc) from None
     return model, processor
 
 
@@ -217,15 +234,16 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
 
     Settings left at None (instructions, pixels, ``settings``: other EmbeddingConfig fields)
     take the adapter's / base's recorded ``embedding_config.json``, else the defaults (the
-    instructions: DEFAULT_QUERY_INSTRUCTION / DEFAULT_DOCUMENT_INSTRUCTION; "" = no prompt).
-    ``dtype``: the written weights' (default "checkpoint": the base checkpoint's own).
-    The effective settings are written as the export's ``embedding_config.json``.
+    instructions: :func:`export_instruction`; "" = no prompt).
+    ``dtype``: the written weights' (default "checkpoint": the base checkpoint's own); the
+    recorded dtype policy is the model's, not this.  The effective settings are written as the
+    export's ``embedding_config.json``.
     """
     # ``out`` checked first (a folder of other files, or holding the model read, is refused), then built
     with atomic_directory(out, marker=CHECKPOINT_MARKER, what="a model checkpoint",
                           inputs=[path for path in (model, adapter) if path is not None]) as tmp:
+        # ``dtype`` is the written weights' only, not the recorded policy (merge's rule)
         config = export_config(model, adapter, query_instruction=query_instruction,
-                               dtype=None if dtype in (None, "checkpoint") else dtype,
                                document_instruction=document_instruction, min_pixels=min_pixels,
                                max_pixels=max_pixels, **settings)
         # a LoRA merged into the weights; a projection head beside the base, as a Dense module
@@ -234,6 +252,7 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
         embedding_dim = int(merged.config.get_text_config().hidden_size)
         # vLLM reads these from config.json: it then serves `dimensions` (vis_embed/vectors/transforms.py)
         full_width = head.out_dim if head is not None else embedding_dim
+        check_exported_widths(config.matryoshka_dims, full_width)
         merged.config.update(vllm_matryoshka_fields(config.matryoshka_dims, full_width))
         merged.save_pretrained(str(tmp), safe_serialization=True)
         processor.save_pretrained(str(tmp))
@@ -246,21 +265,55 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     return Path(out)
 
 
+def check_exported_widths(dims: list[int] | None, full_width: int) -> None:
+    """Refuse recorded Matryoshka widths above the model's: vLLM would list ``dimensions`` the
+    model cannot give (the one rule: ``check_matryoshka_dims``)."""
+    if dims:
+        try:
+            check_matryoshka_dims(dims, full_width)
+        except DataError as exc:
+            raise ConfigError(f"{EMBEDDING_CONFIG_FILE} (recorded): matryoshka_dims {dims}: {exc.reason}; "
+                              "fix the record before exporting") from None
+
+
 def export_config(model: str | None, adapter: str | Path | None, **given: Any) -> EmbeddingConfig:
     """The export's settings: given > recorded (adapter's over base's) > defaults, checked to
     be what the sentence-transformers layout can reproduce (the ``chat`` prompt format)."""
     base = model
     if base is None and adapter is not None:
         base = saved_adapter(adapter).base_model(Path(adapter).expanduser())
+    if given.get("max_length") is not None:
+        raise ConfigError(f"--max-length {given['max_length']}: {UNEXPORTED_MAX_LENGTH}; export without it")
     config = resolve_embedding_config(base, adapter, **given)
     if config.prompt_format != "chat":
         raise ConfigError(f"the model's prompt_format is {config.prompt_format!r} (recorded in its "
                           "embedding_config.json or given); the sentence-transformers export reproduces "
                           "the 'chat' prompt format only")
-    instructions = {"query_instruction": config.query_instruction, "document_instruction": config.document_instruction}
-    defaults = {"query_instruction": DEFAULT_QUERY_INSTRUCTION, "document_instruction": DEFAULT_DOCUMENT_INSTRUCTION}
-    update = {key: (defaults[key] if value is None else value or None) for key, value in instructions.items()}
+    update = {key: export_instruction(key, given.get(key), base, adapter) for key in DEFAULT_INSTRUCTIONS}
+    if config.max_length is not None:  # recorded (trained with it): the export's own record says what it does
+        warnings.warn(f"the recorded max_length {config.max_length} is not exported ({UNEXPORTED_MAX_LENGTH}); "
+                      "the export's embedding_config.json records none", stacklevel=2)
+        update["max_length"] = None
     return config.model_copy(update={**update, "adaptation": FullAdaptation.kind})  # full weights (+ ST modules)
+
+
+def export_instruction(key: str, given: str | None, base: str | Path | None, adapter: str | Path | None) -> str:
+    """The prompt ``key`` exports ("" = none): given > recorded (the adapter's file over the
+    base's) > the default when no file records the key.  A recorded null is refused: training
+    records it when its datasets had different instructions (and runs before "" was recorded
+    for "none" wrote it for no instruction), so the default would be a prompt the model never saw."""
+    if given is not None:
+        return given
+    for directory in (adapter, base):
+        recorded = read_embedding_config(directory)
+        if key not in recorded:
+            continue
+        if recorded[key] is None:
+            path = Path(str(directory)).expanduser() / EMBEDDING_CONFIG_FILE
+            raise ConfigError(f"{path}: records {key}: null (the training datasets had different instructions, "
+                              f"or, in older runs, none); pass --{key.replace('_', '-')} TEXT ('' for no prompt)")
+        return recorded[key]
+    return DEFAULT_INSTRUCTIONS[key]
 
 
 def _add_head_modules(directory: Path, files: dict[str, Any], head: ProjectionHead) -> None:

@@ -30,10 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # --query-instruction, --document-instruction, --min-pixels, --max-pixels, --dtype, ...: generated
     # from EmbeddingConfig; not given = the adapter's / model's recorded value, else the default.
     add_embedding_config_arguments(parser, groups=(LOADING, INSTRUCTIONS), help_overrides={
-        "query_instruction": f"prompt 'query' (encode_query); '' for none (default: the recorded one, "
-                             f"else {DEFAULT_QUERY_INSTRUCTION!r})",
+        "query_instruction": f"prompt 'query' (encode_query); '' for none (default: the recorded one; "
+                             f"needed when it is recorded as null; else {DEFAULT_QUERY_INSTRUCTION!r})",
         "document_instruction": f"prompt 'document' (encode_document); '' for none (default: the recorded "
-                                f"one, else {DEFAULT_DOCUMENT_INSTRUCTION!r})",
+                                f"one; needed when it is recorded as null; else {DEFAULT_DOCUMENT_INSTRUCTION!r})",
+        "max_length": "refused: sentence-transformers cuts a long item's tokens at the end (template and "
+                      "image tokens too), not its text as vis_embed does; a recorded one is not exported",
         "dtype": "dtype of the written weights (default: checkpoint, the base checkpoint's own; auto: by "
                  "device, bfloat16 on CUDA and float32 elsewhere)"})
     parser.add_argument("--results", type=Path, default=None,

@@ -28,7 +28,9 @@ _VOLATILE_JSON_KEYS = {"is_local", "local_files_only", "name_or_path", "_name_or
 _CHECKPOINT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer.json",
                      "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                      "processor_config.json", "preprocessor_config.json",
-                     "video_preprocessor_config.json", ADAPTER_CONFIG, HEAD_CONFIG)
+                     "video_preprocessor_config.json", ADAPTER_CONFIG, HEAD_CONFIG,
+                     # an export's projection head (a Dense module), which the model loads with it
+                     "modules.json", "*_Dense/config.json", "*_Dense/model.safetensors")
 
 
 def model_fingerprint(model: EmbeddingModel, config: EmbeddingConfig) -> str:
@@ -59,7 +61,13 @@ def checkpoint_fingerprint(name_or_path: str | None, backbone: torch.nn.Module |
             content = read_json_value(file)
             if isinstance(content, dict):
                 content = {k: v for k, v in content.items() if k not in _VOLATILE_JSON_KEYS}
-            parts[file.name] = fingerprint_json(content)
+            parts[_relative_name(file, path)] = fingerprint_json(content)
         else:
-            parts[file.name] = fingerprint_files([file])
+            parts[_relative_name(file, path)] = fingerprint_files([file])
     return fingerprint_json(parts)
+
+
+def _relative_name(file: Path, root: Path) -> str:
+    """A file's key in the fingerprint: its path under the checkpoint (a top-level file's name, as
+    before; a module's ``3_Dense/model.safetensors`` kept apart from the weights' ``model.safetensors``)."""
+    return file.relative_to(root).as_posix()

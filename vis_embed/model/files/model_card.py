@@ -14,7 +14,7 @@ That is how a card is kept current after the fact:
 * ``vis-embed eval --adapter RUN/final`` (:func:`record_evaluation`) stores the evaluation
   summary in the facts and rewrites the card: the run's *last* evaluation is on the card;
 * ``vis-embed export --adapter RUN/final`` writes a card into the exported directory from the
-  adapter's facts (a merged model: ``library_name: sentence-transformers``).
+  adapter's facts (an export: ``library_name: sentence-transformers``, titled by what was exported).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pydantic import Field, model_validator
 from vis_embed.config import FileRecord, get_dotted
 from vis_embed.data.results_file import ResultsFile
 from vis_embed.io import atomic_write_json, atomic_write_text, is_hub_id, read_json_object
-from vis_embed.model.embedding_config import AdaptationKind
-from vis_embed.model.network.adaptation import ADAPTATIONS, Adaptation, saved_adaptation
+from vis_embed.model.embedding_config import AdaptationKind, read_embedding_config
+from vis_embed.model.network.adaptation import ADAPTATIONS, Adaptation, saved_adaptation, saved_adapter
 
 if TYPE_CHECKING:
     from huggingface_hub import ModelCardData
@@ -148,30 +148,46 @@ def card_data(facts: CardFacts | Mapping[str, Any], merged: bool = False) -> Mod
                          model_name=(facts.name or f"{Path(base).name}-vis_embed") if results else None)
 
 
-def model_card(facts: CardFacts | Mapping[str, Any], merged: bool = False) -> str:
-    """Markdown of the card (front matter + body) of ``facts`` (see the module docstring)."""
+def model_card(facts: CardFacts | Mapping[str, Any], merged: bool = False, prompt_format: str = "chat") -> str:
+    """Markdown of the card (front matter + body) of ``facts`` (see the module docstring).
+    ``merged``: a ``vis-embed export`` of ``facts.kind`` (what was exported); ``prompt_format``:
+    the directory's recorded one (:func:`write_model_card` reads it)."""
     facts = _facts(facts)
     base_model, recipe = facts.base_model, facts.recipe
     adapter = facts.adapter and not merged
-    kind = "Merged model" if merged else facts.kind.card_title if facts.kind is not None else "Model"
     lines = ["---", card_data(facts, merged).to_yaml(), "---", "",
-             f"# {kind} for `{base_model}` (vis_embed)", "",
+             f"# {_title(facts, merged)} for `{base_model}` (vis_embed)", "",
              ("Instruction-conditioned multimodal embedding model trained with vis_embed "
-              "(last-token pooling, L2-normalised vectors, `chat` prompt format)."), "", "## Training", ""]
+              f"(last-token pooling, L2-normalised vectors, `{prompt_format}` prompt format)."), "",
+             "## Training", ""]
     lines += _table(["key", "value"], [("base model", base_model), ("steps completed", facts.steps)]
                     + [(key, value) for key in CARD_RECIPE_KEYS if (value := get_dotted(recipe, key)) is not None])
     lines += ["", "## Data", ""]
     lines += _table(["dataset", "kind", "file", "weight"],
                     [(d.get("name"), d.get("kind"), d.get("path"), d.get("weight"))
                      for d in facts.datasets])
-    lines += ["", "## Evaluation", ""] + _evaluation_lines(facts.evaluation)
-    use = ("vis-embed encode --model THIS_DIR --input items.jsonl --output emb.npy" if merged or not adapter
+    lines += ["", "## Evaluation", ""] + _evaluation_lines(facts.evaluation, adapter, merged)
+    use = ("vis-embed encode --model THIS_DIR --input items.jsonl --output emb.npy" if not adapter
            else f"vis-embed encode --model {base_model} --adapter THIS_DIR --input items.jsonl --output emb.npy")
     lines += ["", "## Use", "", "```bash", use]
     if adapter:
         lines.append("vis-embed export --adapter THIS_DIR --out st_model   # sentence-transformers / vLLM")
-    lines += ["```", ""] + _matryoshka_lines(get_dotted(recipe, "loss.matryoshka_dims"))
-    return "\n".join(lines)
+    if merged:
+        lines.append("vllm serve THIS_DIR --runner pooling --convert embed")
+    lines += ["```", ""]
+    if merged:
+        lines += ["```python", "from sentence_transformers import SentenceTransformer",
+                  'model = SentenceTransformer("THIS_DIR")   # encode_query / encode_document: the trained prompts',
+                  "```", ""]
+    return "\n".join(lines + _matryoshka_lines(get_dotted(recipe, "loss.matryoshka_dims")))
+
+
+def _title(facts: CardFacts, merged: bool) -> str:
+    """What the card calls the directory: the kind's own title, or its export's (a LoRA merged,
+    a head beside the base); "Model" for a plain model."""
+    if facts.kind is None:
+        return "Model"
+    return facts.kind.export_title if merged else facts.kind.card_title
 
 
 def _matryoshka_lines(dims: Sequence[int] | None) -> list[str]:
@@ -184,10 +200,15 @@ def _matryoshka_lines(dims: Sequence[int] | None) -> list[str]:
              "cut the vectors (docs/galleries.md)."), ""]
 
 
-def _evaluation_lines(evaluation: Mapping[str, Any] | None) -> list[str]:
+def _evaluation_lines(evaluation: Mapping[str, Any] | None, adapter: bool, merged: bool) -> list[str]:
     if not evaluation or not (evaluation.get("datasets") or evaluation.get("groups")):
-        return [("Not evaluated when this card was written: `vis-embed eval --model BASE "
-                 "--adapter THIS_DIR ...` (docs/evaluation.md) adds the results here.")]
+        # eval records its results on an adapter's card only (evaluation/api.py)
+        if adapter:
+            return [("Not evaluated when this card was written: `vis-embed eval --model BASE "
+                     "--adapter THIS_DIR ...` (docs/evaluation.md) adds the results here.")]
+        return [("Not evaluated when this card was written: `vis-embed eval --model THIS_DIR ...` "
+                 "(docs/evaluation.md) evaluates it" + ("; `vis-embed export --results OUT/results.json` "
+                                                         "writes an export's card with them." if merged else "."))]
     lines = _table(["dataset", "meta-task", "split", "metric", "score"],
                    [(name, e.get("meta_task"), e.get("split"), e["metric"], f"{e['value']:.2f}")
                     for name, e in evaluation.get("datasets", {}).items()])
@@ -204,8 +225,10 @@ def write_model_card(directory: Path, facts: CardFacts | Mapping[str, Any], merg
     from huggingface_hub import ModelCard
 
     directory = Path(directory)
-    facts = _held_kind(directory, _facts(facts))
-    card = ModelCard(model_card(facts, merged))
+    given, facts = _facts(facts), _held_kind(directory, _facts(facts))
+    prompt_format = read_embedding_config(directory).get("prompt_format", "chat")  # the one record
+    # an export's title says what was exported (the given kind); the stored facts, what it holds
+    card = ModelCard(model_card(given if merged else facts, merged, prompt_format))
     atomic_write_json(directory / FACTS_FILE, facts.model_dump(mode="json", include=set(CardFacts.model_fields)))
     return atomic_write_text(directory / CARD_FILE, str(card))
 
@@ -242,7 +265,9 @@ def export_facts(adapter: str | Path | None, base_model: str,
     has a card (training settings, data, last evaluation); ``results`` (a results.json)
     replaces the evaluation."""
     own = read_facts(adapter) if adapter is not None else None
-    facts = (own or CardFacts(base_model=base_model)).model_copy(update={"base_model": base_model})
+    exported = None if adapter is None else saved_adapter(adapter).kind  # what the card's title names
+    facts = (own or CardFacts(base_model=base_model)).model_copy(update={"base_model": base_model,
+                                                                         "adaptation": exported})
     if results is not None:
         facts = facts.model_copy(update={"evaluation": evaluation_summary(results)})
     return facts

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 
 from vis_embed.errors import ConfigError
 from vis_embed.model.network.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
@@ -34,10 +35,10 @@ from vis_embed.model.defaults import DTYPE_NAMES
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.network.patch_embedding import use_matmul_patch_embedding
 from vis_embed.model.network.pooling import last_token_pool
-from vis_embed.model.network.projection_head import ProjectionHead
+from vis_embed.model.network.projection_head import ProjectionHead, load_exported_head
 from vis_embed.model.inputs.preparer import (VIDEO_EXTRA_FIELDS, VISUAL_FIELDS, PreparedItem, Preparer, PreparesItems,
                                      token_limit)
-from vis_embed.model.references import looks_like_path
+from vis_embed.model.references import looks_like_path, unreadable_weights
 from vis_embed.model.network.rms_norm import use_fused_rms_norm
 from vis_embed.model.network.vision_metadata import METADATA_KEY, describe_batch, pinned, run_base_model
 
@@ -139,7 +140,9 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
     def from_pretrained(cls, name_or_path: str | Path, adapter: str | Path | None = None,
                         device: str | torch.device | None = None, dtype: Any = None,
                         config: EmbeddingConfig | None = None, **settings: Any) -> EmbeddingModel:
-        """Load a hub id or local checkpoint (and optionally a peft LoRA adapter on top).
+        """Load a hub id or local checkpoint (and optionally a peft LoRA adapter or a projection
+        head on top).  A local ``vis-embed export`` of a projection head brings its head along
+        (the ``Dense`` module its ``modules.json`` lists: projection_head.load_exported_head).
 
         ``settings``: EmbeddingConfig fields by name (``prompt_format``, ``min_pixels``,
         ``max_length``, ``attn_implementation``, ...; an unknown name is a TypeError); those left
@@ -165,10 +168,18 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
                 name, dtype=torch_dtype, attn_implementation=load_attn_implementation(attn))
         except (OSError, ValueError, KeyError) as exc:
             raise ConfigError(f"cannot load model {name!r}: {exc}") from exc
+        except SafetensorError as exc:  # a truncated weights file: named, not a traceback
+            raise unreadable_weights(f"{name} (its *.safetensors)", exc) from None
         set_attention(backbone, attn)
-        head = None
+        # A head export's Dense module: without it the vectors would be the base's, not the export's.
+        head = load_exported_head(name)
         if adapter is not None:  # a peft LoRA or a projection head, by its config file
+            if head is not None:
+                raise ConfigError(f"{name} is an export with a projection head (its modules.json); it is a "
+                                  f"model of its own: load it without an adapter")
             backbone, head = attach_adapter(backbone, adapter, device)
+        if head is not None:
+            head = head.to(device).eval()
         backbone.to(device)
         backbone.eval()
         model = cls(backbone, processor, config, name_or_path=name, adapter=None if adapter is None else str(adapter))

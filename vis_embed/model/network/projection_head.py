@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from vis_embed.config import FileRecord
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.io import atomic_write_bytes, atomic_write_json, read_json_value
-from vis_embed.model.references import HEAD_CONFIG
+from vis_embed.model.references import HEAD_CONFIG, unreadable_weights
 
 HEAD_WEIGHTS = "head.safetensors"
 HEAD_TYPE = "projection_head"
@@ -95,17 +95,26 @@ def read_head_file(directory: str | Path) -> HeadFile:
 
 def load_head(directory: str | Path) -> ProjectionHead:
     """The head saved in ``directory`` (weights checked against the config's dimensions)."""
+    config = read_head_file(directory)
+    return _head_with_weights(config.in_dim, config.out_dim, Path(directory).expanduser() / HEAD_WEIGHTS,
+                              HEAD_CONFIG)
+
+
+def _head_with_weights(in_dim: int, out_dim: int, weights_path: Path, config_name: str) -> ProjectionHead:
+    """A head of these dimensions holding the weights of ``weights_path`` (any problem with the
+    file -- missing, truncated, other keys or shapes -- a ConfigError naming it)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    config = read_head_file(directory)
-    head = ProjectionHead(config.in_dim, config.out_dim)
-    weights_path = Path(directory).expanduser() / HEAD_WEIGHTS
+    head = ProjectionHead(in_dim, out_dim)
     if not weights_path.is_file():
-        raise ConfigError(f"{weights_path.parent}: {HEAD_WEIGHTS} missing")
+        raise ConfigError(f"{weights_path.parent}: {weights_path.name} missing")
     try:
         head.load_state_dict(load_file(str(weights_path)))
+    except SafetensorError as exc:  # truncated or not a safetensors file
+        raise unreadable_weights(weights_path, exc) from None
     except RuntimeError as exc:  # missing/unexpected keys or shapes other than the config's
-        raise ConfigError(f"{weights_path}: does not match {HEAD_CONFIG}: {exc}") from None
+        raise ConfigError(f"{weights_path}: does not match {config_name}: {exc}") from None
     return head
 
 
@@ -139,3 +148,65 @@ def sentence_transformers_head_files(head: ProjectionHead, first_index: int) -> 
     }
     weights = {name: tensor.detach().float().cpu().contiguous() for name, tensor in head.state_dict().items()}
     return entries, configs, weights
+
+
+# sentence-transformers module classes by the last part of their type name (``...dense.Dense``,
+# or ``sentence_transformers.models.Dense`` as older versions wrote it): the modules an export
+# writes.  Any other module computes something vis_embed would not, so such a directory is refused.
+ST_BASE_MODULES = ("Transformer", "Pooling", "Normalize")
+ST_DENSE = "Dense"
+
+
+def load_exported_head(directory: str | Path) -> ProjectionHead | None:
+    """The projection head a ``vis-embed export`` of a head wrote into ``directory`` as a
+    sentence-transformers ``Dense`` module (listed in ``modules.json``), so that loading the
+    export gives the vectors sentence-transformers gives; None for a directory without one
+    (no ``modules.json``, not a local directory).  Modules this code does not reproduce (another
+    kind, a second Dense, an activation) are a ConfigError saying how to load the directory."""
+    path = Path(directory).expanduser()
+    modules_path = path / "modules.json"
+    if not modules_path.is_file():
+        return None
+    dense = _dense_modules(modules_path)
+    if not dense:
+        return None
+    config_path = path / dense[0] / "config.json"
+    try:
+        config = read_json_value(config_path)
+    except DataError as exc:
+        raise ConfigError(str(exc)) from None
+    _check_identity_dense(config, config_path)
+    return _head_with_weights(int(config["in_features"]), int(config["out_features"]),
+                              config_path.parent / "model.safetensors", str(config_path))
+
+
+def _dense_modules(modules_path: Path) -> list[str]:
+    """The folders of the ``Dense`` modules ``modules.json`` lists (at most one is applied)."""
+    try:
+        modules = read_json_value(modules_path)
+    except DataError as exc:
+        raise ConfigError(str(exc)) from None
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ConfigError(f"{modules_path}: not a list of sentence-transformers modules")
+    kinds = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
+    unknown = [kind for kind, _ in kinds if kind not in (*ST_BASE_MODULES, ST_DENSE)]
+    dense = [folder for kind, folder in kinds if kind == ST_DENSE]
+    if unknown or len(dense) > 1:
+        what = f"module {unknown[0]!r}" if unknown else f"{len(dense)} Dense modules"
+        raise ConfigError(f"{modules_path}: lists {what}, which vis_embed does not apply; load this "
+                          "directory with sentence-transformers (SentenceTransformer(path))")
+    return dense
+
+
+def _check_identity_dense(config: Any, config_path: Path) -> None:
+    """A Dense module as the export writes a head: dimensions, a bias, no activation."""
+    if not isinstance(config, dict):
+        raise ConfigError(f"{config_path}: not a JSON object")
+    for name in ("in_features", "out_features"):
+        if isinstance(config.get(name), bool) or not isinstance(config.get(name), int) or config[name] <= 0:
+            raise ConfigError(f"{config_path}: field '{name}' must be a positive integer, got {config.get(name)!r}")
+    activation = str(config.get("activation_function", "")).rsplit(".", 1)[-1]
+    if config.get("bias") is not True or activation != "Identity":
+        raise ConfigError(f"{config_path}: a Dense module with bias {config.get('bias')!r} and activation "
+                          f"{activation!r} is not a vis_embed projection head; load this directory with "
+                          "sentence-transformers (SentenceTransformer(path))")

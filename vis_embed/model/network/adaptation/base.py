@@ -62,6 +62,7 @@ class Adaptation(ABC):
     config_file: ClassVar[str]  # the file a saved directory of this kind is recognised by
     is_adapter: ClassVar[bool] = True  # saved over a base model (not a model of its own)
     card_title: ClassVar[str]  # what the model card calls a directory of this kind
+    export_title: ClassVar[str] = "Model"  # ... and a `vis-embed export` of it (merge or Dense module)
     card_library: ClassVar[str]  # the card's library_name
     card_tags: ClassVar[tuple[str, ...]] = ()  # the card's tags of this kind (unless merged)
     merges: ClassVar[bool] = False  # folds into the base's weights (``vis-embed merge``)

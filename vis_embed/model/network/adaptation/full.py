@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from vis_embed.errors import ConfigError
 from vis_embed.model.network.adaptation.base import Adaptation, AdaptedModel, prefixed
+from vis_embed.model.references import unreadable_weights
 
 if TYPE_CHECKING:
     import torch
@@ -58,12 +59,16 @@ class FullAdaptation(Adaptation):
         saves Qwen-VL's ``model.language_model.*`` as ``model.*``), then copy every weight into
         the built model, strictly: a weight missing from the checkpoint is an error, not the
         base's value kept."""
+        from safetensors import SafetensorError
+
         backbone = model.backbone
         dtype = next(backbone.parameters()).dtype
         try:
             saved, info = type(backbone).from_pretrained(str(directory), dtype=dtype, output_loading_info=True)
         except (OSError, ValueError, KeyError) as exc:
             raise ConfigError(f"{directory}: not a checkpoint of this model: {exc}") from None
+        except SafetensorError as exc:  # a truncated weights file: named, not a traceback
+            raise unreadable_weights(f"{directory} (its *.safetensors)", exc) from None
         missing = sorted(info.get("missing_keys") or [])
         if missing:
             raise ConfigError(f"{directory}: lacks {len(missing)} of the model's weights (e.g. {missing[0]})")

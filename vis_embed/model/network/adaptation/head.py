@@ -34,6 +34,7 @@ class HeadAdaptation(Adaptation):
     kind = "head"
     config_file = HEAD_CONFIG
     card_title = "Projection head"
+    export_title = "Model with a projection head"  # the base unchanged, the head a Dense module
     card_library = "vis_embed"
 
     def __init__(self, out_dim: int | None = None) -> None:

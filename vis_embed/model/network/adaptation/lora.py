@@ -15,7 +15,8 @@ from vis_embed.config import Settings
 from vis_embed.errors import ConfigError
 from vis_embed.model.defaults import TEXT_LORA_MODULES
 from vis_embed.model.network.adaptation.base import Adaptation, AdaptedModel, has_lora, prefixed
-from vis_embed.model.references import ADAPTER_CONFIG, base_model_of, peft_adapter_config, record_absolute_base
+from vis_embed.model.references import (ADAPTER_CONFIG, base_model_of, peft_adapter_config, record_absolute_base,
+                                       unreadable_weights)
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +31,7 @@ VISION_LORA_MODULES = ("qkv", "proj", "fc1", "fc2", "gate_proj", "up_proj", "dow
                        "linear_fc1", "linear_fc2")
 VISION_PATTERN = r"visual\.blocks"
 LORA_WEIGHTS = "adapter_model.safetensors"
+LEGACY_LORA_WEIGHTS = "adapter_model.bin"  # older peft versions' file, which peft still reads
 
 
 class LoraOptions(Settings):
@@ -66,6 +68,7 @@ class LoraAdaptation(Adaptation):
     kind = "lora"
     config_file = ADAPTER_CONFIG
     card_title = "LoRA adapter"
+    export_title = "Merged model"  # the LoRA folded into the weights
     card_library = "peft"
     card_tags = ("lora",)
     merges = True
@@ -116,30 +119,46 @@ class LoraAdaptation(Adaptation):
 
     def load_weights(self, model: AdaptedModel, directory: Path) -> None:
         from peft import set_peft_model_state_dict
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        result = set_peft_model_state_dict(model.backbone, load_file(str(directory / LORA_WEIGHTS)))
+        try:
+            weights = load_file(str(directory / LORA_WEIGHTS))
+        except SafetensorError as exc:
+            raise unreadable_weights(directory / LORA_WEIGHTS, exc) from None
+        result = set_peft_model_state_dict(model.backbone, weights)
         unexpected = getattr(result, "unexpected_keys", [])
         if unexpected:
             raise ConfigError(f"{directory}: adapter does not match the model (unexpected keys {unexpected[:3]})")
 
     def attach(self, backbone: torch.nn.Module, directory: Path,
                device: torch.device | str) -> tuple[torch.nn.Module, ProjectionHead | None]:
-        from peft import PeftModel
-
-        return PeftModel.from_pretrained(backbone, str(directory), is_trainable=False), None
+        return _peft_model(backbone, directory, is_trainable=False), None
 
     def base_model(self, directory: Path) -> str:
         return base_model_of(directory)
 
     def fold(self, backbone: torch.nn.Module, directory: Path) -> tuple[torch.nn.Module, ProjectionHead | None]:
-        from peft import PeftModel
-
-        return _merged(PeftModel.from_pretrained(backbone, str(directory))), None
+        return _merged(_peft_model(backbone, directory)), None
 
     def merge(self, model: AdaptedModel) -> None:
         """Fold the LoRA weights into the base weights (same vectors, no adapter overhead)."""
         model.backbone = _merged(model.backbone)
+
+
+def _peft_model(backbone: torch.nn.Module, directory: Path, **options: bool) -> torch.nn.Module:
+    """``backbone`` with the peft adapter saved in ``directory``, its weights checked first: a
+    missing file would send peft to the Hub (a network traceback), a truncated one raise a
+    SafetensorError that names no file."""
+    from peft import PeftModel
+    from safetensors import SafetensorError
+
+    if not any((directory / name).is_file() for name in (LORA_WEIGHTS, LEGACY_LORA_WEIGHTS)):
+        raise ConfigError(f"{directory}: no {LORA_WEIGHTS} (a LoRA adapter directory holds its weights there)")
+    try:
+        return PeftModel.from_pretrained(backbone, str(directory), **options)
+    except SafetensorError as exc:
+        raise unreadable_weights(directory / LORA_WEIGHTS, exc) from None
 
 
 def _merged(peft_model: torch.nn.Module) -> torch.nn.Module:
