@@ -7,6 +7,7 @@ Bounded load: under 200 requests in all, each test well under 60 s.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.server
 import io
 import random
@@ -182,12 +183,21 @@ def test_sixteen_concurrent_clients_get_encode_vectors_and_are_batched_together(
     assert max(recording.group_sizes) > 3
 
 
-def test_a_full_queue_answers_429_and_the_server_recovers(embedder, expected) -> None:
+@contextlib.contextmanager
+def _gated_server(embedder: Any, **settings: Any) -> Iterator[tuple[RunningServer, RecordingEmbedder, threading.Event]]:
+    """A server whose model calls wait on the yielded gate (set on the way out, then stopped)."""
     gate = threading.Event()
     gated = RecordingEmbedder(embedder, gate)
-    settings = ServerSettings(model_name=MODEL_NAME, max_batch_size=1, max_wait_ms=0, max_queue=2)
-    running = RunningServer(create_app(gated, settings))
+    running = RunningServer(create_app(gated, ServerSettings(model_name=MODEL_NAME, **settings)))
     try:
+        yield running, gated, gate
+    finally:
+        gate.set()
+        running.stop()
+
+
+def test_a_full_queue_answers_429_and_the_server_recovers(embedder, expected) -> None:
+    with _gated_server(embedder, max_batch_size=1, max_wait_ms=0, max_queue=2) as (running, _gated, gate):
         with ThreadPoolExecutor(3) as pool:
             first = pool.submit(_embed, running.url, {"input": [POOL[0]]})
             _wait_for(running.app.state.batcher, busy=True, queued=0)  # the worker holds the first request
@@ -200,9 +210,6 @@ def test_a_full_queue_answers_429_and_the_server_recovers(embedder, expected) ->
             answers = [first.result(), *(future.result() for future in waiting)]
         assert [answer.status_code for answer in answers] == [200, 200, 200]
         _assert_serving(running.url, expected)
-    finally:
-        gate.set()
-        running.stop()
 
 
 def test_a_request_that_gives_up_during_its_forward_leaves_its_batch_and_the_server_serving(embedder,
@@ -210,11 +217,7 @@ def test_a_request_that_gives_up_during_its_forward_leaves_its_batch_and_the_ser
     # A request whose client left while the forward it shared ran: its item list was emptied, the
     # rows were sized by it, and an IndexError killed the worker thread -- its batch-mate got no
     # answer and every later request timed out behind a /health that still said ok.
-    gate = threading.Event()
-    gated = RecordingEmbedder(embedder, gate)
-    settings = ServerSettings(model_name=MODEL_NAME, max_batch_size=8, max_wait_ms=300, max_queue=4)
-    running = RunningServer(create_app(gated, settings))
-    try:
+    with _gated_server(embedder, max_batch_size=8, max_wait_ms=300, max_queue=4) as (running, gated, gate):
         with ThreadPoolExecutor(2) as pool:
             leaving = pool.submit(httpx.post, f"{running.url}/v1/embeddings", timeout=1.5,  # gives up while
                                   json={"model": MODEL_NAME, "input": [POOL[0], POOL[1]]})  # the forward waits
@@ -231,9 +234,6 @@ def test_a_request_that_gives_up_during_its_forward_leaves_its_batch_and_the_ser
         assert running.app.state.batcher.alive
         _assert_serving(running.url, expected)
         assert httpx.head(f"{running.url}/health").status_code == 200
-    finally:
-        gate.set()
-        running.stop()
 
 
 def test_health_says_503_when_the_model_thread_is_gone(served, monkeypatch: pytest.MonkeyPatch) -> None:
