@@ -16,7 +16,7 @@ from vis_embed.cli import main
 from vis_embed.data import load_benchmark
 from vis_embed.data.taxonomy import group_counts, group_means
 from vis_embed.errors import DataError
-from vis_embed.evaluation.mmeb_v2_scores import data_version, mmeb_v2_summary
+from vis_embed.evaluation.mmeb_v2_scores import data_version, mmeb_v2_notes, mmeb_v2_summary
 from vis_embed.evaluation.report import vlm2vec_groups
 
 MANIFEST = Path(__file__).resolve().parents[1] / "eval" / "mmeb_v2.yaml"
@@ -161,6 +161,9 @@ def test_report_v2_placeholders_are_tasks_not_run(tmp_path: Path) -> None:
     assert "image/ImageNet-1K (not run: FILE_N/A)" in summary["left_out"]
     assert "visdoc/ViDoSeek-page (not run: DIR_N/A)" in summary["left_out"]
     assert len(summary["left_out"]) == 1 + 36 + 24 and summary["data_version"] is None  # no visdoc task held
+    # the report's note counts the tasks not run per modality instead of naming 60 of them
+    note = mmeb_v2_notes({"video_only": summary})
+    assert "36 image tasks not run" in note and "24 visdoc tasks not run" in note and "ImageNet-1K" not in note
     assert written["models"]["video_only"] == {}  # no image task: no MMEB groups
     image_only = _report_v2_file("image")
     assert mmeb_v2_summary(image_only) is None  # image tasks only: an MMEB row, not MMEB-V2
