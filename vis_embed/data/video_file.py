@@ -64,7 +64,7 @@ def decode_video_file(path: str, pick: Callable[[int], list[int]], *, take: Take
             timestamps = timestamps or _packet_timestamps(path, deadline)
             sought = _seek_picked(path, unique, timestamps, take, deadline) if len(timestamps) == count else None
             if sought is not None:
-                return DecodedFrames([sought[index] for index in picked], picked, _rate(path))
+                return DecodedFrames([sought[0][index] for index in picked], picked, sought[1])
         frames, decoded, fps = _decode_picked(path, set(picked), take, deadline)
         if all(index in frames for index in picked):
             return DecodedFrames([frames[index] for index in picked], picked, fps)
@@ -109,12 +109,6 @@ def _video_stream(container: Any, path: str) -> Any:
     return stream
 
 
-def _rate(path: str) -> float | None:
-    with _open_container(path) as container:
-        stream = _video_stream(container, path)
-        return float(stream.average_rate) if stream.average_rate else None
-
-
 def _frame_count(path: str, deadline: float) -> tuple[int, list[int | None]]:
     """The video stream's frame count -- the container's when it records one, else its packets
     counted -- and the packets' sorted timestamps when they were read ([] otherwise)."""
@@ -155,15 +149,16 @@ def _check_count(count: int, path: str) -> None:
 
 
 def _seek_picked(path: str, wanted: list[int], timestamps: list[int | None], take: Take,
-                 deadline: float) -> dict[int, Image.Image] | None:
+                 deadline: float) -> tuple[dict[int, Image.Image], float | None] | None:
     """Frames at ``wanted`` positions, each reached by a seek to the keyframe before its timestamp
-    and a decode forward to it; None (decode in order instead) unless every one lands exactly on
-    the timestamp its position has."""
+    and a decode forward to it, and the frame rate; None (decode in order instead) unless every
+    one lands exactly on the timestamp its position has."""
     if any(timestamps[index] is None for index in wanted):
         return None
     frames: dict[int, Image.Image] = {}
     with _open_container(path) as container:
         stream = _video_stream(container, path)
+        fps = _rate(stream)
         try:
             for index in wanted:
                 target = timestamps[index]
@@ -181,7 +176,7 @@ def _seek_picked(path: str, wanted: list[int], timestamps: list[int | None], tak
             raise
         except Exception:  # noqa: BLE001  (a failed seek: the in-order decode decides)
             return None
-    return frames
+    return frames, fps
 
 
 def _decode_picked(path: str, wanted: set[int], take: Take,
@@ -192,7 +187,7 @@ def _decode_picked(path: str, wanted: set[int], take: Take,
     decoded = 0
     with _open_container(path) as container:
         stream = _video_stream(container, path)
-        fps = float(stream.average_rate) if stream.average_rate else None
+        fps = _rate(stream)
         try:
             for position, frame in enumerate(container.decode(stream)):
                 decoded = position + 1
@@ -206,6 +201,10 @@ def _decode_picked(path: str, wanted: set[int], take: Take,
         except Exception as exc:  # noqa: BLE001  (a corrupt packet: FFmpeg's InvalidDataError and kin)
             raise DataError(f"cannot decode video file (corrupt: {type(exc).__name__})", path=path) from None
     return frames, decoded, fps
+
+
+def _rate(stream: Any) -> float | None:
+    return float(stream.average_rate) if stream.average_rate else None
 
 
 def _check_frame(frame: Any, path: str, deadline: float) -> None:
