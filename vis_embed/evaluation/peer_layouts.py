@@ -7,7 +7,6 @@ Their ``score`` functions get embeddings that passed :func:`layout_base.scored_a
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -165,9 +164,10 @@ def prepare_human_corr(spec: EvalDatasetSpec, max_queries: int | None, options: 
     rows = list(read_rows(spec, "path", max_queries))
     human = _float_column(spec, rows, "score")
     groups = [str(row.get("group", "all")) for _line, row in rows]
-    if max(Counter(groups).values(), default=0) < peer_metrics.MIN_GROUP_PAIRS:  # refused before encoding
-        raise DataError(f"no group has {peer_metrics.MIN_GROUP_PAIRS} or more pairs (a correlation needs them)",
-                        path=spec.file("path"), field="group")
+    try:
+        peer_metrics.check_group_sizes(groups)  # refused before encoding
+    except ValueError as exc:
+        raise DataError(str(exc), path=spec.file("path"), field="group") from None
 
     def score(emb: dict[str, np.ndarray]) -> Outcome:
         result = peer_metrics.correlation_with_humans(_rowwise_cosine(emb["a"], emb["b"]), human, groups)

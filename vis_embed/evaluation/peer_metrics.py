@@ -27,6 +27,7 @@ cannot change a score.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -264,6 +265,13 @@ def fisher_z_mean(correlations: Sequence[float], weights: Sequence[float] | None
     return float(np.tanh(np.average(np.arctanh(r), weights=weights)))
 
 
+def check_group_sizes(groups: Sequence[str]) -> None:
+    """ValueError unless some group has :data:`MIN_GROUP_PAIRS` pairs: no correlation could be
+    scored (checked by the layout before encoding, and by :func:`correlation_with_humans`)."""
+    if max(Counter(groups).values(), default=0) < MIN_GROUP_PAIRS:
+        raise ValueError(f"no group has {MIN_GROUP_PAIRS} or more pairs (a correlation needs them)")
+
+
 def correlation_with_humans(model_scores: np.ndarray, human_scores: np.ndarray,
                             groups: Sequence[str] | None = None) -> dict[str, float | list[str]]:
     """Pearson and Spearman between model similarities and human scores.
@@ -285,6 +293,7 @@ def correlation_with_humans(model_scores: np.ndarray, human_scores: np.ndarray,
     check_finite(model_scores, "model similarity", "pair")
     check_finite(human_scores, "human score", "pair")
     group_labels = np.asarray(["all"] * len(model_scores) if groups is None else list(groups))
+    check_group_sizes(group_labels.tolist())
     pearsons, spearmans, weights, constant, small = [], [], [], [], 0
     for name in dict.fromkeys(group_labels.tolist()):
         members = group_labels == name
@@ -299,8 +308,6 @@ def correlation_with_humans(model_scores: np.ndarray, human_scores: np.ndarray,
         pearsons.append(r)
         spearmans.append(rho)
         weights.append(float(members.sum()) - 3)
-    if not pearsons and not constant:
-        raise ValueError(f"need at least one group with >= {MIN_GROUP_PAIRS} scored pairs")
     return {"pearson": fisher_z_mean(pearsons, weights), "spearman": fisher_z_mean(spearmans, weights),
             "n_groups": len(pearsons), "n_constant_groups": len(constant), "constant_groups": constant,
             "n_small_groups": small}
