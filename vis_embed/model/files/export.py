@@ -148,7 +148,6 @@ def _load_base(base: str, dtype: Any) -> tuple[Any, Any]:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from vis_embed.model.network.embedding_model import resolve_dtype
-
     from vis_embed.model.network.projection_head import load_exported_head
 
     if looks_like_path(base) and load_exported_head(base) is not None:  # its head would be dropped

@@ -225,7 +225,8 @@ def write_model_card(directory: Path, facts: CardFacts | Mapping[str, Any], merg
     from huggingface_hub import ModelCard
 
     directory = Path(directory)
-    given, facts = _facts(facts), _held_kind(directory, _facts(facts))
+    given = _facts(facts)
+    facts = _held_kind(directory, given)
     prompt_format = read_embedding_config(directory).get("prompt_format", "chat")  # the one record
     # an export's title says what was exported (the given kind); the stored facts, what it holds
     card = ModelCard(model_card(given if merged else facts, merged, prompt_format))
