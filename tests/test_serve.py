@@ -145,6 +145,8 @@ def test_base64_encoding_decodes_to_the_same_floats(served) -> None:
     body = {"input": POOL[:3] + POOL[8:]}
     floats = _embed(url, {**body, "encoding_format": "float"}).json()["data"]
     encoded = _embed(url, {**body, "encoding_format": "base64"}).json()["data"]
+    # an explicit null is "not given": the default, floats
+    assert _embed(url, {**body, "encoding_format": None}).json()["data"] == floats
     for as_floats, as_base64 in zip(floats, encoded):
         decoded = np.frombuffer(base64.b64decode(as_base64["embedding"]), dtype="<f4")
         np.testing.assert_array_equal(decoded, np.array(as_floats["embedding"], dtype=np.float32))

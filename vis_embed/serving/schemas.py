@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from vis_embed.data.items import check_item
 from vis_embed.errors import DataError
@@ -38,6 +38,13 @@ class EmbeddingRequest(BaseModel):
     # vectors (serving/gallery_routes.py).
     user: str | None = None
     dimensions: int | None = None
+
+    @field_validator("encoding_format", mode="before")
+    @classmethod
+    def _null_means_float(cls, value: Any) -> Any:
+        # a client that serialises every optional field sends null for "not given" (OpenAI's
+        # SDKs omit it): read it as the default rather than refuse the request
+        return "float" if value is None else value
 
 
 def check_content_type(content_type: str | None) -> None:
