@@ -341,3 +341,27 @@ def test_every_loading_setting_is_a_flag_of_every_inference_command(command) -> 
         assert options[flag].default is None, (command, flag)  # not given: the recorded value can win
     assert set(flag_fields([LOADING])) >= {"prompt_format", "min_pixels", "max_pixels", "max_length", "dtype", "decode",
                                            "attn_implementation"}
+
+
+def test_a_hub_file_that_cannot_be_checked_is_none_with_a_warning(tmp_path, monkeypatch, caplog) -> None:
+    """Offline and never cached, a Hub model's embedding_config.json is unknown: the model loads
+    without it, and says so; a file the cache knows the Hub lacks is None without a word."""
+    from huggingface_hub import constants
+
+    from vis_embed.model.references import model_file
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    with caplog.at_level("WARNING", logger="vis_embed.model.references"):
+        assert model_file("acme/never-cached", "embedding_config.json") is None
+    assert "cannot check for embedding_config.json" in caplog.text
+    commit = "0" * 40
+    repo_dir = tmp_path / "models--acme--plain"
+    (repo_dir / "refs").mkdir(parents=True)
+    (repo_dir / "refs" / "main").write_text(commit)
+    (repo_dir / ".no_exist" / commit).mkdir(parents=True)
+    (repo_dir / ".no_exist" / commit / "embedding_config.json").touch()  # the Hub said: no such file
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vis_embed.model.references"):
+        assert model_file("acme/plain", "embedding_config.json") is None
+    assert caplog.text == ""

@@ -5,6 +5,7 @@ the sentence-transformers export."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -192,3 +193,41 @@ def test_exported_head_modules_vis_embed_cannot_apply_are_refused(head_export, t
     weights.write_bytes(weights.read_bytes()[:100])  # truncated
     with pytest.raises(ConfigError, match=r"3_Dense/model.safetensors: not a readable safetensors file"):
         load_exported_head(copy)
+
+
+_HUB_LOAD = """
+import json, sys
+import numpy as np
+from vis_embed.model.runtime.embedder import Embedder
+model = Embedder.from_pretrained(sys.argv[1], device="cpu", dtype="float32")
+vectors = model.encode([{"text": "a red square"}, {"text": "a blue circle"}], instruction="Find it.")
+print(json.dumps({"dim": model.embedding_dim, "matryoshka": model.embedding_config.matryoshka_dims,
+                  "query_instruction": model.embedding_config.query_instruction, "vectors": vectors.tolist()}))
+"""
+
+
+def _as_hub_cache(export: Path, cache: Path, repo: str) -> None:
+    """``export`` as huggingface_hub's cache holds a downloaded repo (refs/main -> a snapshot)."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo_dir = cache / f"models--{repo.replace('/', '--')}"
+    shutil.copytree(export, repo_dir / "snapshots" / commit)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(commit)
+
+
+def test_a_head_export_on_the_hub_loads_with_its_head_and_settings(head_export, tmp_path) -> None:
+    """A Hub id reads the files the export records beside its weights (modules.json and its Dense
+    module, embedding_config.json) as a local directory does -- here from the Hub's cache,
+    offline: an export pushed to the Hub embeds as it did before the push."""
+    import subprocess
+
+    _base, _head_dir, out = head_export
+    _as_hub_cache(out, tmp_path / "hub", "acme/visme-head")
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", _HUB_LOAD, "acme/visme-head"], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from_hub = json.loads(done.stdout.strip().splitlines()[-1])
+    local = Embedder.from_pretrained(out, device="cpu", dtype="float32")
+    assert (from_hub["dim"], from_hub["matryoshka"], from_hub["query_instruction"]) == (8, [4], "Find it.")
+    assert np.allclose(from_hub["vectors"], local.encode(ITEMS, instruction="Find it."), atol=1e-5)

@@ -288,13 +288,14 @@ def test_one_text_cutting_rule() -> None:
 # Each "the one ..." / "the only ..." phrase of docs/architecture.md, and the test above that makes it true.
 def test_one_dataset_revision_table() -> None:
     """vis_embed/prep/mmeb_v2_sources.REVISIONS is the one dataset -> revision table, and hub.py the
-    one reader of hub datasets and files: every pinned load goes through it."""
+    one reader of hub datasets and files: every pinned load goes through it (references.model_file
+    the one reader of a model repo's own files, beside transformers' loading of its weights)."""
     tables = _where(lambda node: (isinstance(node, ast.AnnAssign) and _source(node.target) == "REVISIONS")
                     or (isinstance(node, ast.Assign) and any(_source(t) == "REVISIONS" for t in node.targets)))
     assert tables == {"vis_embed/prep/mmeb_v2_sources.py"}
     readers = _where(lambda node: isinstance(node, ast.Call) and _source(node.func).rpartition(".")[2] in
                      ("load_dataset", "get_dataset_config_names", "hf_hub_download", "snapshot_download"))
-    assert readers == {"vis_embed/prep/hub.py"}
+    assert readers == {"vis_embed/prep/hub.py", "vis_embed/model/references.py"}
 
 
 ADAPTATION = "vis_embed/model/network/adaptation"

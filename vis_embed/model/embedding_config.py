@@ -36,6 +36,7 @@ from vis_embed.data.images import DECODE_MODES
 from vis_embed.model.defaults import (DECODE_HELP, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DEFAULT_VIDEO_FRAMES,
                                       DEFAULT_VIDEO_MAX_PIXELS, DTYPE_NAMES)
 from vis_embed.model.prompts import PROMPT_FORMATS
+from vis_embed.model.references import model_file
 
 EMBEDDING_CONFIG_FILE = "embedding_config.json"
 # The adaptation kinds, declared once: model/network/adaptation/ has one class per kind (its
@@ -169,12 +170,12 @@ def _validated(values: Mapping[str, Any], source: str, flags: bool = False,
 
 
 def read_embedding_config(directory: str | Path | None) -> dict[str, Any]:
-    """The values recorded in ``directory/embedding_config.json`` (validated), or {} when the
-    directory is not local or holds no file (a hub id, a plain checkpoint)."""
+    """The values recorded in ``directory/embedding_config.json`` (validated; ``directory`` a
+    local folder or a Hub id: :func:`model_file`), or {} when it holds none (a plain checkpoint)."""
     if directory is None:
         return {}
-    path = Path(directory).expanduser() / EMBEDDING_CONFIG_FILE
-    if not path.is_file():
+    path = model_file(directory, EMBEDDING_CONFIG_FILE)
+    if path is None:
         return {}
     recorded = read_settings_object(path)
     _validated(recorded, str(path))  # a bad recorded value is named with its file and field

@@ -7,13 +7,17 @@ integration ask here, so ``a/b/c`` gets one answer everywhere):
   (:func:`vis_embed.io.is_hub_id`, shared with the dataset converters); anything else
   (``a/b/c``, ``./x``, ``~/x``, an absolute path, a bare name) is a **local path**;
 * a directory is a **peft adapter** when peft can read its ``adapter_config.json``
-  (:func:`peft_adapter_config`); its base is that config's ``base_model_name_or_path``.
+  (:func:`peft_adapter_config`); its base is that config's ``base_model_name_or_path``;
+* a file a model records beside its weights (``embedding_config.json``, an export's
+  ``modules.json`` and Dense module) is read from a local directory or, for a Hub id, through
+  the Hub's cache like the weights themselves (:func:`model_file`).
 
 No torch here (the model card and ``--help`` paths import it).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +27,8 @@ from vis_embed.io import atomic_write_json, is_hub_id, read_json_value
 if TYPE_CHECKING:
     from peft import PeftConfig
 
+logger = logging.getLogger(__name__)
+
 ADAPTER_CONFIG = "adapter_config.json"
 HEAD_CONFIG = "head_config.json"  # a projection head's config (model/network/projection_head.HeadFile)
 
@@ -30,6 +36,31 @@ HEAD_CONFIG = "head_config.json"  # a projection head's config (model/network/pr
 def looks_like_path(name: str) -> bool:
     """The complement of :func:`is_hub_id` (kept: the loaders read better asking this)."""
     return not is_hub_id(name)
+
+
+def model_file(reference: str | Path, filename: str) -> Path | None:
+    """``filename`` of the model ``reference`` names, or None when it has none: a local
+    directory's file, or a Hub repo's (downloaded into the Hub cache, as transformers fetches the
+    weights; offline, the cached copy).  A Hub file that cannot be checked (offline and never
+    cached) is None with a warning: the model then loads without what that file records."""
+    if not is_hub_id(reference):
+        path = Path(reference).expanduser() / filename
+        return path if path.is_file() else None
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(str(reference), filename))
+    except LocalEntryNotFoundError:
+        # not reachable and not in the cache; the cache also remembers files the Hub said are absent
+        if try_to_load_from_cache(str(reference), filename) is None:
+            logger.warning("%s: cannot check for %s (the Hub is not reachable and the file is not in the "
+                           "cache); loading without it", reference, filename)
+        return None
+    except EntryNotFoundError:
+        return None  # the repo has no such file: a plain checkpoint
+    except OSError:
+        return None  # no such repo, or no access: transformers' loading of the weights says which
 
 
 def absolute_model_reference(name: str) -> str:

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from vis_embed.config import FileRecord
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.io import atomic_write_bytes, atomic_write_json, read_json_value
-from vis_embed.model.references import HEAD_CONFIG, unreadable_weights
+from vis_embed.model.references import HEAD_CONFIG, model_file, unreadable_weights
 
 HEAD_WEIGHTS = "head.safetensors"
 HEAD_TYPE = "projection_head"
@@ -161,23 +161,31 @@ def load_exported_head(directory: str | Path) -> ProjectionHead | None:
     """The projection head a ``vis-embed export`` of a head wrote into ``directory`` as a
     sentence-transformers ``Dense`` module (listed in ``modules.json``), so that loading the
     export gives the vectors sentence-transformers gives; None for a directory without one
-    (no ``modules.json``, not a local directory).  Modules this code does not reproduce (another
-    kind, a second Dense, an activation) are a ConfigError saying how to load the directory."""
-    path = Path(directory).expanduser()
-    modules_path = path / "modules.json"
-    if not modules_path.is_file():
+    (no ``modules.json``); ``directory`` a local folder or a Hub id (:func:`model_file`).
+    Modules this code does not reproduce (another kind, a second Dense, an activation) are a
+    ConfigError saying how to load the directory."""
+    modules_path = model_file(directory, "modules.json")
+    if modules_path is None:
         return None
     dense = _dense_modules(modules_path)
     if not dense:
         return None
-    config_path = path / dense[0] / "config.json"
+    config_path = _dense_file(directory, f"{dense[0]}/config.json")
     try:
         config = read_json_value(config_path)
     except DataError as exc:
         raise ConfigError(str(exc)) from None
     _check_identity_dense(config, config_path)
     return _head_with_weights(int(config["in_features"]), int(config["out_features"]),
-                              config_path.parent / "model.safetensors", str(config_path))
+                              _dense_file(directory, f"{dense[0]}/model.safetensors"), str(config_path))
+
+
+def _dense_file(directory: str | Path, filename: str) -> Path:
+    """A file of the Dense module ``modules.json`` lists; its absence is the export's damage."""
+    path = model_file(directory, filename)
+    if path is None:
+        raise ConfigError(f"{directory}: modules.json lists a Dense module, but {filename} is missing")
+    return path
 
 
 def _dense_modules(modules_path: Path) -> list[str]:
