@@ -6,7 +6,7 @@ Sub-commands::
     vis-embed prep mmeb-eval SRC... --out DIR [--image-root DIR]
     vis-embed prep identity-folder ROOT --out FILE.jsonl [--config train.yaml --name N]
     vis-embed prep identity-csv CSV --out FILE.jsonl [--image-root DIR] [--config ...]
-    vis-embed prep resample SRC OUT_DIR [--max-identities 7500 --max-images-per-identity 4]
+    vis-embed prep resample SRC [SRC...] OUT_DIR [--max-identities 7500 --max-images-per-identity 4]
                                         (alias: split)
     vis-embed prep check train.yaml benchmark.yaml   (validate everything, print a summary)
     vis-embed prep mmeb-v2 --out DIR [--modality image,video,visdoc] [--tasks T1,T2] [--source-root DIR]
@@ -92,11 +92,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in ("resample", "split"):
         resample = sub.add_parser(name, help="cap identities/images, drop single-instance identities, "
                                              "identity-disjoint train/eval split",
-                                  description="Identity-disjoint within SOURCE only: datasets sharing an "
-                                              "identity_namespace are split independently, so an identity can be "
-                                              "train in one and eval in another; split such files together (one "
-                                              "concatenated SOURCE). See docs/data.md.")
-        resample.add_argument("source", type=Path, help="identity (or pairs) .jsonl/.parquet file")
+                                  description="Several SOURCEs are tables that share identities (datasets "
+                                              "with one identity_namespace): the held-out identities are drawn "
+                                              "once over all of them, so no identity trains in one and is "
+                                              "evaluated in another; each is written to OUT_DIR/<stem>/, with one "
+                                              "train.yaml and benchmark.yaml. See docs/data.md.")
+        resample.add_argument("source", type=Path, nargs="+",
+                              help="identity (or pairs) .jsonl/.parquet file(s); several: split over their shared "
+                                   "identities")
         resample.add_argument("out_dir", type=Path, help="output folder: new, empty or an earlier output of this "
                               "command, replaced whole (no file of an earlier run stays)")
         resample.add_argument("--eval-fraction", type=float, default=0.1,
@@ -112,7 +115,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               help="format of the written files (default: the source's)")
         resample.add_argument("--image-root", type=Path, default=None,
                               help="folder the rows' image paths are relative to (default: the source's folder)")
-        resample.add_argument("--name", default=None, help="dataset name in the written YAMLs (default: source stem)")
+        resample.add_argument("--name", default=None, help="dataset name in the written YAMLs (default: source stem; "
+                                                           "several sources: the benchmark's name, datasets keep "
+                                                           "their stems)")
+        resample.add_argument("--identity-namespace", default=None,
+                              help="identity_namespace written into train.yaml (several sources: default --name, "
+                                   "else the stems joined by '+')")
         resample.add_argument("--meta-task", default="ID-Rec", help="meta-task of the eval gallery dataset")
 
 
@@ -223,22 +231,36 @@ def run(args: argparse.Namespace) -> int:
             print("note: single-instance identities are never anchors (no positive); they remain usable "
                   "as hard negatives, or drop them with `vis-embed prep resample`")
         return 0
+    return _resample(args)
+
+
+def _resample(args: argparse.Namespace) -> int:
     from vis_embed.prep.resample import ResampleOptions, resample_file
+    from vis_embed.prep.resample_sources import resample_files
 
     options = ResampleOptions(eval_fraction=args.eval_fraction, max_identities=args.max_identities,
                               max_images_per_identity=args.max_images_per_identity,
                               max_eval_identities=args.max_eval_identities,
                               min_identities=args.min_identities, seed=args.seed)
-    report = resample_file(args.source, args.out_dir, options, file_format=args.file_format,
-                           image_root=args.image_root, name=args.name, meta_task=args.meta_task)
+    split = resample_file if len(args.source) == 1 else resample_files
+    report = split(args.source[0] if len(args.source) == 1 else args.source, args.out_dir, options,
+                   file_format=args.file_format, image_root=args.image_root, name=args.name,
+                   meta_task=args.meta_task, identity_namespace=args.identity_namespace)
     print(json.dumps({k: report[k] for k in ("split_mode", "train", "eval",
                                              "dropped_single_instance_identities")}))
     if report["fallback_reason"]:
         print(f"warning: {report['fallback_reason']}")
+    for stem, source_report in report.get("sources", {"": report}).items():
+        _benchmark_notes(source_report, f" ({stem})" if stem else "")
+    return 0
+
+
+def _benchmark_notes(report: dict[str, Any], where: str) -> None:
+    """What a source's benchmark left out, said on the console."""
     benchmark = report["benchmark"]
     if report["kind"] == "identity" and not benchmark["written"]:
-        print(f"note: no benchmark.yaml written: {benchmark['reason']}")
+        print(f"note{where}: {'not in' if where else 'no'} benchmark.yaml: {benchmark['reason']}")
     elif benchmark.get("identities_left_out_one_image"):
-        print(f"note: {benchmark['identities_left_out_one_image']} eval identities left out of benchmark.yaml "
-              "(all their eval instances show one image file, so no query of theirs could be answered)")
-    return 0
+        print(f"note{where}: {benchmark['identities_left_out_one_image']} eval identities left out of "
+              "benchmark.yaml (all their eval instances show one image file, so no query of theirs could be "
+              "answered)")

@@ -91,13 +91,18 @@ def _detect_kind(rows: list[dict[str, Any]]) -> str:
     return "pairs" if rows and "query" in rows[0] else "identity"
 
 
-def _identity_split(groups: dict[str, list[int]], options: ResampleOptions, rng: random.Random
+def eval_identities(names: Iterable[str], options: ResampleOptions, rng: random.Random) -> frozenset[str]:
+    """The identities held out: ``eval_fraction`` of ``names`` (at least one), drawn by ``rng``."""
+    shuffled = sorted(names)
+    rng.shuffle(shuffled)
+    n_eval = max(1, round(options.eval_fraction * len(shuffled))) if options.eval_fraction > 0 else 0
+    return frozenset(shuffled[:n_eval])
+
+
+def _identity_split(groups: dict[str, list[int]], held_out: frozenset[str]
                     ) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
-    names = sorted(groups)
-    rng.shuffle(names)
-    n_eval = max(1, round(options.eval_fraction * len(names))) if options.eval_fraction > 0 else 0
-    eval_names, train_names = names[:n_eval], names[n_eval:]
-    return {n: groups[n] for n in train_names}, {n: groups[n] for n in eval_names}
+    return ({n: m for n, m in groups.items() if n not in held_out},
+            {n: m for n, m in groups.items() if n in held_out})
 
 
 def _sample_split(groups: dict[str, list[int]], options: ResampleOptions, rng: random.Random,
@@ -155,31 +160,53 @@ def _side_summary(rows: list[dict[str, Any]], groups: dict[str, list[int]]) -> d
     return {"rows": len(rows), "identities": len(groups)}
 
 
-def resample_rows(rows: list[dict[str, Any]], options: ResampleOptions = ResampleOptions(), *,
-                  path: str | Path | None = None, lines: list[int] | None = None,
-                  image_root: str | Path | None = None
-                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Return ``(train_rows, eval_rows, report)``; see the module docstring for the rules.
-    ``path`` and ``lines`` (default: 1, 2, ...) are where the rows came from, for errors;
-    ``image_root`` resolves the positives' images that label rows without identity."""
+@dataclass(frozen=True)
+class SplitGroups:
+    """A table's rows grouped for the split (identity, or a pairs row's loss label)."""
+    kind: str
+    groups: dict[str, list[int]]   # group -> row positions
+    min_rows: int                  # rows a group needs to be used (identity: 2, an anchor and its positive)
+
+    @property
+    def eligible(self) -> dict[str, list[int]]:
+        return {name: members for name, members in self.groups.items() if len(members) >= self.min_rows}
+
+
+def split_groups(rows: list[dict[str, Any]], *, path: str | Path | None = None, lines: Iterable[int] | None = None,
+                 image_root: str | Path | None = None) -> SplitGroups:
+    """Check ``rows`` (errors name ``path`` and the real line) and group them for the split."""
     kind = _detect_kind(rows)
-    rng = random.Random(options.seed)
     groups: dict[str, list[int]] = defaultdict(list)
     for position, key in enumerate(_split_keys(rows, kind, path, lines or range(1, len(rows) + 1), image_root)):
         groups[key].append(position)
-    min_rows = 2 if kind == "identity" else 1
+    return SplitGroups(kind, dict(groups), 2 if kind == "identity" else 1)
+
+
+def resample_rows(rows: list[dict[str, Any]], options: ResampleOptions = ResampleOptions(), *,
+                  path: str | Path | None = None, lines: list[int] | None = None,
+                  image_root: str | Path | None = None, held_out: frozenset[str] | None = None
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Return ``(train_rows, eval_rows, report)``; see the module docstring for the rules.
+    ``path`` and ``lines`` (default: 1, 2, ...) are where the rows came from, for errors;
+    ``image_root`` resolves the positives' images that label rows without identity.
+    ``held_out``: the eval identities, decided over several tables that share identities
+    (:mod:`vis_embed.prep.resample_sources`); an identity split then, whatever the count."""
+    grouped = split_groups(rows, path=path, lines=lines, image_root=image_root)
+    kind, groups, min_rows = grouped.kind, grouped.groups, grouped.min_rows
+    rng = random.Random(options.seed)
     singles = [name for name, members in groups.items() if len(members) < min_rows]
-    eligible = {name: members for name, members in groups.items() if len(members) >= min_rows}
+    eligible = grouped.eligible
 
     fallback_reason = None
-    if options.eval_fraction > 0 and len(eligible) < options.min_identities:
+    if held_out is None and options.eval_fraction > 0 and len(eligible) < options.min_identities:
         fallback_reason = (f"only {len(eligible)} identities with >= {min_rows} instances (< min_identities="
                            f"{options.min_identities}): fell back to a sample-level split, so train and eval "
                            "SHARE identities and eval measures generalisation to new images of known "
                            "identities, not to new identities")
         train_groups, eval_groups = _sample_split(eligible, options, rng, min_rows)
     else:
-        train_groups, eval_groups = _identity_split(eligible, options, rng)
+        train_groups, eval_groups = _identity_split(
+            eligible, eval_identities(eligible, options, rng) if held_out is None else held_out)
     train_groups, capped_train_rows = _cap(train_groups, options.max_identities,
                                            options.max_images_per_identity, rng)
     eval_groups, capped_eval_rows = _cap(eval_groups, options.max_eval_identities, None, rng)
@@ -208,7 +235,8 @@ def resample_rows(rows: list[dict[str, Any]], options: ResampleOptions = Resampl
 
 def resample_file(source: str | Path, out_dir: str | Path, options: ResampleOptions = ResampleOptions(),
                   file_format: str | None = None, *, image_root: str | Path | None = None,
-                  name: str | None = None, meta_task: str = "ID-Rec") -> dict[str, Any]:
+                  name: str | None = None, meta_task: str = "ID-Rec",
+                  identity_namespace: str | None = None) -> dict[str, Any]:
     """Split ``source`` into ``OUT/train.<fmt>`` and ``OUT/eval.<fmt>`` and write
 
     * ``OUT/train.yaml``: a data config with the training split (dataset ``name``, default
@@ -223,7 +251,8 @@ def resample_file(source: str | Path, out_dir: str | Path, options: ResampleOpti
     rerun never leaves an earlier run's eval files beside this one's.  ``OUT`` must be new,
     empty or an earlier output (it holds ``resample_report.json``).  Image paths in the rows
     are copied unchanged; both YAMLs set ``image_root`` to ``image_root`` (default: the
-    source's folder, the source's own default).
+    source's folder, the source's own default); ``identity_namespace``, when given, is written
+    into ``train.yaml``.  Several sources that share identities: :mod:`.resample_sources`.
     """
     source, out_dir = Path(source), Path(out_dir)
     image_folder = Path(image_root) if image_root is not None else source.parent
@@ -236,38 +265,55 @@ def resample_file(source: str | Path, out_dir: str | Path, options: ResampleOpti
         raise DataError("no training rows left after re-sampling", path=source)
     with atomic_directory(out_dir, marker=REPORT_FILE, what="a `prep resample` output folder",
                           inputs=(source, image_folder), flag="OUT_DIR") as staging:
-        _write_outputs(staging, out_dir, train_rows, eval_rows, report, _Naming(
-            name or source.stem, f".{file_format}" if file_format else source.suffix,
-            relative_to(image_folder, out_dir), meta_task, image_folder))
+        naming = Naming(name or source.stem, f".{file_format}" if file_format else source.suffix,
+                        relative_to(image_folder, out_dir), meta_task, image_folder, identity_namespace)
+        train_entry, benchmark_entry = write_split(staging, out_dir, "", train_rows, eval_rows, report, naming)
+        write_configs(staging, naming.name, [train_entry], [benchmark_entry] if benchmark_entry else [])
+        write_report(staging / REPORT_FILE, report)
     return report
 
 
 @dataclass(frozen=True)
-class _Naming:
+class Naming:
+    """How one source's outputs are named: its dataset name, the tables' suffix, where its images are."""
     name: str
     suffix: str
     root: str          # image_root as written in the YAMLs (relative to OUT)
     meta_task: str
     image_folder: Path
+    identity_namespace: str | None = None
 
 
-def _write_outputs(staging: Path, out_dir: Path, train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]],
-                   report: dict[str, Any], naming: _Naming) -> None:
-    """Every output into ``staging``; the report names the paths they will have in ``out_dir``."""
-    suffix, root = naming.suffix, naming.root
-    write_table(staging / f"train{suffix}", train_rows)
-    report["train"]["path"] = str(out_dir / f"train{suffix}")
-    write_yaml(staging / "train.yaml", {"datasets": [
-        {"name": naming.name, "kind": report["kind"], "path": f"train{suffix}", "image_root": root}]})
+def write_split(staging: Path, out_dir: Path, folder: str, train_rows: list[dict[str, Any]],
+                eval_rows: list[dict[str, Any]], report: dict[str, Any], naming: Naming
+                ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One source's tables into ``staging/folder`` (``""`` or ``"name/"``); the report names the
+    paths they will have in ``out_dir``.  Returns its training-config dataset entry and its
+    benchmark dataset entry (None without one), paths relative to ``out_dir``."""
+    suffix = naming.suffix
+    write_table(staging / f"{folder}train{suffix}", train_rows)
+    report["train"]["path"] = str(out_dir / f"{folder}train{suffix}")
+    train_entry = {"name": naming.name, "kind": report["kind"], "path": f"{folder}train{suffix}",
+                   "image_root": naming.root}
+    if naming.identity_namespace is not None:
+        train_entry["identity_namespace"] = naming.identity_namespace
     if eval_rows:
-        write_table(staging / f"eval{suffix}", eval_rows)
-        report["eval"]["path"] = str(out_dir / f"eval{suffix}")
+        write_table(staging / f"{folder}eval{suffix}", eval_rows)
+        report["eval"]["path"] = str(out_dir / f"{folder}eval{suffix}")
     queries, gallery, report["benchmark"] = gallery_benchmark(eval_rows, report["kind"], naming.image_folder)
-    if queries:
-        write_table(staging / f"{QUERIES_STEM}{suffix}", queries)
-        write_table(staging / f"{GALLERY_STEM}{suffix}", gallery)
-        write_yaml(staging / "benchmark.yaml", {"name": naming.name, "datasets": [
-            {"name": naming.name, "benchmark": "other", "meta_task": naming.meta_task, "split": "IND",
-             "layout": "gallery", "queries": f"{QUERIES_STEM}{suffix}", "gallery": f"{GALLERY_STEM}{suffix}",
-             "image_root": root}]})
-    write_report(staging / REPORT_FILE, report)
+    if not queries:
+        return train_entry, None
+    write_table(staging / f"{folder}{QUERIES_STEM}{suffix}", queries)
+    write_table(staging / f"{folder}{GALLERY_STEM}{suffix}", gallery)
+    return train_entry, {"name": naming.name, "benchmark": "other", "meta_task": naming.meta_task, "split": "IND",
+                         "layout": "gallery", "queries": f"{folder}{QUERIES_STEM}{suffix}",
+                         "gallery": f"{folder}{GALLERY_STEM}{suffix}", "image_root": naming.root}
+
+
+def write_configs(staging: Path, name: str, train_entries: list[dict[str, Any]],
+                  benchmark_entries: list[dict[str, Any]]) -> None:
+    """``train.yaml`` (a data config of the training splits) and, with eval galleries,
+    ``benchmark.yaml`` (benchmark ``name``)."""
+    write_yaml(staging / "train.yaml", {"datasets": train_entries})
+    if benchmark_entries:
+        write_yaml(staging / "benchmark.yaml", {"name": name, "datasets": benchmark_entries})
