@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
@@ -22,3 +23,15 @@ def perturbed_adapter(base: Path, out: Path, seed: int = 0) -> Path:
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
     model.save_pretrained(out)
     return out
+
+
+def as_hub_cache(directory: Path, cache: Path, repo: str) -> Path:
+    """``directory`` as huggingface_hub's cache holds a downloaded model repo ``repo`` (refs/main
+    -> a snapshot), so that ``HF_HUB_CACHE=cache HF_HUB_OFFLINE=1`` loads ``repo`` from it.
+    Returns the snapshot folder."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo_dir = cache / f"models--{repo.replace('/', '--')}"
+    shutil.copytree(directory, repo_dir / "snapshots" / commit)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(commit)
+    return repo_dir / "snapshots" / commit

@@ -25,6 +25,7 @@ from vis_embed.training.recipe import load_recipe
 from vis_embed.training.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _model_fixtures import as_hub_cache  # noqa: E402
 from _training_fixtures import tiny_recipe, write_identity_dataset, write_schedule  # noqa: E402
 from eval_fakes import make_identity_benchmark  # noqa: E402
 
@@ -206,15 +207,6 @@ print(json.dumps({"dim": model.embedding_dim, "matryoshka": model.embedding_conf
 """
 
 
-def _as_hub_cache(export: Path, cache: Path, repo: str) -> None:
-    """``export`` as huggingface_hub's cache holds a downloaded repo (refs/main -> a snapshot)."""
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    repo_dir = cache / f"models--{repo.replace('/', '--')}"
-    shutil.copytree(export, repo_dir / "snapshots" / commit)
-    (repo_dir / "refs").mkdir()
-    (repo_dir / "refs" / "main").write_text(commit)
-
-
 def test_a_head_export_on_the_hub_loads_with_its_head_and_settings(head_export, tmp_path) -> None:
     """A Hub id reads the files the export records beside its weights (modules.json and its Dense
     module, embedding_config.json) as a local directory does -- here from the Hub's cache,
@@ -222,7 +214,7 @@ def test_a_head_export_on_the_hub_loads_with_its_head_and_settings(head_export, 
     import subprocess
 
     _base, _head_dir, out = head_export
-    _as_hub_cache(out, tmp_path / "hub", "acme/visme-head")
+    as_hub_cache(out, tmp_path / "hub", "acme/visme-head")
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-c", _HUB_LOAD, "acme/visme-head"], capture_output=True, text=True,
                           env=env, timeout=300, cwd=tmp_path)

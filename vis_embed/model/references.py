@@ -63,6 +63,21 @@ def model_file(reference: str | Path, filename: str) -> Path | None:
         return None  # no such repo, or no access: transformers' loading of the weights says which
 
 
+def local_model_dir(reference: str | Path) -> Path:
+    """``reference`` as a local directory: a path as it is, a Hub id (an adapter published on the
+    Hub) as its snapshot in the Hub cache, downloaded as transformers downloads a model (offline:
+    the cached snapshot).  Everything that reads an adapter's files then reads a directory, and
+    a loaded model records the snapshot's path, whose content its fingerprint hashes."""
+    if not is_hub_id(reference):
+        return Path(reference).expanduser()
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(str(reference)))
+    except (OSError, ValueError) as exc:  # no such repo, no access, offline and not cached
+        raise ConfigError(f"cannot fetch {reference!r} from the Hub: {exc}") from None
+
+
 def absolute_model_reference(name: str) -> str:
     """A hub id unchanged; a local path made absolute (so it resolves from any directory)."""
     if looks_like_path(name) and Path(name).expanduser().exists():

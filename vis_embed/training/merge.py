@@ -18,6 +18,7 @@ from vis_embed.model.defaults import CHECKPOINT_MARKER
 from vis_embed.model.embedding_config import resolve_embedding_config
 from vis_embed.model.files.export import load_merged, recorded_base
 from vis_embed.model.network.adaptation import FullAdaptation
+from vis_embed.model.references import local_model_dir
 
 __all__ = ["merge_adapter"]
 
@@ -27,7 +28,8 @@ def merge_adapter(adapter: str | Path, out: str | Path, base: str | None = None,
     """Merge ``adapter`` into ``base`` and save a full checkpoint to ``out`` (atomically), with the
     adapter's recorded ``embedding_config.json`` (over the base's) beside it.  ``dtype``: the merged
     weights' ("checkpoint", the default: the base checkpoint's own; "auto": by device)."""
-    base = recorded_base(base, Path(adapter).expanduser())
+    adapter = local_model_dir(adapter)  # a Hub id: its cached snapshot
+    base = recorded_base(base, adapter)
     # ``out`` checked before the model loads: a folder of other files, or holding the inputs, is refused
     with atomic_directory(out, marker=CHECKPOINT_MARKER, what="a model checkpoint", inputs=(adapter, base)) as tmp:
         # ``dtype`` is the written weights' only: the recorded dtype policy (how the model loads

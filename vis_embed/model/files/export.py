@@ -40,7 +40,7 @@ from vis_embed.model.network.adaptation import FullAdaptation, saved_adapter
 from vis_embed.model.embedding_config import (EMBEDDING_CONFIG_FILE, EmbeddingConfig, read_embedding_config,
                                               resolve_embedding_config)
 from vis_embed.model.defaults import CHECKPOINT_MARKER
-from vis_embed.model.references import looks_like_path, unreadable_weights
+from vis_embed.model.references import local_model_dir, looks_like_path, unreadable_weights
 
 if TYPE_CHECKING:
     from transformers import ProcessorMixin
@@ -121,7 +121,7 @@ def load_folded(base: str | None, adapter: str | Path | None = None,
     ``dtype``: the written weights' dtype, by the one rule (``embedding_model.resolve_dtype``):
     "checkpoint" (default) keeps the checkpoint's own, "auto" is by device (float32 on CPU).
     """
-    adapter_dir = None if adapter is None else Path(adapter).expanduser()
+    adapter_dir = None if adapter is None else local_model_dir(adapter)
     adaptation = None if adapter_dir is None else saved_adapter(adapter_dir)  # a clear error first
     model, processor = _load_base(recorded_base(base, adapter_dir), dtype)
     head = None

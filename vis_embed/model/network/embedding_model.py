@@ -38,7 +38,7 @@ from vis_embed.model.network.pooling import last_token_pool
 from vis_embed.model.network.projection_head import ProjectionHead, load_exported_head
 from vis_embed.model.inputs.preparer import (VIDEO_EXTRA_FIELDS, VISUAL_FIELDS, PreparedItem, Preparer, PreparesItems,
                                      token_limit)
-from vis_embed.model.references import looks_like_path, unreadable_weights
+from vis_embed.model.references import local_model_dir, looks_like_path, unreadable_weights
 from vis_embed.model.network.rms_norm import use_fused_rms_norm
 from vis_embed.model.network.vision_metadata import METADATA_KEY, describe_batch, pinned, run_base_model
 
@@ -157,6 +157,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         name = str(name_or_path)
         if looks_like_path(name) and not Path(name).expanduser().is_dir():
             raise ConfigError(f"model path not found: {name}")
+        adapter = None if adapter is None else local_model_dir(adapter)  # a Hub id: its cached snapshot
         if config is None:
             config = resolve_embedding_config(name, adapter, dtype=dtype_name(dtype), **settings)
         device = torch.device(device) if device is not None else default_device()
