@@ -17,6 +17,7 @@ from PIL import Image
 
 from vis_embed import Embedder
 from vis_embed.errors import ConfigError, DataError
+from vis_embed.model.inputs.preparer import Preparer
 from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.model.prompts import build_prompt
 
@@ -207,6 +208,26 @@ def test_max_length_cuts_item_text_but_keeps_visual_tokens(tiny_checkpoint: Call
     assert 55 <= prepared.length <= 60
     assert int((prepared.mm_token_type_ids == 1).sum()) == 16
     assert prepared.input_ids[-3:].tolist() == model.prepare([{"text": "x"}])[0].input_ids[-3:].tolist()
+
+
+def test_max_length_cut_inside_a_character_ends(tiny_checkpoint: Callable[..., Path],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cut between an emoji's byte tokens decodes as U+FFFD, which tokenises back to as many
+    tokens: the cut loop made no progress and never ended (vlm2vec, 40 tokens, 200 emoji)."""
+    model = EmbeddingModel.from_pretrained(tiny_checkpoint(), device="cpu", max_length=40, prompt_format="vlm2vec")
+    calls = 0
+    process = Preparer.process
+
+    def counted(self: Preparer, *args: object) -> object:
+        nonlocal calls
+        calls += 1
+        assert calls <= 20, "the text cut makes no progress"
+        return process(self, *args)
+
+    monkeypatch.setattr(Preparer, "process", counted)
+    prepared = model.prepare_one({"text": "\U0001F600" * 200}, "Find it.")
+    assert prepared.truncated and 30 <= prepared.length <= 40
+    assert "\ufffd" not in model.processor.tokenizer.decode(prepared.input_ids)
 
 
 def test_prompt_formats(tiny_checkpoint: Callable[..., Path]) -> None:
