@@ -271,6 +271,20 @@ def test_bad_items_raise_data_errors(tiny_checkpoint: Callable[..., Path], tmp_p
         embedder.encode([{"text": 3}])
 
 
+def test_misused_encode_arguments_are_clear_errors(tiny_checkpoint: Callable[..., Path]) -> None:
+    """One item not in a list (read as its keys: 'items[0] ... got str'), a generator (len()
+    failed) and one instruction per item (an AttributeError from inside the prompt builder)."""
+    embedder = Embedder.from_pretrained(tiny_checkpoint(), device="cpu")
+    with pytest.raises(TypeError, match="got dict; put one item in a list"):
+        embedder.encode({"text": "a red car"})
+    with pytest.raises(TypeError, match="got generator"):
+        embedder.encode(item for item in [{"text": "a red car"}])
+    for instruction in (["Find it.", "Find it."], 3):
+        with pytest.raises(DataError, match="one string for all the items") as info:
+            embedder.encode([{"text": "a"}, {"text": "b"}], instruction=instruction)
+        assert info.value.field == "instruction"
+
+
 def test_unknown_model_and_bad_options_are_config_errors(tmp_path: Path,
                                                          tiny_checkpoint: Callable[..., Path]) -> None:
     with pytest.raises(ConfigError, match="not found"):
