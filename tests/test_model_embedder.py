@@ -230,6 +230,20 @@ def test_max_length_cut_inside_a_character_ends(tiny_checkpoint: Callable[..., P
     assert "\ufffd" not in model.processor.tokenizer.decode(prepared.input_ids)
 
 
+def test_an_item_over_max_length_without_its_text_names_what_is_left(tiny_checkpoint: Callable[..., Path]) -> None:
+    """A text-only item was refused as '(image and instruction)' in field 'instruction', with neither."""
+    model = EmbeddingModel.from_pretrained(tiny_checkpoint(), device="cpu", max_length=8)
+    with pytest.raises(DataError, match=r"without its text \(prompt template\)") as info:
+        model.prepare_one({"text": "hello world"})
+    assert info.value.field == "text"
+    with pytest.raises(DataError, match=r"\(instruction, prompt template\)") as info:
+        model.prepare_one({"text": "hello world"}, "Find it.")
+    assert info.value.field == "instruction"
+    with pytest.raises(DataError, match=r"\(image, prompt template\)") as info:
+        model.prepare_one({"image": _image(56, 56, 0)})
+    assert info.value.field == "image"
+
+
 def test_prompt_formats(tiny_checkpoint: Callable[..., Path]) -> None:
     from transformers import AutoProcessor
 

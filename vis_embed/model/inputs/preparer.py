@@ -205,9 +205,10 @@ class Preparer:
             text = cut if len(cut) < len(text) else text[:-1]
             prepared = self.process(pil_image, instruction, text)
         if prepared.length > limit:
-            visual = "video" if isinstance(pil_image, Clip) else "image"
-            raise DataError(f"{prepared.length} tokens without its text ({visual} and instruction), above the "
-                            f"limit of {limit}", field=visual if pil_image is not None else "instruction")
+            visual = None if pil_image is None else "video" if isinstance(pil_image, Clip) else "image"
+            kept = [part for part in (visual, "instruction" if instruction else None) if part] + ["prompt template"]
+            raise DataError(f"{prepared.length} tokens without its text ({', '.join(kept)}), above the "
+                            f"limit of {limit}", field=visual or ("instruction" if instruction else "text"))
         prepared.truncated = True
         return prepared
 
