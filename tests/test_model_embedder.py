@@ -309,6 +309,16 @@ def test_unknown_model_and_bad_options_are_config_errors(tmp_path: Path,
         Embedder.from_pretrained(tiny_checkpoint(), adapter=tmp_path)
 
 
+def test_a_device_this_machine_lacks_is_a_config_error(tiny_checkpoint: Callable[..., Path],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """--device gpu / --device cuda on a machine without one: torch's RuntimeError traceback from
+    inside the load (after the weights were read)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device in ("cuda", "cuda:1", "gpu"):
+        with pytest.raises(ConfigError, match="device"):
+            Embedder.from_pretrained(tiny_checkpoint(), device=device)
+
+
 def test_batches_run_one_ahead_in_one_thread_errors_at_their_batch_and_an_early_exit_closes_the_source() -> None:
     """Embedder.prepared_batches hands its source (items prepared here or received from the
     worker processes) to one_batch_ahead: batch i+1 is made while the model runs batch i.  The
