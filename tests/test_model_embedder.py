@@ -17,6 +17,7 @@ from PIL import Image
 
 from vis_embed import Embedder
 from vis_embed.errors import ConfigError, DataError
+from vis_embed.model.inputs.preparer import Preparer
 from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.model.prompts import build_prompt
 
@@ -209,6 +210,40 @@ def test_max_length_cuts_item_text_but_keeps_visual_tokens(tiny_checkpoint: Call
     assert prepared.input_ids[-3:].tolist() == model.prepare([{"text": "x"}])[0].input_ids[-3:].tolist()
 
 
+def test_max_length_cut_inside_a_character_ends(tiny_checkpoint: Callable[..., Path],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cut between an emoji's byte tokens decodes as U+FFFD, which tokenises back to as many
+    tokens: the cut loop made no progress and never ended (vlm2vec, 40 tokens, 200 emoji)."""
+    model = EmbeddingModel.from_pretrained(tiny_checkpoint(), device="cpu", max_length=40, prompt_format="vlm2vec")
+    calls = 0
+    process = Preparer.process
+
+    def counted(self: Preparer, *args: object) -> object:
+        nonlocal calls
+        calls += 1
+        assert calls <= 20, "the text cut makes no progress"
+        return process(self, *args)
+
+    monkeypatch.setattr(Preparer, "process", counted)
+    prepared = model.prepare_one({"text": "\U0001F600" * 200}, "Find it.")
+    assert prepared.truncated and 30 <= prepared.length <= 40
+    assert "\ufffd" not in model.processor.tokenizer.decode(prepared.input_ids)
+
+
+def test_an_item_over_max_length_without_its_text_names_what_is_left(tiny_checkpoint: Callable[..., Path]) -> None:
+    """A text-only item was refused as '(image and instruction)' in field 'instruction', with neither."""
+    model = EmbeddingModel.from_pretrained(tiny_checkpoint(), device="cpu", max_length=8)
+    with pytest.raises(DataError, match=r"without its text \(prompt template\)") as info:
+        model.prepare_one({"text": "hello world"})
+    assert info.value.field == "text"
+    with pytest.raises(DataError, match=r"\(instruction, prompt template\)") as info:
+        model.prepare_one({"text": "hello world"}, "Find it.")
+    assert info.value.field == "instruction"
+    with pytest.raises(DataError, match=r"\(image, prompt template\)") as info:
+        model.prepare_one({"image": _image(56, 56, 0)})
+    assert info.value.field == "image"
+
+
 def test_prompt_formats(tiny_checkpoint: Callable[..., Path]) -> None:
     from transformers import AutoProcessor
 
@@ -250,6 +285,20 @@ def test_bad_items_raise_data_errors(tiny_checkpoint: Callable[..., Path], tmp_p
         embedder.encode([{"text": 3}])
 
 
+def test_misused_encode_arguments_are_clear_errors(tiny_checkpoint: Callable[..., Path]) -> None:
+    """One item not in a list (read as its keys: 'items[0] ... got str'), a generator (len()
+    failed) and one instruction per item (an AttributeError from inside the prompt builder)."""
+    embedder = Embedder.from_pretrained(tiny_checkpoint(), device="cpu")
+    with pytest.raises(TypeError, match="got dict; put one item in a list"):
+        embedder.encode({"text": "a red car"})
+    with pytest.raises(TypeError, match="got generator"):
+        embedder.encode(item for item in [{"text": "a red car"}])
+    for instruction in (["Find it.", "Find it."], 3):
+        with pytest.raises(DataError, match="one string for all the items") as info:
+            embedder.encode([{"text": "a"}, {"text": "b"}], instruction=instruction)
+        assert info.value.field == "instruction"
+
+
 def test_unknown_model_and_bad_options_are_config_errors(tmp_path: Path,
                                                          tiny_checkpoint: Callable[..., Path]) -> None:
     with pytest.raises(ConfigError, match="not found"):
@@ -258,6 +307,16 @@ def test_unknown_model_and_bad_options_are_config_errors(tmp_path: Path,
         Embedder.from_pretrained(tiny_checkpoint(), prompt_format="alpaca")
     with pytest.raises(ConfigError, match="adapter"):
         Embedder.from_pretrained(tiny_checkpoint(), adapter=tmp_path)
+
+
+def test_a_device_this_machine_lacks_is_a_config_error(tiny_checkpoint: Callable[..., Path],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """--device gpu / --device cuda on a machine without one: torch's RuntimeError traceback from
+    inside the load (after the weights were read)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device in ("cuda", "cuda:1", "gpu"):
+        with pytest.raises(ConfigError, match="device"):
+            Embedder.from_pretrained(tiny_checkpoint(), device=device)
 
 
 def test_batches_run_one_ahead_in_one_thread_errors_at_their_batch_and_an_early_exit_closes_the_source() -> None:

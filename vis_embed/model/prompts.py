@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vis_embed.errors import ConfigError
+from vis_embed.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from transformers import ProcessorMixin
@@ -62,6 +62,9 @@ def build_prompt(processor: ProcessorMixin, visual: bool | str | None, instructi
     """The prompt text for one item, with ONE (unexpanded) placeholder of its ``visual`` input:
     ``"image"`` (or True), ``"video"``, or None / False for a text-only item."""
     kind = visual_kind(visual)
+    if instruction is not None and not isinstance(instruction, str):  # e.g. one per item: an AttributeError deep inside
+        raise DataError(f"must be one string for all the items (or None), got {type(instruction).__name__}; "
+                        f"encode items with different instructions in separate calls", field="instruction")
     body = join_instruction(None if prompt_format == "chat-system" else instruction, text)
     if prompt_format == "vlm2vec":
         token = {"image": getattr(processor, "image_token", "<|image_pad|>"),

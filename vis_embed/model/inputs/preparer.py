@@ -199,12 +199,16 @@ class Preparer:
             # Re-tokenising the joined prompt can merge pieces differently, hence the loop.
             text_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             excess = prepared.length - limit
-            text = tokenizer.decode(text_ids[:max(len(text_ids) - excess, 0)])
+            # A character cut between its byte tokens decodes as U+FFFD, which can tokenise back
+            # to as many tokens: dropped, and the text always gets shorter, so the loop ends.
+            cut = tokenizer.decode(text_ids[:max(len(text_ids) - excess, 0)]).rstrip("\ufffd")
+            text = cut if len(cut) < len(text) else text[:-1]
             prepared = self.process(pil_image, instruction, text)
         if prepared.length > limit:
-            visual = "video" if isinstance(pil_image, Clip) else "image"
-            raise DataError(f"{prepared.length} tokens without its text ({visual} and instruction), above the "
-                            f"limit of {limit}", field=visual if pil_image is not None else "instruction")
+            visual = None if pil_image is None else "video" if isinstance(pil_image, Clip) else "image"
+            kept = [part for part in (visual, "instruction" if instruction else None) if part] + ["prompt template"]
+            raise DataError(f"{prepared.length} tokens without its text ({', '.join(kept)}), above the "
+                            f"limit of {limit}", field=visual or ("instruction" if instruction else "text"))
         prepared.truncated = True
         return prepared
 

@@ -50,6 +50,24 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def checked_device(device: str | torch.device | None) -> torch.device:
+    """``device`` as a ``torch.device`` (None: :func:`default_device`).  A name torch does not know
+    (``gpu``), or a CUDA device this machine lacks, is a ConfigError (was torch's traceback
+    from inside the load)."""
+    if device is None:
+        return default_device()
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"unknown device {str(device)!r}; expected e.g. cpu, cuda or cuda:1") from None
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (resolved.index is not None and resolved.index >= count):
+            raise ConfigError(f"device {str(device)!r} asked for, but this machine has {count} usable CUDA "
+                              f"device(s)")
+    return resolved
+
+
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None = None) -> torch.dtype | str:
     """The one dtype rule.  A ``torch.dtype`` as given, a name (``"bfloat16"``) as named; None or
     ``"auto"``: by device (bfloat16 on CUDA, float32 elsewhere; ``device`` default: the default
@@ -160,7 +178,7 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         adapter = None if adapter is None else local_model_dir(adapter)  # a Hub id: its cached snapshot
         if config is None:
             config = resolve_embedding_config(name, adapter, dtype=dtype_name(dtype), **settings)
-        device = torch.device(device) if device is not None else default_device()
+        device = checked_device(device)
         torch_dtype = resolve_dtype(dtype if isinstance(dtype, torch.dtype) else config.dtype, device)
         attn = resolve_attn_implementation(config.attn_implementation, device)
         try:

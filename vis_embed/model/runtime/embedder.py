@@ -127,6 +127,10 @@ class Embedder:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if isinstance(items, (str, bytes, dict)) or not (hasattr(items, "__len__") and hasattr(items, "__getitem__")):
+            # a dict was read as its keys ("items[0]: ... got str"), a generator failed on len()
+            raise TypeError(f"items must be a list of items, got {type(items).__name__}"
+                            + ("; put one item in a list" if isinstance(items, dict) else ""))
         errors = invalid_items(items, on_error)  # before any model work: a typo fails at once
         batches = self.batch_plan(items, instruction, batch_size, base_dir)
         vectors: dict[int, np.ndarray] = {}
