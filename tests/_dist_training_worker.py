@@ -32,7 +32,17 @@ def global_batches() -> list[tuple[list[TokenItem], list[TokenItem]]]:
     return [(random_members(GLOBAL_BATCH, 10 + s), random_members(GLOBAL_BATCH, 100 + s)) for s in range(STEPS)]
 
 
-def train(mode: str, chunk_size: int) -> dict:
+def uneven_batches() -> list[tuple[list[TokenItem], list[TokenItem]]]:
+    """Rank 0's half of one length (2 chunks of 2 a side), rank 1's spread: ``max_padding`` 0.1
+    closes each of its chunks after one member (4 a side)."""
+    lengths = [6, 6, 6, 6] + [8, 5, 3, 2]
+    generator = torch.Generator().manual_seed(7)
+    return [tuple([TokenItem(torch.randint(1, 50, (n,), generator=generator).tolist()) for n in lengths]
+                  for _side in range(2)) for _step in range(STEPS)]
+
+
+def train(mode: str, chunk_size: int, uneven: bool = False) -> dict:
+    """``uneven``: the batches of :func:`uneven_batches` in chunks closed at 10% padding."""
     torch.manual_seed(0)
     model = StandInEncoder(dropout=0.0)
     tau = Temperature(0.05)
@@ -43,19 +53,19 @@ def train(mode: str, chunk_size: int) -> dict:
     else:
         stage = {"zero2": 2, "zero3": 3}[mode]
         local = GLOBAL_BATCH // get_world_size()
+        zero = {"stage": stage, "overlap_comm": False, **({"stage3_param_persistence_threshold": 0} if uneven else {})}
         config = {"train_micro_batch_size_per_gpu": local, "gradient_accumulation_steps": 1,
-                  "train_batch_size": GLOBAL_BATCH, "gradient_clipping": 1.0,
-                  "zero_optimization": {"stage": stage, "overlap_comm": False},
+                  "train_batch_size": GLOBAL_BATCH, "gradient_clipping": 1.0, "zero_optimization": zero,
                   "steps_per_print": 10**9}
         backend = DeepSpeedBackend(model, ds_config=config, **common)
     world, rank = get_world_size(), get_rank()
     local = GLOBAL_BATCH // world
     losses = []
-    for queries, candidates in global_batches():
+    for queries, candidates in (uneven_batches() if uneven else global_batches()):
         shard = slice(rank * local, (rank + 1) * local)
         result = contrastive_step(backend, model.collate, queries[shard], candidates[shard],
                                   lambda q, c: info_nce_loss(q, c, tau()),
-                                  gradcache=GradCacheConfig(chunk_size=chunk_size, max_padding=1.0),
+                                  gradcache=GradCacheConfig(chunk_size=chunk_size, max_padding=0.1 if uneven else 1.0),
                                   query_lengths=[x.length for x in queries[shard]],
                                   candidate_lengths=[x.length for x in candidates[shard]])
         backend.step()
@@ -191,6 +201,11 @@ def main() -> None:
         full = {f"full_zero{stage}": train_tiny_qwen_full(stage, model, data, schedule, Path(out)) for stage in (2, 3)}
         if get_rank() == 0:
             Path(sys.argv[1]).write_text(json.dumps(full))
+        return
+    if sys.argv[2:3] == ["--uneven"]:  # chunk counts that differ between the ranks, under ZeRO-2 and ZeRO-3
+        uneven = {mode: train(mode, chunk_size=2, uneven=True) for mode in ("zero2", "zero3")}
+        if get_rank() == 0:
+            Path(sys.argv[1]).write_text(json.dumps(uneven))
         return
     results: dict = {name: train(mode, chunk) for name, mode, chunk in
                      [("ddp_gradcache", "torch", 2), ("zero2_gradcache", "zero2", 2),

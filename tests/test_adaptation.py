@@ -150,6 +150,32 @@ def test_full_saves_the_gathered_state_not_the_modules_own(tiny_checkpoint, tmp_
         assert torch.equal(parameter, gathered[name].float()), name
 
 
+def test_full_load_weights_builds_no_second_model(tiny_checkpoint, tmp_path, monkeypatch) -> None:
+    """Resume / warm start of ``adaptation: full`` copies the saved tensors into the built model;
+    it once built a second model with ``from_pretrained`` to read them (twice the memory of a 7B)."""
+    import transformers
+
+    base = tiny_checkpoint("qwen2-vl")
+    model = _load(base)
+    FullAdaptation().apply(model)
+    _trained(model)
+    FullAdaptation().save(model, tmp_path)
+    fresh = _load(base)
+    FullAdaptation().apply(fresh)
+    built = []
+    original = transformers.PreTrainedModel.__init__
+
+    def counting(self, *args, **kwargs) -> None:
+        built.append(type(self).__name__)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "__init__", counting)
+    FullAdaptation().load_weights(fresh, tmp_path)
+    assert built == []
+    for name, value in model.backbone.state_dict().items():
+        assert torch.equal(fresh.backbone.state_dict()[name], value), name
+
+
 def test_full_refuses_a_checkpoint_that_lacks_weights(tiny_checkpoint, tmp_path) -> None:
     from safetensors.torch import load_file, save_file
 

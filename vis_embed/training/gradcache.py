@@ -44,7 +44,7 @@ from torch import Tensor
 
 from vis_embed.model.inputs.batching import chunk_order
 from vis_embed.training.backends import TrainBackend
-from vis_embed.distributed import gather_with_local_grad, get_world_size
+from vis_embed.distributed import all_gather_object, gather_with_local_grad, get_world_size
 
 if TYPE_CHECKING:
     from vis_embed.training.recipe import GradCacheConfig
@@ -144,6 +144,24 @@ def _plain_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch], qu
     return StepResult(loss=float(loss.detach()), padded_fraction=[padded_fraction(batch)])
 
 
+def _equal_chunk_counts(plans: list[list[list[int]]]) -> list[list[list[int]]]:
+    """Each side's chunks (:func:`chunk_order`), the largest split in two until this rank has as
+    many per side as the rank with the most.  Every forward and backward is a collective under
+    DeepSpeed (ZeRO-2 reduces each backward's gradients, ZeRO-3 gathers the weights of each
+    forward), so all ranks must run the same number; ``max_padding`` closes chunks early by
+    each rank's own lengths (ranks once ran 4 and 10 chunks: gloo aborted, NCCL would hang)."""
+    counts = all_gather_object([len(plan) for plan in plans])
+    equal = []
+    for side, plan in enumerate(plans):
+        plan = [list(chunk) for chunk in plan]
+        while len(plan) < max(count[side] for count in counts):
+            largest = max(range(len(plan)), key=lambda i: len(plan[i]))  # > 1 member: counts <= members
+            chunk = plan[largest]
+            plan[largest:largest + 1] = [chunk[:(len(chunk) + 1) // 2], chunk[(len(chunk) + 1) // 2:]]
+        equal.append(plan)
+    return equal
+
+
 def _gradcache_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch], queries: Sequence[Any],
                     candidates: Sequence[Any], loss_fn: LossFn, chunk_size: int,
                     query_lengths: Sequence[int] | None, candidate_lengths: Sequence[int] | None,
@@ -151,9 +169,10 @@ def _gradcache_step(backend: TrainBackend, collate: Callable[[list[Any]], Batch]
     sides = [list(queries), list(candidates)]
     lengths = [query_lengths or [0] * len(queries), candidate_lengths or [0] * len(candidates)]
     # (side, member indices, collated batch) for every chunk, in encoding order
+    plans = _equal_chunk_counts([chunk_order(lengths[side], chunk_size, max_padding) for side in (0, 1)])
     chunks: list[tuple[int, list[int], Batch]] = []
     for side, members in enumerate(sides):
-        for indices in chunk_order(lengths[side], chunk_size, max_padding):
+        for indices in plans[side]:
             chunks.append((side, indices, collate([members[i] for i in indices])))
     *replayed, (kept_side, kept_indices, kept_batch) = chunks
 

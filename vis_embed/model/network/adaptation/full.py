@@ -55,24 +55,50 @@ class FullAdaptation(Adaptation):
             raise ConfigError(f"{source}: no model*.safetensors (full fine-tuning needs full weights)")
 
     def load_weights(self, model: AdaptedModel, directory: Path) -> None:
-        """Read the checkpoint the way ``from_pretrained`` does (its key mapping: transformers
-        saves Qwen-VL's ``model.language_model.*`` as ``model.*``), then copy every weight into
-        the built model, strictly: a weight missing from the checkpoint is an error, not the
-        base's value kept."""
-        from safetensors import SafetensorError
+        """Copy every weight of the checkpoint into the built model, strictly: a weight missing
+        from the checkpoint is an error, not the base's value kept.  The file's key names are
+        the ones ``save_pretrained`` wrote (transformers saves Qwen-VL's ``model.language_model.*``
+        as ``model.*``; :func:`saved_names`), and the tensors are read one at a time into the
+        parameters: no second model and no second state dict (resume of a 7B once held two)."""
+        from safetensors import SafetensorError, safe_open
 
-        backbone = model.backbone
-        dtype = next(backbone.parameters()).dtype
-        try:
-            saved, info = type(backbone).from_pretrained(str(directory), dtype=dtype, output_loading_info=True)
-        except (OSError, ValueError, KeyError) as exc:
-            raise ConfigError(f"{directory}: not a checkpoint of this model: {exc}") from None
-        except SafetensorError as exc:  # a truncated weights file: named, not a traceback
-            raise unreadable_weights(f"{directory} (its *.safetensors)", exc) from None
-        missing = sorted(info.get("missing_keys") or [])
+        own = model.backbone.state_dict()  # detached views of the parameters and buffers
+        modules_of: dict[str, list[str]] = {}
+        for name, saved in saved_names(model.backbone, own).items():
+            modules_of.setdefault(saved, []).append(name)
+        files = sorted(directory.glob("model*.safetensors"))
+        if not files:
+            raise ConfigError(f"{directory}: no model*.safetensors (full fine-tuning needs full weights)")
+        written: set[int] = set()  # storages written (a tied weight is saved once)
+        for path in files:
+            try:
+                with safe_open(str(path), framework="pt") as weights:
+                    for key in weights.keys():
+                        names = modules_of.get(key, [])
+                        tensor = weights.get_tensor(key) if names else None
+                        for name in names:
+                            if tensor.shape != own[name].shape:  # RuntimeError, as load_state_dict's
+                                raise RuntimeError(f"size mismatch for {name}: {tuple(tensor.shape)} in "
+                                                   f"{path.name}, {tuple(own[name].shape)} in the model")
+                            own[name].copy_(tensor)
+                            written.add(own[name].untyped_storage().data_ptr())
+            except SafetensorError as exc:  # a truncated weights file: named, not a traceback
+                raise unreadable_weights(f"{directory} (its *.safetensors)", exc) from None
+        missing = sorted(name for name, value in own.items()
+                         if value.numel() and value.untyped_storage().data_ptr() not in written)
         if missing:
             raise ConfigError(f"{directory}: lacks {len(missing)} of the model's weights (e.g. {missing[0]})")
-        backbone.load_state_dict(saved.state_dict(), strict=True)  # RuntimeError: another shape
+
+
+def saved_names(backbone: torch.nn.Module, state: dict[str, Tensor]) -> dict[str, str]:
+    """``state``'s key -> the key ``save_pretrained`` writes it under: transformers' own reverse
+    of its loading conversions (the one its save applies), matched by tensor identity (renaming
+    keeps the tensors)."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    by_tensor = {id(value): name for name, value in state.items()}
+    return {by_tensor[id(value)]: saved for saved, value in revert_weight_conversion(backbone, dict(state)).items()
+            if id(value) in by_tensor}
 
 
 def full_state(backbone: torch.nn.Module, state: dict[str, Tensor] | None) -> dict[str, Tensor] | None:
