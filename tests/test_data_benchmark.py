@@ -121,6 +121,9 @@ def test_a_peer_layouts_extra_keys_are_options_and_checked_like_them(bench_dir: 
     assert (spec.options.seed, spec.options.ks, spec.options.get("margin")) == (3, (1, 2), 0.1)
     with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[0\].index': unknown index kind 'hnsw'"):
         load_benchmark(_manifest(bench_dir, [{**PEER, "index": "hnsw"}]))
+    # a negative bootstrap seed was a numpy traceback after the whole dataset was encoded
+    with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[0\].seed': .*greater than or equal to 0"):
+        load_benchmark(_manifest(bench_dir, [{**PEER, "seed": -1}]))
 
 
 def test_malformed_manifest_top_level(bench_dir: Path) -> None:
