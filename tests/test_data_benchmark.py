@@ -122,7 +122,7 @@ def test_a_peer_layouts_extra_keys_are_options_and_checked_like_them(bench_dir: 
     with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[0\].index': unknown index kind 'hnsw'"):
         load_benchmark(_manifest(bench_dir, [{**PEER, "index": "hnsw"}]))
     # a negative bootstrap seed was a numpy traceback after the whole dataset was encoded
-    with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[0\].seed': .*greater than or equal to 0"):
+    with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[0\].seed': .*greater than or equal"):
         load_benchmark(_manifest(bench_dir, [{**PEER, "seed": -1}]))
 
 
