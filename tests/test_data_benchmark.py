@@ -121,6 +121,19 @@ def test_a_peer_layouts_extra_keys_are_options_and_checked_like_them(bench_dir: 
     assert (spec.options.seed, spec.options.ks, spec.options.get("margin")) == (3, (1, 2), 0.1)
     with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[0\].index': unknown index kind 'hnsw'"):
         load_benchmark(_manifest(bench_dir, [{**PEER, "index": "hnsw"}]))
+    # a negative bootstrap seed was a numpy traceback after the whole dataset was encoded
+    with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'datasets\[0\].seed': .*greater than or equal"):
+        load_benchmark(_manifest(bench_dir, [{**PEER, "seed": -1}]))
+
+
+def test_names_that_would_share_an_output_file_are_refused(bench_dir: Path) -> None:
+    """'Re ID' and 'Re_ID' are both datasets/Re_ID.json and runs/Re_ID.trec: the second dataset's run
+    replaced the first's (results.json named the same file for both) and each resume recomputed one."""
+    with pytest.raises(DataError, match=r"benchmark.yaml:\d+: field 'name': datasets 'Re ID' and 'Re_ID' would share "
+                                        r"the file name 'Re_ID'"):
+        load_benchmark(_manifest(bench_dir, [{**GAL, "name": "Re ID"}, {**GAL, "name": "Re_ID"}]))
+    with pytest.raises(DataError, match=r"datasets 'reid' and 'ReID' would share"):  # one file where case is folded
+        load_benchmark(_manifest(bench_dir, [{**GAL, "name": "reid"}, {**GAL, "name": "ReID"}]))
 
 
 def test_malformed_manifest_top_level(bench_dir: Path) -> None:

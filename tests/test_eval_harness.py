@@ -92,6 +92,16 @@ def _n_encoded(encoder: FakeEncoder) -> int:
     return encoder.n_items_encoded
 
 
+def test_specs_built_in_code_that_would_share_output_files_are_refused(tmp_path: Path) -> None:
+    files = make_identity_benchmark(tmp_path / "data")
+    cand, gal = _specs(files)
+    encoder = FakeEncoder()
+    with pytest.raises(DataError, match=r"datasets 'Re ID' and 'Re_ID' would share the file name 'Re_ID'"):
+        _run(encoder, [dataclasses.replace(cand, name="Re ID"), dataclasses.replace(gal, name="Re_ID")],
+             tmp_path / "out", pictures=False, save_runs=True)
+    assert encoder.calls == []  # refused before anything is encoded
+
+
 def test_cache_reused_only_when_nothing_changed(tmp_path: Path) -> None:
     files = make_identity_benchmark(tmp_path / "data")
     specs, out = _specs(files), tmp_path / "out"

@@ -256,3 +256,27 @@ def test_dim_cuts_the_vectors_and_names_another_model(tmp_path: Path) -> None:
     embedder = _FakeEmbedder(str(tmp_path / "ckpt"))
     full, cut = model_meta(embedder), model_meta(embedder, dim=1)
     assert (cut.name, cut.embed_dim) == ("vis_embed/ckpt-dim1", 1) and cut.revision != full.revision
+
+
+def test_candidates_task_marks_every_listed_positive_relevant(tmp_path: Path) -> None:
+    """A row with ``"positives": N`` (MomentSeeker) has N relevant candidates, as vis-embed eval
+    counts a hit on any of them (the task had only candidates[0]: mteb scored such a row's hit 0)."""
+    from PIL import Image
+
+    from vis_embed.integrations.mteb_tasks import manifest_tasks
+
+    for name, colour in (("q", (9, 9, 9)), ("a", (255, 0, 0)), ("b", (0, 255, 0)), ("c", (0, 0, 255))):
+        Image.new("RGB", (16, 16), colour).save(tmp_path / f"{name}.png")
+    rows = [{"id": "r0", "query": {"image": "q.png"}, "positives": 2,
+             "candidates": [{"image": "a.png"}, {"image": "b.png"}, {"image": "c.png"}]},
+            {"id": "r1", "query": {"image": "q.png"}, "candidates": [{"image": "c.png"}, {"image": "a.png"}]}]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest = tmp_path / "bench.yaml"
+    manifest.write_text(yaml.safe_dump({"name": "t", "datasets": [{
+        "name": "Moments", "meta_task": "V-MRET", "split": "IND", "benchmark": "other", "layout": "candidates",
+        "path": "c.jsonl"}]}))
+    [task] = manifest_tasks(manifest)
+    task.load_data()
+    split = task.dataset["default"]["test"]
+    assert split["relevant_docs"] == {"q0": {"c0": 1, "c1": 1}, "q1": {"c2": 1}}
+    assert split["top_ranked"] == {"q0": ["c0", "c1", "c2"], "q1": ["c2", "c0"]}

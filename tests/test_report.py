@@ -227,6 +227,21 @@ def test_report_names_an_empty_score_folder(tmp_path: Path) -> None:
         report.load_groups(tmp_path)
 
 
+@pytest.mark.parametrize("text, message", [
+    ('{"metrics": {"image": {"ImageNet-1K": {"hit@1": NaN}}}}',  # was a row of "nan" group means
+     r"field 'metrics.image.ImageNet-1K': 'hit@1' must be a finite number, got nan"),
+    ('{"metrics": {"image": {"ImageNet-1K": {"hit@1": "0.5"}}}}',  # was a ValueError traceback
+     r"field 'metrics.image.ImageNet-1K': 'hit@1' must be a finite number, got '0.5'"),
+    ('{"metrics": {"video": {"MSVD": {"hit@1": Infinity}}}}', r"field 'metrics.video.MSVD': 'hit@1' must be a finite"),
+    ('{"datasets": {}, "groups": {"Cls": null}}', r"field 'groups.Cls': Input should be a valid number"),  # TypeError
+])
+def test_report_names_a_score_that_is_not_a_finite_number(tmp_path: Path, capsys, text: str, message: str) -> None:
+    path = tmp_path / "scores.json"
+    path.write_text(text)
+    assert main(["report", str(path), "--no-reference"]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_results_json_is_read_once_through_one_model(tmp_path: Path) -> None:
     """results.json's readers (the card's summary, export --results, the report, the MMEB score
     files) parse it once into ResultsFile: an older file without primary / tie_policy reads with

@@ -27,7 +27,7 @@ from vis_embed.data.records import ImageChecker, RowContext, require_str
 from vis_embed.data.tables import read_table
 from vis_embed.data.yaml_lines import load_yaml_with_lines
 from vis_embed.errors import DataError
-from vis_embed.io import fingerprint_files, fingerprint_json
+from vis_embed.io import fingerprint_files, fingerprint_json, safe_name
 
 
 @dataclass(frozen=True)
@@ -181,10 +181,25 @@ def load_benchmark(manifest_path: str | Path) -> Benchmark:
     manifest = validate_document(Manifest, document, manifest_path, context={"base": manifest_path.parent})
     specs = [_spec(entry, manifest_path, line=getattr(raw, "line", None), version=manifest.version)
              for entry, raw in zip(manifest.datasets, document["datasets"])]
+    check_file_stems(specs)
     description = manifest.description
     return Benchmark(name=manifest.name, path=manifest_path, datasets=specs,
                      description=None if description is None else str(description), version=manifest.version,
                      protocol=manifest.protocol)
+
+
+def check_file_stems(specs: list[EvalDatasetSpec]) -> None:
+    """A DataError when two datasets would write the same files under an evaluation's OUT
+    (datasets/, runs/, grids/: :func:`~vis_embed.io.safe_name` of the name): names that differ only
+    in the characters it replaces, or in case (one file on macOS and Windows).  One result file
+    would hold either dataset's result, and one run file the other dataset's run."""
+    seen: dict[str, str] = {}
+    for spec in specs:
+        stem = safe_name(spec.name)
+        other = seen.setdefault(stem.casefold(), spec.name)
+        if other != spec.name:
+            raise DataError(f"datasets {other!r} and {spec.name!r} would share the file name {stem!r} in the "
+                            f"output folder; rename one", path=spec.manifest_path, line=spec.line, field="name")
 
 
 def _spec(entry: ManifestEntry, manifest_path: Path, line: int | None,

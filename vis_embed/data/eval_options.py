@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, PositiveInt, field_validator
+from pydantic import ConfigDict, NonNegativeInt, PositiveInt, field_validator
 
 from vis_embed.config import Settings, dotted_field, invalid, member_of, one_of, validated
 from vis_embed.errors import ConfigError, DataError
@@ -53,7 +53,7 @@ class DatasetOptions(Settings):
     index: str | None = None
     tie_policy: str | None = None
     depth: PositiveInt | None = None
-    seed: int | None = None
+    seed: NonNegativeInt | None = None  # numpy's generators take no negative seed
     ks: tuple[PositiveInt, ...] | None = None
     primary: str | None = None
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from vis_embed.data.benchmark import EvalDatasetSpec
+from vis_embed.data.benchmark import EvalDatasetSpec, check_file_stems
 from vis_embed.data.items import ResolvedItem
 from vis_embed.data.manifest import FILE_ROLES
 from vis_embed.data.results_file import ResultsFile
@@ -164,6 +164,7 @@ class Harness:
             warn_if_not_matryoshka(self.settings.dim, width,
                                    getattr(getattr(self.encoder, "embedding_config", None), "matryoshka_dims", None))
         selected = apply_protocol(self.select(specs), self.settings.protocol)
+        check_file_stems(selected)  # specs built in code, too
         datasets: dict[str, dict[str, Any]] = {}
         progress = tqdm(selected, desc="datasets", unit="ds", disable=not self._show_progress())
         for spec in progress:

@@ -31,6 +31,7 @@ of per-task score files states nothing either: it is ``unknown`` unless its name
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,17 @@ RE_RELEASED: frozenset[str] = frozenset({"ViDoSeek-page", "MMLongBench-page"})  
 # one.  Its other strings (JSON_ERROR, READ_ERROR) are broken files and stay errors.
 NOT_RUN: frozenset[str] = frozenset({"FILE_N/A", "DIR_N/A"})
 NOT_RUN_MARK = " (not run: "  # in a left_out entry: "image/ImageNet-1K (not run: FILE_N/A)"
+
+
+def score_value(values: Any, metric: str, path: str | Path, field: str) -> float:
+    """``values[metric]`` of a score file, a finite number (a fraction); a missing, non-numeric or
+    NaN / infinite one is a DataError naming the file and ``field`` (it would print as ``nan`` in
+    every group mean it joins, or stop the report with a traceback)."""
+    value = values.get(metric) if isinstance(values, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        reason = f"missing {metric!r}" if value is None else f"{metric!r} must be a finite number, got {value!r:.40}"
+        raise DataError(reason, path=path, field=field)
+    return float(value)
 
 
 def is_not_run(values: Any) -> bool:
@@ -134,11 +146,8 @@ def mmeb_v2_rows(scores: dict[str, Any], path: str | Path = "<scores>",
                 raise DataError(f"task {task!r} is held twice, as {seen[task]!r} and {name!r} (one file, one "
                                 "version of a task)", path=path, field=f"metrics.{modality}.{name}")
             seen[task] = name
-            metric = PRIMARY_BY_MODALITY[modality]
-            if not isinstance(values, dict) or not isinstance(values.get(metric), (int, float)):
-                raise DataError(f"missing {metric!r}", path=path, field=f"metrics.{modality}.{name}")
-            rows.append({"meta_task": tasks[task], "modality": modality, "benchmark": MMEB_V2,
-                         "score": 100.0 * float(values[metric])})
+            score = score_value(values, PRIMARY_BY_MODALITY[modality], path, f"metrics.{modality}.{name}")
+            rows.append({"meta_task": tasks[task], "modality": modality, "benchmark": MMEB_V2, "score": 100.0 * score})
     if not_run:
         log.info("%s: %d tasks not run (VLM2Vec's N/A placeholders), left out: %s", path, len(not_run),
                  ", ".join(not_run))

@@ -28,7 +28,7 @@ from vis_embed.data.results_file import ResultsFile, ResultsModel
 from vis_embed.data.taxonomy import (BENCHMARK_SPLIT_KEYS, GROUP_KEYS, MMEB_DATASETS, MMEB_META_TASKS,
                                      MVEB_META_TASKS, POOLED_SPLIT_KEYS, SPLITS, group_means, mmeb_entry)
 from vis_embed.evaluation.mmeb_scores import read_score_folder
-from vis_embed.evaluation.mmeb_v2_scores import MMEB_V2_GROUP_KEYS, held_tasks, mmeb_v2_summary
+from vis_embed.evaluation.mmeb_v2_scores import MMEB_V2_GROUP_KEYS, held_tasks, mmeb_v2_summary, score_value
 from vis_embed.io import atomic_write_text, read_json_value
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; annotations only
@@ -57,9 +57,8 @@ def vlm2vec_groups(scores: dict[str, Any], path: str | Path = "<scores>") -> dic
         if dataset not in MMEB_DATASETS:
             log.warning("%s: dataset %r is not one of MMEB's 36, ignored", path, dataset)
             continue
-        if not isinstance(values, dict) or "hit@1" not in values:
-            raise DataError("missing 'hit@1'", path=path, field=f"metrics.image.{dataset}")
-        rows.append({**mmeb_entry(dataset), "score": 100.0 * float(values["hit@1"])})
+        score = score_value(values, "hit@1", path, f"metrics.image.{dataset}")
+        rows.append({**mmeb_entry(dataset), "score": 100.0 * score})
     if not rows:
         raise DataError("no MMEB image dataset in this score file", path=path)
     return group_means(rows)
@@ -87,7 +86,7 @@ def load_groups(path: str | Path | Traversable) -> dict[str, float]:
     path = Path(path) if isinstance(path, str) else path
     data = _read_scores(path)
     if isinstance(data, dict) and isinstance(data.get("groups"), dict) and "datasets" in data:
-        return {key: float(value) for key, value in data["groups"].items()}
+        return dict(ResultsFile.of(data, path).groups)  # a group that is not a number: DataError naming it
     return vlm2vec_groups(data, path)
 
 

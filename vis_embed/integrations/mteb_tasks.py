@@ -5,9 +5,9 @@ becomes an ``AbsTaskRetrieval`` whose rows are read by the same loaders ``vis-em
 uses (:mod:`vis_embed.data.benchmark`), so mteb's evaluator and vis_embed's harness score the
 same queries against the same candidates:
 
-* ``candidates`` (MMEB): each query ranks its own candidate list, the first one relevant. In
-  mteb terms a reranking task: the corpus is every distinct candidate item, ``top_ranked``
-  holds each query's list, ``relevant_docs`` its first candidate.
+* ``candidates`` (MMEB): each query ranks its own candidate list, the first one relevant (the
+  first N with the row's ``"positives": N``). In mteb terms a reranking task: the corpus is every
+  distinct candidate item, ``top_ranked`` holds each query's list, ``relevant_docs`` its positives.
 * ``gallery`` (identity retrieval): the corpus is the gallery; a query's relevant documents are
   the gallery rows of its identity.  A gallery row with the query's id is left out of its
   ranking (mteb's ``ignore_identical_ids``); when some query also shares an image file with a
@@ -124,7 +124,8 @@ def _candidates_split(spec: EvalDatasetSpec) -> tuple[RetrievalSplitData, bool]:
             if document_id not in ranked:
                 ranked.append(document_id)
         top_ranked[query_id] = ranked
-        relevant[query_id] = {ranked[0]: 1}
+        # the row's first `positives` candidates are relevant (MomentSeeker: several), as vis-embed eval scores them
+        relevant[query_id] = {pool[ResolvedItem.unchecked(_clean(raw))][0]: 1 for raw in row.candidates[:row.positives]}
     queries = _side_dataset([f"q{i}" for i in range(len(rows))], [_clean(row.query) for row in rows])
     corpus = _side_dataset([doc_id for doc_id, _ in pool.values()], [item for _, item in pool.values()])
     return RetrievalSplitData(queries=queries, corpus=corpus, relevant_docs=relevant, top_ranked=top_ranked), False
