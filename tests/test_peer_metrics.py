@@ -74,7 +74,9 @@ def test_asymmetric_recall_counts_either_direction() -> None:
     b2 = np.array([[0.6, 0.8], [0.0, 1.0]])
     # pair 1: a1 -> b: b0 (0.96) > b1 (0.6) fails, but b1 -> a: a1 (0.6) > a0 (0.0) succeeds.
     # pair 0: a0 -> b: b0 (0.6) > b1 (0.0) succeeds.
-    assert peer_metrics.asymmetric_recall_at_k(a, b2, ks=(1, 2)) == {"R@1": 1.0, "R@2": 1.0}
+    # each direction on its own: a->b finds pair 0 only, b->a pair 1 only (b0 -> a: a1 0.96 > a0 0.6)
+    assert peer_metrics.asymmetric_recall_at_k(a, b2, ks=(1, 2)) == {
+        "R@1": 1.0, "R@2": 1.0, "R@1 a->b": 0.5, "R@2 a->b": 1.0, "R@1 b->a": 0.5, "R@2 b->a": 1.0}
     a3 = np.array([[1.0, 0.0], [1.0, 0.0]])
     b3 = np.array([[1.0, 0.0], [1.0, 0.0]])
     assert peer_metrics.asymmetric_recall_at_k(a3, b3, ks=(1,))["R@1"] == 0.0  # full tie: pessimistic
@@ -164,4 +166,5 @@ def test_constant_group_is_nan_counted_and_left_out() -> None:
 
 
 def test_asymmetric_recall_defaults_to_tll_ks() -> None:
-    assert set(peer_metrics.asymmetric_recall_at_k(np.eye(3), np.eye(3))) == {"R@1", "R@5", "R@20"}
+    assert set(peer_metrics.asymmetric_recall_at_k(np.eye(3), np.eye(3))) == {
+        f"R@{k}{direction}" for k in (1, 5, 20) for direction in ("", " a->b", " b->a")}

@@ -9,7 +9,8 @@ documented in docs/evaluation.md (layouts ``2afc``, ``nearid``, ``asym_recall``,
   reference?  Soft human labels; model ties score 0.5; bootstrap 95% interval.
 - :func:`nearid_margins`, :func:`nearid_scores` -- NearID directed margins
   delta = s(p_i, p_j) - s(p_i, n_i); Sample Success Rate and pairwise accuracy.
-- :func:`asymmetric_recall_at_k` -- TLL: a pair counts if found in either direction.
+- :func:`asymmetric_recall_at_k` -- TLL: a pair counts if found in either direction (and each
+  direction on its own).
 - :func:`average_precision` -- AP of same/different pair scores; ties by the expected-rank
   rule (McSherry & Najork 2008), :func:`pessimistic_average_precision` beside it.
 - :func:`correlation_with_humans` -- Pearson / Spearman, Fisher-z averaged across groups.
@@ -154,9 +155,11 @@ def asymmetric_recall_at_k(a_embeddings: np.ndarray, b_embeddings: np.ndarray,
                            ks: Sequence[int] = ASYM_RECALL_KS) -> dict[str, float]:
     """TLL asymmetric Recall@k over aligned pairs (a_i, b_i).
 
-    Pair i counts at k if b_i is among a_i's top-k over all b, OR a_i is among b_i's top-k
-    over all a.  Ranks use the pessimistic tie policy of :mod:`metrics` (a collapsed model
-    ranks every partner last: R@k = 0 for k < number of pairs).
+    ``R@k``: pair i counts at k if b_i is among a_i's top-k over all b, OR a_i is among b_i's
+    top-k over all a.  Each direction is also reported on its own (``R@k a->b``, ``R@k b->a``):
+    the resemblance is not symmetric, and a reader comparing with a paper that ranks one side
+    only needs that number.  Ranks use the pessimistic tie policy of :mod:`metrics` (a collapsed
+    model ranks every partner last: R@k = 0 for k < number of pairs).
     """
     a = np.asarray(a_embeddings, dtype=np.float64)
     b = np.asarray(b_embeddings, dtype=np.float64)
@@ -170,7 +173,10 @@ def asymmetric_recall_at_k(a_embeddings: np.ndarray, b_embeddings: np.ndarray,
     rank_a_to_b = (similarity >= diagonal[:, None]).sum(axis=1)  # counts the partner itself
     rank_b_to_a = (similarity >= diagonal[None, :]).sum(axis=0)
     best_rank = np.minimum(rank_a_to_b, rank_b_to_a)
-    return {f"R@{k}": float((best_rank <= k).mean()) for k in ks}
+    recalls = {f"R@{k}": float((best_rank <= k).mean()) for k in ks}
+    for direction, ranks in (("a->b", rank_a_to_b), ("b->a", rank_b_to_a)):
+        recalls.update({f"R@{k} {direction}": float((ranks <= k).mean()) for k in ks})
+    return recalls
 
 
 def _check_pair_scores(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
