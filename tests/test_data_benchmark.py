@@ -85,6 +85,16 @@ def test_gallery_layout_and_self_exclusion(bench_dir: Path) -> None:
     assert data.excluded() == [[0], [1]]  # by id, by resolved image file
 
 
+def test_a_shared_id_naming_another_identity_is_an_error(bench_dir: Path) -> None:
+    """Files numbered apart: the gallery row with the query's id would be dropped from its ranking
+    as the query itself, though it is another identity's row (here the query's only positive
+    would be lost too, had it been that row); refused at load, naming both lines."""
+    write_table(bench_dir / "eval" / "queries.jsonl", [{"id": "g3", "image": "g1.png", "identity": "cat"}])
+    with pytest.raises(DataError, match=r"queries.jsonl:1: field 'id': id 'g3' is a query of identity 'cat' and, "
+                                        r"in gallery.parquet line 3, a gallery row of identity 'dog'"):
+        load_benchmark(_manifest(bench_dir, [GAL])).datasets[0].load_gallery()
+
+
 def test_gallery_query_without_answer_is_an_error(bench_dir: Path) -> None:
     write_table(bench_dir / "eval" / "queries.jsonl", [{"id": "g3", "image": "g3.png", "identity": "dog"}])
     with pytest.raises(DataError, match=r"queries.jsonl:1: field 'identity': identity 'dog' has no other"):

@@ -292,6 +292,7 @@ def load_gallery(queries_path: str | Path, gallery_path: str | Path,
     checker = ImageChecker(check_images)
     data = GalleryData(queries=_read_gallery_rows(queries_path, image_root, checker),
                        gallery=_read_gallery_rows(gallery_path, image_root, checker))
+    _check_shared_ids(data, queries_path, gallery_path)
     by_identity: dict[str, set[int]] = defaultdict(set)
     for position, row in enumerate(data.gallery):
         by_identity[row.identity].add(position)
@@ -301,3 +302,17 @@ def load_gallery(queries_path: str | Path, gallery_path: str | Path,
                             f"{gallery_path.name}; this query can never be answered",
                             path=queries_path, line=query.line, field="identity")
     return data
+
+
+def _check_shared_ids(data: GalleryData, queries_path: Path, gallery_path: Path) -> None:
+    """A gallery row with a query's id is that query's own row (left out of its ranking), so it
+    must be of the query's identity: two files numbered apart ("0", "1", ... in each) would
+    otherwise silently drop an unrelated row -- perhaps the query's only positive -- per query."""
+    gallery_by_id = {row.id: row for row in data.gallery}
+    for query in data.queries:
+        twin = gallery_by_id.get(query.id)
+        if twin is not None and twin.identity != query.identity:
+            raise DataError(f"id {query.id!r} is a query of identity {query.identity!r} and, in {gallery_path.name} "
+                            f"line {twin.line}, a gallery row of identity {twin.identity!r}; a gallery row with the "
+                            "query's id is the query itself and is left out of its ranking: give the two files "
+                            "the same id only for the same row", path=queries_path, line=query.line, field="id")
