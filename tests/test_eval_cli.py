@@ -174,7 +174,8 @@ def test_eval_flags_are_generated_from_the_settings_with_their_defaults(tmp_path
 
 @pytest.mark.parametrize(("flags", "named"), [(["--batch-size", "0"], "--batch-size"),
                                               (["--max-queries", "-1"], "--max-queries"),
-                                              (["--depth", "0"], "--depth")])
+                                              (["--depth", "0"], "--depth"),
+                                              (["--examples", "100000"], "--examples")])  # a grid is a picture
 def test_a_bad_eval_setting_is_refused_naming_its_flag(tmp_path: Path, capsys, flags, named) -> None:
     code = main(["eval", "--model", "fake", "--benchmark", str(tmp_path / "none.yaml"), "--out", str(tmp_path),
                  *flags])

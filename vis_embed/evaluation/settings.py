@@ -26,6 +26,9 @@ from vis_embed.data.eval_protocols import PROTOCOL_NAMES
 from vis_embed.data.eval_options import DEFAULT_INDEX, DEFAULT_TIE_POLICY, TIE_POLICIES, index_name
 
 
+MAX_EXAMPLES = 100  # queries in one retrieval grid
+
+
 class EvalSettings(Settings):
     """How ``vis-embed eval`` (and :func:`vis_embed.evaluation.api.evaluate_encoder`) runs."""
 
@@ -49,8 +52,10 @@ class EvalSettings(Settings):
     dim: int | None = Field(None, gt=0, description=DIM_HELP, json_schema_extra=flag("--dim", metavar="N"))
     depth: int | None = Field(None, gt=0, description="gallery ranking depth (unset: whole gallery up to 10k, "
                               "else 1000)", json_schema_extra=flag("--depth"))
-    n_examples: int = Field(3, ge=0, description="queries per retrieval grid (0: no grids)",
-                            json_schema_extra=flag("--examples"))
+    # at most MAX_EXAMPLES: a grid is a picture to look at (100 rows is ~16,000 pixels tall), and
+    # its examples are held in memory while the dataset is ranked
+    n_examples: int = Field(3, ge=0, le=MAX_EXAMPLES, description=f"queries per retrieval grid (0: no grids; at "
+                            f"most {MAX_EXAMPLES})", json_schema_extra=flag("--examples"))
     tie_policy: str = Field(
         DEFAULT_TIE_POLICY, description="order of tied scores in candidate and gallery rankings: pessimistic (a "
         "negative tied with a positive ranks first, so a collapsed model scores 0) or first (listed order, as "
