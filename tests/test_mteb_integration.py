@@ -238,6 +238,9 @@ def test_model_meta_names_the_model_and_its_adapter(tmp_path: Path) -> None:
     adapted = model_meta(_FakeEmbedder("Qwen/Qwen2-VL-2B-Instruct", str(tmp_path / "run" / "final")))
     assert adapted.name == "vis_embed/Qwen2-VL-2B-Instruct+final"  # not the base's name: another model
     assert adapted.adapted_from == "Qwen/Qwen2-VL-2B-Instruct"
+    snapshot = tmp_path / "hub" / "models--acme--visme-lora" / "snapshots" / ("0" * 40)  # an adapter from the Hub
+    from_hub = model_meta(_FakeEmbedder("Qwen/Qwen2-VL-2B-Instruct", str(snapshot)))
+    assert from_hub.name == "vis_embed/Qwen2-VL-2B-Instruct+visme-lora"  # its repo's name, not its commit
     local = model_meta(_FakeEmbedder(str(tmp_path / "ckpt")))
     assert local.name == "vis_embed/ckpt" and local.revision == "ab" * 8
     assert local.n_parameters == 6 and local.embed_dim == 2

@@ -35,6 +35,7 @@ import yaml
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.integrations import require
 from vis_embed.io import fingerprint_json, is_hub_id, read_text
+from vis_embed.model.references import hub_repo_of
 from vis_embed.vectors.stored_form import StoredForm
 from vis_embed.vectors.transforms import truncate
 
@@ -162,7 +163,8 @@ def model_meta(embedder: Embedder, name: str | None = None, dim: int | None = No
     base = str(model.name_or_path)
     if name is None:  # mteb wants "organization/model"; an adapter makes it another model than its base
         if model.adapter:
-            name = f"vis_embed/{Path(base).name}+{Path(str(model.adapter)).name}"
+            adapter = hub_repo_of(model.adapter) or str(model.adapter)  # a Hub adapter: its repo, not its commit
+            name = f"vis_embed/{Path(base).name}+{Path(adapter).name}"
         else:
             name = base if is_hub_id(base) else f"vis_embed/{Path(base).name}"
     elif "/" not in name:

@@ -78,6 +78,17 @@ def local_model_dir(reference: str | Path) -> Path:
         raise ConfigError(f"cannot fetch {reference!r} from the Hub: {exc}") from None
 
 
+def hub_repo_of(path: str | Path) -> str | None:
+    """``owner/name`` when ``path`` is a snapshot in the Hub cache
+    (``.../models--owner--name/snapshots/<commit>``, what :func:`local_model_dir` returns for a Hub
+    id), else None: a name for people, where the path's own name would be a commit hash."""
+    parts = Path(path).parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        owner, _, name = parts[-3].removeprefix("models--").partition("--")
+        return f"{owner}/{name}" if name else None
+    return None
+
+
 def absolute_model_reference(name: str) -> str:
     """A hub id unchanged; a local path made absolute (so it resolves from any directory)."""
     if looks_like_path(name) and Path(name).expanduser().exists():
