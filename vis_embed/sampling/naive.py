@@ -105,7 +105,7 @@ def plan_naive_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettin
 
     total = settings.steps * batch
     slot_dataset = _slot_datasets(rng, shares, settings)
-    dataset = np.repeat(slot_dataset.reshape(-1).astype(np.int16), slot_size)
+    dataset = np.repeat(slot_dataset.reshape(-1).astype(np.int32), slot_size)
     query = np.empty(total, dtype=np.int64)
     positive = np.empty(total, dtype=np.int64)
     repeated_identities = 0
