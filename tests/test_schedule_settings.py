@@ -144,3 +144,26 @@ def test_more_datasets_than_an_int16_holds_keep_their_rows(strategy: str) -> Non
     names, queries = table.column("dataset").to_pylist(), table.column("query_id").to_pylist()
     assert f"d{count - 1}" in names  # its weight gives it a slot of every batch
     assert all(query.split("_")[0] == name for name, query in zip(names, queries))
+
+
+def test_a_negative_seed_is_refused_naming_the_setting() -> None:
+    """numpy's generators take seeds >= 0: -1 was a ValueError traceback from the scheduler's rng."""
+    with pytest.raises(ConfigError, match="seed"):
+        ScheduleSettings(steps=1, global_batch_size=2, interleave_batch_size=2, hard_negatives=0, seed=-1)
+
+
+@pytest.mark.parametrize("strategy", ["identity_aware", "naive"])
+@pytest.mark.parametrize("weights, exponent", [((1e308, 1e308), 1.0), ((1.0, 1.0), 400.0)])
+def test_shares_beyond_the_float_range_keep_their_proportions(strategy: str, weights: tuple[float, float],
+                                                              exponent: float) -> None:
+    """weight x rows^EXP past the largest float was inf/nan: a ValueError (nan slot expectations) or an
+    OverflowError traceback; the shares are the same proportions computed in log space."""
+    datasets = [SubDataset(f"d{d}", "identity", [f"d{d}_{i}" for i in range(rows)],
+                           identities=[d * 1000 + i // 2 for i in range(rows)], weight=weights[d])
+                for d, rows in enumerate((40, 20))]
+    settings = ScheduleSettings(steps=400, global_batch_size=4, interleave_batch_size=2, hard_negatives=0,
+                                size_exponent=exponent, strategy=strategy)
+    schedule = (plan_naive_schedule if strategy == "naive" else plan_schedule)(datasets, settings, show_progress=False)
+    share = np.bincount(schedule.dataset, minlength=2) / len(schedule.dataset)
+    # exponent 1: 40 : 20 rows; exponent 400: (40/20)^400, all of it on d0
+    assert share[0] == pytest.approx(2 / 3 if exponent == 1.0 else 1.0, abs=0.04)  # 400 steps: sd 0.012

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from vis_embed.data.factorize import MISSING, factorize
 from vis_embed.errors import ConfigError
-from vis_embed.sampling.draws import slot_expectations, systematic_sample
+from vis_embed.sampling.draws import dataset_shares, slot_expectations, systematic_sample
 from vis_embed.sampling.settings import ScheduleSettings
 from vis_embed.sampling.types import ROLES, Schedule, SubDataset
 
@@ -99,7 +99,8 @@ def plan_naive_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettin
             raise ConfigError(f"dataset {ds.name!r} has {len(usable)} usable rows, fewer than one naive "
                               f"slot of {slot_size}")
         anchors.append(usable)
-    shares = np.array([ds.weight * len(a) ** settings.size_exponent for ds, a in zip(datasets, anchors)])
+    shares = dataset_shares(np.array([ds.weight for ds in datasets]), np.array([len(a) for a in anchors]),
+                            settings.size_exponent)
     shares = shares / shares.sum()
     identity_keys = _identity_keys(datasets)
 
