@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from vis_embed.data import load_train_config
-from vis_embed.errors import ConfigError
+from vis_embed.errors import ConfigError, DataError
 from vis_embed.sampling import build_schedule, iter_batches
 from vis_embed.mining.hard_negatives import mine_dataset
 
@@ -93,14 +93,35 @@ def test_the_trainer_and_its_loss_read_the_schedules_label_column(trainer_setup,
     trainer = Trainer(recipe("run"))
     batch = next(trainer.schedule.steps())
     assert trainer.prepare_step(batch).labels.tolist() == _expected_labels(config, batch)
-    # the column, not a recomputation: rewrite it and the loss sees the rewritten codes
-    _replace_label(schedule, 5)
     seen = []
     objective = trainer.objective
     monkeypatch.setattr(trainer, "objective",
                         lambda q, c, labels: seen.append(labels.labels) or objective(q, c, labels))
-    trainer.train_step(trainer.prepare_step(next(trainer.schedule.steps())))
-    assert seen and all(codes.tolist() == [5] * 4 for codes in seen)
+    trainer.train_step(trainer.prepare_step(batch))
+    assert seen and all(codes.tolist() == batch.label for codes in seen)
+    # the column is checked against the data's codes: a rewritten one (or one written by another
+    # vis_embed's label rule) is refused naming its row, not trained on with other masks
+    _replace_label(schedule, 99)
+    with pytest.raises(DataError, match=r"schedule.parquet:1: field 'label': label 99 where the data's label"):
+        next(trainer.schedule.steps())
+
+
+@pytest.mark.parametrize("field", ["query_id", "positive_id"])
+def test_a_schedule_naming_rows_the_data_lacks_is_refused_naming_row_and_field(tmp_path: Path, field: str) -> None:
+    from vis_embed.training.schedule_source import ScheduleSource
+
+    config = load_train_config(_write_data(tmp_path / "data"))
+    out = tmp_path / "schedule.parquet"
+    build_schedule(config, out, steps=3, global_batch_size=4, interleave_batch_size=2, hard_negatives=0, seed=0)
+    table = pq.read_table(out)
+    ids = table.column(field).to_pylist()
+    ids[6] = "gone"  # an id edited in the file (the data, and so its fingerprint, unchanged)
+    table = table.set_column(table.schema.get_field_index(field), field, pa.array(ids, type=pa.string()))
+    pq.write_table(table.replace_schema_metadata(table.schema.metadata), out)
+    source = ScheduleSource(out, config.fingerprint(), config)
+    assert next(source.steps()).step == 0
+    with pytest.raises(DataError, match=rf"schedule.parquet:7: field '{field}': 'gone' is no row of dataset"):
+        list(source.steps(1))
 
 
 def test_a_schedule_without_the_label_column_is_refused_with_the_fix(trainer_setup) -> None:

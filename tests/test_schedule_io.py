@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from vis_embed.cli import main
-from vis_embed.errors import ConfigError, FingerprintMismatchError
+from vis_embed.errors import ConfigError, DataError, FingerprintMismatchError
 from vis_embed.sampling import (
     COLUMNS,
     ScheduleSettings,
@@ -20,6 +21,7 @@ from vis_embed.sampling import (
     read_schedule_info,
     write_schedule,
 )
+from vis_embed.sampling.schedule_io import META_SCHEDULE
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +77,55 @@ def test_rank_layout_that_splits_slots_unevenly_is_refused(schedule_file: Path) 
 def test_changed_data_is_refused(schedule_file: Path) -> None:
     with pytest.raises(FingerprintMismatchError):
         next(iter_batches(schedule_file, data_fingerprint="other"))
+
+
+def _edited(table: "pa.Table", name: str, row: int, value: object) -> "pa.Table":
+    column = table.column(name).to_pylist()
+    column[row] = value
+    return table.set_column(table.schema.get_field_index(name), name,
+                            pa.array(column, type=table.schema.field(name).type))
+
+
+# a schedule edited (or damaged) after it was written, its metadata kept: (edit, row, field)
+EDITS = {
+    "role spelled wrong": (lambda t: _edited(t, "role", 37, "negative"), 38, "role"),
+    "slot starting with a hard negative": (lambda t: _edited(t, "role", 40, "hard_negative"), 41, "role"),
+    "slot out of the layout": (lambda t: _edited(t, "slot", 37, 5), 38, "slot"),
+    "row of another step": (lambda t: _edited(t, "step", 37, 9), 38, "step"),
+    "unknown dataset": (lambda t: _edited(t, "dataset", 37, "idz"), 38, "dataset"),
+    "a slot mixing datasets": (lambda t: _edited(t, "dataset", 34, "pairs" if t.column("dataset")[34].as_py() == "ids"
+                                                 else "ids"), 35, "dataset"),
+    "empty query id": (lambda t: _edited(t, "query_id", 37, None), 38, "query_id"),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=list(EDITS))
+def test_an_edited_schedule_is_refused_naming_row_and_field(schedule_file: Path, tmp_path: Path, edit: str) -> None:
+    change, row, field = EDITS[edit]
+    table = pq.read_table(schedule_file)
+    path = tmp_path / "edited.parquet"
+    pq.write_table(change(table).replace_schema_metadata(table.schema.metadata), path, row_group_size=4 * 16)
+    with pytest.raises(DataError) as caught:
+        next(iter_batches(path, data_fingerprint="abc"))  # before its first step trains
+    assert (caught.value.path, caught.value.line, caught.value.field) == (str(path), row, field)
+
+
+def test_a_schedule_missing_rows_is_refused_before_its_first_step(schedule_file: Path, tmp_path: Path) -> None:
+    table = pq.read_table(schedule_file)
+    path = tmp_path / "short.parquet"
+    pq.write_table(table.slice(0, table.num_rows - 16), path, row_group_size=4 * 16)  # the last step dropped
+    with pytest.raises(DataError, match="352 rows, expected 23 x 16"):
+        next(iter_batches(path, data_fingerprint="abc"))
+
+
+def test_damaged_schedule_metadata_is_a_data_error(schedule_file: Path, tmp_path: Path) -> None:
+    table = pq.read_table(schedule_file)
+    for damaged in (b"{not json", json.dumps({"format_version": 1}).encode(), b"[1]"):
+        metadata = {**table.schema.metadata, META_SCHEDULE.encode(): damaged}
+        path = tmp_path / "damaged.parquet"
+        pq.write_table(table.replace_schema_metadata(metadata), path)
+        with pytest.raises(DataError, match="damaged schedule metadata"):
+            read_schedule_info(path)
 
 
 def _write_config(root: Path) -> Path:

@@ -19,6 +19,8 @@ from vis_embed.cli import main
 from vis_embed.errors import ConfigError
 from vis_embed.sampling import SamplingOptions, ScheduleSettings, SubDataset, plan_schedule, subdatasets_from_config
 from vis_embed.sampling.cli import add_arguments
+from vis_embed.sampling.naive import plan_naive_schedule
+from vis_embed.sampling.schedule_io import schedule_table
 from vis_embed.training.recipe import load_recipe
 
 _REQUIRED = {"model": "m", "data": "d.yaml", "schedule": "s.parquet", "output_dir": "out",
@@ -125,3 +127,43 @@ def test_identity_codes_and_labels_cannot_share_a_namespace() -> None:
     with pytest.raises(ConfigError, match="mix identity codes"):
         plan_schedule([coded, labelled], ScheduleSettings(steps=1, global_batch_size=1, interleave_batch_size=1,
                                                           hard_negatives=0))
+
+
+@pytest.mark.parametrize("strategy", ["identity_aware", "naive"])
+def test_more_datasets_than_an_int16_holds_keep_their_rows(strategy: str) -> None:
+    """Dataset codes of 32,768 datasets and more (they were int16: d32768 became -32768 and read
+    another dataset's rows, or was refused as having no usable identity)."""
+    count = 32_770
+    datasets = [SubDataset(f"d{i}", "identity", [f"d{i}_0", f"d{i}_1"], identities=[i, i],
+                           weight=1e6 if i == count - 1 else 1.0) for i in range(count)]
+    settings = ScheduleSettings(steps=2, global_batch_size=4, interleave_batch_size=1, hard_negatives=0,
+                                strategy=strategy)
+    planner = plan_naive_schedule if strategy == "naive" else plan_schedule
+    schedule = planner(datasets, settings, show_progress=False)
+    table = schedule_table(schedule)
+    names, queries = table.column("dataset").to_pylist(), table.column("query_id").to_pylist()
+    assert f"d{count - 1}" in names  # its weight gives it a slot of every batch
+    assert all(query.split("_")[0] == name for name, query in zip(names, queries))
+
+
+def test_a_negative_seed_is_refused_naming_the_setting() -> None:
+    """numpy's generators take seeds >= 0: -1 was a ValueError traceback from the scheduler's rng."""
+    with pytest.raises(ConfigError, match="seed"):
+        ScheduleSettings(steps=1, global_batch_size=2, interleave_batch_size=2, hard_negatives=0, seed=-1)
+
+
+@pytest.mark.parametrize("strategy", ["identity_aware", "naive"])
+@pytest.mark.parametrize("weights, exponent", [((1e308, 1e308), 1.0), ((1.0, 1.0), 400.0)])
+def test_shares_beyond_the_float_range_keep_their_proportions(strategy: str, weights: tuple[float, float],
+                                                              exponent: float) -> None:
+    """weight x rows^EXP past the largest float was inf/nan: a ValueError (nan slot expectations) or an
+    OverflowError traceback; the shares are the same proportions computed in log space."""
+    datasets = [SubDataset(f"d{d}", "identity", [f"d{d}_{i}" for i in range(rows)],
+                           identities=[d * 1000 + i // 2 for i in range(rows)], weight=weights[d])
+                for d, rows in enumerate((40, 20))]
+    settings = ScheduleSettings(steps=400, global_batch_size=4, interleave_batch_size=2, hard_negatives=0,
+                                size_exponent=exponent, strategy=strategy)
+    schedule = (plan_naive_schedule if strategy == "naive" else plan_schedule)(datasets, settings, show_progress=False)
+    share = np.bincount(schedule.dataset, minlength=2) / len(schedule.dataset)
+    # exponent 1: 40 : 20 rows; exponent 400: (40/20)^400, all of it on d0
+    assert share[0] == pytest.approx(2 / 3 if exponent == 1.0 else 1.0, abs=0.04)  # 400 steps: sd 0.012

@@ -5,6 +5,23 @@ from __future__ import annotations
 import numpy as np
 
 
+def dataset_shares(weights: np.ndarray, sizes: np.ndarray, exponent: float) -> np.ndarray:
+    """Each dataset's share of slots, ``weight × size ** exponent`` (unnormalised; weight 0: none).
+
+    Where that product leaves the float range (weights near the largest float, a large
+    ``exponent``: inf, then nan shares) the shares are computed in log space, normalised to a
+    largest share of 1; otherwise they are the product itself, so schedules stay as they were.
+    """
+    weights, sizes = np.asarray(weights, dtype=np.float64), np.asarray(sizes, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        direct = weights * sizes ** exponent
+        if np.isfinite(direct.sum()) and ((direct > 0) == (weights > 0)).all():
+            return direct
+    with np.errstate(divide="ignore"):
+        logs = np.log(weights) + exponent * np.log(sizes)
+    return np.exp(logs - logs.max())
+
+
 def capped_inclusion(weights: np.ndarray, total: float, cap: float | np.ndarray = 1.0) -> np.ndarray:
     """Expected counts ``e_i = min(cap_i, λ w_i)`` with ``sum(e) = total`` (water filling).
 

@@ -2,14 +2,14 @@
 
 Batches are interleaved like the paper's (its global batch is 16 sub-batches of 64): each of
 the ``B / M`` slots comes from ONE sub-dataset, chosen exactly as the identity-aware scheduler
-chooses slot datasets (shares ∝ weight × rows^size_exponent, at most ``ceil(slots / datasets)``
-slots per dataset, so the slots of a batch come from different datasets whenever there are
-enough), and its M members are rows drawn uniformly without replacement within the slot --
-with no identity constraint, so two photos of the same identity can share a batch and be
+chooses slot datasets (shares ∝ weight × rows^size_exponent, all rows counted, so a dataset
+with half the rows takes half the slots; no identity capacity bound), and its M members are
+rows drawn uniformly without replacement within the slot -- with no identity constraint, so two photos of the same identity can share a batch and be
 pushed apart as negatives (unless the loss's same-identity mask, ``loss.identity_mask``, is
 on), and no structured hard negatives.  With one slot per batch (M = B) the draws are those
-of the original single-dataset baseline, so its schedules are unchanged.  It exists to measure
-what identity-aware scheduling buys; train with ``sampling.strategy: identity_aware`` otherwise.
+of the original single-dataset baseline, so its schedules are unchanged (for data without
+single-instance identities, whose rows it once left out of the dataset shares).  It exists to
+measure what identity-aware scheduling buys; train with ``sampling.strategy: identity_aware`` otherwise.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from vis_embed.data.factorize import MISSING, factorize
 from vis_embed.errors import ConfigError
-from vis_embed.sampling.draws import slot_expectations, systematic_sample
+from vis_embed.sampling.draws import dataset_shares, slot_expectations, systematic_sample
 from vis_embed.sampling.settings import ScheduleSettings
 from vis_embed.sampling.types import ROLES, Schedule, SubDataset
 
@@ -99,13 +99,15 @@ def plan_naive_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettin
             raise ConfigError(f"dataset {ds.name!r} has {len(usable)} usable rows, fewer than one naive "
                               f"slot of {slot_size}")
         anchors.append(usable)
-    shares = np.array([ds.weight * len(a) ** settings.size_exponent for ds, a in zip(datasets, anchors)])
+    # rows, not usable rows, as the identity-aware scheduler: the ablation's arms see one dataset mix
+    shares = dataset_shares(np.array([ds.weight for ds in datasets]), np.array([ds.num_rows for ds in datasets]),
+                            settings.size_exponent)
     shares = shares / shares.sum()
     identity_keys = _identity_keys(datasets)
 
     total = settings.steps * batch
     slot_dataset = _slot_datasets(rng, shares, settings)
-    dataset = np.repeat(slot_dataset.reshape(-1).astype(np.int16), slot_size)
+    dataset = np.repeat(slot_dataset.reshape(-1).astype(np.int32), slot_size)
     query = np.empty(total, dtype=np.int64)
     positive = np.empty(total, dtype=np.int64)
     repeated_identities = 0

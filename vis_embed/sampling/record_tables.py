@@ -82,7 +82,7 @@ def build_record_tables(datasets: Sequence[SubDataset], settings: ScheduleSettin
     total_rows = int(offsets[-1])
 
     row_identity, identity_labels = _global_identities(datasets, offsets)
-    row_dataset = np.repeat(np.arange(len(datasets), dtype=np.int16), [ds.num_rows for ds in datasets])
+    row_dataset = np.repeat(np.arange(len(datasets), dtype=np.int32), [ds.num_rows for ds in datasets])
 
     # Rows grouped by (dataset, identity): anchors and positives come from the member's own
     # dataset even when a namespace is shared (the trainer looks ids up in that dataset).

@@ -163,17 +163,23 @@ def read_schedule_info(path: str | Path) -> ScheduleInfo:
     missing = [c for c in COLUMNS if c not in schema.names]
     if missing or META_SCHEDULE not in metadata:
         raise DataError(f"not a vis_embed schedule (missing {missing or [META_SCHEDULE]})", path=path)
-    info = json.loads(metadata[META_SCHEDULE])
-    if info.get("format_version") != FORMAT_VERSION:
-        raise DataError(f"unsupported schedule format version {info.get('format_version')} "
-                        f"(this vis_embed reads {FORMAT_VERSION})", path=path)
-    arguments = info["arguments"]
-    return ScheduleInfo(path=path, data_fingerprint=metadata[META_DATA_FINGERPRINT],
-                        args_fingerprint=metadata[META_ARGS_FINGERPRINT], steps=arguments["steps"],
-                        global_batch_size=arguments["global_batch_size"],
-                        interleave_batch_size=arguments["interleave_batch_size"],
-                        hard_negatives=arguments["hard_negatives"], seed=arguments["seed"],
-                        datasets=list(info["datasets"]), arguments=arguments, report=info.get("report", {}))
+    try:
+        info = json.loads(metadata[META_SCHEDULE])
+        if info.get("format_version") != FORMAT_VERSION:
+            raise DataError(f"unsupported schedule format version {info.get('format_version')} "
+                            f"(this vis_embed reads {FORMAT_VERSION})", path=path)
+        arguments = info["arguments"]
+        return ScheduleInfo(path=path, data_fingerprint=metadata[META_DATA_FINGERPRINT],
+                            args_fingerprint=metadata[META_ARGS_FINGERPRINT], steps=arguments["steps"],
+                            global_batch_size=arguments["global_batch_size"],
+                            interleave_batch_size=arguments["interleave_batch_size"],
+                            hard_negatives=arguments["hard_negatives"], seed=arguments["seed"],
+                            datasets=list(info["datasets"]), arguments=arguments, report=info.get("report", {}))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # DataError is a ValueError: kept
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(f"damaged schedule metadata ({type(exc).__name__}: {exc}); rebuild it with "
+                        f"`vis-embed schedule`", path=path, field=META_SCHEDULE) from None
 
 
 def check_data_fingerprint(path: str | Path, data_fingerprint: str) -> ScheduleInfo:
@@ -219,6 +225,8 @@ def iter_batches(path: str | Path, *, data_fingerprint: str | None, start_step: 
     if not 0 <= start_step <= info.steps:
         raise ConfigError(f"start step {start_step} is outside 0..{info.steps}")
     parquet = pq.ParquetFile(path)
+    if parquet.metadata.num_rows != info.steps * batch:  # before any step trains, not after the last
+        raise DataError(f"schedule has {parquet.metadata.num_rows} rows, expected {info.steps} x {batch}", path=path)
     names = list(COLUMNS) + ([LABEL_COLUMN] if LABEL_COLUMN in parquet.schema_arrow.names else [])
     first_row = 0
     for group in range(parquet.metadata.num_row_groups):
@@ -231,11 +239,10 @@ def iter_batches(path: str | Path, *, data_fingerprint: str | None, start_step: 
             continue
         table = parquet.read_row_group(group, columns=names)
         columns = {name: table.column(name).to_numpy(zero_copy_only=False) for name in names}
+        _check_rows(table, columns, first_step * batch, info, path)
         for offset in range(max(0, start_step - first_step), steps_here):
             step = first_step + offset
             lo = offset * batch
-            if columns["step"][lo] != step or columns["step"][lo + batch - 1] != step:
-                raise DataError(f"step {step} does not have exactly {batch} rows", path=path)
             part = slice(lo + rows.start, lo + rows.stop)
             yield ScheduledBatch(step=step, slot=columns["slot"][part].tolist(),
                                  dataset=columns["dataset"][part].tolist(),
@@ -244,5 +251,36 @@ def iter_batches(path: str | Path, *, data_fingerprint: str | None, start_step: 
                                  role=columns["role"][part].tolist(),
                                  label=(columns[LABEL_COLUMN][part].tolist()
                                         if LABEL_COLUMN in columns else None))
-    if first_row != info.steps * batch:
-        raise DataError(f"schedule has {first_row} rows, expected {info.steps} x {batch}", path=path)
+
+
+def _check_rows(table: Any, columns: dict[str, np.ndarray], first_row: int, info: ScheduleInfo, path: Path) -> None:
+    """The rows of one row group as the format has them, else ``DataError`` naming the row
+    (1-based, as for every Parquet file) and field: every value present, ``step`` and ``slot``
+    in (step, slot, position) order, one known dataset per slot, known roles, a slot starting
+    with an anchor.  An edited or damaged file is refused here, not trained on."""
+    for name in columns:
+        column = table.column(name)
+        if column.null_count:
+            row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+            raise DataError("empty value in the schedule; the file was edited or damaged: rebuild it with "
+                            "`vis-embed schedule`", path=path, line=first_row + row + 1, field=name)
+    batch, size = info.global_batch_size, info.interleave_batch_size
+    position = np.arange(first_row, first_row + table.num_rows)
+    known_dataset, known_role = set(info.datasets), set(ROLES)
+    problems = {  # field -> (rows that break the format, what the format wants)
+        "step": (columns["step"] != position // batch, "the rows of a step together, steps in order"),
+        "slot": (columns["slot"] != position % batch // size,
+                 f"slots 0..{batch // size - 1} of {size} rows each, in order"),
+        "dataset": (np.fromiter((name not in known_dataset for name in columns["dataset"]), bool, len(position))
+                    | (np.repeat(columns["dataset"].reshape(-1, size)[:, 0], size) != columns["dataset"]),
+                    f"one of the {len(info.datasets)} datasets it was built from, the same for a slot's rows"),
+        "role": (np.fromiter((role not in known_role for role in columns["role"]), bool, len(position))
+                 | ((position % size == 0) & (columns["role"] != ROLES[0])),
+                 f"one of {list(ROLES)}, a slot's first row an anchor"),
+    }
+    for name, (wrong, wanted) in problems.items():
+        if wrong.any():
+            row = int(np.flatnonzero(wrong)[0])
+            raise DataError(f"{columns[name][row:row + 1].tolist()[0]!r} in the schedule where the format has {wanted}; "
+                            f"the file was edited or damaged: rebuild it with `vis-embed schedule`",
+                            path=path, line=first_row + row + 1, field=name)

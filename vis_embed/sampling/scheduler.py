@@ -213,7 +213,7 @@ def plan_schedule(datasets: Sequence[SubDataset], settings: ScheduleSettings,
     batch = settings.global_batch_size
     total = settings.steps * batch
     slot = np.empty(total, dtype=np.int32)
-    dataset = np.empty(total, dtype=np.int16)
+    dataset = np.empty(total, dtype=np.int32)
     query = np.empty(total, dtype=np.int64)
     positive = np.empty(total, dtype=np.int64)
     role = np.empty(total, dtype=np.int8)

@@ -64,7 +64,7 @@ class ScheduleSettings(SamplingOptions):
     interleave_batch_size: int = Field(  # type: ignore[assignment]  # required here
         ge=1, description="M: members per slot; every slot comes from one sub-dataset (B = slots x M)",
         json_schema_extra=flag("--interleave-batch-size"))
-    seed: int = Field(0, description="same seed + same data + same settings -> identical schedule",
+    seed: int = Field(0, ge=0, description="same seed + same data + same settings -> identical schedule",
                       json_schema_extra=flag("--seed"))
 
     # The combinations no schedule can have, checked here once: `vis-embed schedule`, build_schedule

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vis_embed.errors import ConfigError
-from vis_embed.sampling.draws import slot_expectations, systematic_sample
+from vis_embed.sampling.draws import dataset_shares, slot_expectations, systematic_sample
 from vis_embed.sampling.record_tables import RecordTables
 from vis_embed.sampling.settings import ScheduleSettings
 
@@ -39,8 +39,8 @@ def plan_slots(tables: RecordTables, settings: ScheduleSettings) -> SlotPlan:
     its share needs them, up to the ``usable identities // M`` slots it can fill with distinct
     identities (the capacity; the rest of its share goes to the others, reported)."""
     sources = tables.sources
-    shares = np.array([0.0 if s.skipped else s.weight * float(s.num_rows) ** settings.size_exponent
-                       for s in sources])
+    shares = dataset_shares(np.array([0.0 if s.skipped else s.weight for s in sources]),
+                            np.array([s.num_rows for s in sources]), settings.size_exponent)
     usable = int((shares > 0).sum())
     if usable == 0:
         raise ConfigError("no dataset is large enough for one slot: " +

@@ -109,7 +109,7 @@ class Schedule:
     dataset_names: list[str]
     dataset_ids: list[np.ndarray]      # per dataset: object array of record ids
     slot: np.ndarray                   # int32
-    dataset: np.ndarray                # int16
+    dataset: np.ndarray                # int32
     query_row: np.ndarray              # int64
     positive_row: np.ndarray           # int64
     role: np.ndarray                   # int8, index into ROLES

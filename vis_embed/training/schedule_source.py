@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from vis_embed.io import fingerprint_files
 from vis_embed.sampling.build import build_schedule
-from vis_embed.errors import ConfigError
+from vis_embed.errors import ConfigError, DataError
 from vis_embed.sampling.schedule_io import LABEL_COLUMN, check_data_fingerprint, iter_batches, rank_rows
 from vis_embed.sampling.settings import SamplingOptions
 from vis_embed.distributed import barrier, is_main_process
@@ -72,7 +72,34 @@ class ScheduleSource:
         """Whole steps (``ScheduledBatch``, all B members in slot order) from ``start_step``."""
         for batch in iter_batches(self.path, data_fingerprint=self.data_fingerprint, start_step=start_step,
                                   rank=0, world_size=1):
+            if self.data is not None:
+                check_members(batch, self.data, self.path)
             yield batch
+
+
+def check_members(batch: ScheduledBatch, data: TrainDataConfig, path: Path) -> None:
+    """Every member of a whole step names rows of its dataset and carries the loss label the data
+    gives its positive (``TrainDataset.labels``), else ``DataError`` naming the schedule's row
+    (1-based) and field.  The data fingerprint says the data is the one scheduled; this says the
+    file's rows are still the ones written for it (an edited id would fail mid-step, an edited or
+    stale label would silently change which candidates the loss masks)."""
+    first_row = batch.step * len(batch) + 1
+    for position, member in enumerate(batch.members()):
+        try:
+            dataset = data.dataset(member.dataset)
+        except KeyError:
+            raise DataError(f"dataset {member.dataset!r} is not in {data.path}", path=path,
+                            line=first_row + position, field="dataset") from None
+        for field, record_id in (("query_id", member.query_id), ("positive_id", member.positive_id)):
+            if record_id not in dataset.index:
+                raise DataError(f"{record_id!r} is no row of dataset {member.dataset!r} ({dataset.path}); the file "
+                                f"was edited: rebuild it with `vis-embed schedule`", path=path,
+                                line=first_row + position, field=field)
+        label = int(dataset.labels[dataset.index[member.positive_id]])
+        if member.label != label:
+            raise DataError(f"label {member.label} where the data's label of {member.positive_id!r} is {label}; the "
+                            f"file was edited or written by another vis_embed: rebuild it with `vis-embed schedule`",
+                            path=path, line=first_row + position, field=LABEL_COLUMN)
 
 
 def has_label_column(path: Path) -> bool:
