@@ -107,7 +107,8 @@ def test_naive_shares_datasets_as_the_identity_aware_scheduler_does() -> None:
     slots against 50% identity-aware, so the ablation's arms trained on different dataset mixes)."""
     from vis_embed.sampling.scheduler import plan_schedule
 
-    datasets = [SubDataset("paired", "identity", [f"a{i}" for i in range(100)], identities=[i // 2 for i in range(100)]),
+    datasets = [SubDataset("paired", "identity", [f"a{i}" for i in range(100)],
+                           identities=[i // 2 for i in range(100)]),
                 SubDataset("singles", "identity", [f"b{i}" for i in range(100)],
                            identities=[1000 + (i // 2 if i < 40 else i) for i in range(100)])]
     shares = {}

@@ -65,7 +65,7 @@ def _held_out(tables: Sequence[_Table], options: ResampleOptions) -> tuple[froze
     return eval_identities(union, options, random.Random(options.seed)), len(union)
 
 
-def resample_files(sources: Sequence[str | Path], out_dir: str | Path, options: ResampleOptions = ResampleOptions(),
+def resample_files(sources: Sequence[str | Path], out_dir: str | Path, options: ResampleOptions | None = None,
                    file_format: str | None = None, *, image_root: str | Path | None = None, name: str | None = None,
                    meta_task: str = "ID-Rec", identity_namespace: str | None = None) -> dict[str, Any]:
     """Split ``sources`` over their shared identities into ``OUT/<stem>/`` (each as
@@ -74,6 +74,7 @@ def resample_files(sources: Sequence[str | Path], out_dir: str | Path, options: 
     source under ``sources``).  ``identity_namespace`` (default ``name``, else the stems joined
     by ``+``) is written on every training dataset.  Every table is read and split before ``OUT``
     is touched; the outputs replace ``OUT`` as one set."""
+    options = options or ResampleOptions()
     paths = [Path(source) for source in sources]
     stems, out_dir = _check_stems(paths), Path(out_dir)
     namespace = identity_namespace or name or "+".join(stems)

@@ -4,12 +4,13 @@ Batches are interleaved like the paper's (its global batch is 16 sub-batches of 
 the ``B / M`` slots comes from ONE sub-dataset, chosen exactly as the identity-aware scheduler
 chooses slot datasets (shares ∝ weight × rows^size_exponent, all rows counted, so a dataset
 with half the rows takes half the slots; no identity capacity bound), and its M members are
-rows drawn uniformly without replacement within the slot -- with no identity constraint, so two photos of the same identity can share a batch and be
-pushed apart as negatives (unless the loss's same-identity mask, ``loss.identity_mask``, is
-on), and no structured hard negatives.  With one slot per batch (M = B) the draws are those
-of the original single-dataset baseline, so its schedules are unchanged (for data without
-single-instance identities, whose rows it once left out of the dataset shares).  It exists to
-measure what identity-aware scheduling buys; train with ``sampling.strategy: identity_aware`` otherwise.
+rows drawn uniformly without replacement within the slot -- with no identity constraint, so
+two photos of the same identity can share a batch and be pushed apart as negatives (unless
+the loss's same-identity mask, ``loss.identity_mask``, is on), and no structured hard
+negatives.  With one slot per batch (M = B) the draws are those of the original
+single-dataset baseline, so its schedules are unchanged (for data without single-instance
+identities, whose rows it once left out of the dataset shares).  It exists to measure what
+identity-aware scheduling buys; train with ``sampling.strategy: identity_aware`` otherwise.
 """
 
 from __future__ import annotations

@@ -281,6 +281,7 @@ def _check_rows(table: Any, columns: dict[str, np.ndarray], first_row: int, info
     for name, (wrong, wanted) in problems.items():
         if wrong.any():
             row = int(np.flatnonzero(wrong)[0])
-            raise DataError(f"{columns[name][row:row + 1].tolist()[0]!r} in the schedule where the format has {wanted}; "
+            value = columns[name][row:row + 1].tolist()[0]
+            raise DataError(f"{value!r} in the schedule where the format has {wanted}; "
                             f"the file was edited or damaged: rebuild it with `vis-embed schedule`",
                             path=path, line=first_row + row + 1, field=name)
