@@ -3,7 +3,9 @@
 Trains the same global batches under DDP, DeepSpeed ZeRO-2 and ZeRO-3 (GradCache on, chunks of
 2 local members), each rank holding its contiguous shard, and writes per-step global losses,
 the final weights and tau to ``argv[1]`` (rank 0) for comparison with one process.  With
-``--full`` it instead trains ``adaptation: full`` under ZeRO-2 and ZeRO-3 (train_tiny_qwen_full).
+``--full`` it instead trains ``adaptation: full`` under ZeRO-2 and ZeRO-3 (train_tiny_qwen_full); with
+``--text-only-rank`` the tiny Qwen-VL with a vision LoRA on batches whose rank-1 chunks lack images
+(train_vision_lora).
 """
 
 from __future__ import annotations
@@ -74,6 +76,59 @@ def train(mode: str, chunk_size: int, uneven: bool = False) -> dict:
         losses.append(result.loss)
     weights = backend.trainable_state_dict()
     return {"losses": losses, "tau": tau.value, "weights": {k: v.flatten().tolist() for k, v in weights.items()}}
+
+
+def vision_members() -> tuple[list[dict], list[dict]]:
+    """A global batch of 8 queries and 8 candidates for :func:`train_vision_lora`.  Rank 0's half
+    (the first 4 of each side): images.  Rank 1's: two image queries and two text-only ones (a
+    chunk with images, then one without), and text-only candidates (no image in any chunk)."""
+    import numpy as np
+    from PIL import Image
+
+    def image(seed: int) -> dict:
+        pixels = np.random.default_rng(seed).integers(0, 256, (56, 56, 3), dtype=np.uint8)
+        return {"image": Image.fromarray(pixels)}
+
+    queries = [image(i) for i in range(6)] + [{"text": "a small red square"}, {"text": "a blue circle"}]
+    candidates = [image(10 + i) for i in range(4)] + [{"text": f"label number {i}"} for i in range(4)]
+    return queries, candidates
+
+
+def train_vision_lora(mode: str, model_path: str, chunk_size: int, adaptation: str = "lora") -> dict:
+    """The tiny Qwen-VL with LoRA on the vision tower's blocks too (``adaptation.lora.vision:
+    true``; ``adaptation="text-lora"``: the language model's only, the tower frozen) under
+    ``mode`` (torch, zero2, zero3 with every weight partitioned), two GradCache steps of
+    :func:`vision_members`; the losses and trained weights."""
+    from vis_embed.model.network.embedding_model import EmbeddingModel
+
+    torch.manual_seed(0)
+    model = EmbeddingModel.from_pretrained(model_path, device="cpu", dtype="float32")
+    model.add_lora(r=4, alpha=8, dropout=0.0, vision=adaptation == "lora")
+    model.train()
+    common = dict(optimizer=OptimizerConfig(lr=1e-2, max_grad_norm=0.0), lr_schedule=lambda step: 1.0)
+    world, rank = get_world_size(), get_rank()
+    if mode == "torch":
+        backend = TorchBackend(model, **common)
+    else:
+        zero = {"stage": int(mode[-1]), "overlap_comm": False, "stage3_param_persistence_threshold": 0}
+        config = {"train_micro_batch_size_per_gpu": GLOBAL_BATCH // world, "gradient_accumulation_steps": 1,
+                  "train_batch_size": GLOBAL_BATCH, "gradient_clipping": 0.0, "zero_optimization": zero,
+                  "steps_per_print": 10**9}
+        backend = DeepSpeedBackend(model, ds_config=config, **common)
+    queries, candidates = (model.prepare(side) for side in vision_members())
+    local = GLOBAL_BATCH // world
+    shard = slice(rank * local, (rank + 1) * local)
+    losses = []
+    for _step in range(2):
+        result = contrastive_step(backend, model.collate, queries[shard], candidates[shard],
+                                  lambda q, c: info_nce_loss(q, c, 0.05),
+                                  gradcache=GradCacheConfig(chunk_size=chunk_size, max_padding=1.0),
+                                  query_lengths=[x.length for x in queries[shard]],
+                                  candidate_lengths=[x.length for x in candidates[shard]])
+        backend.step()
+        losses.append(result.loss)
+    weights = backend.trainable_state_dict()
+    return {"losses": losses, "weights": {k: v.flatten().tolist() for k, v in weights.items()}}
 
 
 def train_tiny_qwen(stage: int, model: str, data: str, schedule: str, out: Path) -> dict:
@@ -201,6 +256,11 @@ def main() -> None:
         full = {f"full_zero{stage}": train_tiny_qwen_full(stage, model, data, schedule, Path(out)) for stage in (2, 3)}
         if get_rank() == 0:
             Path(sys.argv[1]).write_text(json.dumps(full))
+        return
+    if sys.argv[2:3] == ["--text-only-rank"]:  # out, --text-only-rank, model, adaptation, zero2 | zero3
+        vision = train_vision_lora(sys.argv[5], sys.argv[3], chunk_size=2, adaptation=sys.argv[4])
+        if get_rank() == 0:
+            Path(sys.argv[1]).write_text(json.dumps(vision))
         return
     if sys.argv[2:3] == ["--uneven"]:  # chunk counts that differ between the ranks, under ZeRO-2 and ZeRO-3
         uneven = {mode: train(mode, chunk_size=2, uneven=True) for mode in ("zero2", "zero3")}

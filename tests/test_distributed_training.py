@@ -9,6 +9,8 @@ same global batch, and the trained weights and tau must match, which also proves
 scaled right (not averaged away by the reducers) and that the optimiser steps exactly once per
 global batch.  A second launch trains ``adaptation: full`` under ZeRO-2 and ZeRO-3 and checks
 what the save gathers and writes (test_full_fine_tuning_saves_the_gathered_weights_and_resumes).
+Further launches train the tiny Qwen-VL with a vision LoRA where one rank's chunks lack images
+(test_a_rank_whose_chunks_have_no_image_trains_like_one_process).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -48,16 +51,24 @@ def tiny_setup(tiny_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> dic
             "out": str(root / "runs")}
 
 
-def _two_ranks(out: Path, *args: str) -> dict:
-    """The worker under ``torchrun --nproc_per_node 2`` (gloo, DeepSpeed on CPU); rank 0's results."""
+def _two_ranks(out: Path, *args: str, timeout: int = 400) -> dict:
+    """The worker under ``torchrun --nproc_per_node 2`` (gloo, DeepSpeed on CPU); rank 0's results.
+    Past ``timeout`` seconds (ranks waiting in mismatched collectives) the launcher and its
+    workers (one process group) are killed."""
     torchrun = Path(sys.executable).with_name("torchrun")
     command = [str(torchrun) if torchrun.exists() else shutil.which("torchrun") or "torchrun",
                "--nproc_per_node", "2", "--master_port", str(_free_port()),
                str(HERE / "_dist_training_worker.py"), str(out), *args]
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400,
-                          cwd=HERE.parent)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=HERE.parent, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"two ranks still running after {timeout} s (a collective mismatch hangs):\n{stderr[-3000:]}")
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-5000:]
     return json.loads(out.read_text())
 
 
@@ -132,6 +143,40 @@ def test_ranks_whose_chunks_differ_in_number_train_like_one_process(two_rank_une
     for name, want in reference["weights"].items():
         got, want = torch.tensor(results["weights"][name]), torch.tensor(want)
         assert float((got - want).norm() / want.norm()) < 1e-4, name
+
+
+@pytest.fixture(scope="module")
+def vision_reference(tiny_setup: dict) -> dict:
+    import _dist_training_worker as worker
+
+    return {adaptation: worker.train_vision_lora("torch", tiny_setup["model"], chunk_size=0, adaptation=adaptation)
+            for adaptation in ("lora", "text-lora")}
+
+
+@pytest.mark.parametrize(("stage", "adaptation"), [(2, "lora"), (3, "lora"), (3, "text-lora")])
+def test_a_rank_whose_chunks_have_no_image_trains_like_one_process(
+        tiny_setup: dict, vision_reference: dict, tmp_path: Path, stage: int, adaptation: str) -> None:
+    """Rank 1's chunks: one with images, then only text; rank 0's: images in every one
+    (_dist_training_worker.vision_members).  With the vision tower's blocks adapted
+    (``adaptation.lora.vision: true``) a chunk without images once gave them no gradient, so the
+    ranks' gradient reductions no longer matched (ZeRO-2/3: gloo aborted, NCCL would hang); under
+    ZeRO-3 even a frozen tower ("text-lora") broke it, its weights gathered in each forward on
+    the ranks with images only.  Such a chunk now runs the tower on a dummy, for nothing
+    (tests/test_vision_dummy.py): the losses and weights are those of one process.  Weights to
+    1e-3: Adam's first steps move each weight by about lr whatever its gradient's size, so a
+    gradient element near 0 whose rounding differs (the ranks sum in another order) moves it by
+    up to 2 lr."""
+    result = _two_ranks(tmp_path / "results.json", "--text-only-rank", tiny_setup["model"], adaptation,
+                        f"zero{stage}", timeout=120)
+    reference = vision_reference[adaptation]
+    assert result["losses"] == pytest.approx(reference["losses"], rel=1e-5)
+    assert set(result["weights"]) == set(reference["weights"])
+    if adaptation == "lora":  # the tower's adapter trained (its B matrices start at 0)
+        assert any(".visual." in name and "lora_B" in name and any(reference["weights"][name])
+                   for name in reference["weights"])
+    for name, want in reference["weights"].items():
+        got, want = torch.tensor(result["weights"][name]), torch.tensor(want)
+        assert float((got - want).norm() / want.norm()) < 1e-3, name
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ device through the keyword arguments those functions pop when given (``cu_seqlen
 4D decoder mask.  What is left in the forward: one read per visual modality (transformers'
 check that the visual tokens match the features).  Images and clips of one batch go through
 the vision tower in one call (their patches have one width), so each vision block attends
-once per batch, whatever it mixes.
+once per batch, whatever it mixes.  On several ranks a batch without any runs the tower on a
+dummy where the ranks' collectives need it (:func:`vision_tower_dummy`).
 
 Generic over modalities (``image``, ``video``): a modality is there when its
 ``{modality}_grid_thw`` is in the batch; its patches are :data:`PIXEL_KEYS` ``[modality]``.
@@ -81,10 +82,14 @@ class BatchMetadata:
     def note_segments(self) -> None:
         """Tell the CPU attention path (model/network/attention.py) the host lengths of these boundaries,
         so its row plan needs no read either."""
-        from vis_embed.model.network.packed_rows import remember_segment_lengths
+        _note_segments(self.vision, self.segment_lengths)
 
-        for key, values in self.segment_lengths.items():
-            remember_segment_lengths(self.vision[key], values)
+
+def _note_segments(vision: dict[str, Any], segment_lengths: dict[str, list[int]]) -> None:
+    from vis_embed.model.network.packed_rows import remember_segment_lengths
+
+    for key, values in segment_lengths.items():
+        remember_segment_lengths(vision[key], values)
 
 
 def pinned(value: Any) -> Any:
@@ -139,6 +144,47 @@ def vision_kwargs(visual: torch.nn.Module, grid_thw: torch.Tensor) -> tuple[dict
     return kwargs, lengths
 
 
+def vision_tower_dummy(visual: torch.nn.Module) -> dict[str, Any]:
+    """For a batch without images or videos, where the ranks need it (else ``{}``): the vision
+    tower ``visual`` run on a dummy and its output cut to nothing, as the ``mm_encoder_outputs``
+    of :func:`run_base_model` (no visual token takes it: the same vectors, every trainable
+    weight of the tower gets a gradient of exactly 0).  On several ranks every rank must make
+    the same collectives in the same order: when the tower's weights are ZeRO-3 partitions
+    (each module's forward gathers its weights, and its backward again), or when they train
+    (ZeRO-2/3 reduce gradients in buckets; a rank whose tower got none reduced other buckets:
+    gloo aborted, NCCL would hang).  Handed over like real features, so the graph is a batch
+    with images': the decoder's input depends on the tower, as there.  The dummy: one merge
+    group of zero patches (grid 1 x merge x merge, each patch channels x temporal patch x
+    patch x patch wide, from the tower's config)."""
+    from vis_embed.distributed import get_world_size
+
+    if get_world_size() <= 1:
+        return {}
+    parameters = list(visual.parameters())
+    if not (any(hasattr(p, "ds_id") for p in parameters)  # DeepSpeed's is_zero_param: a ZeRO-3 partition
+            or (torch.is_grad_enabled() and any(p.requires_grad for p in parameters))):
+        return {}
+    config = visual.config
+    merge = int(visual.spatial_merge_size)
+    width = int(config.in_channels) * int(config.temporal_patch_size) * int(config.patch_size) ** 2
+    grid = torch.tensor([[1, merge, merge]])
+    vision, segments = vision_kwargs(visual, grid)
+    vision = {key: value.to(visual.device) if isinstance(value, torch.Tensor) else value
+              for key, value in vision.items()}
+    _note_segments(vision, segments)
+    pixels = torch.zeros((merge * merge, width), dtype=visual.dtype, device=visual.device)
+    output = visual(pixels, grid_thw=grid.to(visual.device), return_dict=True, **vision)
+    deepstack = getattr(output, "deepstack_features", None)  # Qwen3-VL
+    return {"image": _encoder_output(output.pooler_output[:0],
+                                     None if deepstack is None else [feature[:0] for feature in deepstack])}
+
+
+def _encoder_output(pooled: torch.Tensor, deepstack: list[torch.Tensor] | None) -> SimpleNamespace:
+    """What the model reads of get_*_features' output: pooler_output (and deepstack_features)."""
+    return SimpleNamespace(pooler_output=(pooled,),
+                           deepstack_features=None if deepstack is None else [(feature,) for feature in deepstack])
+
+
 def decoder_positions(base_model: PreTrainedModel, batch: dict[str, Any],
                       grids: dict[str, torch.Tensor]) -> torch.Tensor:
     """(3, batch, length) M-RoPE positions: the model's own ``get_rope_index`` on the host for a
@@ -176,10 +222,9 @@ def run_base_model(base_model: PreTrainedModel, inputs: dict[str, torch.Tensor],
         deepstack = getattr(output, "deepstack_features", None)  # Qwen3-VL
         stacks = [torch.split(feature, counts) for feature in deepstack] if deepstack is not None else None
         for k, modality in enumerate(modalities):
-            # what the model reads of get_*_features' output: pooler_output (and deepstack_features)
-            encoded[modality] = SimpleNamespace(
-                pooler_output=(pooled[k],),
-                deepstack_features=None if stacks is None else [(pieces[k],) for pieces in stacks])
+            encoded[modality] = _encoder_output(pooled[k], None if stacks is None else [pieces[k] for pieces in stacks])
+    else:  # no image or video: the tower on a dummy where the ranks need it (as the first call too)
+        encoded = vision_tower_dummy(base_model.visual)
     mask = inputs.pop("attention_mask")
     decoder_mask = decoder_attention_mask(base_model, mask, inputs["input_ids"]) if metadata.padded else None
     return base_model(**inputs, attention_mask=decoder_mask, position_ids=metadata.position_ids,
