@@ -127,6 +127,22 @@ def test_bbox_bounds_are_those_of_the_displayed_image(data_dir: Path) -> None:
         load_train_config(_setup(data_dir, identity_rows=rows))
 
 
+def test_bbox_on_an_image_whose_header_claims_a_bomb_is_a_load_error(data_dir: Path) -> None:
+    """A PNG header claiming 100000 x 100000 pixels: PIL raises DecompressionBombError (not an
+    OSError) while reading the header for the bbox check; a DataError naming the row, not a traceback."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
+    (data_dir / "train" / "a2.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+                                                + chunk(b"IDAT", zlib.compress(b"\0")) + chunk(b"IEND", b""))
+    with pytest.raises(DataError, match=r"rec.jsonl:2: field 'bbox': refused: decompression bomb"):
+        load_train_config(_setup(data_dir))
+
+
 def test_arrays_for_scheduler(data_dir: Path) -> None:
     cfg = load_train_config(_setup(data_dir))
     arrays = cfg.datasets[0].arrays()
