@@ -75,6 +75,24 @@ def test_identity_csv_errors(tmp_path: Path, content: str, pattern: str) -> None
         convert_identity_csv(tmp_path / "labels.csv", tmp_path / "rows.jsonl")
 
 
+@pytest.mark.parametrize("content, pattern", [
+    (b"path,identity\r\na.jpg,x\r\n\xffb.jpg,y\r\n", r"labels.csv:3: not UTF-8 text \(invalid byte 0xff"),
+    (b"path,identity\na.jpg,x\nb.jpg," + b"y" * 200_000 + b"\n", r"labels.csv:3: malformed CSV \(field larger"),
+])
+def test_identity_csv_undecodable_or_malformed_is_a_data_error(tmp_path: Path, content: bytes,
+                                                               pattern: str) -> None:
+    """Bytes that are not UTF-8 and the csv module's own errors were tracebacks (UnicodeDecodeError,
+    _csv.Error) naming neither the file nor the line."""
+    (tmp_path / "labels.csv").write_bytes(content)
+    with pytest.raises(DataError, match=pattern):
+        convert_identity_csv(tmp_path / "labels.csv", tmp_path / "rows.jsonl")
+
+
+def test_identity_csv_bom_and_crlf(tmp_path: Path) -> None:
+    (tmp_path / "labels.csv").write_bytes(b"\xef\xbb\xbfpath,identity\r\na.jpg,x\r\nb.jpg,x\r\n")
+    assert convert_identity_csv(tmp_path / "labels.csv", tmp_path / "rows.jsonl")["rows"] == 2
+
+
 def test_identity_folder_without_identities(tmp_path: Path) -> None:
     (tmp_path / "flat").mkdir()
     Image.new("RGB", (4, 4)).save(tmp_path / "flat" / "a.jpg")

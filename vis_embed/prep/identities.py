@@ -15,6 +15,7 @@ a deterministic order (sorted paths for folders, file order for CSVs).
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections import Counter
 from pathlib import Path
@@ -26,6 +27,7 @@ from vis_embed.data.items import check_bbox
 from vis_embed.data.records import RowContext
 from vis_embed.data.tables import write_table
 from vis_embed.errors import DataError
+from vis_embed.io import read_text
 
 IMAGE_EXTENSIONS: frozenset[str] = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif",
                                                ".tif", ".tiff"})
@@ -85,8 +87,9 @@ def identity_csv_rows(csv_path: str | Path, out_dir: str | Path, image_root: str
     if not csv_path.is_file():
         raise DataError("file not found", path=csv_path)
     rows: list[dict[str, Any]] = []
-    with csv_path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
+    # read_text: a BOM dropped, bytes that are not UTF-8 a DataError naming the line
+    reader = csv.DictReader(io.StringIO(read_text(csv_path), newline=""))
+    try:
         header = reader.fieldnames or []
         for column in ("path", "identity"):
             if column not in header:
@@ -95,6 +98,8 @@ def identity_csv_rows(csv_path: str | Path, out_dir: str | Path, image_root: str
         for record in reader:
             ctx = RowContext(csv_path, reader.line_num)
             rows.append(_csv_row(record, ctx, image_root, out_dir, position=len(rows)))
+    except csv.Error as exc:  # e.g. a field over the csv module's limit (131072 characters)
+        raise DataError(f"malformed CSV ({exc})", path=csv_path, line=reader.reader.line_num) from None
     if not rows:
         raise DataError("CSV has no rows", path=csv_path)
     return rows, _summary(rows, source=str(csv_path))
