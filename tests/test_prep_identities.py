@@ -93,6 +93,25 @@ def test_identity_csv_bom_and_crlf(tmp_path: Path) -> None:
     assert convert_identity_csv(tmp_path / "labels.csv", tmp_path / "rows.jsonl")["rows"] == 2
 
 
+def test_identity_folder_follows_folder_symlinks_once_and_skips_undecodable_names(tmp_path: Path) -> None:
+    """An identity folder that is a symlink was silently left out (rglob does not follow folder
+    links); a link back to an ancestor must not loop; a file name whose bytes are not UTF-8 was a
+    UnicodeEncodeError traceback while writing the rows."""
+    import os
+
+    root = _collection(tmp_path / "people")
+    (tmp_path / "elsewhere" / "dave").mkdir(parents=True)
+    for name in ("1.jpg", "2.jpg"):
+        Image.new("RGB", (8, 8)).save(tmp_path / "elsewhere" / "dave" / name)
+    os.symlink(tmp_path / "elsewhere" / "dave", root / "dave")
+    os.symlink("..", root / "bob" / "loop")  # people/bob/loop -> people
+    Image.new("RGB", (8, 8)).save(os.path.join(os.fsencode(root / "bob"), b"\xff.jpg"))
+    report = convert_identity_folder(root, tmp_path / "out" / "people.jsonl")
+    assert report["identities"] == 4 and report["rows"] == 8
+    assert report["skipped"] == {"not_an_image": 1, "outside_identity_folders": 1, "folder_seen_before": 1,
+                                 "name_not_utf8": 1}
+
+
 def test_identity_folder_without_identities(tmp_path: Path) -> None:
     (tmp_path / "flat").mkdir()
     Image.new("RGB", (4, 4)).save(tmp_path / "flat" / "a.jpg")

@@ -17,13 +17,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from vis_embed.prep.common import relative_to, write_report
 from vis_embed.data.images import is_url
-from vis_embed.data.items import check_bbox
+from vis_embed.data.items import check_bbox, is_encodable
 from vis_embed.data.records import RowContext
 from vis_embed.data.tables import write_table
 from vis_embed.errors import DataError
@@ -48,11 +49,13 @@ def identity_folder_rows(root: str | Path, out_dir: str | Path,
         raise DataError("identity folder not found", path=root)
     rows: list[dict[str, Any]] = []
     skipped: Counter[str] = Counter()
-    for path in sorted(root.rglob("*")):
+    for path in _walk_files(root, skipped):
         if not path.is_file():
             continue
         relative = path.relative_to(root)
-        if path.suffix.lower() not in extensions:
+        if not is_encodable(relative.as_posix()):  # the name's bytes are not UTF-8: no JSON string holds it
+            skipped["name_not_utf8"] += 1
+        elif path.suffix.lower() not in extensions:
             skipped["not_an_image"] += 1
         elif len(relative.parts) < 2:
             skipped["outside_identity_folders"] += 1
@@ -65,6 +68,23 @@ def identity_folder_rows(root: str | Path, out_dir: str | Path,
         raise DataError(f"no images found in identity sub-folders (extensions: {', '.join(sorted(extensions))})",
                         path=root)
     return rows, _summary(rows, source=str(root), skipped=dict(skipped))
+
+
+def _walk_files(root: Path, skipped: Counter[str]) -> list[Path]:
+    """Every file under ``root``, sorted.  Folder symlinks are followed (an identity folder may be
+    one), each real folder visited once: a symlink loop or a second link to a folder already
+    walked ends there (counted ``folder_seen_before``), so the walk is bounded."""
+    seen: set[tuple[int, int]] = set()
+    files: list[Path] = []
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        status = os.stat(folder)
+        if (status.st_dev, status.st_ino) in seen:
+            skipped["folder_seen_before"] += 1
+            subfolders.clear()
+            continue
+        seen.add((status.st_dev, status.st_ino))
+        files.extend(Path(folder, name) for name in names)
+    return sorted(files)
 
 
 def _parse_bbox(value: str, ctx: RowContext) -> list[float]:
