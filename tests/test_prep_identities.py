@@ -112,6 +112,29 @@ def test_identity_folder_follows_folder_symlinks_once_and_skips_undecodable_name
                                  "name_not_utf8": 1}
 
 
+@pytest.mark.parametrize("content, pattern", [
+    (b"datasets:\n  - name: [a\n", r"bad.yaml:3: invalid YAML"),
+    (b"datasets:\n  - name: \xff\n", r"bad.yaml:2: not UTF-8 text"),
+    (b"- a\n", r"bad.yaml: field 'datasets': expected a mapping with a 'datasets' list"),
+])
+def test_prep_bad_yaml_is_an_error_line_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        content: bytes, pattern: str) -> None:
+    """`prep check` sniffed the YAML with yaml.safe_load, and `--config` read it the same way:
+    a syntax error, bytes that are not UTF-8 or a list at the top were tracebacks."""
+    import re
+
+    root = _collection(tmp_path / "people")
+    (tmp_path / "bad.yaml").write_bytes(content)
+    commands = [["prep", "identity-folder", str(root), "--out", str(tmp_path / "rows.jsonl"),
+                 "--config", str(tmp_path / "bad.yaml")]]
+    if not content.startswith(b"- "):  # a list at the top is the loader's own error already
+        commands.append(["prep", "check", str(tmp_path / "bad.yaml")])
+    for command in commands:
+        assert cli_main(command) == 2
+        assert re.search(pattern, capsys.readouterr().err)
+    assert (tmp_path / "bad.yaml").read_bytes() == content
+
+
 def test_identity_folder_without_identities(tmp_path: Path) -> None:
     (tmp_path / "flat").mkdir()
     Image.new("RGB", (4, 4)).save(tmp_path / "flat" / "a.jpg")
