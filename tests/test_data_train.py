@@ -349,6 +349,20 @@ def test_parquet_and_jsonl_read_the_same_rows(tmp_path: Path) -> None:
     assert np.array_equal([n for n, _ in read_table(tmp_path / "r.parquet")], [1, 2, 3, 4, 5])
 
 
+def test_a_corrupt_parquet_page_is_a_data_error_naming_the_file(tmp_path: Path) -> None:
+    """The footer reads, a data page does not: pyarrow's OSError surfaced mid-iteration as a traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": [f"r{i}" for i in range(1000)], "image": ["a.png"] * 1000})
+    pq.write_table(table, tmp_path / "r.parquet", compression="NONE")
+    data = bytearray((tmp_path / "r.parquet").read_bytes())
+    data[200:2000] = b"\xab" * 1800  # inside the first column chunk's pages, before the footer
+    (tmp_path / "r.parquet").write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"r.parquet: cannot read Parquet data at or after row 1"):
+        list(read_table(tmp_path / "r.parquet"))
+
+
 def test_jsonl_parquet_equivalence_property(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Any valid identity/pairs rows read back identically from JSONL and Parquet."""
     from hypothesis import HealthCheck, given, settings

@@ -49,8 +49,16 @@ def read_table(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     except Exception as exc:  # pyarrow raises several types for corrupt files
         raise DataError(f"cannot read Parquet file ({exc})", path=path) from None
     row_number = 0
-    for batch in parquet_file.iter_batches(batch_size=8192):
-        for row in batch.to_pylist():
+    batches = parquet_file.iter_batches(batch_size=8192)
+    while True:
+        try:  # a corrupt page surfaces only when its batch is decoded (OSError, ArrowInvalid, ...)
+            batch = next(batches, None)
+            rows = [] if batch is None else batch.to_pylist()
+        except Exception as exc:  # noqa: BLE001  (pyarrow raises several types for corrupt data)
+            raise DataError(f"cannot read Parquet data at or after row {row_number + 1} ({exc})", path=path) from None
+        if batch is None:
+            return
+        for row in rows:
             row_number += 1
             yield row_number, _drop_nulls(row)
 
