@@ -113,6 +113,20 @@ def test_bbox_outside_image_is_a_load_error_naming_file_line_field(data_dir: Pat
         load_train_config(_setup(data_dir, pairs_rows=pairs))
 
 
+def test_a_box_covering_no_whole_pixel_is_a_load_error_naming_the_bbox(data_dir: Path) -> None:
+    """A box in fractions of the image ([0.1, 0.2, 0.5, 0.6], a common convention) passed every
+    check and cropped to 0 x 1 pixels mid-run: 'field image: image has no pixels', no file or line."""
+    from vis_embed.data.image_geometry import crop_to_bbox
+
+    rows = _identity_rows()
+    rows[1]["bbox"] = [0.1, 0.2, 0.5, 0.6]
+    with pytest.raises(DataError, match=r"rec.jsonl:2: field 'bbox': box .* covers no whole pixel .*not fractions"):
+        load_train_config(_setup(data_dir, identity_rows=rows))
+    with pytest.raises(DataError, match=r"field 'bbox': box .* covers no whole pixel"):
+        crop_to_bbox(Image.new("RGB", (16, 12)), [10.2, 0, 10.4, 12])
+    assert crop_to_bbox(Image.new("RGB", (16, 12)), [0.4, 0, 0.6, 12]).size == (1, 12)  # rounds to one pixel
+
+
 def test_bbox_bounds_are_those_of_the_displayed_image(data_dir: Path) -> None:
     """An EXIF-rotated photo (stored 16x12, displayed 12x16): boxes are in the displayed frame."""
     stored = Image.new("RGB", (16, 12), (1, 2, 3))
