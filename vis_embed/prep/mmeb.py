@@ -28,7 +28,7 @@ from tqdm import tqdm
 from vis_embed.prep.common import discover_sources, read_sources, relative_to, write_report, write_yaml
 from vis_embed.prep.hub import resolve_inputs
 from vis_embed.data.images import is_url
-from vis_embed.data.items import is_encodable
+from vis_embed.data.items import NOT_UNICODE, is_encodable
 from vis_embed.data.tables import write_table
 from vis_embed.errors import DataError
 from vis_embed.data.taxonomy import MMEB_DATASETS
@@ -60,8 +60,7 @@ def _string_column(row: dict[str, Any], column: str, path: Path, line: int) -> s
 def _check_unicode(value: str, column: str, path: Path, line: int) -> None:
     """A lone surrogate (JSON's "\\ud800") cannot be written as UTF-8: named here, not a traceback on write."""
     if not is_encodable(value):
-        raise DataError("is not valid Unicode (it holds a lone surrogate such as \\ud800)", path=path, line=line,
-                        field=column)
+        raise DataError(NOT_UNICODE, path=path, line=line, field=column)
 
 
 def mmeb_item(text: str, image_path: str) -> dict[str, str] | None:
