@@ -377,6 +377,18 @@ def test_a_corrupt_parquet_page_is_a_data_error_naming_the_file(tmp_path: Path) 
         list(read_table(tmp_path / "r.parquet"))
 
 
+def test_a_row_nested_hundreds_deep_is_a_data_error_naming_the_line(tmp_path: Path) -> None:
+    """500 levels parse (json's limit is the interpreter's ~1000), then the null-dropping walk
+    overflowed the stack: a RecursionError traceback from every loader."""
+    deep = "[" * 500 + "]" * 500
+    (tmp_path / "r.jsonl").write_text('{"id": "a"}\n\n{"id": "b", "meta": ' + deep + "}\n")
+    with pytest.raises(DataError, match=r"r.jsonl:3: nested deeper than 100 levels"):
+        list(read_table(tmp_path / "r.jsonl"))
+    ok = "[" * 90 + "]" * 90
+    (tmp_path / "r.jsonl").write_text('{"id": "b", "meta": ' + ok + "}\n")
+    assert len(list(read_table(tmp_path / "r.jsonl"))) == 1
+
+
 def test_jsonl_parquet_equivalence_property(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Any valid identity/pairs rows read back identically from JSONL and Parquet."""
     from hypothesis import HealthCheck, given, settings
