@@ -65,6 +65,7 @@ def test_identity_csv_round_trip(tmp_path: Path) -> None:
     ("file,identity\na.jpg,x\n", r"labels.csv:1: field 'path': missing CSV column"),
     ("path,identity\na.jpg,\n", r"labels.csv:2: field 'identity': empty value"),
     ("path,identity,bbox\na.jpg,x,1;2\n", r"labels.csv:2: field 'bbox': cannot parse"),
+    ("path,identity,bbox\na.jpg,x,\"" + "[" * 5000 + "\"\n", r"labels.csv:2: field 'bbox': cannot parse"),
     ("path,identity,bbox\na.jpg,x,\"5,5,1,1\"\n", r"labels.csv:2: field 'bbox': empty or negative box"),
     ("path,identity\n", r"CSV has no rows"),
     ("path,identity\na.jpg,x,[0,0,4,4]\n", r"labels.csv:2: more values than header columns"),

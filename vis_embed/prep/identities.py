@@ -91,8 +91,8 @@ def _parse_bbox(value: str, ctx: RowContext) -> list[float]:
     text = value.strip()
     try:
         parsed = json.loads(text) if text.startswith("[") else [float(v) for v in text.split(",")]
-    except ValueError:
-        raise ctx.error("bbox", f"cannot parse {value!r}; use x0,y0,x1,y1") from None
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past json's limit
+        raise ctx.error("bbox", f"cannot parse {value!r:.80}; use x0,y0,x1,y1") from None
     return check_bbox(parsed, "bbox", path=ctx.path, line=ctx.line)
 
 
