@@ -60,6 +60,16 @@ def test_a_yaml_file_the_parser_rejects_is_a_data_error_naming_the_line(tmp_path
         load_yaml_with_lines(path)
 
 
+def test_an_image_path_with_a_nul_character_is_a_data_error(tmp_path: Path) -> None:
+    """JSON's "\\u0000" in an image path passed the item check; os.stat's ValueError ("embedded
+    null byte") then escaped load_image as a traceback, not a DataError naming the image."""
+    from vis_embed.data.images import displayed_size
+
+    for load in (load_image, displayed_size):
+        with pytest.raises(DataError, match=r"a\\0b.png: image file name holds a NUL character"):
+            load(str(tmp_path / "a\x00b.png"))
+
+
 def test_a_csv_table_with_a_bom_keeps_its_first_column_name(tmp_path: Path) -> None:
     path = tmp_path / "table.csv"
     path.write_bytes(BOM + b"model,score\nvisme,71.5\n")
