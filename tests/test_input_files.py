@@ -68,6 +68,10 @@ def test_an_image_path_with_a_nul_character_is_a_data_error(tmp_path: Path) -> N
     for load in (load_image, displayed_size):
         with pytest.raises(DataError, match=r"a\\0b.png: image file name holds a NUL character"):
             load(str(tmp_path / "a\x00b.png"))
+    from vis_embed.data.video import load_video
+
+    with pytest.raises(DataError, match=r"a\\0b: video path holds a NUL character"):
+        load_video(str(tmp_path / "a\x00b"))
 
 
 def test_a_csv_table_with_a_bom_keeps_its_first_column_name(tmp_path: Path) -> None:
