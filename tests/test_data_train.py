@@ -113,6 +113,20 @@ def test_bbox_outside_image_is_a_load_error_naming_file_line_field(data_dir: Pat
         load_train_config(_setup(data_dir, pairs_rows=pairs))
 
 
+def test_a_box_covering_no_whole_pixel_is_a_load_error_naming_the_bbox(data_dir: Path) -> None:
+    """A box in fractions of the image ([0.1, 0.2, 0.5, 0.6], a common convention) passed every
+    check and cropped to 0 x 1 pixels mid-run: 'field image: image has no pixels', no file or line."""
+    from vis_embed.data.image_geometry import crop_to_bbox
+
+    rows = _identity_rows()
+    rows[1]["bbox"] = [0.1, 0.2, 0.5, 0.6]
+    with pytest.raises(DataError, match=r"rec.jsonl:2: field 'bbox': box .* covers no whole pixel .*not fractions"):
+        load_train_config(_setup(data_dir, identity_rows=rows))
+    with pytest.raises(DataError, match=r"field 'bbox': box .* covers no whole pixel"):
+        crop_to_bbox(Image.new("RGB", (16, 12)), [10.2, 0, 10.4, 12])
+    assert crop_to_bbox(Image.new("RGB", (16, 12)), [0.4, 0, 0.6, 12]).size == (1, 12)  # rounds to one pixel
+
+
 def test_bbox_bounds_are_those_of_the_displayed_image(data_dir: Path) -> None:
     """An EXIF-rotated photo (stored 16x12, displayed 12x16): boxes are in the displayed frame."""
     stored = Image.new("RGB", (16, 12), (1, 2, 3))
@@ -125,6 +139,22 @@ def test_bbox_bounds_are_those_of_the_displayed_image(data_dir: Path) -> None:
     rows[1]["bbox"] = [0, 0, 16, 12]
     with pytest.raises(DataError, match=r"rec.jsonl:2: field 'bbox'.*12x16"):
         load_train_config(_setup(data_dir, identity_rows=rows))
+
+
+def test_bbox_on_an_image_whose_header_claims_a_bomb_is_a_load_error(data_dir: Path) -> None:
+    """A PNG header claiming 100000 x 100000 pixels: PIL raises DecompressionBombError (not an
+    OSError) while reading the header for the bbox check; a DataError naming the row, not a traceback."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
+    (data_dir / "train" / "a2.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+                                                + chunk(b"IDAT", zlib.compress(b"\0")) + chunk(b"IEND", b""))
+    with pytest.raises(DataError, match=r"rec.jsonl:2: field 'bbox': refused: decompression bomb"):
+        load_train_config(_setup(data_dir))
 
 
 def test_arrays_for_scheduler(data_dir: Path) -> None:
@@ -331,6 +361,32 @@ def test_parquet_and_jsonl_read_the_same_rows(tmp_path: Path) -> None:
     assert from_jsonl == from_parquet == rows
     assert json.loads((tmp_path / "r.jsonl").read_text().splitlines()[0])["id"] == "a1"
     assert np.array_equal([n for n, _ in read_table(tmp_path / "r.parquet")], [1, 2, 3, 4, 5])
+
+
+def test_a_corrupt_parquet_page_is_a_data_error_naming_the_file(tmp_path: Path) -> None:
+    """The footer reads, a data page does not: pyarrow's OSError surfaced mid-iteration as a traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": [f"r{i}" for i in range(1000)], "image": ["a.png"] * 1000})
+    pq.write_table(table, tmp_path / "r.parquet", compression="NONE")
+    data = bytearray((tmp_path / "r.parquet").read_bytes())
+    data[200:2000] = b"\xab" * 1800  # inside the first column chunk's pages, before the footer
+    (tmp_path / "r.parquet").write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"r.parquet: cannot read Parquet data at or after row 1"):
+        list(read_table(tmp_path / "r.parquet"))
+
+
+def test_a_row_nested_hundreds_deep_is_a_data_error_naming_the_line(tmp_path: Path) -> None:
+    """500 levels parse (json's limit is the interpreter's ~1000), then the null-dropping walk
+    overflowed the stack: a RecursionError traceback from every loader."""
+    deep = "[" * 500 + "]" * 500
+    (tmp_path / "r.jsonl").write_text('{"id": "a"}\n\n{"id": "b", "meta": ' + deep + "}\n")
+    with pytest.raises(DataError, match=r"r.jsonl:3: nested deeper than 100 levels"):
+        list(read_table(tmp_path / "r.jsonl"))
+    ok = "[" * 90 + "]" * 90
+    (tmp_path / "r.jsonl").write_text('{"id": "b", "meta": ' + ok + "}\n")
+    assert len(list(read_table(tmp_path / "r.jsonl"))) == 1
 
 
 def test_jsonl_parquet_equivalence_property(tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -44,6 +44,36 @@ def test_a_yaml_file_with_a_bom_loads_with_its_line_numbers(tmp_path: Path) -> N
     assert loaded.key_lines["datasets"] == 2
 
 
+@pytest.mark.parametrize("content, pattern", [
+    (b"datasets:\n  - name: a\x00b\n", r"config.yaml:2: invalid YAML: character 0x00 is not allowed"),
+    (b"name: x\npath: \"a\x1bb\"\n", r"config.yaml:2: invalid YAML: character 0x1b is not allowed"),
+    (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", r"config.yaml: invalid YAML: nested too deeply"),
+    (b"name: x\n? [a, b]\n: 1\n", r"config.yaml:2: a key must be a single value, not a list"),
+])
+def test_a_yaml_file_the_parser_rejects_is_a_data_error_naming_the_line(tmp_path: Path, content: bytes,
+                                                                       pattern: str) -> None:
+    """A control character (PyYAML's ReaderError carries no mark), nesting past the recursion
+    limit and a list as a mapping key were tracebacks, not DataErrors."""
+    path = tmp_path / "config.yaml"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=pattern):
+        load_yaml_with_lines(path)
+
+
+def test_an_image_path_with_a_nul_character_is_a_data_error(tmp_path: Path) -> None:
+    """JSON's "\\u0000" in an image path passed the item check; os.stat's ValueError ("embedded
+    null byte") then escaped load_image as a traceback, not a DataError naming the image."""
+    from vis_embed.data.images import displayed_size
+
+    for load in (load_image, displayed_size):
+        with pytest.raises(DataError, match=r"a\\0b.png: image file name holds a NUL character"):
+            load(str(tmp_path / "a\x00b.png"))
+    from vis_embed.data.video import load_video
+
+    with pytest.raises(DataError, match=r"a\\0b: video path holds a NUL character"):
+        load_video(str(tmp_path / "a\x00b"))
+
+
 def test_a_csv_table_with_a_bom_keeps_its_first_column_name(tmp_path: Path) -> None:
     path = tmp_path / "table.csv"
     path.write_bytes(BOM + b"model,score\nvisme,71.5\n")

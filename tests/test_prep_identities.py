@@ -65,6 +65,7 @@ def test_identity_csv_round_trip(tmp_path: Path) -> None:
     ("file,identity\na.jpg,x\n", r"labels.csv:1: field 'path': missing CSV column"),
     ("path,identity\na.jpg,\n", r"labels.csv:2: field 'identity': empty value"),
     ("path,identity,bbox\na.jpg,x,1;2\n", r"labels.csv:2: field 'bbox': cannot parse"),
+    ("path,identity,bbox\na.jpg,x,\"" + "[" * 5000 + "\"\n", r"labels.csv:2: field 'bbox': cannot parse"),
     ("path,identity,bbox\na.jpg,x,\"5,5,1,1\"\n", r"labels.csv:2: field 'bbox': empty or negative box"),
     ("path,identity\n", r"CSV has no rows"),
     ("path,identity\na.jpg,x,[0,0,4,4]\n", r"labels.csv:2: more values than header columns"),
@@ -73,6 +74,66 @@ def test_identity_csv_errors(tmp_path: Path, content: str, pattern: str) -> None
     (tmp_path / "labels.csv").write_text(content)
     with pytest.raises(DataError, match=pattern):
         convert_identity_csv(tmp_path / "labels.csv", tmp_path / "rows.jsonl")
+
+
+@pytest.mark.parametrize("content, pattern", [
+    (b"path,identity\r\na.jpg,x\r\n\xffb.jpg,y\r\n", r"labels.csv:3: not UTF-8 text \(invalid byte 0xff"),
+    (b"path,identity\na.jpg,x\nb.jpg," + b"y" * 200_000 + b"\n", r"labels.csv:3: malformed CSV \(field larger"),
+])
+def test_identity_csv_undecodable_or_malformed_is_a_data_error(tmp_path: Path, content: bytes,
+                                                               pattern: str) -> None:
+    """Bytes that are not UTF-8 and the csv module's own errors were tracebacks (UnicodeDecodeError,
+    _csv.Error) naming neither the file nor the line."""
+    (tmp_path / "labels.csv").write_bytes(content)
+    with pytest.raises(DataError, match=pattern):
+        convert_identity_csv(tmp_path / "labels.csv", tmp_path / "rows.jsonl")
+
+
+def test_identity_csv_bom_and_crlf(tmp_path: Path) -> None:
+    (tmp_path / "labels.csv").write_bytes(b"\xef\xbb\xbfpath,identity\r\na.jpg,x\r\nb.jpg,x\r\n")
+    assert convert_identity_csv(tmp_path / "labels.csv", tmp_path / "rows.jsonl")["rows"] == 2
+
+
+def test_identity_folder_follows_folder_symlinks_once_and_skips_undecodable_names(tmp_path: Path) -> None:
+    """An identity folder that is a symlink was silently left out (rglob does not follow folder
+    links); a link back to an ancestor must not loop; a file name whose bytes are not UTF-8 was a
+    UnicodeEncodeError traceback while writing the rows."""
+    import os
+
+    root = _collection(tmp_path / "people")
+    (tmp_path / "elsewhere" / "dave").mkdir(parents=True)
+    for name in ("1.jpg", "2.jpg"):
+        Image.new("RGB", (8, 8)).save(tmp_path / "elsewhere" / "dave" / name)
+    os.symlink(tmp_path / "elsewhere" / "dave", root / "dave")
+    os.symlink("..", root / "bob" / "loop")  # people/bob/loop -> people
+    Image.new("RGB", (8, 8)).save(os.path.join(os.fsencode(root / "bob"), b"\xff.jpg"))
+    report = convert_identity_folder(root, tmp_path / "out" / "people.jsonl")
+    assert report["identities"] == 4 and report["rows"] == 8
+    assert report["skipped"] == {"not_an_image": 1, "outside_identity_folders": 1, "folder_seen_before": 1,
+                                 "name_not_utf8": 1}
+
+
+@pytest.mark.parametrize("content, pattern", [
+    (b"datasets:\n  - name: [a\n", r"bad.yaml:3: invalid YAML"),
+    (b"datasets:\n  - name: \xff\n", r"bad.yaml:2: not UTF-8 text"),
+    (b"- a\n", r"bad.yaml: field 'datasets': expected a mapping with a 'datasets' list"),
+])
+def test_prep_bad_yaml_is_an_error_line_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        content: bytes, pattern: str) -> None:
+    """`prep check` sniffed the YAML with yaml.safe_load, and `--config` read it the same way:
+    a syntax error, bytes that are not UTF-8 or a list at the top were tracebacks."""
+    import re
+
+    root = _collection(tmp_path / "people")
+    (tmp_path / "bad.yaml").write_bytes(content)
+    commands = [["prep", "identity-folder", str(root), "--out", str(tmp_path / "rows.jsonl"),
+                 "--config", str(tmp_path / "bad.yaml")]]
+    if not content.startswith(b"- "):  # a list at the top is the loader's own error already
+        commands.append(["prep", "check", str(tmp_path / "bad.yaml")])
+    for command in commands:
+        assert cli_main(command) == 2
+        assert re.search(pattern, capsys.readouterr().err)
+    assert (tmp_path / "bad.yaml").read_bytes() == content
 
 
 def test_identity_folder_without_identities(tmp_path: Path) -> None:

@@ -171,6 +171,22 @@ def test_mmeb_eval_rejects_unknown_names_and_ragged_targets(tmp_path: Path) -> N
         convert_mmeb_eval([ragged], tmp_path / "out")
 
 
+def test_mmeb_text_with_a_lone_surrogate_names_file_line_and_column(tmp_path: Path) -> None:
+    """JSON's "\\ud800" decodes to a str that UTF-8 cannot hold: it reached the writer and was a
+    UnicodeEncodeError traceback (the whole conversion lost) instead of an error naming the source."""
+    bad = tmp_path / "bad.jsonl"
+    row = {"qry": "x", "qry_image_path": "", "pos_text": "y", "pos_image_path": "",
+           "neg_text": "", "neg_image_path": ""}
+    bad.write_text(json.dumps(row) + "\n" + json.dumps({**row, "pos_text": "a \ud800"}) + "\n")
+    with pytest.raises(DataError, match=r"bad.jsonl:2: field 'pos_text': is not valid Unicode"):
+        convert_mmeb_train([bad], tmp_path / "out")
+    task = tmp_path / "ImageNet-A.jsonl"
+    task.write_text(json.dumps({"qry_text": "q", "qry_img_path": "", "tgt_text": ["a", "b\udc00"],
+                                "tgt_img_path": ["", ""]}) + "\n")
+    with pytest.raises(DataError, match=r"ImageNet-A.jsonl:1: field 'tgt_text': is not valid Unicode"):
+        convert_mmeb_eval([task], tmp_path / "out")
+
+
 def test_prep_cli_mmeb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     snapshot = _write_train(tmp_path)
     code = cli_main(["prep", "mmeb-train", str(snapshot), "--out", str(tmp_path / "o"),

@@ -152,6 +152,10 @@ def test_bad_options_and_rows() -> None:
      "rows.jsonl:2: field 'positive': missing required field"),
     (['{"id": "a", "image": "x.png", "identity": "p1"}', '{"id": "a", "image": "y.png", "identity": "p1"}'],
      "rows.jsonl:2: field 'id': duplicate id 'a' \\(first on line 1\\)"),
+    # JSON's "\\ud800": a str no file can hold (it was a UnicodeEncodeError when the split was written)
+    ([json.dumps({"id": f"r{i}" + ("\ud800" if i == 5 else ""), "image": "x.png", "identity": f"p{i % 4}"})
+      for i in range(16)], "rows.jsonl:6: field 'id': is not valid Unicode"),
+    (['{"id": "a", "image": "x.png", "identity": "p\\udc00"}'], "rows.jsonl:1: field 'identity': is not valid Unicode"),
 ])
 def test_bad_rows_name_file_line_and_field(tmp_path: Path, lines: list[str], expected: str) -> None:
     (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n")

@@ -209,6 +209,8 @@ def check_regular_file(path: str | Path, what: str = "", name: str | None = None
         raise DataError(f"{what}file not found", path=shown) from None
     except OSError as exc:
         raise DataError(f"{what}file is not readable ({exc.strerror})", path=shown) from None
+    except ValueError:  # JSON's "\u0000" in a path: no file system takes it
+        raise DataError(f"{what}file name holds a NUL character", path=shown.replace("\0", "\\0")) from None
     if stat.S_ISDIR(mode):
         raise DataError(f"{what}path is a directory, not a file", path=shown)
     if not_regular(mode):

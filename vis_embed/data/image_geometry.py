@@ -72,6 +72,9 @@ def bbox_outside(bbox: Sequence[float], width: int, height: int, name: str | Non
     (Order and non-negative corners are the item contract's: data/items.check_bbox.)"""
     if bbox[2] > width or bbox[3] > height:
         return f"box {list(bbox)} lies outside the {width}x{height} image" + (f" {name}" if name else "")
+    if round(bbox[2]) <= round(bbox[0]) or round(bbox[3]) <= round(bbox[1]):  # crop_to_bbox's rounding
+        return (f"box {list(bbox)} covers no whole pixel of the {width}x{height} image"
+                + (f" {name}" if name else "") + " (a bbox is in pixels, not fractions of the image)")
     return None
 
 

@@ -315,10 +315,13 @@ def displayed_size(path: str | Path) -> tuple[int, int]:
     """(width, height) of a local image file *as displayed* (after EXIF orientation, the frame
     ``load_image`` gives and a ``bbox`` is written in), read from the header without decoding
     pixels.  ``DataError`` naming the file when it cannot be read."""
+    check_regular_file(path)  # a FIFO would block this header read forever
     try:
         with open_image(path) as image:
             width, height = image.size
             orientation = image.getexif().get(0x0112)  # the EXIF Orientation tag
-    except (OSError, UnidentifiedImageError, ValueError) as exc:
-        raise DataError(f"cannot read the image header ({exc})", path=path) from None
+    except Image.DecompressionBombError as exc:  # a header claiming 100000 x 100000: not an OSError
+        raise DataError(f"refused: decompression bomb ({safe_reason(exc)})", path=path) from None
+    except Exception as exc:  # noqa: BLE001  (a plugin's parser can raise anything on hostile bytes)
+        raise DataError(f"cannot read the image header ({safe_reason(exc)})", path=path) from None
     return (height, width) if orientation in _TRANSPOSING_ORIENTATIONS else (width, height)

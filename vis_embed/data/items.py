@@ -45,7 +45,10 @@ def _is_image_value(value: Any) -> bool:
     return isinstance(value, (str, os.PathLike)) or hasattr(value, "convert")
 
 
-def _is_encodable(text: str) -> bool:
+NOT_UNICODE = "is not valid Unicode (it holds a lone surrogate such as \\ud800)"
+
+
+def is_encodable(text: str) -> bool:
     """False for a string with a lone surrogate (JSON's "\\ud800"): no tokenizer or file system takes it."""
     try:
         text.encode("utf-8")
@@ -106,8 +109,8 @@ def check_item(value: Any, field: str | None = None, *, path: str | Path | None 
     if text is not None and not isinstance(text, str):
         raise fail("text", f"must be a string, got {_type_name(text)} ({text!r:.60})")
     for key, string in (("image", image), ("text", text)):
-        if isinstance(string, str) and not _is_encodable(string):
-            raise fail(key, "is not valid Unicode (it holds a lone surrogate such as \\ud800)")
+        if isinstance(string, str) and not is_encodable(string):
+            raise fail(key, NOT_UNICODE)
     video = item.get("video")
     if video is not None:
         problem = check_video_value(video)

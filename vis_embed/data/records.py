@@ -13,6 +13,7 @@ from typing import Any
 
 from vis_embed.data.image_geometry import bbox_outside
 from vis_embed.data.images import displayed_size, is_data_uri, is_url
+from vis_embed.data.items import NOT_UNICODE, is_encodable
 from vis_embed.errors import DataError
 
 
@@ -44,6 +45,8 @@ def require_str(row: dict[str, Any], field: str, ctx: RowContext, *, prefix: str
     value = row[field]
     if not isinstance(value, str):
         raise ctx.error(name, f"expected a string, got {_type_name(value)} ({value!r:.60})")
+    if not is_encodable(value):  # no file, log or table written later could hold it
+        raise ctx.error(name, NOT_UNICODE)
     if not value.strip() and not optional:
         raise ctx.error(name, "must not be empty")
     return value

@@ -18,12 +18,27 @@ from vis_embed.io import atomic_path, read_jsonl, write_jsonl
 TABLE_SUFFIXES: tuple[str, ...] = (".jsonl", ".parquet")
 
 
-def _drop_nulls(value: Any) -> Any:
+# Levels of objects and lists a row may nest (an item in a row needs 4): JSON nested a few hundred
+# deep parses, then overflowed the stack of the first recursive walk over it (this one).
+MAX_NESTING = 100
+
+
+def _drop_nulls(value: Any, depth: int = 0) -> Any:
+    """``value`` without ``None`` values; ValueError when nested deeper than :data:`MAX_NESTING`."""
+    if depth > MAX_NESTING and isinstance(value, (dict, list)):
+        raise ValueError(f"nested deeper than {MAX_NESTING} levels")
     if isinstance(value, dict):
-        return {key: _drop_nulls(inner) for key, inner in value.items() if inner is not None}
+        return {key: _drop_nulls(inner, depth + 1) for key, inner in value.items() if inner is not None}
     if isinstance(value, list):
-        return [_drop_nulls(inner) for inner in value]
+        return [_drop_nulls(inner, depth + 1) for inner in value]
     return value
+
+
+def _row_without_nulls(row: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
+    try:
+        return _drop_nulls(row)
+    except ValueError as exc:
+        raise DataError(str(exc), path=path, line=line) from None
 
 
 def check_table_suffix(path: str | Path, field: str | None = None) -> None:
@@ -40,7 +55,7 @@ def read_table(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise DataError("file not found", path=path)
     if path.suffix.lower() == ".jsonl":
         for line_number, row in read_jsonl(path):
-            yield line_number, _drop_nulls(row)
+            yield line_number, _row_without_nulls(row, path, line_number)
         return
     import pyarrow.parquet as pq
 
@@ -49,10 +64,18 @@ def read_table(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     except Exception as exc:  # pyarrow raises several types for corrupt files
         raise DataError(f"cannot read Parquet file ({exc})", path=path) from None
     row_number = 0
-    for batch in parquet_file.iter_batches(batch_size=8192):
-        for row in batch.to_pylist():
+    batches = parquet_file.iter_batches(batch_size=8192)
+    while True:
+        try:  # a corrupt page surfaces only when its batch is decoded (OSError, ArrowInvalid, ...)
+            batch = next(batches, None)
+            rows = [] if batch is None else batch.to_pylist()
+        except Exception as exc:  # noqa: BLE001  (pyarrow raises several types for corrupt data)
+            raise DataError(f"cannot read Parquet data at or after row {row_number + 1} ({exc})", path=path) from None
+        if batch is None:
+            return
+        for row in rows:
             row_number += 1
-            yield row_number, _drop_nulls(row)
+            yield row_number, _row_without_nulls(row, path, row_number)
 
 
 def write_table(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:

@@ -155,6 +155,8 @@ def video_sources(video: Any, base_dir: str | Path | None = None) -> list[str] |
         raise DataError("video not found", path=resolved) from None
     except OSError as exc:
         raise DataError(f"video is not readable ({exc.strerror})", path=resolved) from None
+    except ValueError:  # JSON's "\u0000" in the path: os.stat's "embedded null byte"
+        raise DataError("video path holds a NUL character", path=resolved.replace("\0", "\\0")) from None
     return frame_files(resolved) if stat.S_ISDIR(mode) else resolved
 
 

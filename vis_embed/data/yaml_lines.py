@@ -39,6 +39,9 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         line = key_node.start_mark.line + 1
+        if isinstance(key, (list, dict)):  # `? [a, b]`: no dict can hold it
+            raise DataError(f"a key must be a single value, not a {type(key).__name__}",
+                            path=getattr(loader, "source_path", None), line=line)
         if key in mapping:
             raise DataError(f"duplicate key {key!r}", path=getattr(loader, "source_path", None),
                             line=line, field=str(key))
@@ -61,13 +64,20 @@ def load_yaml_with_lines(path: str | Path) -> Any:
     except UnicodeDecodeError as exc:
         raise DataError(f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x})", path=path,
                         line=data.count(b"\n", 0, exc.start) + 1) from None
-    loader = _LineLoader(text)
-    loader.source_path = str(path)  # type: ignore[attr-defined]
+    loader = None
     try:
+        loader = _LineLoader(text)  # checks every character: a ReaderError here
+        loader.source_path = str(path)  # type: ignore[attr-defined]
         return loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = None if mark is None else mark.line + 1
         raise DataError(f"invalid YAML: {exc.problem or exc}", path=path, line=line) from None
+    except yaml.reader.ReaderError as exc:  # a control character (NUL, ESC, ...): no mark, a position
+        raise DataError(f"invalid YAML: character 0x{exc.character:02x} is not allowed", path=path,
+                        line=text.count("\n", 0, exc.position) + 1) from None
+    except RecursionError:  # a hostile file nested past the interpreter's limit: bounded, named
+        raise DataError("invalid YAML: nested too deeply", path=path) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()

@@ -20,8 +20,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vis_embed.errors import DataError
 
 
@@ -128,15 +126,26 @@ def _comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _plain(value: Any) -> Any:
+    """A parsed YAML value with its LineDicts as plain dicts (what yaml.safe_dump writes)."""
+    if isinstance(value, dict):
+        return {key: _plain(inner) for key, inner in value.items()}
+    return [_plain(inner) for inner in value] if isinstance(value, list) else value
+
+
 def _add_to_train_config(config_path: Path, entry: dict[str, Any]) -> None:
     """Add ``entry`` to a data config (replacing a dataset of the same name); create it if absent."""
     from vis_embed.prep.common import write_yaml
 
+    from vis_embed.data.yaml_lines import load_yaml_with_lines
+
     doc: dict[str, Any] = {"datasets": []}
-    if config_path.is_file():
-        doc = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {"datasets": []}
-        if not isinstance(doc.get("datasets"), list):
-            raise DataError("expected a 'datasets' list", path=config_path, field="datasets")
+    if config_path.exists():
+        doc = _plain(load_yaml_with_lines(config_path)) or {"datasets": []}  # bad YAML: FILE:LINE
+        if (not isinstance(doc, dict) or not isinstance(doc.get("datasets"), list)
+                or not all(isinstance(entry, dict) for entry in doc["datasets"])):
+            raise DataError("expected a mapping with a 'datasets' list of entries", path=config_path,
+                            field="datasets")
     doc["datasets"] = [d for d in doc["datasets"] if d.get("name") != entry["name"]] + [entry]
     write_yaml(config_path, doc)
 
@@ -155,8 +164,9 @@ def _identity_entry(args: argparse.Namespace) -> dict[str, Any]:
 def _check(yaml_path: Path, check_images: bool) -> None:
     """Load ``yaml_path`` fully (a manifest has a top-level ``name``) and print a summary."""
     from vis_embed.data import load_benchmark, load_train_config
+    from vis_embed.data.yaml_lines import load_yaml_with_lines
 
-    doc = yaml.safe_load(yaml_path.read_text(encoding="utf-8")) if yaml_path.is_file() else None
+    doc = load_yaml_with_lines(yaml_path)  # the loaders' own reading: bad YAML is a DataError naming FILE:LINE
     if isinstance(doc, dict) and "name" in doc:
         bench = load_benchmark(yaml_path)
         print(f"{yaml_path}: benchmark {bench.name!r}, {len(bench.datasets)} dataset(s)")

@@ -15,17 +15,20 @@ a deterministic order (sorted paths for folders, file order for CSVs).
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from vis_embed.prep.common import relative_to, write_report
 from vis_embed.data.images import is_url
-from vis_embed.data.items import check_bbox
+from vis_embed.data.items import check_bbox, is_encodable
 from vis_embed.data.records import RowContext
 from vis_embed.data.tables import write_table
 from vis_embed.errors import DataError
+from vis_embed.io import read_text
 
 IMAGE_EXTENSIONS: frozenset[str] = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif",
                                                ".tif", ".tiff"})
@@ -46,11 +49,13 @@ def identity_folder_rows(root: str | Path, out_dir: str | Path,
         raise DataError("identity folder not found", path=root)
     rows: list[dict[str, Any]] = []
     skipped: Counter[str] = Counter()
-    for path in sorted(root.rglob("*")):
+    for path in _walk_files(root, skipped):
         if not path.is_file():
             continue
         relative = path.relative_to(root)
-        if path.suffix.lower() not in extensions:
+        if not is_encodable(relative.as_posix()):  # the name's bytes are not UTF-8: no JSON string holds it
+            skipped["name_not_utf8"] += 1
+        elif path.suffix.lower() not in extensions:
             skipped["not_an_image"] += 1
         elif len(relative.parts) < 2:
             skipped["outside_identity_folders"] += 1
@@ -65,12 +70,29 @@ def identity_folder_rows(root: str | Path, out_dir: str | Path,
     return rows, _summary(rows, source=str(root), skipped=dict(skipped))
 
 
+def _walk_files(root: Path, skipped: Counter[str]) -> list[Path]:
+    """Every file under ``root``, sorted.  Folder symlinks are followed (an identity folder may be
+    one), each real folder visited once: a symlink loop or a second link to a folder already
+    walked ends there (counted ``folder_seen_before``), so the walk is bounded."""
+    seen: set[tuple[int, int]] = set()
+    files: list[Path] = []
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        status = os.stat(folder)
+        if (status.st_dev, status.st_ino) in seen:
+            skipped["folder_seen_before"] += 1
+            subfolders.clear()
+            continue
+        seen.add((status.st_dev, status.st_ino))
+        files.extend(Path(folder, name) for name in names)
+    return sorted(files)
+
+
 def _parse_bbox(value: str, ctx: RowContext) -> list[float]:
     text = value.strip()
     try:
         parsed = json.loads(text) if text.startswith("[") else [float(v) for v in text.split(",")]
-    except ValueError:
-        raise ctx.error("bbox", f"cannot parse {value!r}; use x0,y0,x1,y1") from None
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past json's limit
+        raise ctx.error("bbox", f"cannot parse {value!r:.80}; use x0,y0,x1,y1") from None
     return check_bbox(parsed, "bbox", path=ctx.path, line=ctx.line)
 
 
@@ -85,8 +107,9 @@ def identity_csv_rows(csv_path: str | Path, out_dir: str | Path, image_root: str
     if not csv_path.is_file():
         raise DataError("file not found", path=csv_path)
     rows: list[dict[str, Any]] = []
-    with csv_path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
+    # read_text: a BOM dropped, bytes that are not UTF-8 a DataError naming the line
+    reader = csv.DictReader(io.StringIO(read_text(csv_path), newline=""))
+    try:
         header = reader.fieldnames or []
         for column in ("path", "identity"):
             if column not in header:
@@ -95,6 +118,8 @@ def identity_csv_rows(csv_path: str | Path, out_dir: str | Path, image_root: str
         for record in reader:
             ctx = RowContext(csv_path, reader.line_num)
             rows.append(_csv_row(record, ctx, image_root, out_dir, position=len(rows)))
+    except csv.Error as exc:  # e.g. a field over the csv module's limit (131072 characters)
+        raise DataError(f"malformed CSV ({exc})", path=csv_path, line=reader.reader.line_num) from None
     if not rows:
         raise DataError("CSV has no rows", path=csv_path)
     return rows, _summary(rows, source=str(csv_path))

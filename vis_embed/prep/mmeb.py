@@ -28,6 +28,7 @@ from tqdm import tqdm
 from vis_embed.prep.common import discover_sources, read_sources, relative_to, write_report, write_yaml
 from vis_embed.prep.hub import resolve_inputs
 from vis_embed.data.images import is_url
+from vis_embed.data.items import NOT_UNICODE, is_encodable
 from vis_embed.data.tables import write_table
 from vis_embed.errors import DataError
 from vis_embed.data.taxonomy import MMEB_DATASETS
@@ -52,7 +53,14 @@ def _string_column(row: dict[str, Any], column: str, path: Path, line: int) -> s
     value = row[column]
     if not isinstance(value, str):
         raise DataError(f"expected a string, got {type(value).__name__}", path=path, line=line, field=column)
+    _check_unicode(value, column, path, line)
     return value
+
+
+def _check_unicode(value: str, column: str, path: Path, line: int) -> None:
+    """A lone surrogate (JSON's "\\ud800") cannot be written as UTF-8: named here, not a traceback on write."""
+    if not is_encodable(value):
+        raise DataError(NOT_UNICODE, path=path, line=line, field=column)
 
 
 def mmeb_item(text: str, image_path: str) -> dict[str, str] | None:
@@ -176,6 +184,8 @@ def convert_mmeb_eval_rows(name: str, files: list[Path], image_counter: _ImageCo
         for column, value in (("tgt_text", texts), ("tgt_img_path", images)):
             if not isinstance(value, list) or not all(isinstance(v, str) or v is None for v in value):
                 raise DataError("expected a list of strings", path=path, line=line, field=column)
+            for v in value:
+                _check_unicode(v or "", column, path, line)
         if len(texts) != len(images) or not texts:
             raise DataError(f"tgt_text has {len(texts)} entries but tgt_img_path {len(images)} "
                             "(need the same, non-zero length)", path=path, line=line, field="tgt_img_path")
