@@ -135,8 +135,9 @@ class Trainer:
             ds_config = fill_deepspeed_config(self.recipe.deepspeed, self.recipe, self.local_batch_size, self.dtype)
             self.deepspeed_config = ds_config  # written into the run directory by train()
             return DeepSpeedBackend(self.model, ds_config=ds_config, optimizer=optimizer, lr_schedule=lr_schedule)
-        # A chunk without images leaves vision-tower parameters out of the graph; DDP must
-        # then be told to look for unused parameters or it waits for their gradients forever.
+        # DDP must look for unused parameters where some are outside a step's graph: full
+        # fine-tuning's LM head never is in it (the embedding is a hidden state).  The vision
+        # tower is, even in a chunk without images (vision_tower_dummy, on several ranks).
         return TorchBackend(self.model, optimizer=optimizer, lr_schedule=lr_schedule,
                             find_unused_parameters=self.adaptation.trains_vision)
 
