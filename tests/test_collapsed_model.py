@@ -78,10 +78,12 @@ def test_collapsed_encoder_scores_at_most_chance_on_every_protocol(tmp_path: Pat
     assert got["NearID"]["SSR"] == 0.0 and got["NearID"]["pairwise_acc"] == 0.0  # every margin exactly 0
     assert got["AFC"]["2AFC"] == 50.0                                             # a coin flip
     n_pairs = len(NAMES)
-    assert set(got["TLL"]) == {"R@1", "R@5", "R@20"}                               # TLL's k
+    assert {key for key in got["TLL"] if " " not in key} == {"R@1", "R@5", "R@20"}  # TLL's k
     for k in (1, 5, 20):
         chance = 1 - (1 - min(k, n_pairs) / n_pairs) ** 2  # random ranks, either direction
         assert got["TLL"][f"R@{k}"] <= 100 * chance
+        for direction in ("a->b", "b->a"):  # one direction: at most k of the n partners
+            assert got["TLL"][f"R@{k} {direction}"] <= 100 * min(k, n_pairs) / n_pairs
     assert got["TLL"]["R@1"] == 0.0 and got["TLL"]["R@5"] == 0.0
     prevalence = 100 * 3 / n_pairs
     assert got["AP"]["prevalence"] == prevalence
