@@ -4,8 +4,9 @@ Reads the per-seed result files RESULTS/<combo>_seed<N>.json and RESULTS/untrain
 (eval/study_results.py: the synthetic benchmark's groups plus the ``peer`` evaluation; the
 driver writes one after each run, and finished runs under OUT without one get one first) and
 writes (atomically) per combination the mean ± sample std over seeds of the synthetic benchmark's
-P@1 groups and of the peer metrics (each dataset's primary one), then the paired difference
-of each combination against ``infonce_lora`` with a 95% t-interval (paired by seed).  Every
+P@1 groups and of the peer metrics (each dataset's primary one), then the difference of each
+combination against ``infonce_lora`` with a 95% t-interval: paired by seed where the two trained
+on the same schedule files (same hashes), Welch's unpaired one otherwise (eval/intervals.py).  Every
 number comes from those files; the statistics helpers are eval/ablation_table.py's.  A reading
 written into TABLE between the ``<!-- reading -->`` and ``<!-- /reading -->`` markers is kept.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ablation_table import _cell, kept_reading  # noqa: E402
-from intervals import difference_cell, paired_difference  # noqa: E402
+from intervals import Difference, compare, difference_cell, runs_cell, same_batches  # noqa: E402
 from study_results import (provenance_lines, read_seed_results, result_path, seed_result,  # noqa: E402
                            write_seed_result)
 
@@ -70,19 +71,25 @@ def _row(title: str, seeds: int | str, runs: list[dict[str, float]], columns: tu
     return f"| {title} | {seeds} | " + " | ".join(cells) + " |"
 
 
-def _paired_cell(runs: dict[str, dict[str, float]], reference: dict[str, dict[str, float]], seeds: list[str],
-                 column: str) -> str:
-    """Paired difference in one column over the seeds where both sides have it ("–" when none).
-    Paired is right here: every combination of a seed trains on that seed's one schedule file
-    (eval/objectives_comparison.sh; the result files' schedule hashes agree by seed)."""
-    both = [seed for seed in seeds if column in runs[seed] and column in reference[seed]]
-    if not both:
-        return "–"
-    return difference_cell(paired_difference([runs[s][column] for s in both], [reference[s][column] for s in both]))
+def _difference(runs: dict[str, dict[str, float]], reference: dict[str, dict[str, float]], column: str,
+                paired: bool) -> Difference | None:
+    """The difference in one column (None when a side has none): paired over the seeds where
+    both have it when the combination trained on ``infonce_lora``'s batches, else Welch."""
+    values = {seed: scores[column] for seed, scores in runs.items() if column in scores}
+    baseline = {seed: scores[column] for seed, scores in reference.items() if column in scores}
+    if paired:
+        values = {seed: value for seed, value in values.items() if seed in baseline}
+    return compare(values, baseline, paired) if values and baseline else None
 
 
-def summarise(runs: dict[str, dict[str, dict[str, float]]], base: dict[str, float] | None) -> tuple[str, str, str]:
-    """(synthetic-benchmark table, peer-protocol table, paired-difference table), Markdown."""
+def summarise(runs: dict[str, dict[str, dict[str, float]]], base: dict[str, float] | None,
+              schedules: dict[str, dict[str, str | None]] | None = None) -> tuple[str, str, str]:
+    """(synthetic-benchmark table, peer-protocol table, difference table), Markdown.
+
+    ``schedules``: each run's schedule file hash (``{combo: {seed: hash}}``).  A combination is
+    paired with ``infonce_lora`` by seed only where the seeds trained on the same schedule files
+    (eval/intervals.py's ``same_batches``: the driver writes one schedule per combination and
+    seed, equal by seed only while the scheduler's code is); otherwise, or without hashes, Welch."""
     tables = []
     for columns in (SYNTH_COLUMNS, tuple(PEER_COLUMNS)):
         lines = ["| combination | seeds | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
@@ -91,15 +98,22 @@ def summarise(runs: dict[str, dict[str, dict[str, float]]], base: dict[str, floa
         lines += [_row(f"{COMBOS[combo]} (`{combo}`)", len(by_seed), list(by_seed.values()), columns)
                   for combo, by_seed in runs.items()]
         tables.append("\n".join(lines))
-    paired = ["| combination − `infonce_lora` | pairs | " + " | ".join(PAIRED_COLUMNS) + " |",
-              "|---|---:|" + "---:|" * len(PAIRED_COLUMNS)]
+    paired = ["| combination − `infonce_lora` | runs | interval | " + " | ".join(PAIRED_COLUMNS) + " |",
+              "|---|---:|---|" + "---:|" * len(PAIRED_COLUMNS)]
     reference = runs.get(REFERENCE, {})
+    hashes = {combo: {seed: {"schedule_hash": (schedules or {}).get(combo, {}).get(seed)} for seed in by_seed}
+              for combo, by_seed in runs.items()}
     for combo, by_seed in runs.items():
-        seeds = [seed for seed in by_seed if seed in reference]
-        if combo == REFERENCE or not seeds:
+        if combo == REFERENCE or not by_seed or not reference:
             continue
-        cells = [_paired_cell(by_seed, reference, seeds, column) for column in PAIRED_COLUMNS]
-        paired.append(f"| `{combo}` | {len(seeds)} | " + " | ".join(cells) + " |")
+        same = same_batches(hashes[combo], hashes[REFERENCE])
+        differences = [_difference(by_seed, reference, column, same) for column in PAIRED_COLUMNS]
+        first = next((d for d in differences if d is not None), None)
+        if first is None:
+            continue
+        cells = [difference_cell(d) if d is not None else "–" for d in differences]
+        paired.append(f"| `{combo}` | {runs_cell(first)} | {'paired' if same else 'Welch'} | "
+                      + " | ".join(cells) + " |")
     return tables[0], tables[1], "\n".join(paired)
 
 
@@ -125,7 +139,9 @@ def main() -> None:
             for combo, by_seed in records.items()}
     untrained = read_seed_results(results, ["untrained"]).get("untrained", {}).get("0")
     every = [r for by_seed in records.values() for r in by_seed.values()] + ([untrained] if untrained else [])
-    synth, peer, paired = summarise(runs, record_scores(untrained) if untrained else None)
+    schedules = {combo: {seed: record.get("schedule_hash") for seed, record in by_seed.items()}
+                 for combo, by_seed in records.items()}
+    synth, peer, paired = summarise(runs, record_scores(untrained) if untrained else None, schedules)
     text = "\n".join([
         "# Peer objectives and adaptation styles on one benchmark", "",
         f"Same tiny random Qwen2-VL, same synthetic data (`vis-embed synth --size {args.synth_size} --seed 0`), "
@@ -137,8 +153,11 @@ def main() -> None:
         "against its look-alike):", "", synth, "",
         "Peer protocols on the same eval images (`eval/objectives_peers.py`): NearID *SSR* and pairwise "
         "accuracy *PA*, DreamSim-style *2AFC*, TLL asymmetric recall, ID-Sim pair *AP*:", "", peer, "",
-        f"Paired difference against `{REFERENCE}` (same seed = same initialisation and the same batches): "
-        "mean [95% t-interval] in points; **bold**: the interval excludes 0.", "", paired, "",
+        f"Difference against `{REFERENCE}`: mean [95% t-interval] in points; **bold**: the interval excludes 0. "
+        "*paired*: the combination trained on the same batches (same schedule file hash, seed by seed: same "
+        "initialisation and batches), paired t-interval over seeds (*runs*: pairs); *Welch*: other batches, "
+        "Welch's unpaired interval over every seed of each (*runs*: combination vs reference; eval/intervals.py).",
+        "", paired, "",
         kept_reading(args.markdown), "",
         f"Built from the per-seed result files in `{results}` (docs/experiments.md) by "
         "`eval/objectives_table.py`; the runs' provenance (commit, machine, date):", "",

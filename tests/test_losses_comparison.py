@@ -86,10 +86,26 @@ def test_table_pairs_each_combination_with_infonce_lora_by_seed(tmp_path: Path) 
     for (combo, seed), record in records.items():
         runs.setdefault(combo, {})[seed] = table.record_scores(record)
     assert list(runs["two_tier_lora"]) == ["0"]
-    synth, peer, paired = table.summarise(runs, None)
+    schedules = {combo: {seed: f"schedule-{seed}" for seed in by_seed} for combo, by_seed in runs.items()}
+    synth, peer, paired = table.summarise(runs, None, schedules)  # one schedule file per seed: paired
     assert "| triplet hinge + LoRA (DreamSim) (`hinge_lora`) | 2 | – | – | – | – | – | 31.0 ± 8.5 |" in synth
     assert "| 32.0 ± 8.5 | 50.0 ± 0.0 |" in peer
     hinge = next(line for line in paired.splitlines() if line.startswith("| `hinge_lora`"))
     # differences -5 and -3: mean -4.0, t(0.975, 1) x sd / sqrt(2) = 12.706 x 1.414 / 1.414 = 12.7
-    assert "| -4.0 [-16.7, +8.7] |" in hinge
-    assert "| `two_tier_lora` | 1 |" in paired
+    assert "| -4.0 [-16.7, +8.7] |" in hinge and "| `hinge_lora` | 2 | paired |" in hinge
+    assert "| `two_tier_lora` | 1 | paired |" in paired
+
+
+def test_table_pairs_by_seed_only_runs_on_the_same_batches() -> None:
+    # a combination re-run on other batches (another scheduler: other schedule hashes for the same
+    # seeds) shares only the seed with infonce_lora: Welch's interval, never a paired one
+    values = {"infonce_lora": [30.0, 40.0, 35.0], "hinge_lora": [29.0, 39.5, 34.2]}
+    runs = {combo: {str(seed): {"MVEB": v} for seed, v in enumerate(mveb)} for combo, mveb in values.items()}
+    same = {combo: {str(seed): f"schedule-{seed}" for seed in range(3)} for combo in values}
+    other = {**same, "hinge_lora": {str(seed): f"rerun-{seed}" for seed in range(3)}}
+    paired = table.summarise(runs, None, same)[2].splitlines()[2]
+    # differences -1.0, -0.5, -0.8: mean -0.77, sd 0.25, t(0.975, 2) 4.303: the paired interval excludes 0
+    assert paired.startswith("| `hinge_lora` | 3 | paired |") and "**-0.8 [-1.4, -0.1]**" in paired
+    for schedules in (other, None):  # other batches, or hashes not recorded: Welch over every seed
+        welch = table.summarise(runs, None, schedules)[2].splitlines()[2]
+        assert welch.startswith("| `hinge_lora` | 3 vs 3 | Welch |") and "-0.8 [-12.4, +10.9]" in welch
