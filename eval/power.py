@@ -2,11 +2,12 @@
 
 An interval that contains 0 says "no difference resolved"; whether that is informative depends
 on the power the design had.  This module gives, for the two intervals of eval/intervals.py
-(one rule for which one a comparison gets: :func:`intervals.same_batches`), the probability
+(one rule for which one a comparison gets: :func:`intervals.paired_design`), the probability
 that the two-sided 95% t-interval excludes 0 when the true difference is ``effect``:
 
-* paired (same batches): the one-sample t-test of the per-seed differences, ``n`` pairs, their
-  SD ``sd``: noncentrality ``effect / (sd / sqrt(n))`` on ``n - 1`` degrees of freedom;
+* paired (same batches, or a study's pre-registered pairing by seed: ``--by-seed``): the
+  one-sample t-test of the per-seed differences, ``n`` pairs, their SD ``sd``: noncentrality
+  ``effect / (sd / sqrt(n))`` on ``n - 1`` degrees of freedom;
 * Welch (other batches): ``effect / sqrt(sd_a^2/n_a + sd_b^2/n_b)`` on the Welch-Satterthwaite
   degrees of freedom (the usual noncentral-t approximation of Welch's test).
 
@@ -17,6 +18,7 @@ smallest effect resolved with the given power.
 
     python eval/power.py docs/results/ablation_dense --arm identity --metric MVEB --effect 5 12
     python eval/power.py docs/results/ablation_dense --arm identity --metric MVEB --effect 5 --pairs 8
+    python eval/power.py docs/results/ablation_plateau --arm identity --by-seed   # as its table pairs
 """
 
 from __future__ import annotations
@@ -132,9 +134,23 @@ def _scores(record: dict[str, Any], metric: str) -> float | None:
     return benchmark_split_means(record).get(metric)
 
 
+def _study_values(records: dict[str, dict[str, dict[str, Any]]], arm: str, metric: str,
+                  results: Path) -> dict[str, float]:
+    """``{seed: score}`` of one arm; a SystemExit naming what is missing (an arm without result
+    files, a metric a file does not hold)."""
+    if not records.get(arm):
+        arms = sorted({path.name.rsplit("_seed", 1)[0] for path in Path(results).glob("*_seed*.json")})
+        raise SystemExit(f"error: {results}: no result files of arm {arm!r} (arms there: {', '.join(arms) or 'none'})")
+    values = {seed: _scores(record, metric) for seed, record in records[arm].items()}
+    missing = [seed for seed, value in values.items() if value is None]
+    if missing:
+        raise SystemExit(f"error: {results}: {arm}_seed{missing[0]}.json has no metric {metric!r}")
+    return values
+
+
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from intervals import same_batches
+    from intervals import paired_design
     from study_results import read_seed_results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -144,18 +160,28 @@ def main() -> None:
     parser.add_argument("--metric", default="MVEB", help="a metrics group, or MVEB IND / MVEB OOD")
     parser.add_argument("--effect", type=float, nargs="+", default=[5.0, 12.0], help="P@1 points")
     parser.add_argument("--pairs", type=int, help="the same spread with this many runs (a planning question)")
+    parser.add_argument("--by-seed", action="store_true", help="the study pre-registered pairing by seed "
+                        "(a shared recipe_seed, other batches by design: docs/ablation_plateau.md), as its table pairs")
     parser.add_argument("--unpaired-sd", action="store_true", help="arms on other batches, planned as pairs: "
                         "the SD of a difference taken as sqrt(sd_a^2 + sd_b^2) (no correlation assumed)")
     args = parser.parse_args()
     records = read_seed_results(args.results, [args.arm, args.baseline])
-    values, baseline = ({seed: _scores(r, args.metric) for seed, r in records.get(arm, {}).items()}
-                        for arm in (args.arm, args.baseline))
-    paired = same_batches(records.get(args.arm, {}), records.get(args.baseline, {}))
+    values, baseline = (_study_values(records, arm, args.metric, args.results) for arm in (args.arm, args.baseline))
+    paired = paired_design(records[args.arm], records[args.baseline], by_seed=args.by_seed)
+    runs = len([s for s in values if s in baseline]) if paired else min(len(values), len(baseline))
+    if runs < 2:
+        what = f"{runs} pair(s)" if paired else f"{runs} run(s) on a side"
+        raise SystemExit(f"error: {args.arm} − {args.baseline}: {what}, no spread to plan with (at least 2 needed)")
     design = design_of(values, baseline, paired)
     if args.unpaired_sd and not paired:
         design = Design(True, math.hypot(design.sd, design.sd_b), min(design.n, design.n_b))
     if args.pairs:
+        if args.pairs < 2:
+            raise SystemExit(f"error: --pairs {args.pairs}: a t-interval needs at least 2 runs")
         design = design.with_runs(args.pairs)
+    if not design.has_spread:
+        raise SystemExit(f"error: {args.arm} − {args.baseline}, {args.metric}: the runs do not scatter (SD 0), "
+                         "so a t-interval has no width and no power to state")
     kind = "paired" if design.paired else "Welch"
     runs = f"{design.n} pairs" if design.paired else f"{design.n} vs {design.n_b} runs"
     spread = f"SD {design.sd:.2f}" + ("" if design.paired else f" vs {design.sd_b:.2f}")

@@ -64,3 +64,54 @@ def test_the_command_reads_a_study_and_plans_pairs() -> None:
                            "--metric", "MVEB", "--effect", "12"], capture_output=True, text=True, cwd=REPO,
                           check=True)
     assert "Welch, 5 vs 10 runs" in done.stdout and "power for +12: 1.000" in done.stdout
+
+
+def _study(folder: Path, scores: dict[str, list[float]], hashes: dict[str, str]) -> Path:
+    """Result files of two arms on other batches (one schedule hash per arm) sharing the recipe seed."""
+    import json
+
+    folder.mkdir()
+    for arm, values in scores.items():
+        for seed, value in enumerate(values):
+            record = {"arm": arm, "seed": seed, "recipe_seed": seed, "metrics": {"MVEB": value},
+                      "schedule_hash": f"{hashes[arm]}{seed}"}
+            (folder / f"{arm}_seed{seed}.json").write_text(json.dumps(record))
+    return folder
+
+
+def _command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "eval" / "power.py"), *args], capture_output=True, text=True,
+                          cwd=REPO, check=False)
+
+
+def test_a_study_that_pre_registered_pairing_by_seed_is_planned_paired(tmp_path) -> None:
+    # the plateau study's design: other batches by design, paired by the shared recipe seed
+    # (eval/intervals.py paired_design with by_seed, as its table pairs); without --by-seed: Welch
+    scores = {"identity": [50.0, 52.0, 49.0, 51.0], "naive_unmasked": [49.0, 50.5, 48.5, 49.0]}
+    folder = _study(tmp_path / "study", scores, {"identity": "aware", "naive_unmasked": "naive"})
+    paired = _command(str(folder), "--arm", "identity", "--by-seed", "--effect", "5")
+    assert paired.returncode == 0, paired.stderr
+    # differences 1.0, 1.5, 0.5, 2.0: SD 0.645 over 4 pairs
+    assert "MVEB: paired, 4 pairs, SD 0.65" in paired.stdout
+    expected = power.paired_power(5.0, float(np.std([1.0, 1.5, 0.5, 2.0], ddof=1)), 4)
+    assert f"power for +5: {expected:.3f}" in paired.stdout
+    welch = _command(str(folder), "--arm", "identity", "--effect", "5")
+    assert welch.returncode == 0 and "MVEB: Welch, 4 vs 4 runs" in welch.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--arm", "identiy"], "no result files of arm 'identiy' (arms there: identity, naive_unmasked)"),
+    (["--arm", "identity", "--metric", "MVEB IND"], "identity_seed0.json has no metric 'MVEB IND'"),
+    (["--arm", "identity", "--pairs", "1"], "--pairs 1: a t-interval needs at least 2 runs"),
+    (["--arm", "single"], "1 run(s) on a side, no spread to plan with"),
+    (["--arm", "flat", "--baseline", "flat_too"], "the runs do not scatter (SD 0)"),
+])
+def test_the_command_says_what_is_wrong_without_a_traceback(tmp_path, args, message) -> None:
+    scores = {"identity": [50.0, 52.0, 49.0], "naive_unmasked": [49.0, 50.5, 48.5]}
+    if args[1] == "single":
+        scores["single"] = [40.0]
+    if args[1] == "flat":
+        scores = {"flat": [40.0, 40.0], "flat_too": [30.0, 30.0]}
+    folder = _study(tmp_path / "study", scores, {arm: arm for arm in scores})
+    done = _command(str(folder), *args)
+    assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr
