@@ -41,6 +41,10 @@ class Difference:
     high: float | None
     runs: tuple[int, int]
     paired: bool = True
+    # why there is no interval where there are enough runs: their spread is 0 (P@1 moves in
+    # steps of 100 / queries, so 2-3 seeds can repeat a difference exactly), and a zero-width
+    # t-interval would read as a certain effect from a spread that was never observed
+    no_interval: str | None = None
 
     @property
     def pairs(self) -> int:
@@ -60,6 +64,8 @@ def paired_difference(a: list[float], b: list[float]) -> Difference:
     mean = statistics.mean(differences)
     if len(differences) < 2:
         return Difference(mean, None, None, (len(a), len(b)))
+    if statistics.stdev(differences) == 0:
+        return Difference(mean, None, None, (len(a), len(b)), no_interval=f"no spread in {len(a)} pairs")
     half = t_quantile_975(len(differences) - 1) * statistics.stdev(differences) / math.sqrt(len(differences))
     return Difference(mean, mean - half, mean + half, (len(a), len(b)))
 
@@ -75,7 +81,7 @@ def welch_difference(a: list[float], b: list[float]) -> Difference:
     var_a, var_b = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
     se = math.sqrt(var_a + var_b)
     if se == 0:
-        return Difference(mean, mean, mean, (len(a), len(b)), paired=False)
+        return Difference(mean, None, None, (len(a), len(b)), paired=False, no_interval="no spread in either arm")
     df = (var_a + var_b) ** 2 / (var_a ** 2 / (len(a) - 1) + var_b ** 2 / (len(b) - 1))
     half = t_quantile_975(df) * se
     return Difference(mean, mean - half, mean + half, (len(a), len(b)), paired=False)
@@ -116,9 +122,10 @@ def compare(values: Mapping[str, float], baseline: Mapping[str, float], paired: 
 
 
 def difference_cell(difference: Difference) -> str:
-    """``+1.2 [-0.3, +2.7]``, bold where the interval excludes 0."""
+    """``+1.2 [-0.3, +2.7]``, bold where the interval excludes 0; ``+1.2 (no spread in 2 pairs)``
+    where the runs cannot estimate one."""
     if difference.low is None:
-        return f"{difference.mean:+.1f}"
+        return f"{difference.mean:+.1f}" + (f" ({difference.no_interval})" if difference.no_interval else "")
     text = f"{difference.mean:+.1f} [{difference.low:+.1f}, {difference.high:+.1f}]"
     return f"**{text}**" if difference.significant else text
 

@@ -49,13 +49,22 @@ def test_welch_difference_matches_scipys_unequal_variance_interval(n_a: int, n_b
 
 
 def test_pairing_is_by_position_not_by_sorted_value() -> None:
-    """Each seed is its own pair: a constant +2 shift is exact however noisy the seeds are."""
-    a, b = [10.0, 50.0, 30.0], [8.0, 48.0, 28.0]
+    """Each seed is its own pair: a shift of about +2 is resolved however noisy the seeds are."""
+    a, b = [10.0, 50.0, 30.0], [8.0, 48.5, 27.5]
     result = intervals.paired_difference(a, b)
-    assert (result.mean, result.low, result.high) == (pytest.approx(2.0), pytest.approx(2.0), pytest.approx(2.0))
-    assert result.significant
+    assert result.mean == pytest.approx(2.0) and result.significant and result.low < 2.0 < result.high
     # the same numbers as unpaired arms: the seed-to-seed spread is in the interval
     assert not intervals.welch_difference(a, b).significant
+
+
+def test_runs_without_spread_get_no_interval_rather_than_a_certain_one() -> None:
+    """A difference repeated exactly by every seed (P@1 moves in steps, so 2-3 seeds can) has an
+    unobserved spread: no interval, never a zero-width one printed as resolved."""
+    constant = intervals.paired_difference([40.0, 42.5], [38.75, 41.25])
+    assert (constant.low, constant.high, constant.significant) == (None, None, False)
+    assert intervals.difference_cell(constant) == "+1.2 (no spread in 2 pairs)"
+    flat = intervals.welch_difference([40.0, 40.0], [38.75, 38.75])
+    assert intervals.difference_cell(flat) == "+1.2 (no spread in either arm)" and not flat.significant
 
 
 def test_one_pair_has_no_interval_and_mismatched_lists_are_refused() -> None:
