@@ -176,7 +176,7 @@ class _Requests:
         OpenAI's /v1/embeddings, where the client says what an item is)."""
         settings, parts = self.settings, self.parts
         deadline = time.monotonic() + settings.request_timeout_s  # with_deadline's clock, give or take
-        parsed = parse_request(await _read_body(request, settings.max_request_bytes), schema)
+        parsed = parse_request(await _read_body(request, settings.max_request_bytes), schema, settings.max_items)
         check_served_model(parsed.model, settings.model_name)
         check_instruction(parsed.instruction)
         instruction = parsed.instruction if instruction_of is None else instruction_of(parsed.instruction)
