@@ -183,7 +183,6 @@ class _Requests:
         items = parse_items(parsed.input, settings.max_items)
         if check is not None:
             check(parsed, len(items))
-        parts.metrics.items.labels(route_template(request.scope)).inc(len(items))
         parsed = parsed.model_copy(update={"input": None})  # the raw input (base64 images) is not held
         # The instruction's share of the token budget, before any image is decoded.
         await asyncio.to_thread(parts.limiter.check_instruction_share, len(items), instruction)
@@ -196,6 +195,7 @@ class _Requests:
             except QueueFullError as exc:
                 raise RequestError(429, f"the server is busy: {exc}; retry later",
                                    error_type="rate_limit_error") from None
+            parts.metrics.items.labels(route_template(request.scope)).inc(len(items))  # queued: accepted
             del items  # the job holds the decoded images until it is answered (or given up), then drops them
             return parsed, await answer_unless_abandoned(request, future)
 
