@@ -85,15 +85,16 @@ def parse_json(body: bytes, max_values: int | None = None) -> Any:
 
 
 def _json_values_at_most(body: bytes, limit: int) -> int:
-    """An upper bound of the values in ``body`` (a JSON text; exact enough up to ``limit``), in
-    C-speed passes over the bytes: its strings (quotes / 2), and the commas, lists and objects
-    outside them (every value is the first in its container or follows a comma)."""
+    """An upper bound of the values in ``body`` (a JSON text) -- every value is the first of its
+    list or object or follows a comma: the commas, lists and objects outside strings, plus one --
+    in C-speed passes over the bytes.  Above ``limit`` it may stop at a lower bound: half the
+    strings (a value or a key each, and no more keys than values)."""
     unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")  # no quote left inside a string
     strings = unescaped.count(b'"') // 2
-    if strings > limit:  # over already: no split into that many pieces
-        return strings
+    if strings // 2 > limit:  # over already: no split into that many pieces
+        return strings // 2
     outside = b"".join(unescaped.split(b'"')[0::2])
-    return strings + sum(outside.count(mark) for mark in (b",", b"[", b"{")) + 1
+    return sum(outside.count(mark) for mark in (b",", b"[", b"{")) + 1
 
 
 def _no_constant(name: str) -> Any:
