@@ -214,6 +214,29 @@ def test_a_full_queue_answers_429_and_the_server_recovers(embedder, expected) ->
         _assert_serving(running.url, expected)
 
 
+def test_requests_that_gave_up_while_queued_free_their_queue_places(embedder, expected) -> None:
+    # Two queued clients left (a client-side timeout, as the openai client's before it retries):
+    # their jobs, cancelled but still queued behind the busy forward, kept the queue full -- a
+    # third client got 429 and /health counted them as waiting.
+    with _gated_server(embedder, max_batch_size=1, max_wait_ms=0, max_queue=2) as (running, _gated, gate):
+        with ThreadPoolExecutor(3) as pool:
+            first = pool.submit(_embed, running.url, {"input": [POOL[0]]})
+            _wait_for(running.app.state.batcher, busy=True, queued=0)  # the worker holds the first request
+            leaving = [pool.submit(httpx.post, f"{running.url}/v1/embeddings", timeout=1.0,
+                                   json={"model": MODEL_NAME, "input": [POOL[i]]}) for i in (1, 2)]
+            for future in leaving:
+                with pytest.raises(httpx.TimeoutException):
+                    future.result()
+            time.sleep(4 * DISCONNECT_POLL_S)  # the server sees both clients gone: their jobs are cancelled
+            assert running.app.state.batcher.stats()["queued_requests"] == 0
+            staying = pool.submit(_embed, running.url, {"input": [POOL[3]]})
+            _wait_for(running.app.state.batcher, busy=True, queued=1)
+            gate.set()
+            answers = [first.result(), staying.result()]
+        assert [answer.status_code for answer in answers] == [200, 200], answers[1].text
+        assert _cos(np.array(answers[1].json()["data"][0]["embedding"]), expected[None][3]) >= 0.99999
+
+
 def test_a_request_that_gives_up_during_its_forward_leaves_its_batch_and_the_server_serving(embedder,
                                                                                           expected) -> None:
     # A request whose client left while the forward it shared ran: its item list was emptied, the

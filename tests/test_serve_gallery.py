@@ -136,6 +136,21 @@ def test_metrics_count_requests_items_batches_and_errors(embedder) -> None:
     assert "vis_embed_queue_depth 0.0" in text
 
 
+def test_items_total_counts_only_items_that_reached_the_model_queue(embedder) -> None:
+    """A request refused after parsing -- an undecodable image (400), over its token budget
+    (413) -- is no accepted work: vis_embed_items_total counted its items all the same."""
+    running = _serve(embedder, max_request_tokens=40)
+    try:
+        refused = [_post(running.url, "/v1/embeddings", {"input": [{"image": "data:image/png;base64,AAAA"}]}),
+                   _post(running.url, "/v1/embeddings", {"input": ["a red car"] * 30})]
+        assert [response.status_code for response in refused] == [400, 413], [r.text for r in refused]
+        assert _post(running.url, "/v1/embeddings", {"input": TEXTS[:2]}).status_code == 200
+        text = httpx.get(f"{running.url}/metrics", headers=AUTH, timeout=10).text
+    finally:
+        running.stop()
+    assert 'vis_embed_items_total{endpoint="/v1/embeddings"} 2.0' in text, text
+
+
 def test_search_ranks_as_vis_embed_search_does_with_the_recorded_query_instruction(tiny_checkpoint,
                                                                                    tmp_path) -> None:
     """POST /v1/search without `instruction` embeds a query as `vis-embed search` does: with the

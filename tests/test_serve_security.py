@@ -307,6 +307,26 @@ def test_bodies_that_are_not_plain_json_get_4xx(server, expected, case) -> None:
     _assert_normal(_post(url, {"input": NORMAL}), expected)
 
 
+def test_a_body_of_many_tiny_json_values_is_refused_before_it_is_parsed(server, expected) -> None:
+    """200,000 empty lists in a 600 KB body (a 32 MiB one: 11 M lists, +1.6 GB and /health stalled
+    6 s while the event loop parsed it) are a 413 counted from the bytes, never parsed."""
+    url, _spy, _limiter = server
+    raw = b'{"model": "tiny", "input": "hi", "user": [' + b"[]," * 200_000 + b"[]]}"
+    response = httpx.post(f"{url}/v1/embeddings", content=raw, timeout=30, headers={"content-type": "application/json"})
+    assert response.status_code == 413, response.text
+    assert "JSON values" in response.json()["error"]["message"]
+    _assert_normal(_post(url, {"input": NORMAL}), expected)
+
+
+def test_the_json_value_bound_leaves_room_for_every_item_a_request_may_hold() -> None:
+    """--max-items items of text (commas, brackets, escaped quotes and backslashes), image and bbox pass."""
+    from vis_embed.serving.schemas import parse_request
+
+    item = {"text": 'a, [b] {c} \\ " d\\', "image": "data:image/png;base64,AAAA", "bbox": [1, 2, 3, 4]}
+    body = json.dumps({"model": MODEL, "input": [item] * 4096}).encode()
+    assert len(parse_request(body, max_items=4096).input) == 4096
+
+
 def test_a_foreign_host_header_is_refused_against_dns_rebinding(embedder, expected) -> None:
     from vis_embed.serving.hosts import LOOPBACK_HOSTS
 

@@ -176,14 +176,13 @@ class _Requests:
         OpenAI's /v1/embeddings, where the client says what an item is)."""
         settings, parts = self.settings, self.parts
         deadline = time.monotonic() + settings.request_timeout_s  # with_deadline's clock, give or take
-        parsed = parse_request(await _read_body(request, settings.max_request_bytes), schema)
+        parsed = parse_request(await _read_body(request, settings.max_request_bytes), schema, settings.max_items)
         check_served_model(parsed.model, settings.model_name)
         check_instruction(parsed.instruction)
         instruction = parsed.instruction if instruction_of is None else instruction_of(parsed.instruction)
         items = parse_items(parsed.input, settings.max_items)
         if check is not None:
             check(parsed, len(items))
-        parts.metrics.items.labels(route_template(request.scope)).inc(len(items))
         parsed = parsed.model_copy(update={"input": None})  # the raw input (base64 images) is not held
         # The instruction's share of the token budget, before any image is decoded.
         await asyncio.to_thread(parts.limiter.check_instruction_share, len(items), instruction)
@@ -196,6 +195,7 @@ class _Requests:
             except QueueFullError as exc:
                 raise RequestError(429, f"the server is busy: {exc}; retry later",
                                    error_type="rate_limit_error") from None
+            parts.metrics.items.labels(route_template(request.scope)).inc(len(items))  # queued: accepted
             del items  # the job holds the decoded images until it is answered (or given up), then drops them
             return parsed, await answer_unless_abandoned(request, future)
 

@@ -110,7 +110,7 @@ class MicroBatcher:
         """A future of :class:`EmbeddingResult` (or a RequestError); QueueFullError when full.
         Cancelling the future (the request's deadline passed) drops the job if not yet run."""
         job = _Job(items, instruction, prompt_tokens)
-        job.future.add_done_callback(_let_go_if_cancelled(job))
+        job.future.add_done_callback(_let_go_if_cancelled(job, self._queue, self._ready))
         with self._ready:
             if self._stopping:
                 raise RequestError(503, "the server is shutting down", error_type="server_error")
@@ -234,11 +234,18 @@ def _group_by_instruction(job_items: Sequence[list[dict[str, Any]]],
     return groups
 
 
-def _let_go_if_cancelled(job: _Job):
-    """A done-callback: a request that gave up lets go of its decoded images at once, queued or not."""
+def _let_go_if_cancelled(job: _Job, queue: deque[_Job], lock: threading.Condition):
+    """A done-callback: a request that gave up lets go of its decoded images at once, queued or
+    not, and of its place in the queue (it counted against --max-queue until the worker reached
+    it: 429s behind a long forward while the queue held only abandoned requests)."""
     def let_go(future: Future) -> None:
         if future.cancelled():
             job.items = []
+            with lock:
+                for position, queued in enumerate(queue):
+                    if queued is job:
+                        del queue[position]
+                        break
     return let_go
 
 

@@ -22,6 +22,10 @@ from vis_embed.serving.errors import RequestError
 MAX_JSON_DEPTH = 8  # {"input": [{"bbox": [...]}]} is 4 deep
 MAX_NUMBER_CHARS = 40  # digits of an int, characters of a float; a request needs far fewer
 MAX_INSTRUCTION_CHARS = 4096
+# JSON values (strings, numbers, lists, objects) a body may hold: a request needs ~13 an item
+# ({"text", "image", "bbox": [4]}); the floor leaves room for long clips' frame lists.
+JSON_VALUES_PER_ITEM = 64
+JSON_VALUES_FLOOR = 65_536
 
 
 class EmbeddingRequest(BaseModel):
@@ -58,11 +62,17 @@ def check_content_type(content_type: str | None) -> None:
                                 f"{media_type or 'no Content-Type'}")
 
 
-def parse_json(body: bytes) -> Any:
+def parse_json(body: bytes, max_values: int | None = None) -> Any:
     """``body`` as JSON, refusing what Python's reader would take but a request never needs:
     ``NaN``/``Infinity`` (not JSON; they broke batches), numbers of more than
-    :data:`MAX_NUMBER_CHARS` characters (``int()`` of 5,000 digits raises), and nesting deeper
-    than :data:`MAX_JSON_DEPTH` (a request is at most 4 deep)."""
+    :data:`MAX_NUMBER_CHARS` characters (``int()`` of 5,000 digits raises), nesting deeper
+    than :data:`MAX_JSON_DEPTH` (a request is at most 4 deep) and, before any is parsed, more
+    than ``max_values`` values (413: a 32 MiB body of ``[],`` is 11 M lists, 1.6 GB and 6 s of
+    the event loop to parse)."""
+    if max_values is not None and (values := _json_values_at_most(body, max_values)) > max_values:
+        raise RequestError(413, f"the request body holds about {values} JSON values, above this server's limit "
+                                f"of {max_values} ({JSON_VALUES_PER_ITEM} x --max-items + {JSON_VALUES_FLOOR}); "
+                                f"split the request")
     try:
         payload = json.loads(body, parse_constant=_no_constant, parse_int=_bounded_int, parse_float=_bounded_float)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -72,6 +82,19 @@ def parse_json(body: bytes) -> Any:
     if _depth_exceeds(payload, MAX_JSON_DEPTH):
         raise _too_deep()
     return payload
+
+
+def _json_values_at_most(body: bytes, limit: int) -> int:
+    """An upper bound of the values in ``body`` (a JSON text) -- every value is the first of its
+    list or object or follows a comma: the commas, lists and objects outside strings, plus one --
+    in C-speed passes over the bytes.  Above ``limit`` it may stop at a lower bound: half the
+    strings (a value or a key each, and no more keys than values)."""
+    unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")  # no quote left inside a string
+    strings = unescaped.count(b'"') // 2
+    if strings // 2 > limit:  # over already: no split into that many pieces
+        return strings // 2
+    outside = b"".join(unescaped.split(b'"')[0::2])
+    return sum(outside.count(mark) for mark in (b",", b"[", b"{")) + 1
 
 
 def _no_constant(name: str) -> Any:
@@ -109,9 +132,11 @@ def _too_deep() -> RequestError:
     return RequestError(400, f"the request body nests deeper than {MAX_JSON_DEPTH} levels")
 
 
-def parse_request(body: bytes, schema: type[BaseModel] = EmbeddingRequest) -> Any:
-    """The request in ``body`` (an EmbeddingRequest, or ``schema``), or a 400 naming the first bad field."""
-    payload = parse_json(body)
+def parse_request(body: bytes, schema: type[BaseModel] = EmbeddingRequest, max_items: int | None = None) -> Any:
+    """The request in ``body`` (an EmbeddingRequest, or ``schema``), or a 400 naming the first bad field;
+    a body of more JSON values than ``max_items`` items could need is a 413 before it is parsed."""
+    max_values = None if max_items is None else JSON_VALUES_PER_ITEM * max_items + JSON_VALUES_FLOOR
+    payload = parse_json(body, max_values)
     if not isinstance(payload, dict):
         raise RequestError(400, f"the request body must be a JSON object, got {type(payload).__name__}")
     try:
