@@ -222,3 +222,23 @@ def test_an_eval_whose_wandb_run_cannot_be_reached_still_succeeds(wandb_run, tmp
     [result] = ModelCard.load(run / "final" / "README.md").data.eval_results
     assert result.dataset_name == "Gal"
     assert "could not add the evaluation to the W&B run" in caplog.text
+
+
+def test_a_wandb_failure_at_the_end_of_training_does_not_lose_final(tiny_checkpoint, tmp_path: Path,
+                                                                    monkeypatch, caplog) -> None:
+    """wandb's finish raising (its service gone, a network error) must not stop final/ being saved."""
+    from wandb.sdk.wandb_run import Run
+
+    def broken_finish(self, *args, **kwargs):
+        raise RuntimeError("wandb service stopped")
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setattr(Run, "finish", broken_finish)
+    data = write_identity_dataset(tmp_path / "data", identities=6)
+    schedule = write_schedule(data, tmp_path / "schedule.parquet", steps=1, batch=4)
+    recipe = load_recipe(raw=tiny_recipe(tiny_checkpoint("qwen2-vl"), data, schedule, tmp_path / "run", max_steps=1,
+                                         logging__wandb=True))
+    final = Trainer(recipe).train()
+    assert (final / "adapter_model.safetensors").is_file()
+    assert "wandb service stopped" in caplog.text

@@ -18,6 +18,7 @@ imported when the package is there.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Mapping
@@ -52,10 +53,16 @@ class WandbRun:
                           {"id": self.run.id, "project": self.run.project, "name": self.run.name})
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
-        self.run.log(_scalars(values, "train"), step=step)
+        try:  # W&B is a mirror of train_log.jsonl: its failure must not stop training
+            self.run.log(_scalars(values, "train"), step=step)
+        except Exception as exc:  # noqa: BLE001 - wandb raises many kinds
+            log.warning("W&B: could not log step %d (%s: %s)", step, type(exc).__name__, exc)
 
     def close(self) -> None:
-        _finish(self.run)
+        try:  # called before final/ is saved (Trainer.train): a failure here must not lose it
+            _finish(self.run)
+        except Exception as exc:  # noqa: BLE001 - wandb raises many kinds
+            log.warning("W&B: could not finish the run %s (%s: %s)", self.run.id, type(exc).__name__, exc)
 
 
 def log_evaluation(run_dir: Path, metrics: Mapping[str, float]) -> bool:
@@ -78,6 +85,8 @@ def log_evaluation(run_dir: Path, metrics: Mapping[str, float]) -> bool:
     except Exception as exc:  # noqa: BLE001 - wandb raises many kinds (UsageError, CommError, ...)
         log.warning("could not add the evaluation to the W&B run %s (%s: %s); WANDB_MODE=offline keeps it "
                     "local for `wandb sync`", recorded["id"], type(exc).__name__, exc)
+        with contextlib.suppress(Exception):  # no half-set-up wandb (its settings) left in this process
+            wandb.teardown()
         return False
     return True
 
