@@ -54,13 +54,84 @@ def test_reduced_quickstart_learns_identity(tmp_path: Path, monkeypatch: pytest.
         monkeypatch.setattr(quickstart_pipeline, stage, redone)
     monkeypatch.setattr("vis_embed.evaluation.api.evaluate_model", redone)
     monkeypatch.setattr("vis_embed.training.trainer.Trainer.train", redone)
-    again = run_quickstart(out, seed=0, steps=REDUCED_STEPS, size="small", show_progress=False)
+    again = run_quickstart(out, seed=0, steps=REDUCED_STEPS, size="small",
+                           overrides=["checkpoint.every=0", "logging.tensorboard=false"], show_progress=False)
     assert again["after"]["groups"] == after
     assert again["resumed"] == list(result["timings"]) and result["resumed"] == []
     assert again["timings"] == result["timings"]
     rows = (out / "report.md").read_text()
     took = result["timings"]["schedule + train"]
     assert f"| schedule + train (resumed: done by an earlier run) | {took:.1f} |" in rows
+
+
+def _fake_stages(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Replace every stage's work by one writing its marker; the stages' results carry the seed
+    the data was rendered with (the list returned records each render's seed)."""
+    rendered: list[int] = []
+
+    def render(out: Path, seed: int, size: str, show_progress: bool) -> Path:
+        if (out / "synth" / "synth.json").is_file():
+            return out / "synth"
+        rendered.append(seed)
+        (out / "synth").mkdir(parents=True, exist_ok=True)
+        (out / "synth" / "synth.json").write_text(json.dumps({"seed": seed}))
+        return out / "synth"
+
+    def build(out: Path, seed: int) -> Path:
+        (out / "model").mkdir(exist_ok=True)
+        (out / "model" / "config.json").write_text("{}")
+        return out / "model"
+
+    def evaluate(model_dir, adapter, benchmark, out_dir, show_progress):
+        if (out_dir / "results.json").is_file():
+            return json.loads((out_dir / "results.json").read_text())
+        seed = json.loads((benchmark.parent / "synth.json").read_text())["seed"]
+        out_dir.mkdir(parents=True, exist_ok=True)
+        result = {"groups": {"ID-Rec": float(seed)}}
+        (out_dir / "results.json").write_text(json.dumps(result))
+        return result
+
+    def train(out: Path, *args, **kwargs) -> Path:
+        final = out / "run" / "final"
+        final.mkdir(parents=True, exist_ok=True)
+        (final / "embedding_config.json").write_text("{}")
+        return final
+
+    monkeypatch.setattr(quickstart_pipeline, "render_data", render)
+    monkeypatch.setattr(quickstart_pipeline, "build_quickstart_checkpoint", build)
+    monkeypatch.setattr(quickstart_pipeline, "evaluate", evaluate)
+    monkeypatch.setattr(quickstart_pipeline, "train", train)
+    monkeypatch.setattr(quickstart_pipeline, "plot_training_curve", lambda *args: None)
+    monkeypatch.setattr(quickstart_pipeline, "write_report", lambda out, *args: out / "report.md")
+    return rendered
+
+
+@pytest.mark.parametrize("change", [{"seed": 1}, {"steps": 5}, {"size": "tiny"}, {"overrides": ["optimizer.lr=0.1"]}])
+def test_a_rerun_with_other_settings_is_refused_not_mixed_with_the_first_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: dict) -> None:
+    rendered = _fake_stages(monkeypatch)
+    out = tmp_path / "qs"
+    first = run_quickstart(out, seed=0, steps=10, size="small", show_progress=False)
+    assert first["after"]["groups"] == {"ID-Rec": 0.0}
+    settings = {"seed": 0, "steps": 10, "size": "small", **change}
+    with pytest.raises(ConfigError, match=f"{next(iter(change))}: .* -> "):
+        run_quickstart(out, show_progress=False, **settings)
+    assert rendered == [0]
+    again = run_quickstart(out, seed=0, steps=10, size="small", show_progress=False)  # the same settings resume
+    assert again["resumed"] == ["render data", "build model", "evaluate untrained", "schedule + train",
+                                "evaluate trained"] and rendered == [0]
+
+
+def test_a_folder_of_other_files_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_stages(monkeypatch)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")  # someone else's model: never trusted as ours
+    with pytest.raises(ConfigError, match="not empty and not a quickstart output folder"):
+        run_quickstart(tmp_path, show_progress=False)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run_quickstart(empty, show_progress=False)["resumed"] == []
 
 
 def test_packaged_tiny_recipe_is_the_one_in_recipes() -> None:

@@ -198,3 +198,47 @@ def test_card_names_a_hub_base_model_and_parses_back(tmp_path: Path) -> None:
     assert (stored.steps, stored.evaluation) == (facts["steps"], facts["evaluation"])
     write_model_card(tmp_path, {**facts, "base_model": "a/b/c"})  # a path, whatever exists on disk
     assert ModelCard.load(tmp_path / "README.md").data.base_model is None
+
+
+def test_an_eval_whose_wandb_run_cannot_be_reached_still_succeeds(wandb_run, tmp_path: Path, monkeypatch,
+                                                                 caplog) -> None:
+    """The run logged offline; the later eval runs online without a W&B key (wandb.init raises
+    UsageError): the evaluation and the card are written, the W&B summary is skipped with a warning."""
+    import shutil
+
+    base, out = wandb_run
+    run = shutil.copytree(out, tmp_path / "run")  # the module's run keeps its card as it was
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SILENT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc key
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "home" / "wandb"))
+    files = make_identity_benchmark(tmp_path / "bench", n_views=2)
+    manifest = files["gallery"].parent / "benchmark.yaml"
+    manifest.write_text(yaml.safe_dump({"name": "tiny", "datasets": [
+        {"name": "Gal", "benchmark": "MVEB", "meta_task": "Re-ID", "split": "OOD", "layout": "gallery",
+         "queries": "queries.jsonl", "gallery": "gallery.jsonl", "image_root": "images"}]}))
+    assert main(["eval", "--model", str(base), "--adapter", str(run / "final"), "--benchmark", str(manifest),
+                 "--out", str(tmp_path / "eval"), "--device", "cpu", "--quiet", "--no-pictures"]) == 0
+    [result] = ModelCard.load(run / "final" / "README.md").data.eval_results
+    assert result.dataset_name == "Gal"
+    assert "could not add the evaluation to the W&B run" in caplog.text
+
+
+def test_a_wandb_failure_at_the_end_of_training_does_not_lose_final(tiny_checkpoint, tmp_path: Path,
+                                                                    monkeypatch, caplog) -> None:
+    """wandb's finish raising (its service gone, a network error) must not stop final/ being saved."""
+    from wandb.sdk.wandb_run import Run
+
+    def broken_finish(self, *args, **kwargs):
+        raise RuntimeError("wandb service stopped")
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setattr(Run, "finish", broken_finish)
+    data = write_identity_dataset(tmp_path / "data", identities=6)
+    schedule = write_schedule(data, tmp_path / "schedule.parquet", steps=1, batch=4)
+    recipe = load_recipe(raw=tiny_recipe(tiny_checkpoint("qwen2-vl"), data, schedule, tmp_path / "run", max_steps=1,
+                                         logging__wandb=True))
+    final = Trainer(recipe).train()
+    assert (final / "adapter_model.safetensors").is_file()
+    assert "wandb service stopped" in caplog.text

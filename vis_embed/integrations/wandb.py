@@ -18,6 +18,8 @@ imported when the package is there.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any
 
 from vis_embed.io import atomic_write_json, read_json_object
 
+log = logging.getLogger(__name__)
 RUN_FILE = "wandb_run.json"   # in the training run's output directory: {id, project, name}
 
 
@@ -50,16 +53,23 @@ class WandbRun:
                           {"id": self.run.id, "project": self.run.project, "name": self.run.name})
 
     def log(self, step: int, values: Mapping[str, Any]) -> None:
-        self.run.log(_scalars(values, "train"), step=step)
+        try:  # W&B is a mirror of train_log.jsonl: its failure must not stop training
+            self.run.log(_scalars(values, "train"), step=step)
+        except Exception as exc:  # noqa: BLE001 - wandb raises many kinds
+            log.warning("W&B: could not log step %d (%s: %s)", step, type(exc).__name__, exc)
 
     def close(self) -> None:
-        _finish(self.run)
+        try:  # called before final/ is saved (Trainer.train): a failure here must not lose it
+            _finish(self.run)
+        except Exception as exc:  # noqa: BLE001 - wandb raises many kinds
+            log.warning("W&B: could not finish the run %s (%s: %s)", self.run.id, type(exc).__name__, exc)
 
 
 def log_evaluation(run_dir: Path, metrics: Mapping[str, float]) -> bool:
     """Add evaluation ``metrics`` to the summary of the W&B run recorded in ``run_dir``.
 
-    Returns False (and does nothing) when the run did not log to W&B or wandb is missing."""
+    Returns False (and does nothing) when the run did not log to W&B or wandb is missing, and
+    (with a warning) when wandb fails."""
     recorded = _read_run_file(run_dir)
     if recorded is None:
         return False
@@ -67,10 +77,17 @@ def log_evaluation(run_dir: Path, metrics: Mapping[str, float]) -> bool:
         import wandb
     except ImportError:
         return False
-    run = wandb.init(project=recorded.get("project"), id=recorded["id"], name=recorded.get("name"),
-                     resume="allow", dir=str(run_dir), reinit="finish_previous")
-    run.summary.update(_scalars(metrics, "eval"))
-    _finish(run)
+    try:  # the evaluation is done and written: W&B being unreachable (no key, offline) must not fail it
+        run = wandb.init(project=recorded.get("project"), id=recorded["id"], name=recorded.get("name"),
+                         resume="allow", dir=str(run_dir), reinit="finish_previous")
+        run.summary.update(_scalars(metrics, "eval"))
+        _finish(run)
+    except Exception as exc:  # noqa: BLE001 - wandb raises many kinds (UsageError, CommError, ...)
+        log.warning("could not add the evaluation to the W&B run %s (%s: %s); WANDB_MODE=offline keeps it "
+                    "local for `wandb sync`", recorded["id"], type(exc).__name__, exc)
+        with contextlib.suppress(Exception):  # no half-set-up wandb (its settings) left in this process
+            wandb.teardown()
+        return False
     return True
 
 

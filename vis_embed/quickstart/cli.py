@@ -12,7 +12,8 @@ from vis_embed.quickstart.pipeline import run_quickstart
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=Path("quickstart_out"), help="output folder")
+    parser.add_argument("--out", type=Path, default=Path("quickstart_out"),
+                        help="output folder: new, empty, or an earlier quickstart's, same settings (resumes)")
     parser.add_argument("--seed", type=int, default=0, help="seed of data, model and training")
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the tiny recipe's)")
     parser.add_argument("--size", default="small", help="synthetic benchmark size (tiny | small | full)")

@@ -4,7 +4,8 @@ The command (arguments, the printed summary) is :mod:`vis_embed.quickstart.cli`;
 (tables, training curve) is :mod:`vis_embed.evaluation.quickstart_report`.
 
 Stages (each one is skipped when its output already exists, so an interrupted quickstart
-resumes where it stopped):
+resumes where it stopped; OUT/quickstart.json records the settings the folder was started with,
+and a rerun with other settings is refused, so no report mixes two runs' stages):
 
 1. render the small synthetic identity benchmark       -> OUT/synth/{train,benchmark}.yaml
 2. build a tiny random Qwen2-VL checkpoint             -> OUT/model/
@@ -20,6 +21,7 @@ towers learned identity several times faster than full fine-tuning in our calibr
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +42,7 @@ from vis_embed.model.files.tiny import build_tiny_checkpoint
 # them, so that ``vis-embed quickstart --help`` answers at once.
 T = TypeVar("T")
 STAGE_TIMES = "stage_times.json"
+SETTINGS_FILE = "quickstart.json"
 log = logging.getLogger(__name__)
 
 
@@ -53,6 +56,37 @@ def recipe_path(explicit: Path | None = None) -> Iterator[Path]:
     if not Path(explicit).is_file():
         raise ConfigError(f"recipe {explicit} not found")
     yield Path(explicit)
+
+
+def claim_output_folder(out: Path, settings: dict[str, Any]) -> None:
+    """Make ``out`` this quickstart's folder, or refuse it.
+
+    A finished stage is found by its output and not redone, so a folder started with other
+    settings (seed, size, steps, recipe, --set) would give a report that mixes the two runs'
+    stages; a folder of other files could hold a ``model/`` or ``before/results.json`` that
+    is not the quickstart's.  Both are refused; the settings go into ``OUT/quickstart.json``."""
+    marker = out / SETTINGS_FILE
+    if not marker.is_file():
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise ConfigError(f"--out {out}: is not empty and not a quickstart output folder (no {SETTINGS_FILE}); "
+                              f"the quickstart would take what it finds there for its own stages' output: "
+                              f"choose a new or empty folder")
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(marker, settings)
+        return
+    previous = read_json_value(marker)
+    differing = [f"{key}: {previous.get(key)!r} -> {settings.get(key)!r}"
+                 for key in dict.fromkeys([*previous, *settings]) if previous.get(key) != settings.get(key)]
+    if differing:
+        raise ConfigError(f"--out {out} holds a quickstart started with other settings ({'; '.join(differing)}); "
+                          f"its finished stages would be reused: rerun with the same settings to resume, "
+                          f"or choose another --out")
+
+
+def _recipe_digest(explicit: Path | None) -> str:
+    """sha256 of the recipe file the quickstart trains with (the packaged one by default)."""
+    with recipe_path(explicit) as recipe_file:
+        return hashlib.sha256(recipe_file.read_bytes()).hexdigest()
 
 
 class StageClock:
@@ -150,7 +184,8 @@ def run_quickstart(out: Path, seed: int = 0, steps: int | None = None, size: str
     keeps its earlier time); ``resumed``: the stages found done by an earlier run.
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    claim_output_folder(out, {"seed": seed, "size": size, "steps": steps, "recipe_sha256": _recipe_digest(recipe),
+                              "overrides": list(overrides or [])})
     clock = StageClock(out, total=6)
     synth_dir = clock.run("render data", "rendering the synthetic identity benchmark", out / "synth" / "synth.json",
                           lambda: render_data(out, seed, size, show_progress))
