@@ -102,7 +102,7 @@ def _fake_stages(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(quickstart_pipeline, "evaluate", evaluate)
     monkeypatch.setattr(quickstart_pipeline, "train", train)
     monkeypatch.setattr(quickstart_pipeline, "plot_training_curve", lambda *args: None)
-    monkeypatch.setattr(quickstart_pipeline, "write_report", lambda out, *args: out / "report.md")
+    monkeypatch.setattr(quickstart_pipeline, "write_report", lambda out, *args, **kwargs: out / "report.md")
     return rendered
 
 

@@ -105,15 +105,17 @@ def _bar_chart_section(out: Path, before: ResultsFile, after: ResultsFile) -> li
     return [*parts, ""]
 
 
-def write_report(out: Path, before: Results, after: Results, curve: Path | None, stage_rows: list[str]) -> Path:
-    """OUT/report.md: the before/after tables, bar charts, training curve, grids and stage times."""
+def write_report(out: Path, before: Results, after: Results, curve: Path | None, stage_rows: list[str],
+                 recipe_name: str = "tiny_cpu.yaml") -> Path:
+    """OUT/report.md: the before/after tables, bar charts, training curve, grids and stage times;
+    ``recipe_name``: the recipe trained with (the packaged ``tiny_cpu.yaml`` unless --recipe)."""
     before = ResultsFile.of(before, out / "before" / "results.json")
     after = ResultsFile.of(after, out / "after" / "results.json")
     grids = sorted((out / "after" / "grids").glob("*.png")) if (out / "after" / "grids").is_dir() else []
     parts = [
         "# vis_embed quickstart report", "",
         "A tiny random Qwen2-VL, evaluated on the synthetic identity benchmark before and after "
-        "LoRA training with the identity-aware schedule (recipe `tiny_cpu.yaml`). Held-out "
+        f"LoRA training with the identity-aware schedule (recipe `{recipe_name}`). Held-out "
         "identities only: nothing evaluated here was seen in training.", "",
         "## Precision@1 (%)", "", comparison_markdown(before, after), "",
     ]

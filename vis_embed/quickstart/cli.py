@@ -16,7 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output folder: new, empty, or an earlier quickstart's, same settings (resumes)")
     parser.add_argument("--seed", type=int, default=0, help="seed of data, model and training")
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the tiny recipe's)")
-    parser.add_argument("--size", default="small", help="synthetic benchmark size (tiny | small | full)")
+    parser.add_argument("--size", default="small",
+                        help="synthetic benchmark size: small (default) or full; tiny has too few identities for "
+                             "the packaged recipe's 32-member slots (give --recipe with a smaller "
+                             "interleave_batch_size)")
     parser.add_argument("--recipe", type=Path, default=None,
                         help="training recipe (default: the tiny recipe shipped with vis_embed, "
                              "a copy of recipes/tiny_cpu.yaml)")

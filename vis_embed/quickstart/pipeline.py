@@ -206,7 +206,8 @@ def run_quickstart(out: Path, seed: int = 0, steps: int | None = None, size: str
 
     def write() -> Path:
         curve = plot_training_curve(out / "run" / "train_log.jsonl", out / "train_curve.png")
-        return write_report(out, before, after, curve, clock.table())
+        return write_report(out, before, after, curve, clock.table(),
+                            recipe_name="tiny_cpu.yaml" if recipe is None else Path(recipe).name)
 
     report = clock.run("write report", "writing the report", None, write)
     return {"before": before, "after": after, "report": report, "timings": dict(clock.seconds),
