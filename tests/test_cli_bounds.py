@@ -129,3 +129,11 @@ def test_a_fifo_as_queries_is_not_a_regular_file(tmp_path, capsys) -> None:
                                          str(tmp_path / "idx"), "--input", str(tmp_path / "q.jsonl"), "--output",
                                          str(tmp_path / "hits.jsonl")]))
     assert "q.jsonl: input path is a FIFO (named pipe), not a regular file" in line
+
+
+def test_an_output_path_the_system_refuses_is_one_error_line(tmp_path, capsys) -> None:
+    """An OSError no command turned into a DataError (report --json naming a folder: the rename
+    onto it fails) is one error line naming the user's path, not a traceback."""
+    (tmp_path / "out.json").mkdir()
+    line = _one_error_line(capsys, main(["report", "--json", str(tmp_path / "out.json")]))
+    assert line == f"error: {tmp_path / 'out.json'}: Is a directory"
