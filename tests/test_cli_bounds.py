@@ -137,3 +137,10 @@ def test_an_output_path_the_system_refuses_is_one_error_line(tmp_path, capsys) -
     (tmp_path / "out.json").mkdir()
     line = _one_error_line(capsys, main(["report", "--json", str(tmp_path / "out.json")]))
     assert line == f"error: {tmp_path / 'out.json'}: Is a directory"
+
+
+def test_a_reference_table_that_is_not_text_is_one_error_line(tmp_path, capsys) -> None:
+    reference = tmp_path / "table.csv"
+    reference.write_bytes(b"\x89PNG\r\n\x1a\n")
+    line = _one_error_line(capsys, main(["report", "--reference", str(reference)]))
+    assert f"{reference}:1: not UTF-8 text" in line
