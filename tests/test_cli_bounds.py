@@ -144,3 +144,14 @@ def test_a_reference_table_that_is_not_text_is_one_error_line(tmp_path, capsys) 
     reference.write_bytes(b"\x89PNG\r\n\x1a\n")
     line = _one_error_line(capsys, main(["report", "--reference", str(reference)]))
     assert f"{reference}:1: not UTF-8 text" in line
+
+
+@pytest.mark.parametrize("command", ["encode", "mine-negatives"])
+@pytest.mark.parametrize("batch_size", ["0", "-1"])
+def test_a_batch_size_below_one_is_a_usage_error(tmp_path, capsys, command, batch_size) -> None:
+    data = "--input" if command == "encode" else "--data"
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--model", str(tmp_path / "m"), data, str(tmp_path / "x.jsonl"), "--output" if command ==
+              "encode" else "--out", str(tmp_path / "o"), "--batch-size", batch_size])
+    assert exit_.value.code == 2
+    assert f"error: argument --batch-size: must be >= 1, got {batch_size}" in capsys.readouterr().err
