@@ -155,3 +155,12 @@ def test_a_batch_size_below_one_is_a_usage_error(tmp_path, capsys, command, batc
               "encode" else "--out", str(tmp_path / "o"), "--batch-size", batch_size])
     assert exit_.value.code == 2
     assert f"error: argument --batch-size: must be >= 1, got {batch_size}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["synth", "quickstart"])
+def test_a_negative_synth_seed_is_one_error_line(tmp_path, capsys, command) -> None:
+    args = ["synth", "--size", "tiny", str(tmp_path / "out")] if command == "synth" else \
+        ["quickstart", "--size", "tiny", "--out", str(tmp_path / "out"), "--quiet"]
+    assert main([*args, "--seed", "-1"]) == 2
+    err = capsys.readouterr().err  # quickstart names its stage first
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "error: --seed must be an integer >= 0, got -1"

@@ -44,6 +44,8 @@ def generate(out_dir: str | Path, seed: int = 0, size: str | SynthSize = "small"
     (``image`` plus ``video`` / ``document``) adds the clip and page tasks of docs/synth.md.
     """
     started = time.perf_counter()
+    if seed < 0:  # numpy's generators refuse it, a ValueError naming neither the flag nor the value
+        raise ConfigError(f"--seed must be an integer >= 0, got {seed}")
     size_name = size if isinstance(size, str) else "custom"
     if isinstance(size, str):
         if size not in SIZES:
