@@ -164,3 +164,24 @@ def test_a_negative_synth_seed_is_one_error_line(tmp_path, capsys, command) -> N
     assert main([*args, "--seed", "-1"]) == 2
     err = capsys.readouterr().err  # quickstart names its stage first
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "error: --seed must be an integer >= 0, got -1"
+
+
+def _interrupted_render_job(job):
+    """A render job that gets the terminal's SIGINT first (fork: the worker knows this module)."""
+    import signal
+
+    from vis_embed.prep.synth import output
+
+    os.kill(os.getpid(), signal.SIGINT)
+    return output.render_job_for_tests(job)
+
+
+def test_a_ctrl_c_reaches_synth_not_its_render_workers(tmp_path, monkeypatch) -> None:
+    """A render worker that took the terminal's SIGINT died with a KeyboardInterrupt traceback
+    (and its task was lost: the pool waited for it); workers leave Ctrl-C to the parent."""
+    from vis_embed.prep.synth import generate, output
+
+    monkeypatch.setattr(output, "render_job_for_tests", output._render_job, raising=False)
+    monkeypatch.setattr(output, "_render_job", _interrupted_render_job)
+    out = generate(tmp_path / "synth", size="tiny", workers=2)  # workers only: the patch runs in them
+    assert (out / "synth.json").is_file()
