@@ -185,3 +185,13 @@ def test_a_ctrl_c_reaches_synth_not_its_render_workers(tmp_path, monkeypatch) ->
     monkeypatch.setattr(output, "_render_job", _interrupted_render_job)
     out = generate(tmp_path / "synth", size="tiny", workers=2)  # workers only: the patch runs in them
     assert (out / "synth.json").is_file()
+
+
+@pytest.mark.parametrize("text, shown", [("", "an empty file"), ("- a\n", "a list"), ("hello\n", "a string")])
+def test_a_yaml_file_that_is_no_mapping_is_named_so(tmp_path, capsys, text, shown) -> None:
+    """Pydantic's words named the package's own class: 'Input should be a valid dictionary or
+    instance of TrainDataDocument (got None)' for an empty data config."""
+    path = tmp_path / "data.yaml"
+    path.write_text(text)
+    line = _one_error_line(capsys, main(["prep", "check", str(path)]))
+    assert line == f"error: {path}: expected a YAML mapping (keys such as 'datasets:'), got {shown}"
