@@ -195,3 +195,9 @@ def test_a_yaml_file_that_is_no_mapping_is_named_so(tmp_path, capsys, text, show
     path.write_text(text)
     line = _one_error_line(capsys, main(["prep", "check", str(path)]))
     assert line == f"error: {path}: expected a YAML mapping (keys such as 'datasets:'), got {shown}"
+
+
+def test_a_tiny_model_seed_past_torchs_range_is_one_error_line(tmp_path, capsys) -> None:
+    line = _one_error_line(capsys, main(["tiny-model", str(tmp_path / "m"), "--seed", str(10**23)]))
+    assert line.startswith("error: --seed must be an integer from -9223372036854775808 to 18446744073709551615")
+    assert not (tmp_path / "m").exists()
