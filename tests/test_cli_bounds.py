@@ -129,3 +129,75 @@ def test_a_fifo_as_queries_is_not_a_regular_file(tmp_path, capsys) -> None:
                                          str(tmp_path / "idx"), "--input", str(tmp_path / "q.jsonl"), "--output",
                                          str(tmp_path / "hits.jsonl")]))
     assert "q.jsonl: input path is a FIFO (named pipe), not a regular file" in line
+
+
+def test_an_output_path_the_system_refuses_is_one_error_line(tmp_path, capsys) -> None:
+    """An OSError no command turned into a DataError (report --json naming a folder: the rename
+    onto it fails) is one error line naming the user's path, not a traceback."""
+    (tmp_path / "out.json").mkdir()
+    line = _one_error_line(capsys, main(["report", "--json", str(tmp_path / "out.json")]))
+    assert line == f"error: {tmp_path / 'out.json'}: Is a directory"
+
+
+def test_a_reference_table_that_is_not_text_is_one_error_line(tmp_path, capsys) -> None:
+    reference = tmp_path / "table.csv"
+    reference.write_bytes(b"\x89PNG\r\n\x1a\n")
+    line = _one_error_line(capsys, main(["report", "--reference", str(reference)]))
+    assert f"{reference}:1: not UTF-8 text" in line
+
+
+@pytest.mark.parametrize("command", ["encode", "mine-negatives"])
+@pytest.mark.parametrize("batch_size", ["0", "-1"])
+def test_a_batch_size_below_one_is_a_usage_error(tmp_path, capsys, command, batch_size) -> None:
+    data = "--input" if command == "encode" else "--data"
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--model", str(tmp_path / "m"), data, str(tmp_path / "x.jsonl"), "--output" if command ==
+              "encode" else "--out", str(tmp_path / "o"), "--batch-size", batch_size])
+    assert exit_.value.code == 2
+    assert f"error: argument --batch-size: must be >= 1, got {batch_size}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["synth", "quickstart"])
+def test_a_negative_synth_seed_is_one_error_line(tmp_path, capsys, command) -> None:
+    args = ["synth", "--size", "tiny", str(tmp_path / "out")] if command == "synth" else \
+        ["quickstart", "--size", "tiny", "--out", str(tmp_path / "out"), "--quiet"]
+    assert main([*args, "--seed", "-1"]) == 2
+    err = capsys.readouterr().err  # quickstart names its stage first
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "error: --seed must be an integer >= 0, got -1"
+
+
+def _interrupted_render_job(job):
+    """A render job that gets the terminal's SIGINT first (fork: the worker knows this module)."""
+    import signal
+
+    from vis_embed.prep.synth import output
+
+    os.kill(os.getpid(), signal.SIGINT)
+    return output.render_job_for_tests(job)
+
+
+def test_a_ctrl_c_reaches_synth_not_its_render_workers(tmp_path, monkeypatch) -> None:
+    """A render worker that took the terminal's SIGINT died with a KeyboardInterrupt traceback
+    (and its task was lost: the pool waited for it); workers leave Ctrl-C to the parent."""
+    from vis_embed.prep.synth import generate, output
+
+    monkeypatch.setattr(output, "render_job_for_tests", output._render_job, raising=False)
+    monkeypatch.setattr(output, "_render_job", _interrupted_render_job)
+    out = generate(tmp_path / "synth", size="tiny", workers=2)  # workers only: the patch runs in them
+    assert (out / "synth.json").is_file()
+
+
+@pytest.mark.parametrize("text, shown", [("", "an empty file"), ("- a\n", "a list"), ("hello\n", "a string")])
+def test_a_yaml_file_that_is_no_mapping_is_named_so(tmp_path, capsys, text, shown) -> None:
+    """Pydantic's words named the package's own class: 'Input should be a valid dictionary or
+    instance of TrainDataDocument (got None)' for an empty data config."""
+    path = tmp_path / "data.yaml"
+    path.write_text(text)
+    line = _one_error_line(capsys, main(["prep", "check", str(path)]))
+    assert line == f"error: {path}: expected a YAML mapping (keys such as 'datasets:'), got {shown}"
+
+
+def test_a_tiny_model_seed_past_torchs_range_is_one_error_line(tmp_path, capsys) -> None:
+    line = _one_error_line(capsys, main(["tiny-model", str(tmp_path / "m"), "--seed", str(10**23)]))
+    assert line.startswith("error: --seed must be an integer from -9223372036854775808 to 18446744073709551615")
+    assert not (tmp_path / "m").exists()

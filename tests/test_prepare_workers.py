@@ -260,3 +260,25 @@ def _send_half(conn, item) -> None:  # noqa: ANN001
         write_all(conn.fileno(), view)
     write_all(conn.fileno(), views[largest][: views[largest].nbytes // 2])
     conn.close()
+
+
+def test_a_ctrl_c_reaches_the_command_not_its_preparation_workers(tiny_checkpoint) -> None:
+    """Ctrl-C signals the terminal's whole process group: a worker that took it died with its own
+    KeyboardInterrupt traceback under the command's one 'interrupted' line.  Workers leave it to
+    the parent, which stops them."""
+    import os
+    import signal
+    import time
+
+    embedder = Embedder.from_pretrained(tiny_checkpoint("qwen2-vl"), device="cpu", workers=2)
+    items = [{"image": photo(64 + 8 * i, 48, seed=i), "text": f"item {i}"} for i in range(4)]
+    try:
+        first = embedder.encode(items, batch_size=2)
+        workers = embedder.feed._pool._workers
+        for worker in workers:
+            os.kill(worker.process.pid, signal.SIGINT)
+        time.sleep(1)
+        assert all(worker.process.is_alive() for worker in workers)
+        np.testing.assert_allclose(embedder.encode(items, batch_size=2), first, atol=1e-6)
+    finally:
+        embedder.close()

@@ -370,12 +370,12 @@ def test_cli_renders_and_refuses_to_overwrite_foreign_folders(tmp_path: Path,
 @pytest.mark.parametrize("seed", [-1, 1.5, "3"])
 def test_a_seed_that_is_no_non_negative_integer_is_a_clear_error(tmp_path: Path, seed: Any,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ConfigError, match="seed must be a non-negative integer"):
+    with pytest.raises(ConfigError, match=r"--seed must be an integer >= 0"):
         generate(tmp_path / "x", seed=seed, size="tiny", workers=1)
     assert not (tmp_path / "x").exists()
     if seed == -1:  # the command line: an error message, not numpy's traceback
         assert cli_main(["synth", str(tmp_path / "x"), "--size", "tiny", "--seed", "-1"]) == 2
-        assert "seed must be a non-negative integer" in capsys.readouterr().err
+        assert "--seed must be an integer >= 0" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------------

@@ -87,6 +87,14 @@ def show_library_logs() -> None:
         logger.setLevel(logging.INFO)
 
 
+def _os_error_message(exc: OSError) -> str:
+    """``PATH: reason`` of an OSError a command did not turn into a DataError itself.  A rename
+    names the destination, the user's path (the source is the writer's temporary file)."""
+    path = exc.filename2 if exc.filename2 is not None else exc.filename
+    reason = exc.strerror or str(exc)
+    return reason if path is None else f"{os.fsdecode(path)}: {reason}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -107,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(run(args) or 0)
     except VisEmbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the system refused: an output that is a folder, a file where a folder goes
+        print(f"error: {_os_error_message(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -286,6 +286,10 @@ def validate_document(model: type[Model], document: Any, source: str | Path,
     """``model`` validated from a line-aware YAML ``document`` (with a validation ``context``);
     a SettingsError naming the first problem's file, line and key, the others listed under it,
     so one run shows them all."""
+    if not isinstance(document, dict):  # pydantic's words name our class: "instance of Manifest (got None)"
+        shown = {type(None): "an empty file", list: "a list", str: "a string"}.get(type(document),
+                                                                               type(document).__name__)
+        raise SettingsError(f"expected a YAML mapping (keys such as 'datasets:'), got {shown}", path=source)
     with reported(source, document):
         return model.model_validate(document, context=context)
     raise AssertionError("unreachable: reported() re-raises")

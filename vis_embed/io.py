@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import stat
 from collections.abc import Iterable, Iterator
 from importlib.resources.abc import Traversable
@@ -35,6 +36,13 @@ def is_hub_id(reference: str | Path) -> bool:
     ``owner/name`` folder) is a local path."""
     text = str(reference)
     return bool(HUB_ID.match(text)) and not Path(text).expanduser().exists()
+
+
+def ignore_interrupts() -> None:
+    """A worker process's first call: Ctrl-C (SIGINT, sent to the terminal's whole process group)
+    is left to the parent command, which stops its workers and prints one ``interrupted`` line;
+    a worker that took it too printed its own KeyboardInterrupt traceback beneath."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def safe_name(name: str) -> str:

@@ -29,7 +29,7 @@ from vis_embed.data.taxonomy import (BENCHMARK_SPLIT_KEYS, GROUP_KEYS, MMEB_DATA
                                      MVEB_META_TASKS, POOLED_SPLIT_KEYS, SPLITS, group_means, mmeb_entry)
 from vis_embed.evaluation.mmeb_scores import read_score_folder
 from vis_embed.evaluation.mmeb_v2_scores import MMEB_V2_GROUP_KEYS, held_tasks, mmeb_v2_summary, score_value
-from vis_embed.io import atomic_write_text, read_json_value
+from vis_embed.io import atomic_write_text, read_json_value, read_text
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; annotations only
     from importlib.resources.abc import Traversable
@@ -107,7 +107,7 @@ def find_reference(explicit: str | Path | None = None) -> Path | Traversable:
 
 def read_reference(path: Path | Traversable) -> list[dict[str, str]]:
     """Rows of the published table (``#`` lines are comments)."""
-    text = path.read_text(encoding="utf-8-sig")  # a BOM (Excel's "CSV UTF-8") is not a column name
+    text = read_text(path)  # a BOM (Excel's "CSV UTF-8") is not a column name; not UTF-8: FILE:LINE
     return list(csv.DictReader(line for line in io.StringIO(text) if not line.startswith("#") and line.strip()))
 
 

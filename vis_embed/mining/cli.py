@@ -13,6 +13,7 @@ from vis_embed.config import finite_float
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_model_reference_arguments, add_preparation_arguments
 from vis_embed.mining.hard_negatives import SIMILARITIES, load_mining_dataset, mine_dataset
+from vis_embed.vectors.options import positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="query-positive cosine below which a record is a noisy positive")
     parser.add_argument("--noisy", choices=("flag", "remove"), default="flag",
                         help="noisy positives: flag them (noisy_positive: true) or remove them")
-    parser.add_argument("--batch-size", type=int, default=16, help="items per forward pass (default: 16)")
+    parser.add_argument("--batch-size", type=positive_int, default=16, help="items per forward pass (default: 16)")
     add_model_loading_arguments(parser)  # --device, --prompt-format, --max-pixels, --max-length, ...
     parser.add_argument("--report", default=None, help="report JSON (default: OUT.mining.json)")
     add_preparation_arguments(parser)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.errors import ConfigError
-from vis_embed.vectors.options import PRECISIONS, add_dim_argument
+from vis_embed.vectors.options import PRECISIONS, add_dim_argument, positive_int
 from vis_embed.model.defaults import add_model_reference_arguments, COMPILE_HELP, add_preparation_arguments
 from vis_embed.model.embedding_config import add_embedding_config_arguments, given_settings
 from vis_embed.model.files.tiny import ARCHS, PRESETS, build_tiny_checkpoint
@@ -60,7 +60,7 @@ def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=None,
                         help="embeddings .npy to write (required unless --dry-run)")
     parser.add_argument("--instruction", default=None, help="prepended to every item's text")
-    parser.add_argument("--batch-size", type=int, default=16,
+    parser.add_argument("--batch-size", type=positive_int, default=16,
                         help="items per forward pass; the vectors do not depend on it (default: 16)")
     add_model_loading_arguments(parser)
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vis_embed.errors import ConfigError
 from vis_embed.io import atomic_directory
 from vis_embed.model.defaults import CHECKPOINT_MARKER, DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 
@@ -217,6 +218,8 @@ def build_random_model(arch: str = "qwen2-vl", preset: str = "tiny", seed: int =
     import torch
     from transformers import AutoModelForImageTextToText
 
+    if not -2**63 <= seed < 2**64:  # torch.manual_seed's range; beyond, its ValueError ('Overflow ...')
+        raise ConfigError(f"--seed must be an integer from {-2**63} to {2**64 - 1}, got {seed}")
     tokenizer = _build_tokenizer()
     config = tiny_config(arch, preset, tokenizer, num_layers=num_layers, vision_depth=vision_depth)
     torch.manual_seed(seed)

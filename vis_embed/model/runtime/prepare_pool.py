@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.errors import DataError
+from vis_embed.io import ignore_interrupts
 from vis_embed.model.inputs.preparer import PreparedItem, Preparer
 from vis_embed.model.runtime.worker_pipe import receive_message, send_message
 
@@ -328,6 +329,7 @@ def _serve(conn: Connection, preparer: Preparer) -> None:
     """A worker's loop: prepare each task received, send back the result, until ``None``."""
     import torch
 
+    ignore_interrupts()  # Ctrl-C: the parent stops the pool (its end of the pipe closes)
     torch.set_num_threads(1)  # one core per worker: N workers use N cores
     while True:
         try:

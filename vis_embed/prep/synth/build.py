@@ -45,7 +45,7 @@ def generate(out_dir: str | Path, seed: int = 0, size: str | SynthSize = "small"
     """
     started = time.perf_counter()
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:  # numpy's seeding takes no other
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+        raise ConfigError(f"--seed must be an integer >= 0, got {seed!r}")
     size_name = size if isinstance(size, str) else "custom"
     if isinstance(size, str):
         if size not in SIZES:

@@ -19,7 +19,7 @@ from vis_embed.prep.synth.modalities import render_special
 from vis_embed.prep.synth.plan import BoxRef, Plan
 from vis_embed.prep.synth.sampling import Params
 from vis_embed.prep.synth.sizes import SynthSize
-from vis_embed.io import atomic_directory, check_replaceable, read_json_object
+from vis_embed.io import atomic_directory, check_replaceable, ignore_interrupts, read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def _render_all(jobs: list[tuple[str, Params, Params | None]], image_size: int, 
     # spawn/forkserver need (they break scripts without a main guard and stdin programs).
     # Workers only run numpy/PIL code, so threads of a parent that imported torch are harmless.
     context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    with context.Pool(workers) as pool:
+    with context.Pool(workers, initializer=ignore_interrupts) as pool:  # Ctrl-C: the parent terminates them
         yield from tqdm(pool.imap(_render_job, tasks, chunksize=64), **progress)
 
 
