@@ -162,7 +162,6 @@ def test_gallery_task_excludes_same_image_rows_by_explicit_lists(tmp_path: Path)
     """A gallery row sharing the query's image file under another id is left out of its ranking."""
     from PIL import Image
 
-    from vis_embed.integrations.mteb_tasks import manifest_tasks
 
     for name, colour in (("a", (255, 0, 0)), ("b", (0, 255, 0)), ("c", (0, 0, 255))):
         Image.new("RGB", (16, 16), colour).save(tmp_path / f"{name}.png")
@@ -171,12 +170,9 @@ def test_gallery_task_excludes_same_image_rows_by_explicit_lists(tmp_path: Path)
                {"id": "g3", "image": "c.png", "identity": "y"}]
     for file, rows in (("q.jsonl", queries), ("g.jsonl", gallery)):
         (tmp_path / file).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    manifest = tmp_path / "bench.yaml"
-    manifest.write_text(yaml.safe_dump({"name": "t", "datasets": [{
+    task = _loaded_task(tmp_path / "bench.yaml", {
         "name": "Gal", "meta_task": "Re-ID", "split": "IND", "layout": "gallery", "queries": "q.jsonl",
-        "gallery": "g.jsonl"}]}))
-    [task] = manifest_tasks(manifest)
-    task.load_data()
+        "gallery": "g.jsonl"})
     split = task.dataset["default"]["test"]
     assert split["relevant_docs"] == {"q1": {"g2": 1}}
     assert split["top_ranked"] == {"q1": ["g2", "g3"]}
@@ -266,7 +262,6 @@ def test_candidates_task_marks_every_listed_positive_relevant(tmp_path: Path) ->
     counts a hit on any of them (the task had only candidates[0]: mteb scored such a row's hit 0)."""
     from PIL import Image
 
-    from vis_embed.integrations.mteb_tasks import manifest_tasks
 
     for name, colour in (("q", (9, 9, 9)), ("a", (255, 0, 0)), ("b", (0, 255, 0)), ("c", (0, 0, 255))):
         Image.new("RGB", (16, 16), colour).save(tmp_path / f"{name}.png")
@@ -274,12 +269,19 @@ def test_candidates_task_marks_every_listed_positive_relevant(tmp_path: Path) ->
              "candidates": [{"image": "a.png"}, {"image": "b.png"}, {"image": "c.png"}]},
             {"id": "r1", "query": {"image": "q.png"}, "candidates": [{"image": "c.png"}, {"image": "a.png"}]}]
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    manifest = tmp_path / "bench.yaml"
-    manifest.write_text(yaml.safe_dump({"name": "t", "datasets": [{
+    task = _loaded_task(tmp_path / "bench.yaml", {
         "name": "Moments", "meta_task": "V-MRET", "split": "IND", "benchmark": "other", "layout": "candidates",
-        "path": "c.jsonl"}]}))
-    [task] = manifest_tasks(manifest)
-    task.load_data()
+        "path": "c.jsonl"})
     split = task.dataset["default"]["test"]
     assert split["relevant_docs"] == {"q0": {"c0": 1, "c1": 1}, "q1": {"c2": 1}}
     assert split["top_ranked"] == {"q0": ["c0", "c1", "c2"], "q1": ["c2", "c0"]}
+
+
+def _loaded_task(manifest: Path, dataset: dict):
+    """The mteb task of a one-dataset manifest written to ``manifest``, its data loaded."""
+    from vis_embed.integrations.mteb_tasks import manifest_tasks
+
+    manifest.write_text(yaml.safe_dump({"name": "t", "datasets": [dataset]}))
+    [task] = manifest_tasks(manifest)
+    task.load_data()
+    return task
