@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,20 @@ def test_an_output_path_the_system_refuses_is_one_error_line(tmp_path, capsys) -
     (tmp_path / "out.json").mkdir()
     line = _one_error_line(capsys, main(["report", "--json", str(tmp_path / "out.json")]))
     assert line == f"error: {tmp_path / 'out.json'}: Is a directory"
+
+
+def test_a_request_too_big_for_memory_is_one_error_line(tmp_path, capsys) -> None:
+    """schedule --steps 1e14 allocated a steps-sized table up front: numpy's MemoryError traceback
+    ('Unable to allocate 4.97 PiB'); it is one error line saying what failed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _training_fixtures import write_identity_dataset
+
+    data = write_identity_dataset(tmp_path / "data", identities=8, images_per_identity=2, size=24)
+    line = _one_error_line(capsys, main(["schedule", "--data", str(data), "--steps", "100000000000000",
+                                         "--global-batch-size", "4", "--interleave-batch-size", "4",
+                                         "--hard-negatives", "0", "--out", str(tmp_path / "s.parquet"),
+                                         "--no-progress"]))
+    assert line.startswith("error: out of memory: Unable to allocate") and not (tmp_path / "s.parquet").exists()
 
 
 def test_a_reference_table_that_is_not_text_is_one_error_line(tmp_path, capsys) -> None:

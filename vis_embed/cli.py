@@ -119,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a path the system refused: an output that is a folder, a file where a folder goes
         print(f"error: {_os_error_message(exc)}", file=sys.stderr)
         return 2
+    except MemoryError as exc:  # numpy names the size it could not allocate: what the user asked for is too big
+        print(f"error: out of memory: {exc or 'an allocation failed'}; ask for less (e.g. fewer steps, a smaller "
+              "batch)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
