@@ -25,6 +25,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -254,23 +255,51 @@ def resample_file(source: str | Path, out_dir: str | Path, options: ResampleOpti
     source's folder, the source's own default); ``identity_namespace``, when given, is written
     into ``train.yaml``.  Several sources that share identities: :mod:`.resample_sources`.
     """
-    source, out_dir = Path(source), Path(out_dir)
-    image_folder = Path(image_root) if image_root is not None else source.parent
-    numbered = list(read_table(source))
-    rows = [row for _, row in numbered]
-    train_rows, eval_rows, report = resample_rows(rows, options, path=source, lines=[line for line, _ in numbered],
-                                                  image_root=image_folder)
-    report["source"] = str(source)
-    if not train_rows:
-        raise DataError("no training rows left after re-sampling", path=source)
-    with atomic_directory(out_dir, marker=REPORT_FILE, what="a `prep resample` output folder",
-                          inputs=(source, image_folder), flag="OUT_DIR") as staging:
+    out_dir = Path(out_dir)
+    table = read_source(source, image_root)
+    train_rows, eval_rows, report = split_source(table, options)
+    source, image_folder = table.source, table.image_folder
+    with output_folder(out_dir, (source, image_folder)) as staging:
         naming = Naming(name or source.stem, f".{file_format}" if file_format else source.suffix,
                         relative_to(image_folder, out_dir), meta_task, image_folder, identity_namespace)
         train_entry, benchmark_entry = write_split(staging, out_dir, "", train_rows, eval_rows, report, naming)
         write_configs(staging, naming.name, [train_entry], [benchmark_entry] if benchmark_entry else [])
         write_report(staging / REPORT_FILE, report)
     return report
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    """One source file's rows, their real line numbers, and the folder its image paths are under."""
+    source: Path
+    rows: list[dict[str, Any]]
+    lines: list[int]
+    image_folder: Path
+
+
+def read_source(source: str | Path, image_root: str | Path | None) -> SourceTable:
+    """``source``'s rows; ``image_root`` default: the source's folder."""
+    source = Path(source)
+    numbered = list(read_table(source))
+    return SourceTable(source, [row for _, row in numbered], [line for line, _ in numbered],
+                       Path(image_root) if image_root is not None else source.parent)
+
+
+def split_source(table: SourceTable, options: ResampleOptions, held_out: frozenset[str] | None = None
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """:func:`resample_rows` of one source, its report naming it; a DataError when no training row is left."""
+    train_rows, eval_rows, report = resample_rows(table.rows, options, path=table.source, lines=table.lines,
+                                                  image_root=table.image_folder, held_out=held_out)
+    if not train_rows:
+        raise DataError("no training rows left after re-sampling", path=table.source)
+    return train_rows, eval_rows, {**report, "source": str(table.source)}
+
+
+def output_folder(out_dir: Path, inputs: tuple[Path, ...]) -> AbstractContextManager[Path]:
+    """The staging folder that replaces ``out_dir`` whole (new, empty or an earlier output: it
+    holds :data:`REPORT_FILE`; never one holding ``inputs``)."""
+    return atomic_directory(out_dir, marker=REPORT_FILE, what="a `prep resample` output folder", inputs=inputs,
+                            flag="OUT_DIR")
 
 
 @dataclass(frozen=True)

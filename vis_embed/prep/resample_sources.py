@@ -17,30 +17,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from vis_embed.data.tables import read_table
 from vis_embed.errors import DataError
-from vis_embed.io import atomic_directory
 from vis_embed.prep.common import relative_to, write_report
-from vis_embed.prep.resample import (REPORT_FILE, Naming, ResampleOptions, eval_identities, resample_rows,
-                                     split_groups, write_configs, write_split)
-
-
-@dataclass(frozen=True)
-class _Table:
-    source: Path
-    rows: list[dict[str, Any]]
-    lines: list[int]
-    image_folder: Path
-
-
-def _read(source: Path, image_root: str | Path | None) -> _Table:
-    numbered = list(read_table(source))
-    return _Table(source, [row for _, row in numbered], [line for line, _ in numbered],
-                  Path(image_root) if image_root is not None else source.parent)
+from vis_embed.prep.resample import (REPORT_FILE, Naming, ResampleOptions, SourceTable, eval_identities,
+                                     output_folder, read_source, split_groups, split_source, write_configs,
+                                     write_split)
 
 
 def _check_stems(sources: Sequence[Path]) -> list[str]:
@@ -53,7 +38,7 @@ def _check_stems(sources: Sequence[Path]) -> list[str]:
     return stems
 
 
-def _held_out(tables: Sequence[_Table], options: ResampleOptions) -> tuple[frozenset[str] | None, int]:
+def _held_out(tables: Sequence[SourceTable], options: ResampleOptions) -> tuple[frozenset[str] | None, int]:
     """The eval identities drawn over the union of the tables' usable groups (None: too few for an
     identity split, each table falls back), and the union's size."""
     union: set[str] = set()
@@ -78,18 +63,11 @@ def resample_files(sources: Sequence[str | Path], out_dir: str | Path, options: 
     paths = [Path(source) for source in sources]
     stems, out_dir = _check_stems(paths), Path(out_dir)
     namespace = identity_namespace or name or "+".join(stems)
-    tables = [_read(path, image_root) for path in paths]
+    tables = [read_source(path, image_root) for path in paths]
     held_out, n_union = _held_out(tables, options)
-    splits = []
-    for table in tables:
-        train_rows, eval_rows, report = resample_rows(table.rows, options, path=table.source, lines=table.lines,
-                                                      image_root=table.image_folder, held_out=held_out)
-        if not train_rows:
-            raise DataError("no training rows left after re-sampling", path=table.source)
-        splits.append((table, train_rows, eval_rows, {**report, "source": str(table.source)}))
+    splits = [(table, *split_source(table, options, held_out)) for table in tables]
     summary = _summary(splits, stems, options, namespace, n_union)
-    with atomic_directory(out_dir, marker=REPORT_FILE, what="a `prep resample` output folder",
-                          inputs=(*paths, *(t.image_folder for t in tables)), flag="OUT_DIR") as staging:
+    with output_folder(out_dir, (*paths, *(t.image_folder for t in tables))) as staging:
         train_entries, benchmark_entries = [], []
         for stem, (table, train_rows, eval_rows, report) in zip(stems, splits):
             naming = Naming(stem, f".{file_format}" if file_format else table.source.suffix,
@@ -107,7 +85,7 @@ def _identities(rows: list[dict[str, Any]]) -> set[str]:
     return {row["identity"] for row in rows if row.get("identity") is not None}
 
 
-def _summary(splits: list[tuple[_Table, list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]],
+def _summary(splits: list[tuple[SourceTable, list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]],
              stems: list[str], options: ResampleOptions, namespace: str, n_union: int) -> dict[str, Any]:
     """The combined report: totals over the tables, the check this module exists for (no identity
     trained on in one table and held out in another), and each table's own report."""
