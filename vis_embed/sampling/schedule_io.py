@@ -175,9 +175,9 @@ def read_schedule_info(path: str | Path) -> ScheduleInfo:
                             interleave_batch_size=arguments["interleave_batch_size"],
                             hard_negatives=arguments["hard_negatives"], seed=arguments["seed"],
                             datasets=list(info["datasets"]), arguments=arguments, report=info.get("report", {}))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # DataError is a ValueError: kept
-        if isinstance(exc, DataError):
-            raise
+    except DataError:  # a ValueError too: kept as it is
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"damaged schedule metadata ({type(exc).__name__}: {exc}); rebuild it with "
                         f"`vis-embed schedule`", path=path, field=META_SCHEDULE) from None
 
