@@ -201,8 +201,11 @@ def training_side_by_side(recipe_path: Path, checkpoint: Path, device: torch.dev
                           "step_ratio_to_sdpa_recipe": row["gpu_s_per_step_per_rank"]
                           / report["sdpa"]["gpu_s_per_step_per_rank"]}
         if compiled:
-            report["auto_compiled"] = compiled_step(model, timed_members, device, repeats, plain,
-                                                    members_per_rank, plan.chunk_size, report)
+            try:
+                report["auto_compiled"] = compiled_step(model, timed_members, device, repeats, plain,
+                                                        members_per_rank, plan.chunk_size, report)
+            except RuntimeError as error:  # Dynamo's and the kernels' failures: the rows above are kept
+                report["auto_compiled"] = {"error": f"{type(error).__name__}: {str(error)[:500]}"}
     return report
 
 
@@ -240,6 +243,8 @@ def describe_training(report: dict[str, Any]) -> str:
                      f"({auto['step_ratio_to_sdpa_recipe']:.2f} of the sdpa recipe's)")
     if "auto_compiled" in report:
         compiled = report["auto_compiled"]
+        if "error" in compiled:
+            return "\n".join([*lines, f"  auto plan, blocks compiled: FAILED ({compiled['error']})"])
         lines.append(f"  auto plan, blocks compiled: {compiled['gpu_s_per_step_per_rank']:.2f} GPU s per step "
                      f"and rank ({compiled['step_ratio_to_sdpa_recipe']:.2f} of the sdpa recipe's); compile "
                      f"and measure {compiled['compile_and_measure_s']:.1f} s")

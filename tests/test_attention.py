@@ -284,3 +284,58 @@ def test_packed_operator_trains_through_torch_compile() -> None:
     torch.library.opcheck(torch.ops.vis_embed.packed_attention, (q, k, v, cu, max(lengths), 0.3))
     torch.autograd.gradcheck(lambda *qkv: torch.ops.vis_embed.packed_attention(*qkv, cu, max(lengths), 0.3),
                              (q, k, v))
+
+
+def test_packed_operator_backward_works_through_a_kernel_with_a_custom_operator_autograd(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA the operator's backward differentiates torch's varlen_attn, itself a custom
+    operator whose autograd (``register_autograd``) functorch cannot transform.  A stand-in
+    kernel built the same way (here: the padded path behind a custom operator) must give the
+    gradients of the padded path itself."""
+    @torch.library.custom_op("vis_embed_test::kernel_with_registered_autograd", mutates_args=())
+    def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_len: int,
+               scaling: float) -> torch.Tensor:
+        return packed_rows.padded_attention(q, k, v, cu, max_len, scaling).contiguous()
+
+    def setup_context(ctx: object, inputs: tuple[object, ...], output: torch.Tensor) -> None:
+        ctx.inputs = inputs  # type: ignore[attr-defined]
+
+    def kernel_backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v, cu, max_len, scaling = ctx.inputs  # type: ignore[attr-defined]
+        with torch.enable_grad():
+            qkv = [tensor.detach().requires_grad_() for tensor in (q, k, v)]
+            grads = torch.autograd.grad(packed_rows.padded_attention(*qkv, cu, max_len, scaling), qkv, grad)
+        return (*grads, None, None, None)
+
+    kernel.register_autograd(kernel_backward, setup_context=setup_context)
+    monkeypatch.setattr(attention, "_varlen_kernel_usable", lambda q: True)
+    monkeypatch.setattr(attention, "_varlen", lambda *args: kernel(*args))
+    generator = torch.Generator().manual_seed(0)
+    lengths = [5, 3, 7]
+    cu = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.int32)
+    q, k, v = (torch.randn(sum(lengths), 2, 8, generator=generator, dtype=torch.float64) for _ in range(3))
+    grad = torch.randn(sum(lengths), 2, 8, generator=generator, dtype=torch.float64)
+    got = torch.ops.vis_embed.packed_attention_backward(grad, q, k, v, cu, max(lengths), 0.3)
+    qkv = [tensor.clone().requires_grad_() for tensor in (q, k, v)]
+    expected = torch.autograd.grad(packed_rows.padded_attention(*qkv, cu, max(lengths), 0.3), qkv, grad)
+    for name, got_grad, expected_grad in zip("qkv", got, expected, strict=True):
+        torch.testing.assert_close(got_grad, expected_grad, msg=name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's variable-length kernel runs on CUDA")
+def test_on_cuda_the_packed_operator_backward_equals_the_varlen_kernels_own() -> None:
+    """The backward a compiled, training vision block calls, on the real kernel (bf16): the
+    gradients torch's varlen_attn gives in eager autograd."""
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("torch's varlen kernel needs compute capability 8.0")
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    lengths = [64, 16, 100]
+    cu = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.int32, device="cuda")
+    q, k, v, grad = (torch.randn(sum(lengths), 4, 80, generator=generator, device="cuda", dtype=torch.bfloat16)
+                     for _ in range(4))
+    got = torch.ops.vis_embed.packed_attention_backward(grad, q, k, v, cu, max(lengths), None)
+    qkv = [tensor.clone().requires_grad_() for tensor in (q, k, v)]
+    expected = torch.autograd.grad(attention._varlen(*qkv, cu, max(lengths), None), qkv, grad)
+    for name, got_grad, expected_grad in zip("qkv", got, expected, strict=True):
+        # the kernel's backward accumulates dq with atomics: bf16 sums in another order
+        torch.testing.assert_close(got_grad, expected_grad, rtol=2e-2, atol=2e-2, msg=name)

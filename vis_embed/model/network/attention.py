@@ -180,11 +180,24 @@ def _packed_backward_op(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
     (varlen_attn's, or SDPA's over the padded rows), so no attention backward is written here.
     Opaque to torch.compile like the forward (the row plan is host-side); the one extra attention
     forward is what flash-style kernels recompute in their backward anyway."""
-    # torch.func.vjp, not torch.autograd.grad: an operator's body runs below the autograd
-    # dispatch key, where only functorch's own transform records a graph.
-    _out, pullback = torch.func.vjp(lambda *qkv: _packed(*qkv, cu_seqlens, max_len, scaling), q, k, v)
-    dq, dk, dv = pullback(grad)
+    with _autograd_recorded(), torch.enable_grad():
+        qkv = [tensor.detach().requires_grad_() for tensor in (q, k, v)]
+        out = _packed(*qkv, cu_seqlens, max_len, scaling)
+        dq, dk, dv = torch.autograd.grad(out, qkv, grad)
     return dq.contiguous(), dk.contiguous(), dv.contiguous()
+
+
+def _autograd_recorded() -> Any:
+    """A guard under which autograd records again inside an operator's body, which the dispatcher
+    runs below the autograd keys (they are in the thread's exclude set there).  Not torch.func.vjp,
+    which records below them: torch's varlen_attn is itself a custom operator whose autograd is
+    an ``autograd.Function`` without ``setup_context``, which functorch refuses (measured on an
+    H200, torch 2.11: the compiled training step failed there; SDPA's native backward did not)."""
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    for key in (torch._C.DispatchKey.AutogradFunctionality, torch._C.DispatchKey.AutogradOther,
+                torch._C.DispatchKey.AutogradNestedTensor, torch._C.DispatchKey.ADInplaceOrView):
+        excluded = excluded.remove(key)
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded)
 
 
 @_packed_backward_op.register_fake
