@@ -401,8 +401,8 @@ def main() -> int:
         scratch = Path(scratch_name)
         gallery = photo_gallery(scratch, args.unique_photos, args.items, PHOTO_SIZES)
         checkpoints = {name: scratch / name for name in RATE_MODELS}
-        names = ["Qwen2-VL-2B"] if args.quick else list(dict.fromkeys(["Qwen2-VL-2B", *args.train_recipes,
-                                                                        *args.rate_models]))
+        trained = [] if args.skip_training else args.train_recipes  # a recipe's model is built for its step
+        names = ["Qwen2-VL-2B"] if args.quick else list(dict.fromkeys(["Qwen2-VL-2B", *trained, *args.rate_models]))
         report["rates"], report["fused"] = {}, {}
         for name in names:  # the 2B first: end to end needs its checkpoint
             if name != names[0] and out_of_time(f"rate {name}"):
@@ -411,7 +411,7 @@ def main() -> int:
             started = time.perf_counter()
             model = build_model(arch, preset, device, dtype)
             built = time.perf_counter() - started
-            if name == "Qwen2-VL-2B" or name in args.train_recipes:
+            if name == "Qwen2-VL-2B" or name in trained:
                 model.backbone.save_pretrained(checkpoints[name], safe_serialization=True)
                 model.processor.save_pretrained(checkpoints[name])
             if args.with_sdpa:
@@ -428,7 +428,7 @@ def main() -> int:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         report["training"] = {}
-        for name in [] if args.skip_training else args.train_recipes:
+        for name in trained:
             if not checkpoints[name].is_dir() or out_of_time(f"training {name}"):
                 continue
             training = training_side_by_side(RECIPE_DIR / RECIPES[name], checkpoints[name], device,
