@@ -131,8 +131,9 @@ def train_vision_lora(mode: str, model_path: str, chunk_size: int, adaptation: s
     return {"losses": losses, "weights": {k: v.flatten().tolist() for k, v in weights.items()}}
 
 
-def train_tiny_qwen(stage: int, model: str, data: str, schedule: str, out: Path) -> dict:
-    """The real trainer on the tiny Qwen-VL with the shipped ds_configs/zero{stage}.json (0: DDP).
+def train_tiny_qwen(stage: int, model: str, data: str, schedule: str, out: Path, compiled: bool = False) -> dict:
+    """The real trainer on the tiny Qwen-VL with the shipped ds_configs/zero{stage}.json (0: DDP);
+    ``compiled``: with ``model_options.compile: true`` (every block compiled, forward and backward).
 
     Then resumes from checkpoint-2 (DeepSpeed optimiser partitions, RNG, tau) and re-runs the
     last step: the final adapter must come out identical.
@@ -144,9 +145,9 @@ def train_tiny_qwen(stage: int, model: str, data: str, schedule: str, out: Path)
     from vis_embed.training.trainer import Trainer
 
     config = Path(__file__).resolve().parents[1] / "ds_configs" / f"zero{stage}.json"
-    run_dir = out / f"zero{stage}"
-    raw = tiny_recipe(model, data, schedule, run_dir, max_steps=3, gradcache__chunk_size=1,
-                      checkpoint__every=2, deepspeed=str(config) if stage else None)  # stage 0: DDP
+    run_dir = out / f"zero{stage}{'_compiled' if compiled else ''}"
+    raw = tiny_recipe(model, data, schedule, run_dir, max_steps=3, gradcache__chunk_size=1, checkpoint__every=2,
+                      deepspeed=str(config) if stage else None, model_options__compile=compiled)  # stage 0: DDP
     Trainer(load_recipe(raw=raw)).train()
     if get_rank() != 0:
         Trainer(load_recipe(raw=raw), resume=True).train()
@@ -157,7 +158,10 @@ def train_tiny_qwen(stage: int, model: str, data: str, schedule: str, out: Path)
     resumed.train()
     again = load_file(str(run_dir / "final" / "adapter_model.safetensors"))
     resume_diff = max(float((first[k] - again[k]).abs().max()) for k in first)
-    return {"losses": losses, "resume_max_abs_diff": resume_diff, "resumed_at": resumed.start_step}
+    from torch._dynamo.utils import counters
+
+    return {"losses": losses, "resume_max_abs_diff": resume_diff, "resumed_at": resumed.start_step,
+            "compiled_graphs": counters["stats"]["unique_graphs"]}
 
 
 def train_tiny_qwen_full(stage: int, model: str, data: str, schedule: str, out: Path) -> dict:
@@ -274,6 +278,7 @@ def main() -> None:
         model, data, schedule, out = sys.argv[2:6]
         for stage in (0, 2, 3):
             results[f"trainer_zero{stage}"] = train_tiny_qwen(stage, model, data, schedule, Path(out))
+        results["trainer_zero2_compiled"] = train_tiny_qwen(2, model, data, schedule, Path(out), compiled=True)
     if get_rank() == 0:
         Path(sys.argv[1]).write_text(json.dumps(results))
 

@@ -214,6 +214,26 @@ def test_trainer_on_two_ranks_equals_one_process(two_rank_results: dict, tiny_se
     assert result["resume_max_abs_diff"] == 0.0
 
 
+def test_compiled_blocks_train_under_zero2_like_one_eager_process(two_rank_results: dict, tiny_setup: dict,
+                                                                  single_trainer_run: tuple[list[float], dict]) -> None:
+    """``model_options.compile`` (null: on for CUDA) with the shipped ZeRO-2 config, the 2B recipe's:
+    the compiled blocks' forward and backward under DeepSpeed's gradient hooks give one eager
+    process's losses and adapter (Inductor's kernels round differently: float32 tolerances), and
+    the resumed run re-runs the last step exactly."""
+    from safetensors.torch import load_file
+
+    single_losses, reference = single_trainer_run
+    result = two_rank_results["trainer_zero2_compiled"]
+    assert result["compiled_graphs"] > two_rank_results["trainer_zero3"]["compiled_graphs"]  # it did compile
+    assert result["losses"] == pytest.approx(single_losses, rel=1e-4)
+    compiled = load_file(str(Path(tiny_setup["out"]) / "zero2_compiled" / "final" / "adapter_model.safetensors"))
+    assert set(compiled) == set(reference)
+    for name, tensor in reference.items():
+        assert torch.allclose(compiled[name], tensor, rtol=1e-3, atol=1e-5), name
+    assert result["resumed_at"] == 2
+    assert result["resume_max_abs_diff"] == 0.0
+
+
 def test_a_rank_that_skipped_the_gather_would_be_detected(two_rank_results: dict, single_process: dict) -> None:
     # Negative control: the loss of half the batch (what a rank sees without gathering)
     # differs from the global loss, so the equality above is a real check.

@@ -257,9 +257,12 @@ def test_batch_bookkeeping_is_computed_in_vision_metadata_only() -> None:
 
 
 def test_one_compile_rule() -> None:
-    """model/network/compile_blocks.resolve_compile decides whether to compile; only the Embedder asks it."""
+    """model/network/compile_blocks.resolve_compile decides whether to compile; the Embedder asks
+    it, and training through training_compiles (which adds only ZeRO-3's exception)."""
     assert _where(_definition("resolve_compile")) == {"vis_embed/model/network/compile_blocks.py"}
-    assert _where(_call_of("resolve_compile")) == {"vis_embed/model/runtime/embedder.py"}
+    assert _where(_call_of("resolve_compile")) == {"vis_embed/model/runtime/embedder.py",
+                                                   "vis_embed/training/model_setup.py"}
+    assert _where(_call_of("training_compiles")) == {"vis_embed/training/model_setup.py"}
 
 
 def test_the_rule_checks_see_a_second_copy(tmp_path: Path, monkeypatch) -> None:

@@ -16,7 +16,7 @@ from torch import nn
 
 from vis_embed.errors import ConfigError
 from vis_embed.model.network.adaptation import Adaptation
-from vis_embed.model.network.compile_blocks import compile_blocks
+from vis_embed.model.network.compile_blocks import compile_blocks, resolve_compile
 from vis_embed.model.embedding_config import EmbeddingConfig, check_adapter_agrees, resolve_embedding_config
 from vis_embed.model.network.embedding_model import EmbeddingModel
 from vis_embed.training.deepspeed_config import zero_stage
@@ -43,20 +43,24 @@ def build_training_model(recipe: Recipe, device: torch.device, adaptation: Adapt
     (adaptation or recipe.adaptation.build()).apply(model)
     if recipe.model_options.gradient_checkpointing is True:  # "auto": decided by training/memory_plan.py
         model.enable_gradient_checkpointing()
-    if recipe.model_options.compile:
-        check_compile_backend(recipe)
+    if training_compiles(recipe, device):
         compile_blocks(model.base_model(), device)  # lazy: the first forward (the memory probe's) compiles
     model.train()
     return model
 
 
-def check_compile_backend(recipe: Recipe) -> None:
-    """``model_options.compile`` with ZeRO-3 is refused: ZeRO-3 gathers each module's partitioned
-    weights in hooks around its call, which a compiled block would trace over (DeepSpeed needs
-    its own ``engine.compile()`` for that)."""
-    if recipe.deepspeed is not None and zero_stage(recipe.deepspeed) >= 3:
+def training_compiles(recipe: Recipe, device: torch.device) -> bool:
+    """Whether the blocks train compiled: ``model_options.compile`` as given, null by inference's
+    rule (:func:`resolve_compile`: on for CUDA, off elsewhere) -- except under ZeRO-3, which gathers
+    each module's partitioned weights in hooks around its call that a compiled block would trace
+    over (DeepSpeed needs its own ``engine.compile()`` for that): off there by default, refused
+    when asked for."""
+    requested = recipe.model_options.compile
+    zero3 = recipe.deepspeed is not None and zero_stage(recipe.deepspeed) >= 3
+    if zero3 and requested:
         raise ConfigError(f"model_options.compile: true does not combine with ZeRO stage 3 ({recipe.deepspeed}); "
                           f"use ds_configs/zero2.json or compile: false")
+    return not zero3 and resolve_compile(requested, device)
 
 
 def trained_embedding_config(recipe: Recipe, data: TrainDataConfig, model: EmbeddingModel) -> EmbeddingConfig:

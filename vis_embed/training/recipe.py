@@ -126,9 +126,9 @@ class _ModelOptionsBase(Settings):
     # training only: recompute activations in the backward pass; auto: only when needed (training/memory_plan.py)
     gradient_checkpointing: bool | Literal["auto"] = False
     # training only: torch.compile each decoder layer and vision block (model/network/compile_blocks.py:
-    # the element-wise work fused, forward and backward).  Off by default in training until a GPU
-    # measures the step with it (docs/benchmarks.md); inference compiles by default on CUDA.
-    compile: bool = False
+    # the element-wise work fused, forward and backward).  null: on for CUDA (the 2B step 0.65x of
+    # eager's on an H200, docs/benchmarks.md), off on a CPU and under ZeRO-3 (training/model_setup.py)
+    compile: bool | None = None
 
     def explicit(self) -> dict[str, Any]:
         """The EmbeddingConfig values this recipe sets (None = not set: inherited)."""
@@ -252,10 +252,12 @@ def recipe_key(setting: str | None) -> tuple[str, ...]:
 #   over the new max_steps, so the run is neither the old one continued nor a fresh run of the
 #   new length (the trainer logs a warning); with decay constant only the length changes;
 # * torch_threads can change float rounding on a CPU (a reduction split over other threads);
-# * logging, output_dir (a run directory may be moved) and num_workers (prefetch) change nothing.
+# * logging, output_dir (a run directory may be moved) and num_workers (prefetch) change nothing;
+# * model_options.compile changes float rounding (Inductor's fused kernels), as torch_threads does.
+# A dotted key names one leaf; a plain one its whole section.
 # Declared here, beside the keys and without torch, so that `vis-embed train --help` lists them
 # from this one tuple.
-RESUME_MAY_CHANGE = ("max_steps", "logging", "output_dir", "num_workers", "torch_threads")
+RESUME_MAY_CHANGE = ("max_steps", "logging", "output_dir", "num_workers", "torch_threads", "model_options.compile")
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

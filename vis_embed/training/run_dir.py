@@ -112,7 +112,12 @@ def recipe_differences(previous: dict[str, Any], current: dict[str, Any]) -> lis
     keys = sorted(set(old) | set(new))
     missing = object()
     return [(key, old.get(key), new.get(key)) for key in keys
-            if key.split(".")[0] not in RESUME_MAY_CHANGE and old.get(key, missing) != new.get(key, missing)]
+            if not _may_change(key) and old.get(key, missing) != new.get(key, missing)]
+
+
+def _may_change(key: str) -> bool:
+    """Whether the dotted ``key`` is, or lies under, an entry of RESUME_MAY_CHANGE."""
+    return any(key == entry or key.startswith(f"{entry}.") for entry in RESUME_MAY_CHANGE)
 
 
 def _previous_recipe(output_dir: Path) -> tuple[str, dict[str, Any] | None]:

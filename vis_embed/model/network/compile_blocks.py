@@ -1,6 +1,7 @@
 """``torch.compile`` of the transformer blocks.  Inference (``Embedder.compile``): on by default
-on CUDA (:func:`resolve_compile`, the one compile rule), opt-in elsewhere; training: opt-in
-(the recipe's ``model_options.compile``; the vision attention's operator has a backward).
+on CUDA (:func:`resolve_compile`, the one compile rule), opt-in elsewhere; training: the same
+rule unless the recipe's ``model_options.compile`` says otherwise, never by default under ZeRO-3
+(training/model_setup.training_compiles; the vision attention's operator has a backward).
 
 Eager PyTorch runs every element-wise step of a block (RMSNorm's square, mean and scale, the
 vision rotary embedding -- q and k cast to fp32, ``rotate_half`` with a ``cat``, separate
