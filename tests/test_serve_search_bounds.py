@@ -84,6 +84,32 @@ def test_a_search_over_the_budget_alone_is_a_413_naming_k_before_any_embedding(e
     assert watched.calls == 1
 
 
+def test_a_search_over_the_budget_in_flight_alone_is_a_413_before_any_embedding(embedder, index,
+                                                                             monkeypatch) -> None:
+    # --max-search-floats-in-flight set below --max-search-floats: a request between the two can
+    # never be searched, so it is refused before the model embeds its queries (it was embedded,
+    # then refused when its floats were reserved)
+    one_query = 1 * 4 * index.rescore * index.dim  # k 4
+    watched = WatchedIndex(index)
+    running = _serve(embedder, watched, max_search_floats=3 * one_query, max_search_floats_in_flight=2 * one_query)
+
+    def no_embedding(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the refused search's queries were embedded")
+
+    monkeypatch.setattr(embedder, "encode_partial", no_embedding)
+    try:
+        refused = _search(running.url, 3, 4)
+        metrics = httpx.get(f"{running.url}/metrics", headers=AUTH, timeout=10).text
+    finally:
+        running.stop()
+        monkeypatch.undo()
+    error = refused.json()["error"]
+    assert refused.status_code == 413 and error["param"] == "k", error
+    assert "--max-search-floats-in-flight" in error["message"]
+    assert 'vis_embed_items_total{endpoint="/v1/search"}' not in metrics  # nothing accepted for embedding
+    assert watched.calls == 0
+
+
 def test_searches_run_in_the_search_pool_within_the_budget_in_flight(embedder, index) -> None:
     one_request = 2 * 3 * index.rescore * index.dim  # 2 queries at k 3
     watched = WatchedIndex(index, delay_s=0.3)

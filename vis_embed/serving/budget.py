@@ -42,9 +42,14 @@ class WorkBudget:
             self._release(reservation.pixels)
             reservation.pixels = 0
 
+    def check_fits(self, amount: int) -> None:
+        """``too_large``'s 413 for ``amount`` that can never fit ``total``: asked before a request's
+        work starts (a search's, before its queries are embedded), and again when it is acquired."""
+        if amount > self.total:
+            raise self.too_large(amount, self.total)
+
     async def _acquire(self, pixels: int) -> None:
-        if pixels > self.total:
-            raise self.too_large(pixels, self.total)
+        self.check_fits(pixels)
         turn = _Turn()
         self._waiters.append(turn)
         try:

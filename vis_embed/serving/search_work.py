@@ -5,8 +5,8 @@ index's width -- what re-ranking a quantized index's shortlist gathers.  1,024 o
 queries at ``k=1000`` on a binary index added ~700 MB at width 128 (a 5 KB body), and the
 searches ran in the event loop's default pool, so concurrent ones added up.  Here:
 
-- a request over ``--max-search-floats`` alone is refused (413, ``param: "k"``) before any
-  item is embedded;
+- a request over ``--max-search-floats`` alone, or over ``--max-search-floats-in-flight`` (set
+  lower), is refused (413, ``param: "k"``) before any item is embedded;
 - every search reserves its floats in one budget of all requests
   (``--max-search-floats-in-flight``: more wait, first come first served, within the
   request's deadline), held until its answer is encoded;
@@ -54,13 +54,15 @@ class SearchWork:
         return queries * min(k, self.index.ntotal) * max(1, self.index.rescore) * self.index.dim
 
     def check(self, queries: int, k: int) -> None:
-        """413 (``param: "k"``) for a request over ``--max-search-floats`` on its own."""
+        """413 (``param: "k"``) for a request over ``--max-search-floats`` on its own, or over
+        ``--max-search-floats-in-flight`` (the budget's own rule): asked before any item is embedded."""
         floats = self.floats(queries, k)
         if floats > self.max_search_floats:
             raise RequestError(413, f"the search is over this server's limit of {self.max_search_floats} floats "
                                     f"per request (--max-search-floats): {queries} queries x k {k} x rescore "
                                     f"{max(1, self.index.rescore)} x width {self.index.dim} = {floats}; send fewer "
                                     f"queries or a smaller k", param="k")
+        self.budget.check_fits(floats)  # a --max-search-floats-in-flight below --max-search-floats
 
     async def answer(self, request: Request, queries: np.ndarray, k: int, model: str, usage: dict[str, int]) -> bytes:
         """The answer's JSON bytes, searched and encoded in the pool within the budget."""
