@@ -150,6 +150,47 @@ def test_a_group_by_field_no_record_has_is_an_error_before_encoding(tmp_path: Pa
     assert result.report["records_without_group"] == 1
 
 
+@pytest.mark.parametrize("settings, message", [
+    ({"k": 0}, "k must be >= 1, got 0"),
+    ({"min_positive_similarity": 20.0}, "min_positive_similarity must be a cosine from -1 to 1, got 20.0"),
+    ({"min_positive_similarity": -1.5}, "min_positive_similarity must be a cosine from -1 to 1"),
+    ({"min_positive_similarity": float("nan")}, "min_positive_similarity must be a cosine from -1 to 1, got nan"),
+    ({"similarity": "images"}, "similarity must be one of"),
+])
+def test_a_bad_mining_setting_is_an_error_before_encoding(settings, message, tmp_path: Path) -> None:
+    # k was checked only after both sides were encoded; a threshold outside the cosine range
+    # flagged every record or none (20 with remove_noisy: the whole dataset dropped, exit 0)
+    from vis_embed.errors import ConfigError
+
+    encoder = _TextEncoder({})
+    dataset = load_mining_dataset(_pairs_config(tmp_path))
+    with pytest.raises(ConfigError, match=message):
+        mine_dataset(dataset, encoder, **{"k": 2, "remove_noisy": True, **settings})
+    assert encoder.calls == []
+    with pytest.raises(ConfigError, match=message):
+        mine_from_embeddings(_angles([0, 10]), _angles([0, 10]), None, None, **{"k": 2, **settings})
+
+
+@pytest.mark.parametrize("flag, value", [("--min-positive-similarity", "20"), ("--min-positive-similarity", "-1.5"),
+                                         ("--min-positive-similarity", "1.0001"), ("--k", "0"), ("--k", "-3")])
+def test_cli_refuses_a_bad_k_or_threshold_naming_the_flag_before_the_model_loads(
+        flag, value, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from vis_embed.cli import main
+    from vis_embed.model.runtime.embedder import Embedder
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(Embedder, "from_pretrained", no_model)
+    with pytest.raises(SystemExit) as exited:
+        main(["mine-negatives", "--model", "tiny", "--data", str(_pairs_config(tmp_path)), "--out",
+              str(tmp_path / "mined.jsonl"), f"{flag}={value}"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}:" in err and "Traceback" not in err
+    assert not (tmp_path / "mined.jsonl").exists()
+
+
 def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint, capsys: pytest.CaptureFixture[str]
                                           ) -> None:
     from vis_embed.cli import main
@@ -158,7 +199,7 @@ def test_cli_mines_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint, capsy
     config_path = _pairs_config(tmp_path)
     out = tmp_path / "mined.jsonl"
     code = main(["mine-negatives", "--model", str(tiny_checkpoint()), "--data", str(config_path),
-                 "--group-by", "edit", "--k", "2", "--out", str(out), "--min-positive-similarity", "-1.5",
+                 "--group-by", "edit", "--k", "2", "--out", str(out), "--min-positive-similarity", "-1",
                  "--similarity", "query"])
     assert code == 0
     assert "0 records without 'edit'" in capsys.readouterr().out

@@ -12,8 +12,19 @@ from pathlib import Path
 from vis_embed.config import finite_float
 from vis_embed.model.cli import add_model_loading_arguments, model_settings
 from vis_embed.model.defaults import add_model_reference_arguments, add_preparation_arguments
-from vis_embed.mining.hard_negatives import SIMILARITIES, load_mining_dataset, mine_dataset
+from vis_embed.errors import ConfigError
+from vis_embed.mining.hard_negatives import SIMILARITIES, check_threshold, load_mining_dataset, mine_dataset
 from vis_embed.vectors.options import positive_int
+
+
+def cosine_threshold(text: str) -> float:
+    """argparse type of ``--min-positive-similarity``: a finite number the library's rule
+    (:func:`~vis_embed.mining.hard_negatives.check_threshold`) takes; exit 2 naming the flag otherwise."""
+    value = finite_float(text)
+    try:
+        return check_threshold(value, name="the threshold")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,14 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default=None, help="sub-dataset of the data config to mine")
     parser.add_argument("--group-by", default=None,
                         help="record field (dotted path, e.g. query.text) negatives must share; default: none")
-    parser.add_argument("--k", type=int, default=5, help="hard negatives per record (default 5)")
+    parser.add_argument("--k", type=positive_int, default=5, help="hard negatives per record (default 5)")
     parser.add_argument("--similarity", choices=SIMILARITIES, default="candidate",
                         help="rank the group's other records by candidate<->candidate similarity (default, "
                              "the paper's: generated images closest to the record's) or by the record's "
                              "query against their candidates")
     parser.add_argument("--out", required=True, help="output data file (.jsonl or .parquet)")
-    parser.add_argument("--min-positive-similarity", type=finite_float, default=None,
-                        help="query-positive cosine below which a record is a noisy positive")
+    parser.add_argument("--min-positive-similarity", type=cosine_threshold, default=None,
+                        help="query-positive cosine (from -1 to 1) below which a record is a noisy positive")
     parser.add_argument("--noisy", choices=("flag", "remove"), default="flag",
                         help="noisy positives: flag them (noisy_positive: true) or remove them")
     parser.add_argument("--batch-size", type=positive_int, default=16, help="items per forward pass (default: 16)")

@@ -84,6 +84,24 @@ def positive_similarity(kind: str, queries: np.ndarray, candidates: np.ndarray,
     return np.where(counts[inverse] > 1, similarity, np.nan)
 
 
+def check_threshold(value: float | None, name: str = "min_positive_similarity") -> float | None:
+    """``value`` when it is None or a cosine, from -1 to 1: beyond, every record is noisy or none is
+    (``--noisy remove`` then drops the whole dataset silently).  A ConfigError naming ``name``."""
+    if value is not None and not -1.0 <= value <= 1.0:  # NaN too
+        raise ConfigError(f"{name} must be a cosine from -1 to 1, got {value}")
+    return value
+
+
+def check_mining(k: int, similarity: str, min_positive_similarity: float | None) -> None:
+    """The mining settings' rules: asked before anything is encoded (:func:`mine_dataset`) and by
+    :func:`mine_from_embeddings`."""
+    if similarity not in SIMILARITIES:
+        raise ConfigError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
+    if k < 1:
+        raise ConfigError(f"k must be >= 1, got {k}")
+    check_threshold(min_positive_similarity)
+
+
 def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities: Sequence[Any] | np.ndarray,
                          groups: Sequence[Any] | None, k: int, kind: str = "pairs",
                          min_positive_similarity: float | None = None,
@@ -101,16 +119,12 @@ def mine_from_embeddings(queries: np.ndarray, candidates: np.ndarray, identities
     from vis_embed.gallery.search import build_index, search
     from vis_embed.vectors.index_spec import IndexSpec
 
-    if similarity not in SIMILARITIES:
-        raise ConfigError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
-
+    check_mining(k, similarity, min_positive_similarity)
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     candidates = np.ascontiguousarray(candidates, dtype=np.float32)
     n = len(queries)
     if candidates.shape != queries.shape:
         raise ValueError(f"queries {queries.shape} and candidates {candidates.shape} differ")
-    if k < 1:
-        raise ConfigError(f"k must be >= 1, got {k}")
     identity = _codes(identities)
     group = np.zeros(n, dtype=np.int64) if groups is None else _codes(list(groups))
     ungrouped = np.zeros(n, dtype=bool) if groups is None else np.array([g is None for g in groups])
@@ -213,7 +227,8 @@ def mine_dataset(dataset: TrainDataset, encoder: Encoder, k: int = 5, group_by: 
                  similarity: str = "candidate") -> tuple[list[dict[str, Any]], MiningResult]:
     """Mine one loaded sub-dataset (``vis_embed.data.TrainDataset``); returns output rows and result."""
     records = dataset.records
-    groups = None if group_by is None else _group_values(dataset, group_by)  # before the (slow) encoding
+    check_mining(k, similarity, min_positive_similarity)  # before the (slow) encoding, as the group field
+    groups = None if group_by is None else _group_values(dataset, group_by)
     queries = encoder.encode([dataset.query_item(r) for r in records], instruction=dataset.query_instruction,
                              batch_size=batch_size, show_progress=show_progress)
     candidates = encoder.encode([dataset.positive_item(r) for r in records],
