@@ -66,8 +66,9 @@ def claim_output_folder(out: Path, settings: dict[str, Any]) -> None:
     """Make ``out`` this quickstart's folder, or refuse it.
 
     A finished stage is found by its output and not redone, so a folder started with other
-    settings (:func:`quickstart_settings`) would give a report that mixes the two runs' stages; a folder of other files could hold a ``model/`` or ``before/results.json`` that
-    is not the quickstart's.  Both are refused; the settings go into ``OUT/quickstart.json``."""
+    settings (:func:`quickstart_settings`) would give a report that mixes the two runs' stages;
+    a folder of other files could hold a ``model/`` or ``before/results.json`` that is not the
+    quickstart's.  Both are refused; the settings go into ``OUT/quickstart.json``."""
     marker = out / SETTINGS_FILE
     if not marker.is_file():
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
