@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import socket
 import time
+import urllib.parse
 
 import pytest
 from _loopback import ScriptedServer, closed_port, drip, send
@@ -137,3 +138,77 @@ def test_errors_name_the_status_class_but_no_network_detail(servers) -> None:
                 fetch_url(f"http://127.0.0.1:{port}/a.png", UrlPolicy(allow_private=True, timeout_s=1.0))
             reasons.add(info.value.reason)
     assert reasons == {"cannot fetch image URL"}
+
+
+@pytest.fixture
+def photo_server(servers):
+    """A file server (http.server's own: it unquotes the request path) holding one photo whose
+    name has a space and a non-ASCII character, and a decoy at the name's first word; the
+    request targets it received are in ``.targets``."""
+    photo = _png()
+    files = {"/photos/my photo é.jpg": photo, "/photos/my": b"decoy"}
+    targets: list[str] = []
+
+    def answer(handler) -> None:
+        targets.append(handler.path)
+        path = handler.path.partition("?")[0]
+        if path == "/moved":
+            send(handler, 302, headers={"Location": "/photos/my photo%20%C3%A9.jpg"})  # a raw space, as some send
+            return
+        body = files.get(urllib.parse.unquote(path))
+        send(handler, 404) if body is None else send(handler, 200, body, {"Content-Type": "image/jpeg"})
+
+    server = servers(answer)
+    server.photo, server.targets = photo, targets
+    return server
+
+
+@pytest.mark.parametrize("name", ["my photo é.jpg", "my%20photo%20%C3%A9.jpg", "my photo%20%C3%A9.jpg",
+                                  "my%20photo%20é.jpg?size=large%20one&tag=été"])
+def test_a_url_with_a_space_or_non_ascii_character_is_sent_percent_encoded(photo_server, name) -> None:
+    """http.client refuses a space in the request target and ASCII-encodes it, so
+    ``http://host/photos/my photo é.jpg`` was never fetched ("cannot fetch image URL").  The
+    path and query are sent percent-encoded (UTF-8); an escape already there is kept as it is."""
+    assert fetch_url(f"{photo_server.url}/photos/{name}", PRIVATE_OK) == photo_server.photo
+    path, _, query = photo_server.targets[-1].partition("?")
+    assert path == "/photos/my%20photo%20%C3%A9.jpg"
+    assert query in ("", "size=large%20one&tag=%C3%A9t%C3%A9")
+
+
+def test_an_escape_is_never_encoded_twice(photo_server) -> None:
+    """``%2520`` names a file called ``%20``, not ``%2525...``: it is sent as written."""
+    with pytest.raises(FetchError, match="HTTP 4xx"):
+        fetch_url(f"{photo_server.url}/photos/my%2520photo%2520%25C3%25A9.jpg", PRIVATE_OK)
+    assert photo_server.targets == ["/photos/my%2520photo%2520%25C3%25A9.jpg"]
+
+
+def test_an_unencoded_url_keeps_its_host_for_the_address_policy(photo_server) -> None:
+    """Only path and query are encoded: the host the policy checks is the URL's, on the first
+    hop and on a redirect to a Location with a raw space."""
+    assert fetch_url(f"{photo_server.url}/moved", PRIVATE_OK) == photo_server.photo
+    assert photo_server.targets == ["/moved", "/photos/my%20photo%20%C3%A9.jpg"]
+    for url in (f"{photo_server.url}/photos/my photo é.jpg", f"{photo_server.url}/moved",
+                photo_server.url.replace("127.0.0.1", "localhost") + "/photos/my photo é.jpg"):
+        with pytest.raises(FetchError, match="address not allowed"):
+            fetch_url(url, PUBLIC_ONLY)
+    assert photo_server.hits == 2  # the refused fetches never connected
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_a_redirect_to_a_raw_non_ascii_location_reaches_that_file(servers, encoding) -> None:
+    """A Location of raw UTF-8 bytes (against the RFC, yet sent) was read by http.client as
+    latin-1 and fetched as ``/photos/%C3%83%C2%A9.jpg``: another, missing, file."""
+    photo, targets = _png(), []
+
+    def answer(handler) -> None:
+        targets.append(handler.path)
+        if handler.path == "/moved":
+            handler.wfile.write("HTTP/1.1 302 Found\r\nLocation: /photos/é.jpg\r\nContent-Length: 0\r\n\r\n"
+                                .encode(encoding))
+        elif urllib.parse.unquote(handler.path) == "/photos/é.jpg":
+            send(handler, 200, photo)
+        else:
+            send(handler, 404)
+
+    assert fetch_url(f"{servers(answer).url}/moved", PRIVATE_OK) == photo
+    assert targets == ["/moved", "/photos/%C3%A9.jpg"]

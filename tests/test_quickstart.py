@@ -10,9 +10,11 @@ query is 0.4 points); we require the trained model to beat it by at least 5 poin
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vis_embed import resources
 from vis_embed.errors import ConfigError
@@ -106,20 +108,60 @@ def _fake_stages(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return rendered
 
 
-@pytest.mark.parametrize("change", [{"seed": 1}, {"steps": 5}, {"size": "tiny"}, {"overrides": ["optimizer.lr=0.1"]}])
+@pytest.mark.parametrize(("change", "named"), [({"seed": 1}, "seed"), ({"steps": 5}, "recipe.max_steps"),
+                                               ({"size": "tiny"}, "size"),
+                                               ({"overrides": ["optimizer.lr=0.1"]}, "recipe.optimizer.lr")])
 def test_a_rerun_with_other_settings_is_refused_not_mixed_with_the_first_run(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: dict) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: dict, named: str) -> None:
     rendered = _fake_stages(monkeypatch)
     out = tmp_path / "qs"
     first = run_quickstart(out, seed=0, steps=10, size="small", show_progress=False)
     assert first["after"]["groups"] == {"ID-Rec": 0.0}
     settings = {"seed": 0, "steps": 10, "size": "small", **change}
-    with pytest.raises(ConfigError, match=f"{next(iter(change))}: .* -> "):
+    with pytest.raises(ConfigError, match=f"[(; ]{re.escape(named)}: .* -> "):
         run_quickstart(out, show_progress=False, **settings)
     assert rendered == [0]
     again = run_quickstart(out, seed=0, steps=10, size="small", show_progress=False)  # the same settings resume
     assert again["resumed"] == ["render data", "build model", "evaluate untrained", "schedule + train",
                                 "evaluate trained"] and rendered == [0]
+
+
+@pytest.mark.parametrize("same", [{"steps": "default"}, {"overrides": ["max_steps=default"]},
+                                  {"overrides": ["optimizer.lr=1e-3"]}])
+def test_a_rerun_giving_the_default_values_explicitly_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              same: dict) -> None:
+    """Settings are compared by the values they resolve to: ``--steps 300`` where 300 is the
+    recipe's max_steps (or a --set repeating the recipe's value) is the run started without it,
+    not "other settings" (it was refused: steps None -> 300)."""
+    rendered = _fake_stages(monkeypatch)
+    recipe = yaml.safe_load((REPO / "recipes" / "tiny_cpu.yaml").read_text())
+    assert recipe["optimizer"]["lr"] == 1e-3
+    steps = recipe["max_steps"]
+    same = {key: steps if value == "default" else [text.replace("default", str(steps)) for text in value]
+            for key, value in same.items()}
+    out = tmp_path / "qs"
+    run_quickstart(out, show_progress=False)
+    again = run_quickstart(out, show_progress=False, **same)
+    assert "schedule + train" in again["resumed"] and rendered == [0]
+    run_quickstart(tmp_path / "other", show_progress=False, **same)  # and the other way round
+    assert run_quickstart(tmp_path / "other", show_progress=False)["resumed"][-1] == "evaluate trained"
+
+
+@pytest.mark.parametrize(("bad", "error"), [
+    ({"overrides": ["optimizer.lr=fast"]}, "optimizer.lr"), ({"overrides": ["no_such_key=1"]}, "no_such_key"),
+    ({"overrides": ["optimizer"]}, "KEY.PATH=VALUE"), ({"steps": 0}, "max_steps"), ({"steps": -3}, "max_steps"),
+    ({"size": "huge"}, "unknown size 'huge'"), ({"seed": -1}, "--seed must be an integer >= 0")])
+def test_bad_settings_are_refused_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: dict,
+                                                  error: str) -> None:
+    """A bad --set, --steps, --size or --seed was found only by the stage using it: after the
+    data was rendered, the model built and evaluated, and with quickstart.json written, so the
+    corrected command was then refused as "other settings" in that folder."""
+    rendered = _fake_stages(monkeypatch)
+    out = tmp_path / "qs"
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        run_quickstart(out, show_progress=False, **bad)
+    assert not out.exists() and rendered == []
+    assert run_quickstart(out, show_progress=False)["resumed"] == [] and rendered == [0]
 
 
 def test_a_folder_of_other_files_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -152,6 +152,17 @@ def get_dotted(document: Any, dotted: str) -> Any:
     return value
 
 
+def dotted_leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}, "c": (2,)}`` -> ``{"a.b": 1, "c": [2]}``: every leaf of nested mappings by
+    its dotted key (what a recipe comparison names)."""
+    if not isinstance(tree, Mapping):
+        return {prefix: list(tree) if isinstance(tree, tuple) else tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(dotted_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
 def dotted_field(loc: tuple[Any, ...]) -> str:
     """``("datasets", 0, "kind")`` -> ``"datasets[0].kind"``; ``()`` -> ``"(root)"``."""
     text = ""

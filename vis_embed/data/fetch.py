@@ -12,6 +12,9 @@ What it guarantees, whoever calls it:
 * **One deadline for the whole fetch** (``timeout_s``): a watchdog closes the socket when the
   time is up, so a host that sends one byte every few seconds cannot hold a fetch longer than
   that (a socket timeout only bounds each read).
+* **The path and query sent as a URL**: a space or a non-ASCII character (``/my photo é.jpg``) is
+  sent percent-encoded (UTF-8), an escape already there as it is (``%20`` stays ``%20``); the
+  host, which the address policy checks, is never touched (:func:`_request_target`).
 * **A byte cap** (``max_bytes``): a larger answer is refused after ``max_bytes + 1`` bytes.
 * **Errors that leak nothing**: :class:`FetchError` says "cannot fetch image URL" and, when
   the host answered, only the status class (``HTTP 4xx``); a closed port, a refused address and
@@ -37,6 +40,10 @@ FETCH_FAILED = "cannot fetch image URL"
 _CHUNK = 1 << 16
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215's local-use prefix (IPv4 in the low 32 bits)
+# What a request target keeps as written: RFC 3986's reserved characters and '%' (so an escape
+# already there is not encoded twice); quote() keeps the unreserved ones (requests' requote_uri
+# keeps the same set).
+_TARGET_SAFE = "!$%&'()*+,/:;=?@[]~"
 
 
 class FetchError(DataError):
@@ -144,15 +151,12 @@ def _get(parts: urllib.parse.SplitResult, address: tuple[str, int], deadline: fl
     watchdog.daemon = True
     watchdog.start()
     try:
-        target = parts.path or "/"
-        if parts.query:
-            target += "?" + parts.query
-        connection.request("GET", target, headers={"User-Agent": "vis_embed", "Accept": "image/*"})
+        connection.request("GET", _request_target(parts), headers={"User-Agent": "vis_embed", "Accept": "image/*"})
         if connection.sock is not None:
             sockets.append(connection.sock)  # https: the TLS socket wrapping the first one
         response = connection.getresponse()
         if response.status != 200:
-            return response.status, response.getheader("Location"), b""
+            return response.status, _location(response.getheader("Location")), b""
         body = _read_capped(response, max_bytes, parts)
         if time.monotonic() > deadline:
             raise TimeoutError
@@ -164,6 +168,28 @@ def _get(parts: urllib.parse.SplitResult, address: tuple[str, int], deadline: fl
     finally:
         watchdog.cancel()
         connection.close()
+
+
+def _request_target(parts: urllib.parse.SplitResult) -> str:
+    """The path and query to send: a space, a non-ASCII or another character a URL may not hold
+    is percent-encoded (http.client refuses a space, and ASCII-encodes the request line, so such
+    a URL was never fetched); an escape already there is kept, not encoded twice."""
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
+    return urllib.parse.quote(target, safe=_TARGET_SAFE)
+
+
+def _location(value: str | None) -> str | None:
+    """A Location header as its sender meant it: http.client reads header bytes as latin-1, so a
+    Location sent as raw UTF-8 (not a URI, yet servers send it) is read back as UTF-8 (as requests
+    does); one that is not UTF-8 stays as read."""
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
 
 
 def _read_capped(response: http.client.HTTPResponse, max_bytes: int, parts: urllib.parse.SplitResult) -> bytes:

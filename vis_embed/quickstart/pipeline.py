@@ -5,7 +5,8 @@ The command (arguments, the printed summary) is :mod:`vis_embed.quickstart.cli`;
 
 Stages (each one is skipped when its output already exists, so an interrupted quickstart
 resumes where it stopped; OUT/quickstart.json records the settings the folder was started with,
-and a rerun with other settings is refused, so no report mixes two runs' stages):
+by their resolved values, and a rerun with other settings is refused, so no report mixes two runs'
+stages; the settings, --steps and --set included, are checked before any stage starts):
 
 1. render the small synthetic identity benchmark       -> OUT/synth/{train,benchmark}.yaml
 2. build a tiny random Qwen2-VL checkpoint             -> OUT/model/
@@ -21,22 +22,25 @@ towers learned identity several times faster than full fine-tuning in our calibr
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from vis_embed.prep.synth import generate
+from vis_embed.prep.synth import checked_size, generate
 from vis_embed import resources
+from vis_embed.config import dotted_leaves
 from vis_embed.errors import ConfigError
 from vis_embed.evaluation.quickstart_report import plot_training_curve, write_report
 from vis_embed.io import atomic_write_json, read_json_value
 from vis_embed.model.embedding_config import EMBEDDING_CONFIG_FILE
 from vis_embed.model.network.adaptation import saved_adaptation
 from vis_embed.model.files.tiny import build_tiny_checkpoint
+
+if TYPE_CHECKING:
+    from vis_embed.training.recipe import Recipe
 
 # torch-heavy modules (evaluation.api, training.*) are imported inside the stages that use
 # them, so that ``vis-embed quickstart --help`` answers at once.
@@ -62,9 +66,9 @@ def claim_output_folder(out: Path, settings: dict[str, Any]) -> None:
     """Make ``out`` this quickstart's folder, or refuse it.
 
     A finished stage is found by its output and not redone, so a folder started with other
-    settings (seed, size, steps, recipe, --set) would give a report that mixes the two runs'
-    stages; a folder of other files could hold a ``model/`` or ``before/results.json`` that
-    is not the quickstart's.  Both are refused; the settings go into ``OUT/quickstart.json``."""
+    settings (:func:`quickstart_settings`) would give a report that mixes the two runs' stages;
+    a folder of other files could hold a ``model/`` or ``before/results.json`` that is not the
+    quickstart's.  Both are refused; the settings go into ``OUT/quickstart.json``."""
     marker = out / SETTINGS_FILE
     if not marker.is_file():
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -78,15 +82,43 @@ def claim_output_folder(out: Path, settings: dict[str, Any]) -> None:
     differing = [f"{key}: {previous.get(key)!r} -> {settings.get(key)!r}"
                  for key in dict.fromkeys([*previous, *settings]) if previous.get(key) != settings.get(key)]
     if differing:
-        raise ConfigError(f"--out {out} holds a quickstart started with other settings ({'; '.join(differing)}); "
+        shown = "; ".join(differing[:8]) + (f" (and {len(differing) - 8} more)" if len(differing) > 8 else "")
+        raise ConfigError(f"--out {out} holds a quickstart started with other settings ({shown}); "
                           f"its finished stages would be reused: rerun with the same settings to resume, "
                           f"or choose another --out")
 
 
-def _recipe_digest(explicit: Path | None) -> str:
-    """sha256 of the recipe file the quickstart trains with (the packaged one by default)."""
-    with recipe_path(explicit) as recipe_file:
-        return hashlib.sha256(recipe_file.read_bytes()).hexdigest()
+def _own_recipe_paths(out: Path) -> dict[str, str]:
+    """The recipe keys the quickstart sets to its stages' places in ``out``."""
+    return {"model": str(out / "model"), "data": str(out / "synth" / "train.yaml"),
+            "schedule": str(out / "schedule.parquet"), "output_dir": str(out / "run")}
+
+
+def resolve_recipe(out: Path, seed: int, steps: int | None, recipe: Path | None, overrides: list[str]) -> Recipe:
+    """The recipe the quickstart trains with: the file (the packaged tiny one by default), its
+    places in ``out``, ``seed``, ``steps`` as max_steps, then ``overrides`` (``--set``).  Validated
+    by :func:`vis_embed.training.recipe.load_recipe` (ConfigError naming the key)."""
+    from vis_embed.training.recipe import load_recipe
+
+    settings = [f"{key}={value}" for key, value in _own_recipe_paths(out).items()] + [f"seed={seed}"]
+    if steps is not None:
+        settings.append(f"max_steps={steps}")
+    with recipe_path(recipe) as recipe_file:
+        return load_recipe(recipe_file, settings + list(overrides))
+
+
+def quickstart_settings(out: Path, seed: int, size: str, recipe: Recipe) -> dict[str, Any]:
+    """What ``OUT/quickstart.json`` records and a rerun must match: seed, size and every resolved
+    recipe value (``recipe.KEY``), so ``--steps 300`` is the default's 300 and a recipe file or
+    ``--set`` giving the same values is the same run; the stages' places in ``out`` are left out
+    (the same folder spelt another way is the same folder)."""
+    from vis_embed.training.recipe import recipe_to_dict
+
+    values = dotted_leaves(recipe_to_dict(recipe))
+    for key, place in _own_recipe_paths(out).items():
+        if values.get(key) == place:
+            del values[key]
+    return {"seed": seed, "size": size, **{f"recipe.{key}": value for key, value in values.items()}}
 
 
 class StageClock:
@@ -157,20 +189,13 @@ def evaluate(model_dir: Path, adapter: Path | None, benchmark: Path, out_dir: Pa
     return evaluate_model(model_dir, benchmark, out_dir, adapter=adapter, show_progress=show_progress)
 
 
-def train(out: Path, model_dir: Path, synth_dir: Path, seed: int, steps: int | None,
-          recipe_file: Path, overrides: list[str], show_progress: bool) -> Path:
-    from vis_embed.training.recipe import load_recipe
+def train(out: Path, recipe: Recipe, show_progress: bool) -> Path:
     from vis_embed.training.trainer import Trainer
 
     run_dir = out / "run"
     final = run_dir / "final"
     if saved_adaptation(final) is not None:  # the run finished (final/ is written whole)
         return final
-    settings = [f"model={model_dir}", f"data={synth_dir / 'train.yaml'}",
-                f"schedule={out / 'schedule.parquet'}", f"output_dir={run_dir}", f"seed={seed}"]
-    if steps is not None:
-        settings.append(f"max_steps={steps}")
-    recipe = load_recipe(recipe_file, settings + list(overrides))
     resume = run_dir.is_dir()  # a started run continues (train refuses a started directory otherwise)
     return Trainer(recipe, resume=resume, show_progress=show_progress).train()
 
@@ -184,8 +209,9 @@ def run_quickstart(out: Path, seed: int = 0, steps: int | None = None, size: str
     keeps its earlier time); ``resumed``: the stages found done by an earlier run.
     """
     out = Path(out)
-    claim_output_folder(out, {"seed": seed, "size": size, "steps": steps, "recipe_sha256": _recipe_digest(recipe),
-                              "overrides": list(overrides or [])})
+    checked_size(seed, size)  # every setting is checked before the folder is claimed or a stage starts
+    training = resolve_recipe(out, seed, steps, recipe, list(overrides or []))
+    claim_output_folder(out, quickstart_settings(out, seed, size, training))
     clock = StageClock(out, total=6)
     synth_dir = clock.run("render data", "rendering the synthetic identity benchmark", out / "synth" / "synth.json",
                           lambda: render_data(out, seed, size, show_progress))
@@ -195,12 +221,8 @@ def run_quickstart(out: Path, seed: int = 0, steps: int | None = None, size: str
     before = clock.run("evaluate untrained", "evaluating the untrained model", out / "before" / "results.json",
                        lambda: evaluate(model_dir, None, benchmark, out / "before", show_progress))
 
-    def schedule_and_train() -> Path:
-        with recipe_path(recipe) as recipe_file:
-            return train(out, model_dir, synth_dir, seed, steps, recipe_file, list(overrides or []), show_progress)
-
     adapter = clock.run("schedule + train", "scheduling and training (LoRA, GradCache)",
-                        out / "run" / "final" / EMBEDDING_CONFIG_FILE, schedule_and_train)
+                        out / "run" / "final" / EMBEDDING_CONFIG_FILE, lambda: train(out, training, show_progress))
     after = clock.run("evaluate trained", "evaluating the trained adapter", out / "after" / "results.json",
                       lambda: evaluate(model_dir, adapter, benchmark, out / "after", show_progress))
 

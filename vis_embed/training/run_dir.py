@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from vis_embed.config import dotted_leaves
 from vis_embed.errors import ConfigError
 from vis_embed.training.checkpoint import CHECKPOINT_PATTERN, latest_checkpoint, read_trainer_state
 from vis_embed.training.recipe import RESUME_MAY_CHANGE
@@ -108,7 +109,7 @@ def check_resumed_step(output_dir: Path, max_steps: int) -> None:
 
 def recipe_differences(previous: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(dotted key, previous value, current value) for each leaf that differs, in key order."""
-    old, new = _flatten(previous), _flatten(current)
+    old, new = dotted_leaves(previous), dotted_leaves(current)
     keys = sorted(set(old) | set(new))
     missing = object()
     return [(key, old.get(key), new.get(key)) for key in keys
@@ -143,12 +144,3 @@ def _as_written_now(recipe: Any) -> Any:
         return recipe_to_dict(load_recipe(raw=recipe))
     except ConfigError:
         return recipe
-
-
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(tree, dict):
-        return {prefix: list(tree) if isinstance(tree, tuple) else tree}
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return flat

@@ -14,8 +14,8 @@ Ret).  See docs/synth.md.
 
 from __future__ import annotations
 
-from vis_embed.prep.synth.build import generate
+from vis_embed.prep.synth.build import checked_size, generate
 from vis_embed.prep.synth.output import GENERATOR_VERSION, is_current
 from vis_embed.prep.synth.sizes import SIZES, SynthSize
 
-__all__ = ["GENERATOR_VERSION", "SIZES", "SynthSize", "generate", "is_current"]
+__all__ = ["GENERATOR_VERSION", "SIZES", "SynthSize", "checked_size", "generate", "is_current"]

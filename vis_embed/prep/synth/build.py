@@ -28,9 +28,21 @@ from vis_embed.prep.synth.planner import Planner
 from vis_embed.prep.synth.sizes import SIZES, SynthSize
 from vis_embed.errors import ConfigError
 
-__all__ = ["generate"]
+__all__ = ["checked_size", "generate"]
 
 log = logging.getLogger(__name__)
+
+
+def checked_size(seed: int, size: str | SynthSize) -> SynthSize:
+    """The preset ``size`` names (a SynthSize as given); ConfigError for a seed or a size no benchmark
+    is rendered with (asked before any work: the quickstart asks too, before it claims its folder)."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:  # numpy's seeding takes no other
+        raise ConfigError(f"--seed must be an integer >= 0, got {seed!r}")
+    if not isinstance(size, str):
+        return size
+    if size not in SIZES:
+        raise ConfigError(f"unknown size {size!r} (known: {', '.join(SIZES)})")
+    return SIZES[size]
 
 
 def generate(out_dir: str | Path, seed: int = 0, size: str | SynthSize = "small",
@@ -44,13 +56,8 @@ def generate(out_dir: str | Path, seed: int = 0, size: str | SynthSize = "small"
     (``image`` plus ``video`` / ``document``) adds the clip and page tasks of docs/synth.md.
     """
     started = time.perf_counter()
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:  # numpy's seeding takes no other
-        raise ConfigError(f"--seed must be an integer >= 0, got {seed!r}")
     size_name = size if isinstance(size, str) else "custom"
-    if isinstance(size, str):
-        if size not in SIZES:
-            raise ConfigError(f"unknown size {size!r} (known: {', '.join(SIZES)})")
-        size = SIZES[size]
+    size = checked_size(seed, size)
     out_dir = Path(out_dir)
     check_target(out_dir)
     modalities = check_modalities(modalities)
