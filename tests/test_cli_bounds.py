@@ -78,6 +78,17 @@ def test_index_flags_out_of_range_are_one_error_line(tmp_path, capsys, flags, ma
     assert match in line
 
 
+def test_a_bad_memory_is_refused_before_the_embeddings_are_read(tmp_path, capsys, monkeypatch) -> None:
+    """The whole matrix was read and normalised before --memory was looked at (a large gallery's
+    minutes, then a one-line refusal)."""
+    from vis_embed.gallery import store
+
+    monkeypatch.setattr(store, "read_embeddings", lambda *args: pytest.fail("read before --memory was checked"))
+    line = _one_error_line(capsys, main(["index", "--embeddings", str(_encoded(tmp_path)), "--out",
+                                         str(tmp_path / "idx"), "--memory", "-1"]))
+    assert "--memory must be a positive number of GB" in line
+
+
 @pytest.mark.parametrize("seed", ["1e23", "100000000000000000000000", "-1"])
 def test_index_seed_out_of_range_is_a_usage_error(tmp_path, capsys, seed) -> None:
     with pytest.raises(SystemExit) as exit_:

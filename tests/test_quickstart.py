@@ -164,6 +164,17 @@ def test_bad_settings_are_refused_before_any_work(tmp_path: Path, monkeypatch: p
     assert run_quickstart(out, show_progress=False)["resumed"] == [] and rendered == [0]
 
 
+def test_the_quickstarts_own_places_keep_a_folder_name_that_is_not_plain_yaml(tmp_path: Path) -> None:
+    """The stages' places in OUT reach the recipe as they are: a folder named "qs #1" (a YAML
+    comment after the space) or "null" was read as "qs" / None."""
+    from vis_embed.quickstart.pipeline import resolve_recipe
+
+    for name in ("qs #1", "null", "a: b"):
+        recipe = resolve_recipe(tmp_path / name, 0, None, None, [])
+        assert recipe.output_dir == str(tmp_path / name / "run")
+        assert recipe.model == str(tmp_path / name / "model")
+
+
 def test_a_folder_of_other_files_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_stages(monkeypatch)
     (tmp_path / "model").mkdir()

@@ -149,9 +149,9 @@ def write_index(embeddings: Path, out: Path, kind: str = "auto", memory_gb: floa
 def _build(embeddings: Path, kind: str, memory_gb: float | None, seed: int) -> tuple[IndexFile, Any, np.ndarray,
                                                                                       list[Any]]:
     """index.json, the built index, its float vectors and ids of an encode output."""
+    budget = memory_budget_bytes(memory_gb)  # a bad --memory is refused before the file is read
     vectors, alignment = read_embeddings(embeddings)
     rows, dim = vectors.shape
-    budget = memory_budget_bytes(memory_gb)
     choice = resolve_index(kind, dim, rows, budget)
     spec = choice.spec.model_copy(update={"rescore": DEFAULT_RESCORE if choice.spec.takes_rescore else 0})
     index = build_index(vectors, spec, seed=seed)

@@ -22,6 +22,7 @@ towers learned identity several times faster than full fine-tuning in our calibr
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -100,7 +101,8 @@ def resolve_recipe(out: Path, seed: int, steps: int | None, recipe: Path | None,
     by :func:`vis_embed.training.recipe.load_recipe` (ConfigError naming the key)."""
     from vis_embed.training.recipe import load_recipe
 
-    settings = [f"{key}={value}" for key, value in _own_recipe_paths(out).items()] + [f"seed={seed}"]
+    # each path as a quoted YAML string: --set values are YAML, where "qs #1/run" reads as "qs"
+    settings = [f"{key}={json.dumps(value)}" for key, value in _own_recipe_paths(out).items()] + [f"seed={seed}"]
     if steps is not None:
         settings.append(f"max_steps={steps}")
     with recipe_path(recipe) as recipe_file:
