@@ -254,6 +254,15 @@ def test_batch_bookkeeping_is_computed_in_vision_metadata_only() -> None:
     probes = (_call_of("get_rope_index"), _name("vision_utils"), _call_of("get_vision_cu_seqlens"))
     assert set().union(*(_where(probe) for probe in probes)) == {"vis_embed/model/network/vision_metadata.py"}
     assert _where(_call_of("describe_batch")) == {"vis_embed/model/network/embedding_model.py"}
+    # one move of the vision keywords to the device (their boundaries' host lengths noted for the
+    # moved tensors): vision_on, for a batch's metadata (BatchMetadata.to) and the tower's dummy
+    module = "vis_embed/model/network/vision_metadata.py"
+    assert _where(_call_of("remember_segment_lengths")) == {module}
+    functions = [node for node in ast.walk(_trees()[module]) if isinstance(node, ast.FunctionDef)]
+    assert {function.name for function in functions
+            if any(_call_of("remember_segment_lengths")(node) for node in ast.walk(function))} == {"vision_on"}
+    assert {function.name for function in functions
+            if any(_call_of("vision_on")(node) for node in ast.walk(function))} == {"to", "vision_tower_dummy"}
 
 
 def test_one_compile_rule() -> None:
