@@ -240,6 +240,25 @@ def test_one_global_ranking_and_one_group_membership_rule() -> None:
     assert _where(_definition("_group_keys")) == {"vis_embed/data/taxonomy.py"}
 
 
+def test_one_tie_rule_for_every_exact_search_of_gallery_search() -> None:
+    """gallery/search.py orders hits and chooses the rows tied at the k-th score by one rule,
+    hit_order (higher score, then the smaller row id, missing hits last): the final order
+    (tie_order), numpy's cut (_best_columns) and faiss flat's deeper search (_whole_tie).  Torch's
+    cut (_smallest_tied) restates it on the device, for speed, and says so; it is pinned to the
+    same hits by tests/test_gallery_search.py (test_the_torch_and_numpy_cuts_choose_the_tied_rows_by_one_rule)."""
+    module = "vis_embed/gallery/search.py"
+    functions = [node for node in ast.walk(_trees()[module]) if isinstance(node, ast.FunctionDef)]
+
+    def calling(name: str) -> set[str]:
+        return {function.name for function in functions if any(_call_of(name)(node) for node in ast.walk(function))}
+    assert calling("lexsort") == {"hit_order"}
+    assert calling("hit_order") == {"tie_order", "_best_columns", "_whole_tie"}
+    pin = "test_the_torch_and_numpy_cuts_choose_the_tied_rows_by_one_rule"  # the twin points to it, and it exists
+    twin = next(function for function in functions if function.name == "_smallest_tied")
+    assert "hit_order" in (ast.get_docstring(twin) or "") and pin in (ast.get_docstring(twin) or "")
+    assert f"def {pin}(" in (ROOT / "tests" / "test_gallery_search.py").read_text(encoding="utf-8")
+
+
 def test_one_frame_rule() -> None:
     """Which frames of a clip the model sees is data/video.frame_indices: the library's only
     linspace, which load_video and the length estimate both call."""
