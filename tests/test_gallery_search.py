@@ -149,6 +149,31 @@ def test_every_exact_kind_breaks_ties_alike_by_the_smaller_row_id(k: int, n_quer
     np.testing.assert_array_equal(search(torch_exact, queries, k)[1], expected)
 
 
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_torch_and_numpy_cuts_choose_the_tied_rows_by_one_rule(seed: int) -> None:
+    """The rows tied at the k-th score are chosen by search.hit_order's rule in numpy (numpy_topk:
+    _best_columns) and for a faiss flat index (_whole_tie), and by its restatement on the torch
+    device (TorchExactIndex: _smallest_tied, kept there for speed).  A battery of galleries of small
+    integers (exact float32 scores: ties of every size, above, at and across the k-th place, some
+    rows of score 0) and every k: all kinds give the rule's rows and scores.  NaN is left out: the
+    search refuses it (build_index, search)."""
+    from vis_embed.gallery.search import TorchExactIndex
+
+    rng = np.random.default_rng(seed)
+    rows, dim = int(rng.integers(5, 40)), int(rng.integers(1, 5))
+    gallery = rng.integers(-1, 3, (rows, dim)).astype(np.float32)
+    gallery[rng.integers(0, rows, 2)] = 0.0
+    queries = rng.integers(-1, 3, (6, dim)).astype(np.float32)
+    torch_exact, flat = TorchExactIndex(gallery, "cpu"), build_index(gallery, IndexSpec.named("flat"))
+    for k in range(1, rows + 1):
+        expected = _by_policy(queries, gallery, k)
+        expected_scores = np.take_along_axis(queries @ gallery.T, expected, axis=1)
+        for found in (torch_exact.search(queries, k), search(flat, queries, k),
+                      numpy_topk(queries, gallery, k), numpy_topk(queries, gallery, k, query_chunk=4, gallery_chunk=7)):
+            np.testing.assert_array_equal(found[1], expected, err_msg=f"k={k}")
+            np.testing.assert_array_equal(found[0], expected_scores, err_msg=f"k={k}")
+
 @pytest.mark.parametrize("kind", ["binary", "int8"])
 def test_quantized_hits_with_equal_scores_come_by_row_id(kind: str) -> None:
     """Codes without re-ranking tie a lot (binary: Hamming distances); search() orders them by id."""

@@ -240,6 +240,25 @@ def test_one_global_ranking_and_one_group_membership_rule() -> None:
     assert _where(_definition("_group_keys")) == {"vis_embed/data/taxonomy.py"}
 
 
+def test_one_tie_rule_for_every_exact_search_of_gallery_search() -> None:
+    """gallery/search.py orders hits and chooses the rows tied at the k-th score by one rule,
+    hit_order (higher score, then the smaller row id, missing hits last): the final order
+    (tie_order), numpy's cut (_best_columns) and faiss flat's deeper search (_whole_tie).  Torch's
+    cut (_smallest_tied) restates it on the device, for speed, and says so; it is pinned to the
+    same hits by tests/test_gallery_search.py (test_the_torch_and_numpy_cuts_choose_the_tied_rows_by_one_rule)."""
+    module = "vis_embed/gallery/search.py"
+    functions = [node for node in ast.walk(_trees()[module]) if isinstance(node, ast.FunctionDef)]
+
+    def calling(name: str) -> set[str]:
+        return {function.name for function in functions if any(_call_of(name)(node) for node in ast.walk(function))}
+    assert calling("lexsort") == {"hit_order"}
+    assert calling("hit_order") == {"tie_order", "_best_columns", "_whole_tie"}
+    pin = "test_the_torch_and_numpy_cuts_choose_the_tied_rows_by_one_rule"  # the twin points to it, and it exists
+    twin = next(function for function in functions if function.name == "_smallest_tied")
+    assert "hit_order" in (ast.get_docstring(twin) or "") and pin in (ast.get_docstring(twin) or "")
+    assert f"def {pin}(" in (ROOT / "tests" / "test_gallery_search.py").read_text(encoding="utf-8")
+
+
 def test_one_frame_rule() -> None:
     """Which frames of a clip the model sees is data/video.frame_indices: the library's only
     linspace, which load_video and the length estimate both call."""
@@ -254,6 +273,15 @@ def test_batch_bookkeeping_is_computed_in_vision_metadata_only() -> None:
     probes = (_call_of("get_rope_index"), _name("vision_utils"), _call_of("get_vision_cu_seqlens"))
     assert set().union(*(_where(probe) for probe in probes)) == {"vis_embed/model/network/vision_metadata.py"}
     assert _where(_call_of("describe_batch")) == {"vis_embed/model/network/embedding_model.py"}
+    # one move of the vision keywords to the device (their boundaries' host lengths noted for the
+    # moved tensors): vision_on, for a batch's metadata (BatchMetadata.to) and the tower's dummy
+    module = "vis_embed/model/network/vision_metadata.py"
+    assert _where(_call_of("remember_segment_lengths")) == {module}
+    functions = [node for node in ast.walk(_trees()[module]) if isinstance(node, ast.FunctionDef)]
+    assert {function.name for function in functions
+            if any(_call_of("remember_segment_lengths")(node) for node in ast.walk(function))} == {"vision_on"}
+    assert {function.name for function in functions
+            if any(_call_of("vision_on")(node) for node in ast.walk(function))} == {"to", "vision_tower_dummy"}
 
 
 def test_one_compile_rule() -> None:

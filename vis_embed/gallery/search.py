@@ -131,7 +131,10 @@ class TorchExactIndex:
 def _smallest_tied(products: torch.Tensor, values: torch.Tensor,
                    indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.topk``'s ``(values, indices)`` of ``products``, where more rows tie at a query's
-    k-th score than it kept, chosen again: every row above it and the tied rows of smallest id."""
+    k-th score than it kept, chosen again: every row above it and the tied rows of smallest id.
+    :func:`hit_order`'s rule, restated on the device: a tie may be the whole gallery (a collapsed
+    model), which the host would sort per query; tests/test_gallery_search.py
+    (test_the_torch_and_numpy_cuts_choose_the_tied_rows_by_one_rule) pins the two to the same hits."""
     k = values.shape[1]
     kth = values[:, -1:]
     for query in torch.nonzero((products >= kth).sum(dim=1) > k).flatten().tolist():  # rare: repeated rows
@@ -143,10 +146,20 @@ def _smallest_tied(products: torch.Tensor, values: torch.Tensor,
 
 
 def tie_order(scores: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each query's hits in the one order of every kind: higher score first, then the smaller row
-    id; missing hits (id -1) last.  A permutation within rows: which rows are hits is the index's."""
-    order = np.lexsort((ids, -scores, ids < 0), axis=1)
+    """Each query's hits in the one order of every kind (:func:`hit_order`).  A permutation within
+    rows: which rows are hits is the index's."""
+    order = hit_order(scores, ids)
     return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
+
+
+def hit_order(scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The one tie rule of the search, as the positions sorting ``scores`` / ``ids`` along their
+    last axis: higher score first, then the smaller row id; missing hits (id -1) last.  Which of
+    the rows tied at the k-th score make the cut is its first k too (:func:`_best_columns`, numpy;
+    :func:`_whole_tie`, faiss flat).  The torch device's cut restates it (:func:`_smallest_tied`,
+    kept on the device for speed), pinned to it by tests/test_gallery_search.py
+    (test_the_torch_and_numpy_cuts_choose_the_tied_rows_by_one_rule)."""
+    return np.lexsort((ids, -scores, ids < 0), axis=-1)
 
 
 def build_index(gallery: np.ndarray, spec: IndexSpec, seed: int = 0) -> SearchIndex:
@@ -235,7 +248,7 @@ def _whole_tie(index: faiss.IndexFlat, query: np.ndarray, k: int) -> tuple[np.nd
     while depth < index.ntotal and scores[0, -1] == scores[0, k - 1]:
         depth = min(2 * depth, index.ntotal)
         scores, ids = index.search(query, depth)
-    best = np.lexsort((ids[0], -scores[0]))[:k]
+    best = hit_order(scores[0], ids[0])[:k]
     return scores[0, best], ids[0, best]
 
 
@@ -284,5 +297,5 @@ def _best_columns(scores: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
     kth = np.take_along_axis(scores, top, axis=1).min(axis=1, keepdims=True)
     for row in np.flatnonzero((scores >= kth).sum(axis=1) > k):  # rare: repeated gallery rows
         candidates = np.flatnonzero(scores[row] >= kth[row, 0])
-        top[row] = candidates[np.lexsort((ids[row, candidates], -scores[row, candidates]))[:k]]
+        top[row] = candidates[hit_order(scores[row, candidates], ids[row, candidates])[:k]]
     return top

@@ -61,9 +61,8 @@ class BatchMetadata:
         self.last_index = last_index  # (batch,): each row's last real token
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> BatchMetadata:
-        moved = self._mapped(lambda tensor: tensor.to(device, non_blocking=non_blocking))
-        moved.note_segments()
-        return moved
+        return self._mapped(lambda tensor: tensor.to(device, non_blocking=non_blocking),
+                            vision=vision_on(self.vision, self.segment_lengths, device, non_blocking))
 
     def pin_memory(self) -> BatchMetadata:
         """Its tensors in page-locked memory (as ``Tensor.pin_memory``): a copy from pageable
@@ -71,25 +70,35 @@ class BatchMetadata:
         runs must come from pinned memory to overlap it (EmbeddingModel.collate)."""
         return self._mapped(pinned)
 
-    def _mapped(self, function: Callable[[torch.Tensor], torch.Tensor]) -> BatchMetadata:
-        """The same metadata with ``function`` applied to each of its tensors."""
-        def apply(value: Any) -> Any:
-            return function(value) if isinstance(value, torch.Tensor) else value
-
-        return BatchMetadata({key: apply(value) for key, value in self.vision.items()}, self.segment_lengths,
-                             self.visual_tokens, apply(self.position_ids), self.padded, apply(self.last_index))
-
-    def note_segments(self) -> None:
-        """Tell the CPU attention path (model/network/attention.py) the host lengths of these boundaries,
-        so its row plan needs no read either."""
-        _note_segments(self.vision, self.segment_lengths)
+    def _mapped(self, function: Callable[[torch.Tensor], torch.Tensor],
+                vision: dict[str, Any] | None = None) -> BatchMetadata:
+        """The same metadata with ``function`` applied to each of its tensors (``vision``: its
+        vision keywords mapped already)."""
+        return BatchMetadata(_tensors_mapped(self.vision, function) if vision is None else vision,
+                             self.segment_lengths, self.visual_tokens, _tensor_mapped(self.position_ids, function),
+                             self.padded, _tensor_mapped(self.last_index, function))
 
 
-def _note_segments(vision: dict[str, Any], segment_lengths: dict[str, list[int]]) -> None:
+def vision_on(vision: dict[str, Any], segment_lengths: dict[str, list[int]], device: torch.device | str,
+              non_blocking: bool = False) -> dict[str, Any]:
+    """The vision-tower keywords ``vision`` (:func:`vision_kwargs`) with their tensors on ``device``,
+    the host lengths of the moved boundaries told to the CPU attention path
+    (model/network/attention.py), so its row plan needs no read either: ``BatchMetadata.to``'s
+    move of a batch's vision, and :func:`vision_tower_dummy`'s of its dummy's."""
     from vis_embed.model.network.packed_rows import remember_segment_lengths
 
+    moved = _tensors_mapped(vision, lambda tensor: tensor.to(device, non_blocking=non_blocking))
     for key, values in segment_lengths.items():
-        remember_segment_lengths(vision[key], values)
+        remember_segment_lengths(moved[key], values)
+    return moved
+
+
+def _tensors_mapped(values: dict[str, Any], function: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Any]:
+    return {key: _tensor_mapped(value, function) for key, value in values.items()}
+
+
+def _tensor_mapped(value: Any, function: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    return function(value) if isinstance(value, torch.Tensor) else value
 
 
 def pinned(value: Any) -> Any:
@@ -168,10 +177,7 @@ def vision_tower_dummy(visual: torch.nn.Module) -> dict[str, Any]:
     merge = int(visual.spatial_merge_size)
     width = int(config.in_channels) * int(config.temporal_patch_size) * int(config.patch_size) ** 2
     grid = torch.tensor([[1, merge, merge]])
-    vision, segments = vision_kwargs(visual, grid)
-    vision = {key: value.to(visual.device) if isinstance(value, torch.Tensor) else value
-              for key, value in vision.items()}
-    _note_segments(vision, segments)
+    vision = vision_on(*vision_kwargs(visual, grid), visual.device)
     pixels = torch.zeros((merge * merge, width), dtype=visual.dtype, device=visual.device)
     output = visual(pixels, grid_thw=grid.to(visual.device), return_dict=True, **vision)
     deepstack = getattr(output, "deepstack_features", None)  # Qwen3-VL
