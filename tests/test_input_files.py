@@ -120,3 +120,72 @@ def test_encode_with_a_fifo_image_exits_2_naming_file_and_line(tiny_checkpoint, 
     assert done.returncode == 2, done.stderr
     assert f"{items}:2" in done.stderr and "FIFO" in done.stderr
     assert not (tmp_path / "emb.npy").exists()
+
+
+def test_a_parquet_row_group_whose_rows_average_over_the_line_limit_is_refused_before_reading(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JSONL line over MAX_LINE_BYTES is refused; a Parquet row group whose metadata says its rows
+    are larger on average is refused too, naming the rows, before any page is decompressed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from vis_embed.data import tables
+
+    monkeypatch.setattr(tables, "MAX_LINE_BYTES", 4000, raising=False)
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "text": ["x" * 100, "y" * 100, "z" * 100]}), path,
+                   row_group_size=2)
+    assert [line for line, _row in tables.read_table(path)] == [1, 2, 3]
+    pq.write_table(pa.table({"id": [str(k) for k in range(6)], "text": ["x" * 100] * 3 + ["y" * 9000] * 3}), path,
+                   row_group_size=3, compression="zstd", use_dictionary=False)
+    with pytest.raises(DataError, match=r"rows\.parquet: rows 4-6 \(row group 1\) hold [\d,]+ bytes each on "
+                                        r"average, over the limit of one row \(4,000 bytes"):
+        list(tables.read_table(path))
+
+
+def _arrow_bytes_holding_the_first_row(path: Path) -> tuple[int, int]:
+    """(bytes pyarrow holds, peak bytes Python allocated) while read_table has yielded its first row."""
+    import tracemalloc
+
+    import pyarrow as pa
+
+    from vis_embed.data.tables import read_table
+
+    before = pa.total_allocated_bytes()
+    tracemalloc.start()
+    try:
+        rows = read_table(path)
+        next(rows)
+        held, peak = pa.total_allocated_bytes() - before, tracemalloc.get_traced_memory()[1]
+        rows.close()
+    finally:
+        tracemalloc.stop()
+    return held, peak
+
+
+def test_a_parquet_file_is_read_in_bounded_pieces_not_whole_row_groups(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile input gets bounded work: pyarrow's ParquetFile pre-buffers each row group's column
+    chunks whole (an 8 MB one held to read row 1; 300 MB: 306 MiB), and 8,192 rows were decoded at
+    once however large (a 15 kB zstd file of 300 rows of 1 MiB: 1 GB peak for its first row).  Pages are
+    read through a bounded buffer, and a batch holds about PARQUET_BATCH_BYTES by the metadata's row size."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from vis_embed.data import tables
+
+    monkeypatch.setattr(tables, "PARQUET_BATCH_BYTES", 1 << 20, raising=False)
+    letters = np.random.default_rng(0).integers(97, 123, size=8000 * 1000, dtype=np.uint8)
+    offsets = np.arange(0, 8001 * 1000, 1000, dtype=np.int32)
+    texts = pa.StringArray.from_buffers(8000, pa.py_buffer(offsets), pa.py_buffer(letters))
+    wide = tmp_path / "wide.parquet"  # 8 MB in one row group, nothing to compress
+    pq.write_table(pa.table({"text": texts}), wide, compression="NONE", use_dictionary=False)
+    held, _peak = _arrow_bytes_holding_the_first_row(wide)
+    assert held < 4 << 20, held
+    bomb = tmp_path / "bomb.parquet"  # 200 rows of 100 kB in a few kB of zstd, one row a page
+    pq.write_table(pa.table({"text": ["a" * 100_000] * 200}), bomb, compression="zstd", use_dictionary=False,
+                   write_batch_size=1)
+    assert bomb.stat().st_size < 100_000
+    _held, peak = _arrow_bytes_holding_the_first_row(bomb)
+    assert peak < 5 << 20, peak  # 200 rows decoded to Python at once were 20 MB
+    assert [line for line, _row in tables.read_table(bomb)] == list(range(1, 201))

@@ -262,6 +262,14 @@ def without_bom(data: bytes) -> bytes:
     return data.removeprefix(codecs.BOM_UTF8)
 
 
+# The most bytes of one input a batch job takes in whole: an image URL's body (data.fetch.UrlPolicy).
+MAX_INPUT_BYTES = 256 << 20
+# The longest line of a JSONL or text input: one such input inline as a base64 data URI (4/3 its
+# size) and room for the row's other fields.  A line without a newline was read whole before
+# anything looked at it (3x its size in memory: bytes, text, parsed string).
+MAX_LINE_BYTES = MAX_INPUT_BYTES * 4 // 3 + (1 << 20)
+
+
 def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` of a UTF-8 file; bytes that are not UTF-8 are a
     ``DataError`` naming the file and line (not a ``UnicodeDecodeError`` without either)."""
@@ -287,11 +295,21 @@ def read_text(path: str | Path | Traversable) -> str:
 
 
 def read_text_lines_or_errors(path: str | Path) -> Iterator[tuple[int, str | DataError]]:
-    """Like :func:`read_text_lines`, but a line that is not UTF-8 is yielded as its DataError
-    and reading goes on (for readers that skip and count bad lines)."""
+    """Like :func:`read_text_lines`, but a line that is not UTF-8, or longer than
+    :data:`MAX_LINE_BYTES`, is yielded as its DataError and reading goes on (for readers that skip
+    and count bad lines); a line over the limit is read past in bounded chunks, never held whole."""
     path = Path(path)
     with path.open("rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
+        line_number = 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            line_number += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while (rest := handle.readline(1 << 16)) and not rest.endswith(b"\n"):
+                    pass
+                yield line_number, DataError(f"line longer than {MAX_LINE_BYTES:,} bytes, the limit of one line "
+                                             f"(an image this large belongs in a file, not inline)",
+                                             path=path, line=line_number)
+                continue
             if line_number == 1:
                 raw = without_bom(raw)
             try:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vis_embed.errors import DataError
+from vis_embed.io import MAX_INPUT_BYTES
 
 MAX_REDIRECTS = 5
 REDIRECT_STATUSES = (301, 302, 303, 307, 308)
@@ -57,7 +58,7 @@ class UrlPolicy:
 
     allow_private: bool = True
     timeout_s: float = 30.0
-    max_bytes: int = 256 * 1024 * 1024
+    max_bytes: int = MAX_INPUT_BYTES
 
 
 def fetch_url(url: str, policy: UrlPolicy = UrlPolicy()) -> bytes:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vis_embed.errors import DataError
-from vis_embed.io import atomic_path, read_jsonl, write_jsonl
+from vis_embed.io import MAX_LINE_BYTES, atomic_path, read_jsonl, write_jsonl
 
 TABLE_SUFFIXES: tuple[str, ...] = (".jsonl", ".parquet")
 
@@ -41,6 +41,30 @@ def _row_without_nulls(row: dict[str, Any], path: Path, line: int) -> dict[str, 
         raise DataError(str(exc), path=path, line=line) from None
 
 
+# Rows of a Parquet file decoded at once: PARQUET_BATCH_ROWS, fewer where the row groups' metadata
+# says rows are large (their uncompressed size per row), so that a batch holds about
+# PARQUET_BATCH_BYTES: 300 rows of 1 MiB in a zstd file of 15 kB were decoded at once (1 GB peak for row 1).
+PARQUET_BATCH_ROWS = 8192
+PARQUET_BATCH_BYTES = 64 << 20
+
+
+def _parquet_batch_rows(parquet_file: Any, path: Path) -> int:
+    """The batch size for ``parquet_file``; a row group whose rows average more than a JSONL line
+    may hold (:data:`~vis_embed.io.MAX_LINE_BYTES`) is refused, before anything is decompressed."""
+    metadata = parquet_file.metadata
+    largest, first_row = 1, 1
+    for group in range(metadata.num_row_groups):
+        info = metadata.row_group(group)
+        row_bytes = -(-info.total_byte_size // info.num_rows) if info.num_rows else 0
+        if row_bytes > MAX_LINE_BYTES:
+            last = first_row + info.num_rows - 1
+            rows = f"row {first_row}" if last == first_row else f"rows {first_row}-{last}"
+            raise DataError(f"{rows} (row group {group}) hold {row_bytes:,} bytes each on average, over the limit "
+                            f"of one row ({MAX_LINE_BYTES:,} bytes, as for a JSONL line)", path=path)
+        largest, first_row = max(largest, row_bytes), first_row + info.num_rows
+    return max(1, min(PARQUET_BATCH_ROWS, PARQUET_BATCH_BYTES // largest))
+
+
 def check_table_suffix(path: str | Path, field: str | None = None) -> None:
     if Path(path).suffix.lower() not in TABLE_SUFFIXES:
         raise DataError(f"unsupported file type {Path(path).suffix!r}; use .jsonl or .parquet",
@@ -59,12 +83,12 @@ def read_table(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         return
     import pyarrow.parquet as pq
 
-    try:
-        parquet_file = pq.ParquetFile(path)
+    try:  # pages read through a 1 MiB buffer: pyarrow's default pre-buffers whole row groups (a file's worth)
+        parquet_file = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
     except Exception as exc:  # pyarrow raises several types for corrupt files
         raise DataError(f"cannot read Parquet file ({exc})", path=path) from None
     row_number = 0
-    batches = parquet_file.iter_batches(batch_size=8192)
+    batches = parquet_file.iter_batches(batch_size=_parquet_batch_rows(parquet_file, path))
     while True:
         try:  # a corrupt page surfaces only when its batch is decoded (OSError, ArrowInvalid, ...)
             batch = next(batches, None)
