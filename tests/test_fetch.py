@@ -5,6 +5,7 @@ Loopback only (tests/_loopback.py)."""
 from __future__ import annotations
 
 import io
+import re
 import socket
 import time
 import urllib.parse
@@ -180,6 +181,24 @@ def test_an_escape_is_never_encoded_twice(photo_server) -> None:
     with pytest.raises(FetchError, match="HTTP 4xx"):
         fetch_url(f"{photo_server.url}/photos/my%2520photo%2520%25C3%25A9.jpg", PRIVATE_OK)
     assert photo_server.targets == ["/photos/my%2520photo%2520%25C3%25A9.jpg"]
+
+
+def test_a_percent_sign_that_starts_no_escape_is_sent_encoded(servers) -> None:
+    """``/100% cotton.jpg`` names a file with a '%' in it: sent as written, a server reads a broken
+    escape (nginx answers 400, as this one does); as requests does, such a target quotes its '%' too."""
+    photo, targets = _png(), []
+
+    def answer(handler) -> None:
+        targets.append(handler.path)
+        if re.search(r"%(?![0-9A-Fa-f]{2})", handler.path):
+            send(handler, 400)
+            return
+        found = urllib.parse.unquote(handler.path) == "/shop/100% cotton.jpg"
+        send(handler, 200, photo, {"Content-Type": "image/jpeg"}) if found else send(handler, 404)
+
+    server = servers(answer)
+    assert fetch_url(f"{server.url}/shop/100% cotton.jpg", PRIVATE_OK) == photo
+    assert targets == ["/shop/100%25%20cotton.jpg"]
 
 
 def test_an_unencoded_url_keeps_its_host_for_the_address_policy(photo_server) -> None:

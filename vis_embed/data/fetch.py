@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
+import re
 import socket
 import threading
 import time
@@ -45,6 +46,7 @@ _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215's local-use p
 # already there is not encoded twice); quote() keeps the unreserved ones (requests' requote_uri
 # keeps the same set).
 _TARGET_SAFE = "!$%&'()*+,/:;=?@[]~"
+_STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")  # a '%' that starts no escape
 
 
 class FetchError(DataError):
@@ -178,6 +180,8 @@ def _request_target(parts: urllib.parse.SplitResult) -> str:
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
+    if _STRAY_PERCENT.search(target):  # "100% cotton.jpg": the % is the name's, not an escape (requests' rule)
+        return urllib.parse.quote(target, safe=_TARGET_SAFE.replace("%", ""))
     return urllib.parse.quote(target, safe=_TARGET_SAFE)
 
 
