@@ -67,6 +67,45 @@ def test_a_folders_frames_are_sorted_naturally(tmp_path: Path) -> None:
     assert [Path(path).name for path in frame_files(folder)] == ["frame_1.png", "frame_2.jpg", "frame_10.png"]
 
 
+def test_a_folders_frame_order_never_depends_on_its_listing_and_any_name_sorts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # '²' is a digit to str.isdigit but not a number to int(): such a name once crashed the sort
+    # with a ValueError traceback; names equal but for case or leading zeros took the order the
+    # file system listed them in (another machine's listing: another clip).
+    import os
+
+    names = ["frame_01.png", "frame_1.png", "Frame_2.png", "frame_2.png", "x²1.png", "²3.png"]
+    folder = tmp_path / "clip"
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(b"x")
+    real_scandir = os.scandir
+
+    def listed(reverse: bool) -> list[str]:
+        def scandir(path: object) -> _Listing:
+            with real_scandir(path) as entries:
+                return _Listing(sorted(entries, key=lambda entry: entry.name, reverse=reverse))
+
+        monkeypatch.setattr(os, "scandir", scandir)
+        try:
+            return [Path(path).name for path in frame_files(folder)]
+        finally:
+            monkeypatch.setattr(os, "scandir", real_scandir)
+
+    expected = ["frame_01.png", "frame_1.png", "Frame_2.png", "frame_2.png", "x²1.png", "²3.png"]
+    assert listed(reverse=False) == listed(reverse=True) == expected
+
+
+class _Listing(list):
+    """A fixed listing standing in for ``os.scandir``'s iterator (a context manager)."""
+
+    def __enter__(self) -> "_Listing":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def test_load_video_decodes_the_picked_frames_in_order(tmp_path: Path) -> None:
     folder = _folder(tmp_path, 12)
     clip = load_video(str(folder), num_frames=8)

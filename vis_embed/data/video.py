@@ -85,9 +85,13 @@ def frames_timeline(picked: list[int]) -> list[int]:
 FitFrame = Callable[[Image.Image], Image.Image]
 
 
-def natural_key(name: str) -> list[Any]:
-    """Sort key: digit runs compare as numbers, the rest case-insensitively (``frame_2 < frame_10``)."""
-    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", name)]
+def natural_key(name: str) -> tuple[list[Any], str]:
+    """Sort key: digit runs compare as numbers, the rest case-insensitively (``frame_2 < frame_10``);
+    names equal so (``frame_1``, ``frame_01``, ``A1``, ``a1``) by the name itself, so the order never
+    depends on the folder's listing order.  The split's odd parts are the digit runs: a part such as
+    ``²`` is a digit to ``str.isdigit`` but not a number to ``int``."""
+    parts = re.split(r"(\d+)", name)
+    return [int(part) if odd else part.lower() for odd, part in zip([False, True] * len(parts), parts)], name
 
 
 def frame_indices(count: int, num_frames: int, multiple: int = TEMPORAL_PATCH) -> list[int]:
