@@ -36,13 +36,16 @@ def _index_of(image: Image.Image) -> int:
 
 
 def _write(path: Path, frames: list[np.ndarray], *, skip_after: frozenset[int] = frozenset(),
-           rotation: int | None = None) -> None:
-    """An mpeg4 stream at 30 fps; after each frame in ``skip_after`` one timestamp is left out
-    (a dropped frame: the stream's positions and its constant-rate timestamps part there)."""
+           rotation: int | None = None, gop: int | None = None) -> None:
+    """An mpeg4 stream at 30 fps (a keyframe every ``gop`` frames; mpeg4's default: 12); after each
+    frame in ``skip_after`` one timestamp is left out (a dropped frame: the stream's positions and
+    its constant-rate timestamps part there)."""
     with av.open(str(path), mode="w") as container:
         stream = container.add_stream("mpeg4", rate=30)
         stream.height, stream.width = frames[0].shape[:2]
         stream.pix_fmt = "yuv420p"
+        if gop is not None:
+            stream.codec_context.gop_size = gop
         stream.options = {"qscale": "2"}
         stream.codec_context.time_base = Fraction(1, 30)
         if rotation is not None:
@@ -95,6 +98,36 @@ def test_far_apart_frames_are_reached_by_seeking_to_the_frames_decoding_in_order
     assert [_index_of(frame) for frame in sought.frames] == sought.indices
     for ours, reference in zip(sought.frames, in_order.frames):
         assert np.array_equal(np.asarray(ours), np.asarray(reference))
+
+
+@pytest.mark.parametrize("name", ["clip.mp4", "clip.mkv"])
+def test_seeking_in_a_long_gop_decodes_no_frame_twice(tmp_path: Path, name: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # One keyframe for the whole video (a screen recording's, an encoder's "infinite" keyint):
+    # each picked frame's seek once landed on frame 0 and decoded from there again -- 4x the
+    # frames of decoding in order for 8 picks, 32x for 64, and the deadline's refusal of a
+    # video decoding in order reads in time.
+    clip = tmp_path / name
+    _write(clip, [_coded(index) for index in range(60)], gop=1000)
+    with av.open(str(clip)) as container:
+        assert sum(packet.is_keyframe for packet in container.demux(video=0) if packet.size) == 1
+    in_order = _decode(clip)
+    monkeypatch.setattr(video_file, "SEEK_GAP", 0)
+    monkeypatch.setattr(video_file, "_decode_picked", lambda *args: pytest.fail("decoded in order, not sought"))
+    decoded = [0]
+    check_frame = video_file._check_frame
+
+    def counted(*args: object) -> None:
+        decoded[0] += 1
+        check_frame(*args)
+
+    monkeypatch.setattr(video_file, "_check_frame", counted)
+    sought = _decode(clip)
+    assert sought.indices == in_order.indices == np.linspace(0, 59, 8, dtype=int).tolist()
+    assert [_index_of(frame) for frame in sought.frames] == sought.indices
+    for ours, reference in zip(sought.frames, in_order.frames):
+        assert np.array_equal(np.asarray(ours), np.asarray(reference))
+    assert decoded[0] <= 60, f"{decoded[0]} frames decoded for a 60-frame video"
 
 
 def test_a_rotated_video_is_decoded_upright(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ count, or its packets counted without decoding); frames above the decompression-
 refused from the stream header; one deadline bounds the whole decode (``max_decode_s``).  Picked
 frames further apart than :data:`SEEK_GAP` are reached by seeking: the packets' timestamps are
 read first (a demux, no decode), so frame k is the one at the k-th smallest timestamp -- the frame
-decoding in order gives at position k, whatever gaps or rate changes the stream has; a seek that
+decoding in order gives at position k, whatever gaps or rate changes the stream has (no keyframe
+between the frame last decoded and the next picked one: decoded on, not sought); a seek that
 does not land on that exact timestamp falls back to decoding in order.
 
 Rotation: a phone's portrait video is stored sideways with a display matrix; its frames are
@@ -20,6 +21,7 @@ turned as a player shows them (FFmpeg's autorotate), as images are by their EXIF
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -41,6 +43,14 @@ _TURNS = {90: Image.Transpose.ROTATE_90, 180: Image.Transpose.ROTATE_180, 270: I
 Take = Callable[[Image.Image], Image.Image]
 
 
+class _Packets(NamedTuple):
+    """The video stream's packets read without decoding: each one's presentation timestamp, in
+    presentation order (ascending; None first for a packet without one), and the keyframes'."""
+
+    timestamps: list[int | None]
+    keyframes: list[int]
+
+
 class DecodedFrames(NamedTuple):
     frames: list[Image.Image]  # one per picked position (repeats share an image)
     indices: list[int]  # the picked positions (repeats included)
@@ -54,21 +64,21 @@ def decode_video_file(path: str, pick: Callable[[int], list[int]], *, take: Take
     passed through ``take`` in ascending position (frame 0 first), as it is decoded."""
     deadline = time.monotonic() + max_decode_s
     take = take or (lambda image: image)
-    count, timestamps = _frame_count(path, deadline)
+    count, packets = _frame_count(path, deadline)
     for _ in range(2):  # a recorded count can be too high: once more with the frames really decoded
         if count < 1:
             raise DataError("the video has no frames", path=path)
         picked = pick(count)
         unique = sorted(set(picked))
         if len(unique) > 1 and min(b - a for a, b in zip(unique, unique[1:])) > SEEK_GAP:
-            timestamps = timestamps or _packet_timestamps(path, deadline)
-            sought = _seek_picked(path, unique, timestamps, take, deadline) if len(timestamps) == count else None
+            packets = packets or _read_packets(path, deadline)
+            sought = _seek_picked(path, unique, packets, take, deadline) if len(packets.timestamps) == count else None
             if sought is not None:
                 return DecodedFrames([sought[0][index] for index in picked], picked, sought[1])
         frames, decoded, fps = _decode_picked(path, set(picked), take, deadline)
         if all(index in frames for index in picked):
             return DecodedFrames([frames[index] for index in picked], picked, fps)
-        count, timestamps = decoded, []
+        count, packets = decoded, None
     raise DataError("the video's frames could not all be decoded", path=path)
 
 
@@ -109,29 +119,31 @@ def _video_stream(container: Any, path: str) -> Any:
     return stream
 
 
-def _frame_count(path: str, deadline: float) -> tuple[int, list[int | None]]:
+def _frame_count(path: str, deadline: float) -> tuple[int, _Packets | None]:
     """The video stream's frame count -- the container's when it records one, else its packets
-    counted -- and the packets' sorted timestamps when they were read ([] otherwise)."""
+    counted -- and the packets when they were read (None otherwise)."""
     with _open_container(path) as container:
         count = int(_video_stream(container, path).frames or 0)
     if count > 0:
         _check_count(count, path)
-        return count, []
-    timestamps = _packet_timestamps(path, deadline)
-    return len(timestamps), timestamps
+        return count, None
+    packets = _read_packets(path, deadline)
+    return len(packets.timestamps), packets
 
 
-def _packet_timestamps(path: str, deadline: float) -> list[int | None]:
-    """The presentation timestamp of each of the video stream's packets, in presentation order
-    (ascending; None first for a packet without one): a demux, no frame decoded.  A DataError past
-    :data:`MAX_VIDEO_FRAMES` or the deadline."""
+def _read_packets(path: str, deadline: float) -> _Packets:
+    """The video stream's packets' timestamps (:class:`_Packets`): a demux, no frame decoded.  A
+    DataError past :data:`MAX_VIDEO_FRAMES` or the deadline."""
     timestamps: list[int | None] = []
+    keyframes: list[int] = []
     with _open_container(path) as container:
         stream = _video_stream(container, path)
         try:
             for packet in container.demux(stream):
                 if packet.size > 0:  # the flushing packet at the end carries no data
                     timestamps.append(packet.pts)
+                    if packet.is_keyframe and packet.pts is not None:
+                        keyframes.append(packet.pts)
                 if len(timestamps) > MAX_VIDEO_FRAMES or time.monotonic() > deadline:
                     break
         except Exception as exc:  # noqa: BLE001
@@ -139,7 +151,7 @@ def _packet_timestamps(path: str, deadline: float) -> list[int | None]:
     if time.monotonic() > deadline:
         raise DataError("refused: reading the video took too long", path=path)
     _check_count(len(timestamps), path)
-    return sorted(timestamps, key=lambda pts: (pts is not None, pts or 0))
+    return _Packets(sorted(timestamps, key=lambda pts: (pts is not None, pts or 0)), sorted(keyframes))
 
 
 def _check_count(count: int, path: str) -> None:
@@ -148,25 +160,33 @@ def _check_count(count: int, path: str) -> None:
                         "to a folder and give that)", path=path)
 
 
-def _seek_picked(path: str, wanted: list[int], timestamps: list[int | None], take: Take,
+def _seek_picked(path: str, wanted: list[int], packets: _Packets, take: Take,
                  deadline: float) -> tuple[dict[int, Image.Image], float | None] | None:
     """Frames at ``wanted`` positions, each reached by a seek to the keyframe before its timestamp
-    and a decode forward to it, and the frame rate; None (decode in order instead) unless every
-    one lands exactly on the timestamp its position has."""
+    and a decode forward to it -- or, when no keyframe lies between the frame last decoded and it
+    (a long GOP), by decoding on from there: a seek would decode that stretch again -- and the
+    frame rate; None (decode in order instead) unless every one lands exactly on the timestamp
+    its position has."""
+    timestamps, keyframes = packets
     if any(timestamps[index] is None for index in wanted):
         return None
     frames: dict[int, Image.Image] = {}
     with _open_container(path) as container:
         stream = _video_stream(container, path)
         fps = _rate(stream)
+        decoding, position = None, None  # the decode under way, the timestamp it last gave
         try:
             for index in wanted:
                 target = timestamps[index]
-                container.seek(target, stream=stream, backward=True, any_frame=False)
-                for frame in container.decode(stream):
+                before = bisect.bisect_right(keyframes, target)
+                if decoding is None or position is None or (before and keyframes[before - 1] > position):
+                    container.seek(target, stream=stream, backward=True, any_frame=False)
+                    decoding = container.decode(stream)
+                for frame in decoding:
                     _check_frame(frame, path, deadline)
                     if frame.pts is None or frame.pts > target:
                         return None  # no timestamps, or past the frame: decode in order
+                    position = frame.pts
                     if frame.pts == target:
                         frames[index] = take(upright(frame))
                         break
