@@ -130,6 +130,26 @@ def test_seeking_in_a_long_gop_decodes_no_frame_twice(tmp_path: Path, name: str,
     assert decoded[0] <= 60, f"{decoded[0]} frames decoded for a 60-frame video"
 
 
+def test_a_stream_without_an_average_rate_keeps_its_own(tmp_path: Path) -> None:
+    # MPEG-4 part 2 in an MPEG-TS records no average rate; its clip was once told 2 fps (the rate
+    # of a clip of frames) with its 30 fps source positions: Qwen3-VL's timestamps 15x too late.
+    clip = tmp_path / "clip.ts"
+    with av.open(str(clip), mode="w", format="mpegts") as container:
+        stream = container.add_stream("mpeg4", rate=30)
+        stream.height, stream.width, stream.pix_fmt = 32, 192, "yuv420p"
+        for index in range(30):
+            frame = av.VideoFrame.from_ndarray(_coded(index), format="rgb24")
+            frame.pts, frame.time_base = index, Fraction(1, 30)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    with av.open(str(clip)) as container:
+        assert container.streams.video[0].average_rate is None
+    loaded = load_video(str(clip), None, 8)
+    assert loaded.fps == 30.0 and loaded.video_metadata()["fps"] == 30.0
+
+
 def test_a_rotated_video_is_decoded_upright(tmp_path: Path) -> None:
     # A phone's portrait clip: stored 96x64 with a display matrix of -90 degrees (counterclockwise;
     # what ffprobe prints as "rotation of -90.00 degrees" for an iPhone portrait video), shown

@@ -224,7 +224,10 @@ def _decode_picked(path: str, wanted: set[int], take: Take,
 
 
 def _rate(stream: Any) -> float | None:
-    return float(stream.average_rate) if stream.average_rate else None
+    """The stream's average frame rate, else FFmpeg's guess (an MPEG-TS of MPEG-4 part 2 records
+    no average: the caller's 2 fps for frames would stretch its source positions' time 15x)."""
+    rate = stream.average_rate or stream.guessed_rate
+    return float(rate) if rate else None
 
 
 def _check_frame(frame: Any, path: str, deadline: float) -> None:
