@@ -238,6 +238,7 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     recorded dtype policy is the model's, not this.  The effective settings are written as the
     export's ``embedding_config.json``.
     """
+    adapter = None if adapter is None else local_model_dir(adapter)  # a Hub id: its cached snapshot
     # ``out`` checked first (a folder of other files, or holding the model read, is refused), then built
     with atomic_directory(out, marker=CHECKPOINT_MARKER, what="a model checkpoint",
                           inputs=[path for path in (model, adapter) if path is not None]) as tmp:

@@ -47,12 +47,14 @@ def run(args: argparse.Namespace) -> int:
     from vis_embed.errors import ConfigError
     from vis_embed.model.files.export import export_sentence_transformers
     from vis_embed.model.files.model_card import export_facts, write_model_card
+    from vis_embed.model.references import local_model_dir
 
     if args.model is None and args.adapter is None:
         raise ConfigError("give MODEL, --adapter, or both")
     results = _read_results(args.results) if args.results is not None else None  # checked before the export
-    out = export_sentence_transformers(args.model, args.out, adapter=args.adapter, **given_settings(args))
-    write_model_card(out, export_facts(args.adapter, _card_base(args.model, args.adapter), results),
+    adapter = None if args.adapter is None else local_model_dir(args.adapter)  # a Hub id: its cached snapshot
+    out = export_sentence_transformers(args.model, args.out, adapter=adapter, **given_settings(args))
+    write_model_card(out, export_facts(adapter, _card_base(args.model, adapter), results),
                      merged=True)
     print(f"sentence-transformers model written to {out} "
           f"(SentenceTransformer({str(out)!r}); vllm serve {out} --runner pooling --convert embed)")
