@@ -186,3 +186,19 @@ def test_recorded_matryoshka_widths_above_the_models_are_refused(
     assert cli_main(["export", str(base), "--out", str(tmp_path / "st")]) == 2
     assert "matryoshka_dims [8, 100000]: 100000 exceeds the model's embedding width" in capsys.readouterr().err
     assert not (tmp_path / "st").exists()
+
+
+def test_out_naming_the_adapters_recorded_base_is_refused(
+        tiny_checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The base read from the adapter's record is an input as a given MODEL is (was: --out BASE
+    replaced the base checkpoint by the export, and the adapter then named merged weights)."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_checkpoint("qwen2-vl"), base)
+    adapter = perturbed_adapter(base, tmp_path / "lora")
+    weights = (base / "model.safetensors").read_bytes()
+    assert cli_main(["export", "--adapter", str(adapter), "--out", str(base),
+                     "--query-instruction", "q", "--document-instruction", "d"]) == 2
+    assert f"--out {base}: holds the input {base}" in capsys.readouterr().err
+    assert (base / "model.safetensors").read_bytes() == weights and not (base / "modules.json").exists()

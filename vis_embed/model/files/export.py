@@ -239,9 +239,10 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     export's ``embedding_config.json``.
     """
     adapter = None if adapter is None else local_model_dir(adapter)  # a Hub id: its cached snapshot
-    # ``out`` checked first (a folder of other files, or holding the model read, is refused), then built
+    base = recorded_base(model, adapter)  # the adapter's recorded base when no model is given: an input too
+    # ``out`` checked first (a folder of other files, or holding the models read, is refused), then built
     with atomic_directory(out, marker=CHECKPOINT_MARKER, what="a model checkpoint",
-                          inputs=[path for path in (model, adapter) if path is not None]) as tmp:
+                          inputs=[path for path in (base, adapter) if path is not None]) as tmp:
         # ``dtype`` is the written weights' only, not the recorded policy (merge's rule)
         config = export_config(model, adapter, query_instruction=query_instruction,
                                document_instruction=document_instruction, min_pixels=min_pixels,
