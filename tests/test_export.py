@@ -202,3 +202,24 @@ def test_out_naming_the_adapters_recorded_base_is_refused(
                      "--query-instruction", "q", "--document-instruction", "d"]) == 2
     assert f"--out {base}: holds the input {base}" in capsys.readouterr().err
     assert (base / "model.safetensors").read_bytes() == weights and not (base / "modules.json").exists()
+
+
+def test_an_adapter_given_as_the_model_is_named_as_one(
+        tiny_checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``vis-embed export runs/x/final`` (the run's adapter as MODEL), ``merge --base`` or
+    ``Embedder.from_pretrained`` of it: told to pass it as the adapter (was transformers'
+    'Unrecognized processing class' / 'model_type' message, or a recorded-instruction error)."""
+    from vis_embed.errors import ConfigError
+    from vis_embed.model.network.projection_head import ProjectionHead, save_head
+
+    base = tiny_checkpoint("qwen2-vl")
+    lora = perturbed_adapter(base, tmp_path / "lora")
+    head = save_head(tmp_path / "head", ProjectionHead(8, 4), str(base))
+    for command in (["export", str(lora), "--out", str(tmp_path / "st")],
+                    ["export", str(head), "--out", str(tmp_path / "st"), "--query-instruction", "q"],
+                    ["merge", str(lora), "--base", str(head), "--out", str(tmp_path / "merged")]):
+        assert cli_main(command) == 2
+        assert "holds a saved adapter" in capsys.readouterr().err, command
+    with pytest.raises(ConfigError, match=r"lora holds a saved adapter \(lora\), not a model: pass it as the adapter"):
+        Embedder.from_pretrained(lora, device="cpu")
+    assert not (tmp_path / "st").exists() and not (tmp_path / "merged").exists()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.vectors.transforms import check_matryoshka_dims, vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
-from vis_embed.model.network.adaptation import FullAdaptation, saved_adapter
+from vis_embed.model.network.adaptation import FullAdaptation, refuse_adapter_as_model, saved_adapter
 from vis_embed.model.embedding_config import (EMBEDDING_CONFIG_FILE, EmbeddingConfig, read_embedding_config,
                                               resolve_embedding_config)
 from vis_embed.model.defaults import CHECKPOINT_MARKER
@@ -109,6 +109,8 @@ def recorded_base(base: str | None, adapter_dir: Path | None) -> str:
         check_base_exists(base, adapter_dir / adaptation.config_file)
     else:
         check_base_exists(base)
+        if looks_like_path(base):
+            refuse_adapter_as_model(base)  # a run's final/ given as the model
     return base
 
 
