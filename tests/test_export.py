@@ -223,3 +223,21 @@ def test_an_adapter_given_as_the_model_is_named_as_one(
     with pytest.raises(ConfigError, match=r"lora holds a saved adapter \(lora\), not a model: pass it as the adapter"):
         Embedder.from_pretrained(lora, device="cpu")
     assert not (tmp_path / "st").exists() and not (tmp_path / "merged").exists()
+
+
+def test_the_adapters_evaluation_goes_on_the_card_only_of_an_export_that_embeds_alike(
+        tiny_checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """An export with another pixel budget (or without a recorded token cap) gives other vectors
+    than the evaluated adapter: its card does not claim the adapter's scores (was: copied)."""
+    from vis_embed.model.files.model_card import write_model_card
+
+    adapter = perturbed_adapter(tiny_checkpoint("qwen2-vl"), tmp_path / "lora")
+    write_model_card(adapter, {"base_model": "b", "steps": 3, "evaluation": {"datasets": {"SynthRec": {
+        "metric": "P@1", "value": 61.2, "meta_task": "ID-Rec", "split": "IND"}}, "groups": {}}})
+    prompts = ["--query-instruction", "q", "--document-instruction", "d"]
+    assert cli_main(["export", "--adapter", str(adapter), "--out", str(tmp_path / "same"), *prompts]) == 0
+    assert "| SynthRec | ID-Rec | IND | P@1 | 61.20 |" in (tmp_path / "same" / "README.md").read_text()
+    assert cli_main(["export", "--adapter", str(adapter), "--out", str(tmp_path / "smaller"), *prompts,
+                     "--max-pixels", "40000"]) == 0
+    card = (tmp_path / "smaller" / "README.md").read_text()
+    assert "61.2" not in card and "Not evaluated when this card was written" in card
