@@ -186,3 +186,58 @@ def test_recorded_matryoshka_widths_above_the_models_are_refused(
     assert cli_main(["export", str(base), "--out", str(tmp_path / "st")]) == 2
     assert "matryoshka_dims [8, 100000]: 100000 exceeds the model's embedding width" in capsys.readouterr().err
     assert not (tmp_path / "st").exists()
+
+
+def test_out_naming_the_adapters_recorded_base_is_refused(
+        tiny_checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The base read from the adapter's record is an input as a given MODEL is (was: --out BASE
+    replaced the base checkpoint by the export, and the adapter then named merged weights)."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_checkpoint("qwen2-vl"), base)
+    adapter = perturbed_adapter(base, tmp_path / "lora")
+    weights = (base / "model.safetensors").read_bytes()
+    assert cli_main(["export", "--adapter", str(adapter), "--out", str(base),
+                     "--query-instruction", "q", "--document-instruction", "d"]) == 2
+    assert f"--out {base}: holds the input {base}" in capsys.readouterr().err
+    assert (base / "model.safetensors").read_bytes() == weights and not (base / "modules.json").exists()
+
+
+def test_an_adapter_given_as_the_model_is_named_as_one(
+        tiny_checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``vis-embed export runs/x/final`` (the run's adapter as MODEL), ``merge --base`` or
+    ``Embedder.from_pretrained`` of it: told to pass it as the adapter (was transformers'
+    'Unrecognized processing class' / 'model_type' message, or a recorded-instruction error)."""
+    from vis_embed.errors import ConfigError
+    from vis_embed.model.network.projection_head import ProjectionHead, save_head
+
+    base = tiny_checkpoint("qwen2-vl")
+    lora = perturbed_adapter(base, tmp_path / "lora")
+    head = save_head(tmp_path / "head", ProjectionHead(8, 4), str(base))
+    for command in (["export", str(lora), "--out", str(tmp_path / "st")],
+                    ["export", str(head), "--out", str(tmp_path / "st"), "--query-instruction", "q"],
+                    ["merge", str(lora), "--base", str(head), "--out", str(tmp_path / "merged")]):
+        assert cli_main(command) == 2
+        assert "holds a saved adapter" in capsys.readouterr().err, command
+    with pytest.raises(ConfigError, match=r"lora holds a saved adapter \(lora\), not a model: pass it as the adapter"):
+        Embedder.from_pretrained(lora, device="cpu")
+    assert not (tmp_path / "st").exists() and not (tmp_path / "merged").exists()
+
+
+def test_the_adapters_evaluation_goes_on_the_card_only_of_an_export_that_embeds_alike(
+        tiny_checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """An export with another pixel budget (or without a recorded token cap) gives other vectors
+    than the evaluated adapter: its card does not claim the adapter's scores (was: copied)."""
+    from vis_embed.model.files.model_card import write_model_card
+
+    adapter = perturbed_adapter(tiny_checkpoint("qwen2-vl"), tmp_path / "lora")
+    write_model_card(adapter, {"base_model": "b", "steps": 3, "evaluation": {"datasets": {"SynthRec": {
+        "metric": "P@1", "value": 61.2, "meta_task": "ID-Rec", "split": "IND"}}, "groups": {}}})
+    prompts = ["--query-instruction", "q", "--document-instruction", "d"]
+    assert cli_main(["export", "--adapter", str(adapter), "--out", str(tmp_path / "same"), *prompts]) == 0
+    assert "| SynthRec | ID-Rec | IND | P@1 | 61.20 |" in (tmp_path / "same" / "README.md").read_text()
+    assert cli_main(["export", "--adapter", str(adapter), "--out", str(tmp_path / "smaller"), *prompts,
+                     "--max-pixels", "40000"]) == 0
+    card = (tmp_path / "smaller" / "README.md").read_text()
+    assert "61.2" not in card and "Not evaluated when this card was written" in card

@@ -61,3 +61,21 @@ def test_a_hub_id_that_cannot_be_fetched_is_a_clear_error(tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match="cannot fetch 'acme/not-cached' from the Hub"):
         local_model_dir("acme/not-cached")
     assert local_model_dir(tmp_path) == tmp_path  # a path is a path
+
+
+def test_a_hub_adapter_exports_by_its_id(tiny_checkpoint, tmp_path) -> None:
+    """``vis-embed export --adapter OWNER/NAME`` reads the snapshot, as merge does (was: a
+    ConfigError, the adapter's files looked for in a local folder named OWNER/NAME)."""
+    base = tiny_checkpoint("qwen2-vl")
+    adapter = perturbed_adapter(base, tmp_path / "lora")
+    as_hub_cache(adapter, tmp_path / "hub", REPO)
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "vis_embed", "export", "--adapter", REPO, "--out",
+                           str(tmp_path / "st"), "--query-instruction", "Find it.", "--document-instruction", "",
+                           "--dtype", "float32"], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = Embedder.from_pretrained(base, adapter=adapter, device="cpu", dtype="float32").encode(
+        ITEMS, instruction="Find it.")
+    exported = Embedder.from_pretrained(tmp_path / "st", device="cpu", dtype="float32")
+    assert np.allclose(exported.encode(ITEMS, instruction="Find it."), expected, atol=1e-4)
+    assert "# Merged model for" in (tmp_path / "st" / "README.md").read_text()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from vis_embed.errors import ConfigError, DataError
 from vis_embed.vectors.transforms import check_matryoshka_dims, vllm_matryoshka_fields
 from vis_embed.io import atomic_directory, atomic_write_bytes, atomic_write_json
-from vis_embed.model.network.adaptation import FullAdaptation, saved_adapter
+from vis_embed.model.network.adaptation import FullAdaptation, refuse_adapter_as_model, saved_adapter
 from vis_embed.model.embedding_config import (EMBEDDING_CONFIG_FILE, EmbeddingConfig, read_embedding_config,
                                               resolve_embedding_config)
 from vis_embed.model.defaults import CHECKPOINT_MARKER
@@ -109,6 +109,8 @@ def recorded_base(base: str | None, adapter_dir: Path | None) -> str:
         check_base_exists(base, adapter_dir / adaptation.config_file)
     else:
         check_base_exists(base)
+        if looks_like_path(base):
+            refuse_adapter_as_model(base)  # a run's final/ given as the model
     return base
 
 
@@ -238,9 +240,11 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
     recorded dtype policy is the model's, not this.  The effective settings are written as the
     export's ``embedding_config.json``.
     """
-    # ``out`` checked first (a folder of other files, or holding the model read, is refused), then built
+    adapter = None if adapter is None else local_model_dir(adapter)  # a Hub id: its cached snapshot
+    base = recorded_base(model, adapter)  # the adapter's recorded base when no model is given: an input too
+    # ``out`` checked first (a folder of other files, or holding the models read, is refused), then built
     with atomic_directory(out, marker=CHECKPOINT_MARKER, what="a model checkpoint",
-                          inputs=[path for path in (model, adapter) if path is not None]) as tmp:
+                          inputs=[path for path in (base, adapter) if path is not None]) as tmp:
         # ``dtype`` is the written weights' only, not the recorded policy (merge's rule)
         config = export_config(model, adapter, query_instruction=query_instruction,
                                document_instruction=document_instruction, min_pixels=min_pixels,

@@ -47,13 +47,19 @@ def run(args: argparse.Namespace) -> int:
     from vis_embed.errors import ConfigError
     from vis_embed.model.files.export import export_sentence_transformers
     from vis_embed.model.files.model_card import export_facts, write_model_card
+    from vis_embed.model.references import local_model_dir
 
     if args.model is None and args.adapter is None:
         raise ConfigError("give MODEL, --adapter, or both")
     results = _read_results(args.results) if args.results is not None else None  # checked before the export
-    out = export_sentence_transformers(args.model, args.out, adapter=args.adapter, **given_settings(args))
-    write_model_card(out, export_facts(args.adapter, _card_base(args.model, args.adapter), results),
-                     merged=True)
+    adapter = None if args.adapter is None else local_model_dir(args.adapter)  # a Hub id: its cached snapshot
+    out = export_sentence_transformers(args.model, args.out, adapter=adapter, **given_settings(args))
+    facts = export_facts(adapter, _card_base(args.model, adapter), results)
+    if results is None and facts.evaluation and _embeds_otherwise(out, args.model, adapter):
+        print("note: the adapter's last evaluation is not put on the card: the export embeds with other settings "
+              "(pixels, token cap, ...); `vis-embed export --results` puts an evaluation of the export there")
+        facts = facts.model_copy(update={"evaluation": None})
+    write_model_card(out, facts, merged=True)
     print(f"sentence-transformers model written to {out} "
           f"(SentenceTransformer({str(out)!r}); vllm serve {out} --runner pooling --convert embed)")
     return 0
@@ -73,6 +79,22 @@ def _read_results(path: Path) -> ResultsFile:
         return ResultsFile.of(results, path)
     except DataError as exc:
         raise ConfigError(f"--results {exc}") from None
+
+
+# Settings that do not change the evaluated vectors: the machine's, and the export's prompts (an
+# evaluation takes its instructions from the benchmark), and the kind recorded.
+_NOT_EVALUATED = ("dtype", "attn_implementation", "query_instruction", "document_instruction", "adaptation")
+
+
+def _embeds_otherwise(out: Path, model: str | None, adapter: Path | None) -> bool:
+    """Whether the export at ``out`` embeds with other settings than the adapter it was made from
+    (a given --max-pixels, a recorded max_length left out): its evaluation is not the export's."""
+    from vis_embed.model.embedding_config import resolve_embedding_config
+    from vis_embed.model.files.export import recorded_base
+
+    exported = resolve_embedding_config(str(out), None).model_dump(exclude=set(_NOT_EVALUATED))
+    source = resolve_embedding_config(recorded_base(model, adapter), adapter).model_dump(exclude=set(_NOT_EVALUATED))
+    return exported != source
 
 
 def _card_base(model: str | None, adapter: Path | None) -> str:

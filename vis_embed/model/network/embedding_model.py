@@ -30,7 +30,8 @@ from vis_embed.errors import ConfigError
 from vis_embed.model.network.attention import (attention_name, load_attn_implementation, resolve_attn_implementation,
                                                set_attention)
 from vis_embed.model.network.adaptation import (HeadAdaptation, LoraAdaptation, LoraOptions, adaptation_of,
-                                                adapter_kind, attach_adapter, build_adaptation, has_lora)
+                                                adapter_kind, attach_adapter, build_adaptation, has_lora,
+                                                refuse_adapter_as_model)
 from vis_embed.model.defaults import DTYPE_NAMES
 from vis_embed.model.embedding_config import EmbeddingConfig, resolve_embedding_config
 from vis_embed.model.network.patch_embedding import use_matmul_patch_embedding
@@ -175,6 +176,8 @@ class EmbeddingModel(torch.nn.Module, PreparesItems):
         name = str(name_or_path)
         if looks_like_path(name) and not Path(name).expanduser().is_dir():
             raise ConfigError(f"model path not found: {name}")
+        if looks_like_path(name):
+            refuse_adapter_as_model(name)
         adapter = None if adapter is None else local_model_dir(adapter)  # a Hub id: its cached snapshot
         if config is None:
             config = resolve_embedding_config(name, adapter, dtype=dtype_name(dtype), **settings)

@@ -25,8 +25,9 @@ from vis_embed.model.network.adaptation.head import HeadAdaptation, HeadOptions
 from vis_embed.model.network.adaptation.lora import LoraAdaptation, LoraOptions
 from vis_embed.model.network.adaptation.options import (AdaptationOptions, adaptation_of, adapter_kind,
                                                         build_adaptation)
-from vis_embed.model.network.adaptation.saved import attach_adapter, saved_adaptation, saved_adapter
+from vis_embed.model.network.adaptation.saved import (attach_adapter, refuse_adapter_as_model, saved_adaptation,
+                                                      saved_adapter)
 
 __all__ = ["ADAPTATIONS", "ADAPTATION_KINDS", "Adaptation", "AdaptationOptions", "AdaptedModel", "FullAdaptation",
            "HeadAdaptation", "HeadOptions", "LoraAdaptation", "LoraOptions", "adaptation_of", "adapter_kind",
-           "attach_adapter", "build_adaptation", "has_lora", "saved_adaptation", "saved_adapter", "warm_start"]
+           "attach_adapter", "build_adaptation", "has_lora", "refuse_adapter_as_model", "saved_adaptation", "saved_adapter", "warm_start"]

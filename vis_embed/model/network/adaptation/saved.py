@@ -59,6 +59,19 @@ def saved_adapter(directory: str | Path) -> Adaptation:
     return adaptation
 
 
+def refuse_adapter_as_model(name: str | Path) -> None:
+    """A ConfigError when ``name``, given where a model belongs (MODEL, ``--model``, ``--base``), is
+    a saved adapter's directory (a run's ``final/``): pass it as ``--adapter`` (was transformers'
+    'Unrecognized model' or 'processing class' message).  A checkpoint (``config.json``) is a model."""
+    path = Path(name).expanduser()
+    if not path.is_dir() or (path / "config.json").is_file():
+        return
+    adaptation = saved_adaptation(path)
+    if adaptation is not None and adaptation.is_adapter:
+        raise ConfigError(f"{name} holds a saved adapter ({adaptation.kind}), not a model: pass it as the adapter "
+                          "(--adapter; merge's ADAPTER), over its base")
+
+
 def attach_adapter(backbone: torch.nn.Module, directory: str | Path,
                    device: torch.device | str) -> tuple[torch.nn.Module, ProjectionHead | None]:
     """(backbone, head) with the adapter saved in ``directory`` applied for inference."""
