@@ -30,4 +30,5 @@ from vis_embed.model.network.adaptation.saved import (attach_adapter, refuse_ada
 
 __all__ = ["ADAPTATIONS", "ADAPTATION_KINDS", "Adaptation", "AdaptationOptions", "AdaptedModel", "FullAdaptation",
            "HeadAdaptation", "HeadOptions", "LoraAdaptation", "LoraOptions", "adaptation_of", "adapter_kind",
-           "attach_adapter", "build_adaptation", "has_lora", "refuse_adapter_as_model", "saved_adaptation", "saved_adapter", "warm_start"]
+           "attach_adapter", "build_adaptation", "has_lora", "refuse_adapter_as_model", "saved_adaptation",
+           "saved_adapter", "warm_start"]
