@@ -241,3 +241,26 @@ def test_the_adapters_evaluation_goes_on_the_card_only_of_an_export_that_embeds_
                      "--max-pixels", "40000"]) == 0
     card = (tmp_path / "smaller" / "README.md").read_text()
     assert "61.2" not in card and "Not evaluated when this card was written" in card
+
+
+def test_a_fully_fine_tuned_models_card_facts_travel_to_its_export(tiny_checkpoint: Callable[..., Path],
+                                                                   tmp_path: Path) -> None:
+    """``vis-embed export RUN/final`` (a full fine-tune: the model itself, no adapter) built the
+    card from the folder's name alone (no base, steps, data or evaluation); the folder's own card
+    facts are the export's, and --results still replaces the evaluation."""
+    import shutil
+
+    from vis_embed.model.files.model_card import read_facts, write_model_card
+
+    final = tmp_path / "run" / "final"
+    shutil.copytree(tiny_checkpoint("qwen2-vl"), final)
+    write_model_card(final, {"base_model": "Qwen/Qwen2-VL-2B-Instruct", "steps": 3,
+                             "datasets": [{"name": "SynthRec", "kind": "pairs", "path": "d.jsonl", "weight": 1.0}],
+                             "evaluation": {"datasets": {"SynthRec": {"metric": "P@1", "value": 61.2,
+                                                                      "meta_task": "ID-Rec", "split": "IND"}},
+                                            "groups": {}}})
+    assert cli_main(["export", str(final), "--out", str(tmp_path / "st")]) == 0
+    facts = read_facts(tmp_path / "st")
+    assert facts is not None and facts.base_model == "Qwen/Qwen2-VL-2B-Instruct" and facts.steps == 3
+    assert [dataset["name"] for dataset in facts.datasets] == ["SynthRec"]
+    assert "| SynthRec | ID-Rec | IND | P@1 | 61.20 |" in (tmp_path / "st" / "README.md").read_text()

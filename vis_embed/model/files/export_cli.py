@@ -54,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
     results = _read_results(args.results) if args.results is not None else None  # checked before the export
     adapter = None if args.adapter is None else local_model_dir(args.adapter)  # a Hub id: its cached snapshot
     out = export_sentence_transformers(args.model, args.out, adapter=adapter, **given_settings(args))
-    facts = export_facts(adapter, _card_base(args.model, adapter), results)
+    facts = export_facts(adapter, _card_base(args.model, adapter), results, model=args.model)
     if results is None and facts.evaluation and _embeds_otherwise(out, args.model, adapter):
-        print("note: the adapter's last evaluation is not put on the card: the export embeds with other settings "
+        print("note: the model's last evaluation is not put on the card: the export embeds with other settings "
               "(pixels, token cap, ...); `vis-embed export --results` puts an evaluation of the export there")
         facts = facts.model_copy(update={"evaluation": None})
     write_model_card(out, facts, merged=True)

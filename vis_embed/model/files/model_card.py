@@ -261,10 +261,15 @@ def record_evaluation(directory: Path, results: ResultsFile | Mapping[str, Any])
 
 
 def export_facts(adapter: str | Path | None, base_model: str,
-                 results: ResultsFile | Mapping[str, Any] | None = None) -> CardFacts:
+                 results: ResultsFile | Mapping[str, Any] | None = None, model: str | None = None) -> CardFacts:
     """Card facts of an exported model built on ``base_model``: the adapter's own facts when it
-    has a card (training settings, data, last evaluation); ``results`` (a results.json)
-    replaces the evaluation."""
+    has a card (training settings, data, last evaluation); with no adapter, those of the local
+    ``model`` folder when it has a card (a fully fine-tuned run's final/: its facts name the base it
+    was trained from); ``results`` (a results.json) replaces the evaluation."""
+    if adapter is None:
+        own = read_facts(Path(model)) if model is not None and Path(model).is_dir() else None
+        if own is not None:
+            return own if results is None else own.model_copy(update={"evaluation": evaluation_summary(results)})
     own = read_facts(adapter) if adapter is not None else None
     exported = None if adapter is None else saved_adapter(adapter).kind  # what the card's title names
     facts = (own or CardFacts(base_model=base_model)).model_copy(update={"base_model": base_model,
