@@ -60,7 +60,8 @@ def test_every_command_replacing_a_folder_refuses_a_foreign_one_before_any_work(
         call = lambda: build_tiny_checkpoint(foreign)  # noqa: E731
     elif writer == "export":
         from vis_embed.model.files.export import export_sentence_transformers
-        call = lambda: export_sentence_transformers(str(tmp_path / "no-model"), foreign)  # noqa: E731
+        (tmp_path / "model").mkdir()  # found (its inputs are checked first, as merge's), never loaded
+        call = lambda: export_sentence_transformers(str(tmp_path / "model"), foreign)  # noqa: E731
     elif writer == "merge":
         from vis_embed.training.merge import merge_adapter
         (tmp_path / "base").mkdir()
