@@ -91,7 +91,7 @@ def natural_key(name: str) -> tuple[list[Any], str]:
     depends on the folder's listing order.  The split's odd parts are the digit runs: a part such as
     ``²`` is a digit to ``str.isdigit`` but not a number to ``int``."""
     parts = re.split(r"(\d+)", name)
-    return [int(part) if odd else part.lower() for odd, part in zip([False, True] * len(parts), parts)], name
+    return [int(part) if index % 2 else part.lower() for index, part in enumerate(parts)], name
 
 
 def frame_indices(count: int, num_frames: int, multiple: int = TEMPORAL_PATCH) -> list[int]:

@@ -54,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
     results = _read_results(args.results) if args.results is not None else None  # checked before the export
     adapter = None if args.adapter is None else local_model_dir(args.adapter)  # a Hub id: its cached snapshot
     out = export_sentence_transformers(args.model, args.out, adapter=adapter, **given_settings(args))
-    facts = export_facts(adapter, _card_base(args.model, adapter), results, model=args.model)
-    if results is None and facts.evaluation and _embeds_otherwise(out, args.model, adapter):
+    base = _card_base(args.model, adapter)
+    facts = export_facts(adapter, base, results, model=args.model)
+    if results is None and facts.evaluation and _embeds_otherwise(out, base, adapter):
         print("note: the model's last evaluation is not put on the card: the export embeds with other settings "
               "(pixels, token cap, ...); `vis-embed export --results` puts an evaluation of the export there")
         facts = facts.model_copy(update={"evaluation": None})
@@ -86,14 +87,13 @@ def _read_results(path: Path) -> ResultsFile:
 _NOT_EVALUATED = ("dtype", "attn_implementation", "query_instruction", "document_instruction", "adaptation")
 
 
-def _embeds_otherwise(out: Path, model: str | None, adapter: Path | None) -> bool:
-    """Whether the export at ``out`` embeds with other settings than the adapter it was made from
-    (a given --max-pixels, a recorded max_length left out): its evaluation is not the export's."""
+def _embeds_otherwise(out: Path, base: str, adapter: Path | None) -> bool:
+    """Whether the export at ``out`` embeds with other settings than ``base`` (+ ``adapter``) it was
+    made from (a given --max-pixels, a recorded max_length left out): its evaluation is not the export's."""
     from vis_embed.model.embedding_config import resolve_embedding_config
-    from vis_embed.model.files.export import recorded_base
 
     exported = resolve_embedding_config(str(out), None).model_dump(exclude=set(_NOT_EVALUATED))
-    source = resolve_embedding_config(recorded_base(model, adapter), adapter).model_dump(exclude=set(_NOT_EVALUATED))
+    source = resolve_embedding_config(base, adapter).model_dump(exclude=set(_NOT_EVALUATED))
     return exported != source
 
 

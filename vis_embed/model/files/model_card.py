@@ -268,12 +268,12 @@ def export_facts(adapter: str | Path | None, base_model: str,
     was trained from); ``results`` (a results.json) replaces the evaluation."""
     if adapter is None:
         own = read_facts(Path(model)) if model is not None and Path(model).is_dir() else None
-        if own is not None:
-            return own if results is None else own.model_copy(update={"evaluation": evaluation_summary(results)})
-    own = read_facts(adapter) if adapter is not None else None
-    exported = None if adapter is None else saved_adapter(adapter).kind  # what the card's title names
-    facts = (own or CardFacts(base_model=base_model)).model_copy(update={"base_model": base_model,
-                                                                         "adaptation": exported})
+        facts = own or CardFacts(base_model=base_model)
+    else:
+        own = read_facts(adapter)
+        exported = saved_adapter(adapter).kind  # what the card's title names
+        facts = (own or CardFacts(base_model=base_model)).model_copy(update={"base_model": base_model,
+                                                                             "adaptation": exported})
     if results is not None:
         facts = facts.model_copy(update={"evaluation": evaluation_summary(results)})
     return facts
