@@ -11,6 +11,7 @@ from PIL import Image
 
 from vis_embed.errors import DataError
 from vis_embed.data import images
+from vis_embed.data.image_guards import count_markers
 from vis_embed.data.images import load_image
 
 
@@ -115,3 +116,15 @@ def test_unreachable_url_is_a_data_error() -> None:
     with pytest.raises(DataError, match="cannot fetch") as info:
         load_image(url)
     assert info.value.path == url
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_scan_count_agrees_with_a_plain_search_for_the_marker(seed: int) -> None:
+    # count_markers must count exactly what bytes.count counts: 0xFF runs, markers at either
+    # end, a 0xFF as the last byte, empty and one-byte inputs.
+    rng = np.random.default_rng(seed)
+    alphabet = np.array([0xFF, 0xDA, 0x00, 0x12], dtype=np.uint8)
+    for length in (0, 1, 2, 3, 17, 4096):
+        data = alphabet[rng.integers(0, 4, length)].tobytes()
+        for candidate in (data, b"\xff\xda" + data, data + b"\xff\xda", data + b"\xff"):
+            assert count_markers(candidate, b"\xff\xda") == candidate.count(b"\xff\xda")

@@ -1,0 +1,38 @@
+"""What the preparer hands transformers' processor is a cheaper form of the same input: the
+processor's outputs are bit for bit those it gives for the PIL image itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PIL import Image
+
+from _prepare_fixtures import photo
+from vis_embed.model.files.tiny import build_processor
+from vis_embed.model.inputs.preparer import channels_first
+
+ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"]
+PROMPT = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Find the same object.<|im_end|>\n"
+# Odd sides, a portrait, one that the processor enlarges, one it shrinks by ~2x (a fast decode's).
+SIZES = [(37, 29), (300, 451), (1008, 756)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_processor_gives_the_same_outputs_for_the_planes_as_for_the_image(arch: str) -> None:
+    processor = build_processor(arch)
+    size = {"shortest_edge": 3136, "longest_edge": 200704}
+    for number, (width, height) in enumerate(SIZES):
+        image = photo(width, height, seed=number)
+        planes = channels_first(image)
+        assert isinstance(planes, torch.Tensor) and planes.shape == (3, height, width) and planes.is_contiguous()
+        expected = processor(text=[PROMPT], images=[image], return_tensors="pt", images_kwargs={"size": size})
+        given = processor(text=[PROMPT], images=[planes], return_tensors="pt", images_kwargs={"size": size})
+        assert sorted(given) == sorted(expected)
+        for name in expected:
+            assert torch.equal(given[name], expected[name]), (arch, (width, height), name)
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "L", "P", "CMYK"])
+def test_an_image_of_another_mode_is_left_to_the_processor_to_convert(mode: str) -> None:
+    image = Image.new("RGB", (8, 6), (10, 200, 30)).convert(mode)
+    assert channels_first(image) is image
