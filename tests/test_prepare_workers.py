@@ -282,3 +282,31 @@ def test_a_ctrl_c_reaches_the_command_not_its_preparation_workers(tiny_checkpoin
         np.testing.assert_allclose(embedder.encode(items, batch_size=2), first, atol=1e-6)
     finally:
         embedder.close()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH (what keeps the directory off) is Python 3.11+")
+def test_workers_prepare_with_the_running_vis_embed_not_a_copy_in_the_working_directory(tiny_checkpoint,
+                                                                                      tmp_path) -> None:
+    """Run from a folder holding another vis_embed (a checkout of another version), the workers
+    imported that copy (the forkserver starts as ``python -c``: the working directory first on
+    its path) and prepared items with its code while the command ran the installed one."""
+    import shutil
+
+    import vis_embed
+
+    folder = tmp_path / "checkout"
+    shutil.copytree(Path(vis_embed.__file__).parent, folder / "vis_embed",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with (folder / "vis_embed" / "model" / "inputs" / "preparer.py").open("a") as module:
+        module.write("\n\ndef _copy_of_the_working_directory(self, *args, **kwargs):\n"
+                     "    raise RuntimeError('prepared by the copy in the working directory')\n\n\n"
+                     "Preparer.prepare_one = _copy_of_the_working_directory\n")
+    items = write_items(tmp_path / "items", [(64, 48), (40, 40)], texts=1)
+    script = tmp_path / "script" / "encode.py"  # a script's own folder, not the directory, leads its path
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom vis_embed.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n")
+    command = [sys.executable, str(script), "encode", "--model", str(tiny_checkpoint()), "--input", str(items),
+               "--out", str(tmp_path / "vectors.npy"), "--workers", "1", "--no-progress"]
+    run = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert np.load(tmp_path / "vectors.npy").shape[0] == 3

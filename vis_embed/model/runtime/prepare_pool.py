@@ -124,6 +124,7 @@ class PreparePool:
             # The server (started once per process) imports the preparation code and the
             # processor's modules (transformers, torchvision: seconds) once; workers fork from it.
             context.set_forkserver_preload(_preload_modules(preparer))
+            _start_forkserver()
         self._workers: list[_Worker] = []
         for number in range(workers):
             parent_end, child_end = context.Pipe(duplex=True)
@@ -319,6 +320,26 @@ def _preload_modules(preparer: Preparer) -> list[str]:
     parts = [processor, getattr(processor, "image_processor", None), getattr(processor, "tokenizer", None)]
     modules = dict.fromkeys(type(part).__module__ for part in parts if part is not None)
     return ["vis_embed.model.inputs.preparer", *modules]
+
+
+def _start_forkserver() -> None:
+    """Start the process's forkserver (if it is not running) without the current directory on
+    its ``sys.path``.  Python starts it with ``python -c``, which puts the working directory first,
+    and it imports the preloaded modules before it takes the parent's path: run from a folder
+    holding another ``vis_embed`` (a checkout of another version), the workers prepared items
+    with that copy while the command ran the installed one.  PYTHONSAFEPATH (Python 3.11+) keeps
+    the directory off; it is set in the environment the server inherits, for its start only."""
+    from multiprocessing import forkserver
+
+    previous = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        if previous is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = previous
 
 
 def _start_method() -> str:
