@@ -264,3 +264,19 @@ def test_a_fully_fine_tuned_models_card_facts_travel_to_its_export(tiny_checkpoi
     assert facts is not None and facts.base_model == "Qwen/Qwen2-VL-2B-Instruct" and facts.steps == 3
     assert [dataset["name"] for dataset in facts.datasets] == ["SynthRec"]
     assert "| SynthRec | ID-Rec | IND | P@1 | 61.20 |" in (tmp_path / "st" / "README.md").read_text()
+
+
+def test_an_export_whose_card_cannot_be_written_leaves_no_model_folder(tiny_checkpoint: Callable[..., Path],
+                                                                       tmp_path: Path, monkeypatch) -> None:
+    """The card is written in the folder being built, before it becomes --out: an export either
+    lands with its card or not at all (was: the model landed, then the card was written into it)."""
+    from vis_embed.model.files import model_card
+
+    def broken_card(*args, **kwargs):
+        raise RuntimeError("the card could not be written")
+
+    monkeypatch.setattr(model_card, "write_model_card", broken_card)
+    with pytest.raises(RuntimeError, match="the card could not be written"):
+        cli_main(["export", str(tiny_checkpoint("qwen2-vl")), "--out", str(tmp_path / "st")])
+    assert not (tmp_path / "st").exists()
+    assert list(tmp_path.iterdir()) == []  # no staging folder left behind either

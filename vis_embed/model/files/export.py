@@ -30,6 +30,7 @@ The library half of ``vis-embed export`` (command line in :mod:`vis_embed.model.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -230,8 +231,11 @@ def prepare_processor(processor: ProcessorMixin, min_pixels: int, max_pixels: in
 def export_sentence_transformers(model: str | None, out: str | Path, adapter: str | Path | None = None,
                                  query_instruction: str | None = None, document_instruction: str | None = None,
                                  min_pixels: int | None = None, max_pixels: int | None = None,
-                                 dtype: Any = None, **settings: Any) -> Path:
+                                 dtype: Any = None, finish: Callable[[Path], None] | None = None,
+                                 **settings: Any) -> Path:
     """Write the merged checkpoint + sentence-transformers files to ``out`` (atomically).
+    ``finish`` is called with the folder being built, once the model is in it and before it
+    becomes ``out``: what it writes there (the CLI's model card) lands with the model or not at all.
 
     Settings left at None (instructions, pixels, ``settings``: other EmbeddingConfig fields)
     take the adapter's / base's recorded ``embedding_config.json``, else the defaults (the
@@ -265,6 +269,8 @@ def export_sentence_transformers(model: str | None, out: str | Path, adapter: st
         for relative, content in files.items():
             atomic_write_json(tmp / relative, content)
         config.save(tmp)
+        if finish is not None:
+            finish(tmp)
     return Path(out)
 
 

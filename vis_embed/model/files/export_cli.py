@@ -53,14 +53,18 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give MODEL, --adapter, or both")
     results = _read_results(args.results) if args.results is not None else None  # checked before the export
     adapter = None if args.adapter is None else local_model_dir(args.adapter)  # a Hub id: its cached snapshot
-    out = export_sentence_transformers(args.model, args.out, adapter=adapter, **given_settings(args))
-    base = _card_base(args.model, adapter)
-    facts = export_facts(adapter, base, results, model=args.model)
-    if results is None and facts.evaluation and _embeds_otherwise(out, base, adapter):
-        print("note: the model's last evaluation is not put on the card: the export embeds with other settings "
-              "(pixels, token cap, ...); `vis-embed export --results` puts an evaluation of the export there")
-        facts = facts.model_copy(update={"evaluation": None})
-    write_model_card(out, facts, merged=True)
+
+    def write_card(built: Path) -> None:  # in the folder being built: the card lands with the model
+        base = _card_base(args.model, adapter)  # once the export checked its inputs (their errors first)
+        facts = export_facts(adapter, base, results, model=args.model)
+        if results is None and facts.evaluation and _embeds_otherwise(built, base, adapter):
+            print("note: the model's last evaluation is not put on the card: the export embeds with other settings "
+                  "(pixels, token cap, ...); `vis-embed export --results` puts an evaluation of the export there")
+            facts = facts.model_copy(update={"evaluation": None})
+        write_model_card(built, facts, merged=True)
+
+    out = export_sentence_transformers(args.model, args.out, adapter=adapter, finish=write_card,
+                                       **given_settings(args))
     print(f"sentence-transformers model written to {out} "
           f"(SentenceTransformer({str(out)!r}); vllm serve {out} --runner pooling --convert embed)")
     return 0
