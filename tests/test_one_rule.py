@@ -241,20 +241,26 @@ def test_one_global_ranking_and_one_group_membership_rule() -> None:
 
 
 def test_one_tie_rule_for_every_exact_search_of_gallery_search() -> None:
-    """gallery/search.py orders hits and chooses the rows tied at the k-th score by one rule,
-    hit_order (higher score, then the smaller row id, missing hits last): the final order
-    (tie_order), numpy's cut (_best_columns) and faiss flat's deeper search (_whole_tie).  Torch's
-    cut (_smallest_tied) restates it on the device, for speed, and says so; it is pinned to the
-    same hits by tests/test_gallery_search.py (test_the_torch_and_numpy_cuts_choose_the_tied_rows_by_one_rule)."""
-    module = "vis_embed/gallery/search.py"
-    functions = [node for node in ast.walk(_trees()[module]) if isinstance(node, ast.FunctionDef)]
+    """Gallery search orders hits and chooses the rows tied at the k-th score by one rule,
+    gallery/hit_order.py (higher score, then the smaller row id, missing hits last): the package's
+    only lexsort.  search.py calls it for the final order (tie_order), numpy's cut (_best_columns)
+    and faiss flat's deeper search (_whole_tie); the bf16 shortlist's re-scoring and the quantized
+    kinds' re-ranking call it too.  Torch's cut (_smallest_tied) restates it on the device, for
+    speed, and says so; it is pinned to the same hits by tests/test_gallery_search.py
+    (test_the_torch_and_numpy_cuts_choose_the_tied_rows_by_one_rule)."""
+    gallery = {name: tree for name, tree in _trees().items() if name.startswith("vis_embed/gallery/")}
+    assert {name for name, tree in gallery.items()
+            if any(_call_of("lexsort")(node) for node in ast.walk(tree))} == {"vis_embed/gallery/hit_order.py"}
 
-    def calling(name: str) -> set[str]:
+    def calling(module: str, name: str) -> set[str]:
+        functions = [node for node in ast.walk(gallery[module]) if isinstance(node, ast.FunctionDef)]
         return {function.name for function in functions if any(_call_of(name)(node) for node in ast.walk(function))}
-    assert calling("lexsort") == {"hit_order"}
-    assert calling("hit_order") == {"tie_order", "_best_columns", "_whole_tie"}
+    assert calling("vis_embed/gallery/search.py", "hit_order") == {"tie_order", "_best_columns", "_whole_tie"}
+    assert calling("vis_embed/gallery/search_bf16.py", "hit_order") == {"_search_block", "_brute_force"}
+    assert calling("vis_embed/gallery/quantized_index.py", "hit_order") == {"rescored"}
     pin = "test_the_torch_and_numpy_cuts_choose_the_tied_rows_by_one_rule"  # the twin points to it, and it exists
-    twin = next(function for function in functions if function.name == "_smallest_tied")
+    twin = next(node for node in ast.walk(gallery["vis_embed/gallery/search.py"])
+                if isinstance(node, ast.FunctionDef) and node.name == "_smallest_tied")
     assert "hit_order" in (ast.get_docstring(twin) or "") and pin in (ast.get_docstring(twin) or "")
     assert f"def {pin}(" in (ROOT / "tests" / "test_gallery_search.py").read_text(encoding="utf-8")
 

@@ -20,6 +20,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from vis_embed.gallery.hit_order import hit_order
 from vis_embed.vectors.index_spec import RESCORED_KINDS as CODE_KINDS  # binary, int8, ivf-pq
 from vis_embed.vectors.transforms import quantize
 
@@ -92,7 +93,7 @@ def rescored(queries: np.ndarray, shortlist: np.ndarray, vectors: np.ndarray, k:
         gathered = gathered.reshape(*candidates.shape, -1)
         block_scores = np.einsum("qsd,qd->qs", gathered, queries[start:start + block])
         block_scores[missing] = -np.inf
-        order = np.lexsort((np.where(missing, np.iinfo(np.int64).max, candidates), -block_scores), axis=1)[:, :k]
+        order = hit_order(block_scores, candidates)[:, :k]  # missing (-1) last
         scores[start:start + block] = np.take_along_axis(block_scores, order, axis=1)
         ids[start:start + block] = np.where(np.take_along_axis(missing, order, axis=1), -1,
                                             np.take_along_axis(candidates, order, axis=1))

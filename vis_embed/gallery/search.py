@@ -39,6 +39,7 @@ import faiss
 import numpy as np
 import torch
 
+from vis_embed.gallery.hit_order import hit_order  # the one tie rule (quantized_index and search_bf16 call it too)
 from vis_embed.gallery.index_choice import resolve_index  # the one chooser of an index kind
 from vis_embed.vectors.index_spec import IVF_MIN_POINTS, IndexSpec, default_nprobe, ivf_lists
 from vis_embed.gallery.quantized_index import QuantizedIndex
@@ -147,19 +148,11 @@ def _smallest_tied(products: torch.Tensor, values: torch.Tensor,
 
 def tie_order(scores: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each query's hits in the one order of every kind (:func:`hit_order`).  A permutation within
-    rows: which rows are hits is the index's."""
+    rows: which rows are hits is the index's.  Which of the rows tied at the k-th score make the
+    cut is hit_order's first k too (:func:`_best_columns`, numpy; :func:`_whole_tie`, faiss flat);
+    the torch device's cut restates it (:func:`_smallest_tied`, kept on the device for speed)."""
     order = hit_order(scores, ids)
     return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
-
-
-def hit_order(scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """The one tie rule of the search, as the positions sorting ``scores`` / ``ids`` along their
-    last axis: higher score first, then the smaller row id; missing hits (id -1) last.  Which of
-    the rows tied at the k-th score make the cut is its first k too (:func:`_best_columns`, numpy;
-    :func:`_whole_tie`, faiss flat).  The torch device's cut restates it (:func:`_smallest_tied`,
-    kept on the device for speed), pinned to it by tests/test_gallery_search.py
-    (test_the_torch_and_numpy_cuts_choose_the_tied_rows_by_one_rule)."""
-    return np.lexsort((ids, -scores, ids < 0), axis=-1)
 
 
 def build_index(gallery: np.ndarray, spec: IndexSpec, seed: int = 0) -> SearchIndex:

@@ -13,6 +13,8 @@ import math
 import numpy as np
 import torch
 
+from vis_embed.gallery.hit_order import hit_order
+
 
 def float32_matrix(matrix: np.ndarray, name: str) -> np.ndarray:
     """``matrix`` as a contiguous float32 2-D array (a copy only where needed); ``name`` is what
@@ -173,7 +175,7 @@ class Bf16ShortlistIndex:
             # float64 dot products of the float32 vectors; one query at a time keeps the
             # gathered rows in cache (a 10x difference over one big gather)
             exact = self.gallery[rows].astype(np.float64) @ queries[q].astype(np.float64)
-            best = np.lexsort((rows, -exact))[:k]  # ties: smaller gallery id first
+            best = hit_order(exact, rows)[:k]
             scores[q], ids[q] = exact[best], rows[best]
         uncertified = np.flatnonzero(~certified.numpy())
         if len(uncertified):
@@ -198,6 +200,6 @@ class Bf16ShortlistIndex:
         ids = np.empty((len(queries), k), dtype=np.int64)
         for q in range(len(queries)):
             row_scores, row_ids = np.concatenate(kept_scores[q]), np.concatenate(kept_ids[q])
-            best = np.lexsort((row_ids, -row_scores))[:k]
+            best = hit_order(row_scores, row_ids)[:k]
             scores[q], ids[q] = row_scores[best], row_ids[best]
         return scores, ids
