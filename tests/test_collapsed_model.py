@@ -78,7 +78,7 @@ def test_collapsed_encoder_scores_at_most_chance_on_every_protocol(tmp_path: Pat
     assert got["NearID"]["SSR"] == 0.0 and got["NearID"]["pairwise_acc"] == 0.0  # every margin exactly 0
     assert got["AFC"]["2AFC"] == 50.0                                             # a coin flip
     n_pairs = len(NAMES)
-    assert {key for key in got["TLL"] if " " not in key} == {"R@1", "R@5", "R@20"}  # TLL's k
+    assert {key for key in got["TLL"] if " " not in key} == {"R@1", "R@3", "R@5", "R@20"}  # the default k
     for k in (1, 5, 20):
         chance = 1 - (1 - min(k, n_pairs) / n_pairs) ** 2  # random ranks, either direction
         assert got["TLL"][f"R@{k}"] <= 100 * chance

@@ -166,5 +166,26 @@ def test_constant_group_is_nan_counted_and_left_out() -> None:
 
 
 def test_asymmetric_recall_defaults_to_tll_ks() -> None:
+    # 1, 3, 5: the k of the public code that defines the metric on TLL; 20: ours, kept
     assert set(peer_metrics.asymmetric_recall_at_k(np.eye(3), np.eye(3))) == {
-        f"R@{k}{direction}" for k in (1, 5, 20) for direction in ("", " a->b", " b->a")}
+        f"R@{k}{direction}" for k in (1, 3, 5, 20) for direction in ("", " a->b", " b->a")}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_asymmetric_recall_is_the_published_codes_either_direction_rule_where_nothing_ties(seed: int) -> None:
+    """Without ties, R@k is what VieVie31/visual-similarity's utils.py computes: M = -cosine(left,
+    right); pair i is found if i is in argsort(M)[i][:k] or in argsort(M.T)[i][:k]; the mean."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=(40, 8)), rng.normal(size=(40, 8))
+    b[:20] += 1.5 * a[:20]  # half the pairs resemble each other
+    unit_a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    unit_b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    distance = -(unit_a @ unit_b.T)
+    left_to_right, right_to_left = distance.argsort(1), distance.T.argsort(1)
+    got = peer_metrics.asymmetric_recall_at_k(a, b, ks=(1, 3, 5))
+    for k in (1, 3, 5):
+        found_left = np.array([i in left_to_right[i][:k] for i in range(40)])
+        found_right = np.array([i in right_to_left[i][:k] for i in range(40)])
+        assert got[f"R@{k}"] == pytest.approx((found_left | found_right).mean())
+        assert got[f"R@{k} a->b"] == pytest.approx(found_left.mean())
+        assert got[f"R@{k} b->a"] == pytest.approx(found_right.mean())

@@ -57,7 +57,8 @@ log = logging.getLogger(__name__)
 # 3: embeddings L2-normalised at the scoring boundary; a duplicate of the positive is a hit; AP
 #    ties at their expectation (AP_pessimistic beside it); constant groups detected by range.
 # 4: ndcg_linear@k beside NDCG@k; qrels datasets (primary ndcg_linear@5) join the group means.
-METRICS_VERSION = 4
+# 5: asym_recall also reports R@3 (k 1, 3, 5 of the public code that defines the metric on TLL).
+METRICS_VERSION = 5
 PRIMARY_METRIC = "P@1"
 
 

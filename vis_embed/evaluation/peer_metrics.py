@@ -35,8 +35,11 @@ import numpy as np
 
 from vis_embed.evaluation.metrics import pessimistic_order
 
-# TLL reports asymmetric recall at these k.
-ASYM_RECALL_KS: tuple[int, ...] = (1, 5, 20)
+# k of the asymmetric recall: 1, 3, 5 are those of the public code that defines it on TLL
+# (Risser-Maroix, Kurtz & Lomenie, ICIP 2021 / arXiv 2206.01417: github.com/VieVie31/visual-similarity,
+# utils.py, aR@1/3/5); 20 is this toolkit's own (kept: results carry it).  The original TLL paper's
+# retrieval protocol was not verified (docs/evaluation.md).
+ASYM_RECALL_KS: tuple[int, ...] = (1, 3, 5, 20)
 # A group whose values span at most this (relative to their magnitude, at least 1) is constant:
 # n copies of one cosine differ by a few ulps after a mean, which must not read as a correlation.
 CONSTANT_TOLERANCE = 1e-9
@@ -156,10 +159,12 @@ def asymmetric_recall_at_k(a_embeddings: np.ndarray, b_embeddings: np.ndarray,
     """TLL asymmetric Recall@k over aligned pairs (a_i, b_i).
 
     ``R@k``: pair i counts at k if b_i is among a_i's top-k over all b, OR a_i is among b_i's
-    top-k over all a.  Each direction is also reported on its own (``R@k a->b``, ``R@k b->a``):
-    the resemblance is not symmetric, and a reader comparing with a paper that ranks one side
-    only needs that number.  Ranks use the pessimistic tie policy of :mod:`metrics` (a collapsed
-    model ranks every partner last: R@k = 0 for k < number of pairs).
+    top-k over all a (the rule of the public code that names the metric: ``(sens1 | sens2).mean()``).
+    Each direction is also reported on its own (``R@k a->b``, ``R@k b->a``): the resemblance is
+    not symmetric, and a reader comparing with a paper that ranks one side only needs that number.
+    Ranks use the pessimistic tie policy of :mod:`metrics` (a collapsed model ranks every partner
+    last: R@k = 0 for k < number of pairs); that code's argsort breaks ties by position, which
+    differs only where scores tie exactly.
     """
     a = np.asarray(a_embeddings, dtype=np.float64)
     b = np.asarray(b_embeddings, dtype=np.float64)
