@@ -109,6 +109,26 @@ def driver_version() -> str | None:
             return None
 
 
+def host_cpu() -> dict[str, Any]:
+    """The host's CPU model and its physical cores among those this process may use (from
+    /proc/cpuinfo; None where it says nothing): a feed of N workers on N hyperthreads of N/2
+    cores is about half that on N cores, which the e2e rows' feed figures must be read against."""
+    processors: list[dict[str, str]] = [{}]
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip():
+                processors[-1][key.strip()] = value.strip()
+            elif processors[-1]:
+                processors.append({})
+    except OSError:
+        return {"cpu_model": None, "cpu_physical_cores": None}
+    usable = os.sched_getaffinity(0)
+    mine = [info for info in processors if info.get("processor", "").isdigit() and int(info["processor"]) in usable]
+    cores = {(info.get("physical id"), info.get("core id")) for info in mine if "core id" in info}
+    return {"cpu_model": mine[0].get("model name") if mine else None, "cpu_physical_cores": len(cores) or None}
+
+
 def environment(device: torch.device) -> dict[str, Any]:
     import peft
     import PIL
@@ -118,7 +138,7 @@ def environment(device: torch.device) -> dict[str, Any]:
             "pillow": PIL.__version__, "python": sys.version.split()[0],
             "cpu_cores": len(os.sched_getaffinity(0)), "default_attention": resolve_attn_implementation(None, device),
             "flash_attention_2_installed": flash_attention_available("flash_attention_2"),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            **host_cpu(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if device.type == "cuda":
         properties = torch.cuda.get_device_properties(device)
         info.update(gpu=properties.name, gpu_memory_gib=round(properties.total_memory / 2**30, 1),
@@ -440,7 +460,8 @@ def main() -> int:
                 torch.cuda.empty_cache()
         if not args.skip_e2e and not out_of_time("end to end"):
             print(f"end to end: {args.items} photos ({args.unique_photos} files of the mix), batch {args.batch_size}, "
-                  f"{report['environment']['cpu_cores']} CPU cores", flush=True)
+                  f"{report['environment']['cpu_cores']} CPU cores ({report['environment']['cpu_physical_cores']} "
+                  f"physical, {report['environment']['cpu_model']})", flush=True)
             workers_by_decode = {decode: args.exact_workers if decode == "exact" else args.workers
                                  for decode in args.decodes}
             report["end_to_end"] = end_to_end(checkpoints["Qwen2-VL-2B"], gallery, scratch, device, dtype,

@@ -97,7 +97,6 @@ VISUAL_FIELDS = (("pixel_values", "image_grid_thw"), ("pixel_values_videos", "vi
 VIDEO_EXTRA_FIELDS = ("second_per_grid_ts",)
 
 
-
 def channels_first(image: Image.Image) -> torch.Tensor | Image.Image:
     """An RGB image as the (3, H, W) uint8 tensor transformers' image processor makes of it first;
     another mode as it is (the processor converts it).  Why: for a PIL image the processor copies
