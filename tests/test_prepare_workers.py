@@ -123,6 +123,32 @@ def test_a_configuration_error_in_a_worker_is_raised_as_in_one_process(tiny_chec
         embedder.close()
 
 
+@pytest.mark.parametrize(("cores", "ranks", "on_cpu", "on_gpu"),
+                         [(16, 1, 8, 15), (16, 2, 8, 7), (2, 1, 2, 1), (1, 1, 1, 1), (64, 1, 8, 32)])
+def test_auto_workers_leave_a_gpu_models_host_its_cores_but_one(monkeypatch, cores, ranks, on_cpu, on_gpu) -> None:
+    """For a model on a GPU every core of the rank but the model's own prepares (14 workers fed an
+    H200's 2B forward at 85%; the CPU rule's 8 would have fed half); a model on the CPU keeps the
+    cap of 8 (it needs the cores itself)."""
+    from vis_embed.model.runtime import prepare_pool
+
+    monkeypatch.setattr(prepare_pool, "available_cores", lambda: cores)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))
+    assert resolve_workers("auto") == on_cpu
+    assert resolve_workers("auto", image_items=10_000, accelerated=True) == on_gpu
+    assert resolve_workers("auto", image_items=3, accelerated=True) == 0  # a handful: in this process
+    assert resolve_workers(5, accelerated=True) == 5  # a given count is the count
+
+
+def test_the_feed_knows_whether_its_model_runs_on_an_accelerator() -> None:
+    from types import SimpleNamespace
+
+    from vis_embed.model.runtime.item_feed import ItemFeed
+
+    assert ItemFeed(SimpleNamespace(device=torch.device("cuda", 0)), "auto").accelerated()
+    assert not ItemFeed(SimpleNamespace(device=torch.device("cpu")), "auto").accelerated()
+    assert not ItemFeed(SimpleNamespace(), "auto").accelerated()  # the dry run's stand-in: no device
+
+
 def test_auto_workers_skip_processes_for_a_handful_of_images() -> None:
     assert resolve_workers("auto", image_items=3) == 0
     assert resolve_workers("auto", image_items=10_000) >= 1

@@ -58,7 +58,8 @@ def add_model_reference_arguments(parser: argparse.ArgumentParser, model_help: s
 # eval, mine-negatives and serve; the recipe's num_workers and model_options.decode.
 WORKERS_HELP = ("processes preparing items (decode, resize, tokenise) beside the model: N, 0 = in the main "
                 "process, or auto (default: the cores available to this process shared by the torchrun ranks "
-                "on the node, at most 8; none for fewer than 32 image items)")
+                "on the node, at most 8 for a model on the CPU, all but one (at most 32) for a model on a GPU; "
+                "none for fewer than 32 image items)")
 DECODE_HELP = ("exact (default): decode every pixel, the processor resizes; fast: decode images larger than "
                "the pixel budget at a reduced scale (JPEG draft mode, else a box reduce), never below twice "
                "the size the processor resizes to, then the processor's usual resize (vectors differ slightly)")

@@ -141,7 +141,9 @@ def run(args: argparse.Namespace) -> int:
         index.require_model(args.allow_any_model)
     embedder = Embedder.from_pretrained(
         args.model, adapter=args.adapter, **model_settings(args),
-        # A long-lived process: "auto" means the workers, whatever the size of the first request.
+        # A long-lived process: "auto" means the workers, whatever the size of the first request,
+        # resolved before the model loads: the CPU rule's cap (8) on any device, each a
+        # process's memory held while the server runs (--workers N for more).
         workers=resolve_workers(args.workers))
     if index is not None:
         # the gallery's model, or exit 2

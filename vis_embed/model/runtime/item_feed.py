@@ -42,6 +42,12 @@ class ItemFeed:
         self._pool_finalizer: weakref.finalize | None = None
         self._pool_starting: threading.Thread | None = None  # start_workers(background=True)
 
+    def accelerated(self) -> bool:
+        """Whether the model runs on an accelerator ("auto" then leaves the host's cores to the
+        workers); the dry run's stand-in has no device: False."""
+        device = getattr(self.model, "device", None)
+        return device is not None and getattr(device, "type", "cpu") != "cpu"
+
     def prepared_batches(self, items: Sequence[dict[str, Any]], batches: Sequence[Sequence[int]],
                          instruction: str | None, base_dir: str | Path | None, on_error: str,
                          errors: dict[int, DataError], collate: bool = True) -> Iterator[tuple[Any, list[int]]]:
@@ -50,7 +56,7 @@ class ItemFeed:
         failed) and the indices it holds.  A bad item raises or joins ``errors`` (on_error),
         in batch order, wherever it was prepared."""
         images = decoded_items(item for index, item in enumerate(items) if index not in errors)
-        workers = resolve_workers(self.workers, images)
+        workers = resolve_workers(self.workers, images, self.accelerated())
         if self._pool_starting is not None and self._pool_starting.is_alive():
             workers = 0  # the workers are still starting (serve): this batch is prepared here
         if workers > 0 and batches:
@@ -119,7 +125,7 @@ class ItemFeed:
         them before its first request).  ``background=True`` returns at once; encodes prepare
         in this process until the workers are up (the first start of a process's workers
         imports torch and the processor anew: seconds)."""
-        workers = resolve_workers(self.workers)
+        workers = resolve_workers(self.workers, accelerated=self.accelerated())
         if workers < 1:
             return
         if not background:

@@ -43,8 +43,13 @@ from vis_embed.io import ignore_interrupts
 from vis_embed.model.inputs.preparer import PreparedItem, Preparer
 from vis_embed.model.runtime.worker_pipe import receive_message, send_message
 
-# The default number of workers never exceeds this: past it a GPU is fed, and memory grows.
+# The default number of workers for a model on the CPU, which itself needs the cores.
 MAX_DEFAULT_WORKERS = 8
+# For a model on a GPU, every core but the model's own prepares, up to this many (a worker holds
+# ~200 MB of its own after full-size photos): one H200 ran Qwen2-VL-2B's compiled forward at 209
+# photos/s, which 14 workers decoding a photo mix fed at 85% (fast decode, docs/benchmarks.md);
+# 8 workers would have fed ~half of it.
+MAX_DEFAULT_GPU_WORKERS = 32
 _POLL_S = 0.05  # how often the collector looks for room or a stop request while waiting
 
 
@@ -55,11 +60,15 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
-def default_workers() -> int:
-    """The cores available to the process, shared by the torchrun ranks on this node, capped
-    at :data:`MAX_DEFAULT_WORKERS`; at least 1."""
+def default_workers(accelerated: bool = False) -> int:
+    """The cores available to the process, shared by the torchrun ranks on this node: all but
+    one (the model's process) for a model on a GPU (``accelerated``), capped at
+    :data:`MAX_DEFAULT_GPU_WORKERS`; else capped at :data:`MAX_DEFAULT_WORKERS`; at least 1."""
     ranks_here = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    return max(1, min(MAX_DEFAULT_WORKERS, available_cores() // ranks_here))
+    cores = available_cores() // ranks_here
+    if accelerated:
+        return max(1, min(MAX_DEFAULT_GPU_WORKERS, cores - 1))
+    return max(1, min(MAX_DEFAULT_WORKERS, cores))
 
 
 # With "auto", fewer image items than this are prepared in the main process: starting worker
@@ -67,13 +76,14 @@ def default_workers() -> int:
 AUTO_MIN_IMAGE_ITEMS = 32
 
 
-def resolve_workers(workers: int | str | None, image_items: int | None = None) -> int:
-    """``None`` or ``"auto"``: :func:`default_workers` (0 for fewer than AUTO_MIN_IMAGE_ITEMS
-    ``image_items``, when that count is given); else a count >= 0 (0: in the main process)."""
+def resolve_workers(workers: int | str | None, image_items: int | None = None, accelerated: bool = False) -> int:
+    """``None`` or ``"auto"``: :func:`default_workers` for a model on a GPU (``accelerated``) or
+    not (0 for fewer than AUTO_MIN_IMAGE_ITEMS ``image_items``, when that count is given); else a
+    count >= 0 (0: in the main process)."""
     if workers is None or workers == "auto":
         if image_items is not None and image_items < AUTO_MIN_IMAGE_ITEMS:
             return 0
-        return default_workers()
+        return default_workers(accelerated)
     count = int(workers)
     if count < 0:
         raise ValueError(f"workers must be >= 0 or 'auto', got {workers!r}")
