@@ -336,3 +336,35 @@ def test_workers_prepare_with_the_running_vis_embed_not_a_copy_in_the_working_di
     run = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert np.load(tmp_path / "vectors.npy").shape[0] == 3
+
+
+def test_workers_started_in_the_background_serve_the_encodes_after_them(tiny_checkpoint, tmp_path) -> None:
+    """``start_workers(background=True)`` (serve's start) returns at once; the forkserver is
+    started in the caller's thread (it changes the environment, which another thread must not do
+    while this one runs), the pool in the background, and later encodes use that pool."""
+    embedder = Embedder.from_pretrained(tiny_checkpoint(), device="cpu", workers=1)
+    items = [{"image": photo(64, 48, seed=seed)} for seed in range(3)]
+    try:
+        embedder.start_workers(background=True)
+        embedder.feed._pool_starting.join(timeout=300)
+        pool = embedder.feed._pool
+        assert pool is not None and pool.size == 1
+        first = embedder.encode(items)
+        assert embedder.feed._pool is pool  # the background pool did the work, not a new one
+        assert np.allclose(first, embedder.encode(items))
+    finally:
+        embedder.close()
+
+
+@pytest.mark.parametrize("before", [None, "x"])
+def test_starting_the_forkserver_leaves_the_environment_as_it_was(tiny_checkpoint, monkeypatch, before) -> None:
+    import os
+
+    from vis_embed.model.runtime.prepare_pool import start_forkserver
+
+    if before is None:
+        monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONSAFEPATH", before)
+    start_forkserver(Embedder.from_pretrained(tiny_checkpoint(), device="cpu").model.preparer())
+    assert os.environ.get("PYTHONSAFEPATH") == before

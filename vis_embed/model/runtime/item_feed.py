@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from vis_embed.data.items import check_item, decoded_items
 from vis_embed.errors import DataError
 from vis_embed.model.inputs.preparer import PreparedItem
-from vis_embed.model.runtime.prepare_pool import PreparePool, PrepareTask, resolve_workers
+from vis_embed.model.runtime.prepare_pool import PreparePool, PrepareTask, resolve_workers, start_forkserver
 
 if TYPE_CHECKING:
     import torch
@@ -131,6 +131,7 @@ class ItemFeed:
         if not background:
             self._preparation_pool(workers)
             return
+        start_forkserver(self.model.preparer())  # in this thread: it sets the environment the server starts with
         self._pool_starting = threading.Thread(target=self._preparation_pool, args=(workers,), daemon=True,
                                                name="vis-embed-start-workers")
         self._pool_starting.start()

@@ -131,10 +131,7 @@ class PreparePool:
         self.broken = False
         context = mp.get_context(start_method or _start_method())
         if context.get_start_method() == "forkserver":
-            # The server (started once per process) imports the preparation code and the
-            # processor's modules (transformers, torchvision: seconds) once; workers fork from it.
-            context.set_forkserver_preload(_preload_modules(preparer))
-            _start_forkserver()
+            start_forkserver(preparer)
         self._workers: list[_Worker] = []
         for number in range(workers):
             parent_end, child_end = context.Pipe(duplex=True)
@@ -332,15 +329,23 @@ def _preload_modules(preparer: Preparer) -> list[str]:
     return ["vis_embed.model.inputs.preparer", *modules]
 
 
-def _start_forkserver() -> None:
-    """Start the process's forkserver (if it is not running) without the current directory on
-    its ``sys.path``.  Python starts it with ``python -c``, which puts the working directory first,
-    and it imports the preloaded modules before it takes the parent's path: run from a folder
-    holding another ``vis_embed`` (a checkout of another version), the workers prepared items
-    with that copy while the command ran the installed one.  PYTHONSAFEPATH (Python 3.11+) keeps
-    the directory off; it is set in the environment the server inherits, for its start only."""
+def start_forkserver(preparer: Preparer) -> None:
+    """Start the process's forkserver, if it is not running: the server imports the preparation
+    code and the processor's modules (transformers, torchvision: seconds) once, and workers fork
+    from it.  Returns at once (the imports run in the server).  A caller about to start workers
+    from another thread (``serve``) calls it first in its own: the environment is changed here.
+
+    Without the current directory on the server's ``sys.path``: Python starts it with ``python
+    -c``, which puts the working directory first, and it imports the preloaded modules before it
+    takes the parent's path -- run from a folder holding another ``vis_embed`` (a checkout of
+    another version), the workers prepared items with that copy while the command ran the
+    installed one.  PYTHONSAFEPATH (Python 3.11+) keeps the directory off; it is set in the
+    environment the server inherits, for its start only."""
     from multiprocessing import forkserver
 
+    if _start_method() != "forkserver":
+        return
+    forkserver.set_forkserver_preload(_preload_modules(preparer))
     previous = os.environ.get("PYTHONSAFEPATH")
     os.environ["PYTHONSAFEPATH"] = "1"
     try:
