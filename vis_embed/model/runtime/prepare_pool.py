@@ -346,15 +346,23 @@ def start_forkserver(preparer: Preparer) -> None:
     if _start_method() != "forkserver":
         return
     forkserver.set_forkserver_preload(_preload_modules(preparer))
+    if os.getpid() in _FORKSERVER_STARTED_IN:  # running: the environment is left alone (any thread)
+        forkserver.ensure_running()
+        return
     previous = os.environ.get("PYTHONSAFEPATH")
     os.environ["PYTHONSAFEPATH"] = "1"
     try:
         forkserver.ensure_running()
+        _FORKSERVER_STARTED_IN.add(os.getpid())
     finally:
         if previous is None:
             del os.environ["PYTHONSAFEPATH"]
         else:
             os.environ["PYTHONSAFEPATH"] = previous
+
+
+# The processes that started their forkserver through start_forkserver (a forked child is another pid).
+_FORKSERVER_STARTED_IN: set[int] = set()
 
 
 def _start_method() -> str:
