@@ -554,6 +554,7 @@ CLAIMS = {
     "the one index vocabulary": test_one_index_stack,
     "the one index chooser": test_one_index_stack,
     "the one index factory": test_one_index_stack,
+    "the one tie rule": test_one_tie_rule_for_every_exact_search_of_gallery_search,
     "the one bytes-per-vector rule": test_one_index_stack,
     "the one rescore rule": test_one_index_stack,
     "the one IVF list formula": test_one_index_stack,

@@ -360,7 +360,7 @@ def test_workers_started_in_the_background_serve_the_encodes_after_them(tiny_che
 def test_starting_the_forkserver_leaves_the_environment_as_it_was(tiny_checkpoint, monkeypatch, before) -> None:
     import os
 
-    from vis_embed.model.runtime.prepare_pool import start_forkserver
+    from vis_embed.model.runtime.worker_start import start_forkserver
 
     if before is None:
         monkeypatch.delenv("PYTHONSAFEPATH", raising=False)

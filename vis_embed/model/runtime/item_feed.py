@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from vis_embed.data.items import check_item, decoded_items
 from vis_embed.errors import DataError
 from vis_embed.model.inputs.preparer import PreparedItem
-from vis_embed.model.runtime.prepare_pool import PreparePool, PrepareTask, resolve_workers, start_forkserver
+from vis_embed.model.runtime.prepare_pool import PreparePool, PrepareTask, resolve_workers
+from vis_embed.model.runtime.worker_start import start_forkserver
 
 if TYPE_CHECKING:
     import torch
