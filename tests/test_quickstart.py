@@ -93,8 +93,8 @@ def _fake_stages(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         (out_dir / "results.json").write_text(json.dumps(result))
         return result
 
-    def train(out: Path, *args, **kwargs) -> Path:
-        final = out / "run" / "final"
+    def train(recipe, *args, **kwargs) -> Path:
+        final = Path(recipe.output_dir) / "final"
         final.mkdir(parents=True, exist_ok=True)
         (final / "embedding_config.json").write_text("{}")
         return final

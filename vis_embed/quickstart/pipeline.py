@@ -191,10 +191,10 @@ def evaluate(model_dir: Path, adapter: Path | None, benchmark: Path, out_dir: Pa
     return evaluate_model(model_dir, benchmark, out_dir, adapter=adapter, show_progress=show_progress)
 
 
-def train(out: Path, recipe: Recipe, show_progress: bool) -> Path:
+def train(recipe: Recipe, show_progress: bool) -> Path:
     from vis_embed.training.trainer import Trainer
 
-    run_dir = out / "run"
+    run_dir = Path(recipe.output_dir)
     final = run_dir / "final"
     if saved_adaptation(final) is not None:  # the run finished (final/ is written whole)
         return final
@@ -214,6 +214,7 @@ def run_quickstart(out: Path, seed: int = 0, steps: int | None = None, size: str
     checked_size(seed, size)  # every setting is checked before the folder is claimed or a stage starts
     training = resolve_recipe(out, seed, steps, recipe, list(overrides or []))
     claim_output_folder(out, quickstart_settings(out, seed, size, training))
+    run_dir = Path(training.output_dir)  # OUT/run (resolve_recipe), unless --set output_dir moved it
     clock = StageClock(out, total=6)
     synth_dir = clock.run("render data", "rendering the synthetic identity benchmark", out / "synth" / "synth.json",
                           lambda: render_data(out, seed, size, show_progress))
@@ -224,12 +225,12 @@ def run_quickstart(out: Path, seed: int = 0, steps: int | None = None, size: str
                        lambda: evaluate(model_dir, None, benchmark, out / "before", show_progress))
 
     adapter = clock.run("schedule + train", "scheduling and training (LoRA, GradCache)",
-                        out / "run" / "final" / EMBEDDING_CONFIG_FILE, lambda: train(out, training, show_progress))
+                        run_dir / "final" / EMBEDDING_CONFIG_FILE, lambda: train(training, show_progress))
     after = clock.run("evaluate trained", "evaluating the trained adapter", out / "after" / "results.json",
                       lambda: evaluate(model_dir, adapter, benchmark, out / "after", show_progress))
 
     def write() -> Path:
-        curve = plot_training_curve(out / "run" / "train_log.jsonl", out / "train_curve.png")
+        curve = plot_training_curve(run_dir / "train_log.jsonl", out / "train_curve.png")
         return write_report(out, before, after, curve, clock.table(),
                             recipe_name="tiny_cpu.yaml" if recipe is None else Path(recipe).name)
 
