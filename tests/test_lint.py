@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -38,3 +39,45 @@ def test_ruff_reads_the_project_rules(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     assert "E501" in done.stdout and "F401" in done.stdout
+
+
+# Python code of the project: the library and everything shipped beside it that a user runs.
+CODE_FOLDERS = ("vis_embed", "tests", "benchmarks", "eval")
+
+
+def _vermin(target: str, *paths: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """vermin (the dev extra) finds the oldest Python each line needs, standard-library modules
+    and members included, which ruff's target-version does not check.  ``--exclude long``: it
+    reads torch's ``.long()`` as Python 2's ``long``.  A line may opt out with ``# novermin``
+    (a version-guarded branch)."""
+    beside = Path(sys.executable).with_name("vermin")
+    command = [str(beside)] if beside.is_file() else [shutil.which("vermin") or ""]
+    if not command[0]:
+        pytest.skip("vermin is not installed (pip install -e '.[dev]' installs it)")
+    return subprocess.run([*command, "-q", "--no-tips", "--violations", "--eval-annotations", "--exclude", "long",
+                           f"-t={target}-", *map(str, paths)], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def _oldest_python() -> str:
+    """The oldest Python pyproject.toml's requires-python admits (">=3.10" -> "3.10")."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.search(r'^requires-python\s*=\s*">=\s*(3\.\d+)"', text, flags=re.MULTILINE)
+    assert found, "pyproject.toml's requires-python is not of the form \">=3.N\""
+    return found.group(1)
+
+
+def test_the_code_runs_on_the_oldest_python_it_claims() -> None:
+    done = _vermin(_oldest_python(), *CODE_FOLDERS)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_vermin_flags_what_the_oldest_python_lacks(tmp_path: Path) -> None:
+    """Guards the check above: a 3.11 module and a 3.11 member are flagged at 3.10; the same
+    lines behind ``# novermin`` are not."""
+    newer = "import asyncio\nimport tomllib\n\nasync def f():\n    async with asyncio.timeout(1):\n        pass\n"
+    (tmp_path / "newer.py").write_text(newer, encoding="utf-8")
+    flagged = _vermin("3.10", "newer.py", cwd=tmp_path)
+    assert flagged.returncode == 1 and "tomllib" in flagged.stdout and "asyncio.timeout" in flagged.stdout
+    (tmp_path / "newer.py").write_text(newer.replace("tomllib\n", "tomllib  # novermin\n")
+                                       .replace("(1):", "(1):  # novermin"), encoding="utf-8")
+    assert _vermin("3.10", "newer.py", cwd=tmp_path).returncode == 0

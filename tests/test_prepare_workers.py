@@ -337,43 +337,6 @@ def test_workers_prepare_with_the_running_vis_embed_not_a_copy_in_the_working_di
     assert np.load(tmp_path / "vectors.npy").shape[0] == 3
 
 
-def test_a_folder_shadows_the_modules_python_would_import_from_it(tmp_path) -> None:
-    from vis_embed.model.runtime.worker_start import unshadowed
-
-    (tmp_path / "vis_embed").mkdir()
-    (tmp_path / "vis_embed" / "__init__.py").write_text("")
-    (tmp_path / "transformers.py").write_text("")
-    (tmp_path / "tokenizers").mkdir()  # a namespace folder: counted (a preload left out is only slower)
-    (tmp_path / "numpy_notes").mkdir()  # a longer name is not numpy
-    modules = ["vis_embed.model.inputs.preparer", "transformers.models.qwen2_vl.processing_qwen2_vl",
-               "tokenizers", "numpy", "PIL.Image"]
-    assert unshadowed(modules, str(tmp_path)) == ["numpy", "PIL.Image"]
-    assert unshadowed(modules, str(tmp_path / "numpy_notes")) == modules
-
-
-def test_without_pythonsafepath_the_server_preloads_only_what_the_directory_does_not_shadow(
-        tiny_checkpoint, tmp_path, monkeypatch) -> None:
-    """Python 3.10 (no PYTHONSAFEPATH): the forkserver still starts as ``python -c`` in the working
-    directory, so what it preloads must not be importable from there."""
-    from multiprocessing import forkserver
-
-    from vis_embed.model.runtime import worker_start
-
-    preparer = Embedder.from_pretrained(tiny_checkpoint(), device="cpu").model.preparer()
-    handed: list[list[str]] = []
-    monkeypatch.setattr(worker_start, "_SAFE_PATH_SUPPORTED", False)
-    monkeypatch.setattr(worker_start, "_FORKSERVER_STARTED_IN", set())  # this pid's real server stays counted
-    monkeypatch.setattr(forkserver, "set_forkserver_preload", lambda modules: handed.append(list(modules)))
-    monkeypatch.setattr(forkserver, "ensure_running", lambda: None)
-    (tmp_path / "vis_embed").mkdir()
-    (tmp_path / "vis_embed" / "__init__.py").write_text("")
-    monkeypatch.chdir(tmp_path)
-    worker_start.start_forkserver(preparer)
-    everything = worker_start._preload_modules(preparer)
-    assert "vis_embed.model.inputs.preparer" in everything
-    assert handed == [[name for name in everything if not name.startswith("vis_embed")]]
-
-
 def test_workers_started_in_the_background_serve_the_encodes_after_them(tiny_checkpoint, tmp_path) -> None:
     """``start_workers(background=True)`` (serve's start) returns at once; the forkserver is
     started in the caller's thread (it changes the environment, which another thread must not do

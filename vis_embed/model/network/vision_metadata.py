@@ -244,5 +244,6 @@ def decoder_attention_mask(base_model: PreTrainedModel, mask: torch.Tensor, inpu
 
     text_config = base_model.language_model.config
     shape_only = torch.empty((*input_ids.shape, 0), dtype=base_model.language_model.dtype, device=mask.device)
-    return create_causal_mask(config=text_config, inputs_embeds=shape_only, attention_mask=mask, cache=None,
-                              allow_is_causal_skip=False)
+    # config, inputs_embeds, attention_mask, cache by position: transformers 5.24 renamed the
+    # cache's keyword (past_key_values before), and the floor in pyproject.toml is older.
+    return create_causal_mask(text_config, shape_only, mask, None, allow_is_causal_skip=False)
