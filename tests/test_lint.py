@@ -59,7 +59,7 @@ def _vermin(target: str, *paths: str | Path, cwd: Path = ROOT) -> subprocess.Com
 
 
 def _oldest_python() -> str:
-    """The oldest Python pyproject.toml's requires-python admits (">=3.10" -> "3.10")."""
+    """The oldest Python pyproject.toml's requires-python admits (">=3.11" -> "3.11")."""
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     found = re.search(r'^requires-python\s*=\s*">=\s*(3\.\d+)"', text, flags=re.MULTILINE)
     assert found, "pyproject.toml's requires-python is not of the form \">=3.N\""
