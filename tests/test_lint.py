@@ -1,4 +1,5 @@
-"""The tree is clean under the project's ruff rules (``[tool.ruff]`` in pyproject.toml)."""
+"""The tree is clean under the project's ruff rules (``[tool.ruff]`` in pyproject.toml) and needs no Python
+newer than its requires-python (vermin)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _ruff() -> list[str]:
-    """The ruff command: the one installed beside this Python (the dev extra), else on PATH."""
-    beside = Path(sys.executable).with_name("ruff")
+def _dev_tool(name: str) -> list[str]:
+    """A command of the dev extra: the one installed beside this Python, else on PATH (skips without)."""
+    beside = Path(sys.executable).with_name(name)
     if beside.is_file():
         return [str(beside)]
-    found = shutil.which("ruff")
+    found = shutil.which(name)
     if found is None:
-        pytest.skip("ruff is not installed (pip install -e '.[dev]' installs it)")
+        pytest.skip(f"{name} is not installed (pip install -e '.[dev]' installs it)")
     return [found]
+
+
+def _ruff() -> list[str]:
+    return _dev_tool("ruff")
 
 
 def test_ruff_finds_nothing() -> None:
@@ -50,12 +55,9 @@ def _vermin(target: str, *paths: str | Path, cwd: Path = ROOT) -> subprocess.Com
     and members included, which ruff's target-version does not check.  ``--exclude long``: it
     reads torch's ``.long()`` as Python 2's ``long``.  A line may opt out with ``# novermin``
     (a version-guarded branch)."""
-    beside = Path(sys.executable).with_name("vermin")
-    command = [str(beside)] if beside.is_file() else [shutil.which("vermin") or ""]
-    if not command[0]:
-        pytest.skip("vermin is not installed (pip install -e '.[dev]' installs it)")
-    return subprocess.run([*command, "-q", "--no-tips", "--violations", "--eval-annotations", "--exclude", "long",
-                           f"-t={target}-", *map(str, paths)], cwd=cwd, capture_output=True, text=True, timeout=600)
+    return subprocess.run([*_dev_tool("vermin"), "-q", "--no-tips", "--violations", "--eval-annotations",
+                           "--exclude", "long", f"-t={target}-", *map(str, paths)],
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def _oldest_python() -> str:
